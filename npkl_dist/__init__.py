@@ -1,0 +1,34 @@
+"""npkl-dist: nonparametric low-rank kernel learning from pairwise constraints.
+
+The core (problem model, graph, numba kernels, solvers) imports neither dask, zarr nor prefect.
+"""
+
+from ._bcd import FitResult, fit_bcd, initial_V
+from ._constraints import Constraints, sample_constraints
+from ._errors import (
+    ConstraintError,
+    ConstraintWarning,
+    ConvergenceWarning,
+    GraphError,
+    GraphWarning,
+    InputFileError,
+    NpklError,
+    NpklWarning,
+    ValidationError,
+)
+from ._evaluate import clustering_metrics, kernel_kmeans
+from ._graph import EXACT_KNN_MAX_POINTS, Graph, graph_from_edges, knn_graph, laplacian
+from ._objective import objective, objective_dense
+from ._plan import PreparedProblem, SweepPlan, make_plan, prepare
+from ._problem import LOSSES, RANK_CAP, NPKLProblem, default_rank
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Constraints", "ConstraintError", "ConstraintWarning", "ConvergenceWarning",
+    "EXACT_KNN_MAX_POINTS", "FitResult", "Graph", "GraphError", "GraphWarning",
+    "InputFileError", "LOSSES", "NPKLProblem", "NpklError", "NpklWarning", "PreparedProblem",
+    "RANK_CAP", "SweepPlan", "ValidationError", "clustering_metrics", "default_rank", "fit_bcd",
+    "graph_from_edges", "initial_V", "kernel_kmeans", "knn_graph", "laplacian", "make_plan",
+    "objective", "objective_dense", "prepare", "sample_constraints", "__version__",
+]

@@ -1,0 +1,349 @@
+"""Compiled (numba, nogil) block kernels of the BCD sweep and the objective.
+
+Conventions (pynndescent / scikit-learn style): small pure kernels, loops inside ``@njit``,
+caller-allocated outputs marked ``# OUT``. Arrays are in the solver's internal (relabelled)
+order. The Laplacian is passed split into its diagonal ``diag`` and its off-diagonal CSR
+``(indptr, indices, data)``; the constraints as symmetric per-point lists ``(cptr, cidx, csgn)``.
+
+Per-column subproblem (bcdkl-tnnls2015 eq. 11, multiplied by 2): with g = sum_{k != i} L_ik v_k,
+a_j = T_ij v_j for j in T(i) and A = [a_j] (r x p),
+
+    phi(v) = L_ii ||v||^2 + 2 g'v + gamma * sum_j loss(a_j'v)
+
+whose exact minimisers are
+    none      v = -g / L_ii                                  (eq. 13)
+    square    (L_ii I + gamma A A') v = gamma A 1 - g        (Woodbury: a p x p system)
+    hinge     dual  min 1/2 a'Ha - q'a,  0 <= a <= gamma,  H = A'A / (2 L_ii),
+              q = 1 + A'g / L_ii,  v = (A a / 2 - g) / L_ii  (eq. 21-23, scaled by 2)
+    sq.hinge  as hinge with H += I / (2 gamma) and a >= 0    (eq. 25)
+    linear    v = (gamma/2 A 1 - g) / L_ii projected on ||v|| <= b  (eq. 31; the ball
+              constraint holds for every column, constrained or not)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+LOSS_CODES = {"hinge": 0, "squared_hinge": 1, "square": 2, "linear": 3}
+
+#: Rows per parallel work item inside one colour: big enough to amortise the workspace
+#: allocation, small enough to balance two threads on the smallest colours.
+CHUNK = 512
+
+_QP_MAX_ITER = 10_000
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _gather(i, indptr, indices, data, V, g):
+    """g <- sum_{k != i} L_ik v_k (off-diagonal row i times V)."""
+    r = V.shape[1]
+    for c in range(r):
+        g[c] = 0.0
+    for p in range(indptr[i], indptr[i + 1]):
+        k = indices[p]
+        w = data[p]
+        for c in range(r):
+            g[c] += w * V[k, c]
+
+
+@njit(nogil=True, cache=True)
+def _cholesky_solve(M, y, p):
+    """Solve M x = y in place (y <- x) for SPD M[:p, :p]; M is overwritten by its factor.
+
+    Returns False when M is not numerically positive definite.
+    """
+    for j in range(p):
+        s = M[j, j]
+        for k in range(j):
+            s -= M[j, k] * M[j, k]
+        if not s > 0.0:
+            return False
+        d = np.sqrt(s)
+        M[j, j] = d
+        for i in range(j + 1, p):
+            s = M[i, j]
+            for k in range(j):
+                s -= M[i, k] * M[j, k]
+            M[i, j] = s / d
+    for i in range(p):  # forward
+        s = y[i]
+        for k in range(i):
+            s -= M[i, k] * y[k]
+        y[i] = s / M[i, i]
+    for i in range(p - 1, -1, -1):  # backward
+        s = y[i]
+        for k in range(i + 1, p):
+            s -= M[k, i] * y[k]
+        y[i] = s / M[i, i]
+    return True
+
+
+@njit(nogil=True, cache=True)
+def box_qp(H, q, upper, p, alpha, grad, work_M, work_y, free):
+    """Exact solution of  min 1/2 a'Ha - q'a  s.t. 0 <= a <= upper  (p small, H PSD).
+
+    Dual coordinate descent to a tight projected-gradient tolerance, then a polish step that
+    solves the free variables' linear system exactly and keeps it when it is feasible and
+    satisfies the KKT conditions. ``upper`` may be ``inf``.
+
+    alpha : (p,) OUT, grad : (p,) workspace (H a - q), work_M (p, p), work_y (p,), free (p,).
+    """
+    scale = 1.0
+    for j in range(p):
+        alpha[j] = 0.0
+        grad[j] = -q[j]
+        scale = max(scale, abs(q[j]))
+    tol = 1e-15 * scale
+    for _ in range(_QP_MAX_ITER):
+        viol = 0.0
+        for j in range(p):
+            gj = grad[j]
+            a = alpha[j]
+            if a <= 0.0:
+                v = -gj if gj < 0.0 else 0.0
+            elif a >= upper:
+                v = gj if gj > 0.0 else 0.0
+            else:
+                v = abs(gj)
+            viol = max(viol, v)
+            hjj = H[j, j]
+            if hjj > 0.0:
+                new = a - gj / hjj
+            else:
+                new = upper if gj < 0.0 else (0.0 if gj > 0.0 else a)
+            if new < 0.0:
+                new = 0.0
+            elif new > upper:
+                new = upper
+            d = new - a
+            if d != 0.0:
+                alpha[j] = new
+                for k in range(p):
+                    grad[k] += d * H[k, j]
+        if viol <= tol:
+            break
+    # polish: exact solve on the free set
+    nf = 0
+    for j in range(p):
+        if 0.0 < alpha[j] < upper:
+            free[nf] = j
+            nf += 1
+    if nf == 0:
+        return
+    for a in range(nf):
+        ja = free[a]
+        s = q[ja]
+        for k in range(p):
+            if not (0.0 < alpha[k] < upper):
+                s -= H[ja, k] * alpha[k]
+        work_y[a] = s
+        for b in range(nf):
+            work_M[a, b] = H[ja, free[b]]
+    if not _cholesky_solve(work_M, work_y, nf):
+        return
+    for a in range(nf):
+        if not (0.0 <= work_y[a] <= upper):
+            return  # polish left the box: keep the coordinate-descent solution
+    for a in range(nf):
+        alpha[free[a]] = work_y[a]
+
+
+@njit(nogil=True, cache=True)
+def update_column(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound,
+                  out, g, A, H, M, qv, alpha, grad, wy, free):
+    """Exact minimiser of the column-i subproblem given the other columns of V.
+
+    out : (r,) float64 OUT. Returns nothing; V is not modified.
+    Workspaces: g (r,), A (pmax, r), H, M (pmax, pmax), qv, alpha, grad, wy (pmax,),
+    free (pmax,) int64.
+    """
+    r = V.shape[1]
+    Lii = diag[i]
+    _gather(i, indptr, indices, data, V, g)
+    p = cptr[i + 1] - cptr[i]
+    if p == 0 or loss == 3:
+        if loss == 3:
+            # linear: v~ = (gamma/2 sum_j a_j - g) / L_ii
+            for c in range(r):
+                out[c] = -g[c]
+            for s in range(p):
+                k = cidx[cptr[i] + s]
+                t = csgn[cptr[i] + s]
+                for c in range(r):
+                    out[c] += 0.5 * gamma * t * V[k, c]
+            nrm = 0.0
+            for c in range(r):
+                out[c] /= Lii
+                nrm += out[c] * out[c]
+            nrm = np.sqrt(nrm)
+            if nrm > bound:
+                f = bound / nrm
+                for c in range(r):
+                    out[c] *= f
+        else:
+            for c in range(r):
+                out[c] = -g[c] / Lii
+        return
+    # A = [t_j v_j]
+    for s in range(p):
+        k = cidx[cptr[i] + s]
+        t = csgn[cptr[i] + s]
+        for c in range(r):
+            A[s, c] = t * V[k, c]
+    if loss == 2:
+        # square: v = (b - A (L/gamma I + A'A)^{-1} A'b) / L,  b = gamma A 1 - g
+        for c in range(r):
+            s_ = -g[c]
+            for s in range(p):
+                s_ += gamma * A[s, c]
+            out[c] = s_
+        for s in range(p):
+            acc = 0.0
+            for c in range(r):
+                acc += A[s, c] * out[c]
+            qv[s] = acc
+            for u in range(s + 1):
+                d = 0.0
+                for c in range(r):
+                    d += A[s, c] * A[u, c]
+                M[s, u] = d
+                M[u, s] = d
+            M[s, s] += Lii / gamma
+        _cholesky_solve(M, qv, p)
+        for c in range(r):
+            acc = out[c]
+            for s in range(p):
+                acc -= A[s, c] * qv[s]
+            out[c] = acc / Lii
+        return
+    # hinge (0) / squared hinge (1): dual box QP
+    for s in range(p):
+        ag = 0.0
+        for c in range(r):
+            ag += A[s, c] * g[c]
+        qv[s] = 1.0 + ag / Lii
+        for u in range(s + 1):
+            d = 0.0
+            for c in range(r):
+                d += A[s, c] * A[u, c]
+            H[s, u] = d / (2.0 * Lii)
+            H[u, s] = H[s, u]
+        if loss == 1:
+            H[s, s] += 1.0 / (2.0 * gamma)
+    upper = gamma if loss == 0 else np.inf
+    box_qp(H, qv, upper, p, alpha, grad, M, wy, free)
+    for c in range(r):
+        acc = -g[c]
+        for s in range(p):
+            acc += 0.5 * alpha[s] * A[s, c]
+        out[c] = acc / Lii
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def sweep_colour(rows, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound,
+                 pmax, delta2, norm2):
+    """Update every row of one colour (mutually independent) in place.
+
+    rows : (n_c,) int64, the colour's rows. V : (n, r) IN/OUT.
+    delta2, norm2 : (n,) float64 OUT at ``rows``: ||v_new - v_old||^2 and ||v_new||^2.
+    """
+    n_rows = rows.shape[0]
+    r = V.shape[1]
+    n_chunks = (n_rows + CHUNK - 1) // CHUNK
+    pm = max(pmax, 1)
+    for ch in prange(n_chunks):
+        out = np.empty(r)
+        g = np.empty(r)
+        A = np.empty((pm, r))
+        H = np.empty((pm, pm))
+        M = np.empty((pm, pm))
+        qv = np.empty(pm)
+        alpha = np.empty(pm)
+        grad = np.empty(pm)
+        wy = np.empty(pm)
+        free = np.empty(pm, np.int64)
+        stop = min((ch + 1) * CHUNK, n_rows)
+        for q in range(ch * CHUNK, stop):
+            i = rows[q]
+            update_column(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma,
+                          bound, out, g, A, H, M, qv, alpha, grad, wy, free)
+            d2 = 0.0
+            n2 = 0.0
+            for c in range(r):
+                old = np.float64(V[i, c])
+                V[i, c] = out[c]  # rounds to V's dtype
+                new = np.float64(V[i, c])
+                d2 += (new - old) * (new - old)
+                n2 += new * new
+            delta2[i] = d2
+            norm2[i] = n2
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def smooth_terms(indptr, indices, data, diag, V, out):
+    """out[i] = v_i' (L V)_i, so that tr(V' L V) = out.sum().  out : (n,) float64 OUT."""
+    n, r = V.shape
+    for i in prange(n):
+        acc = 0.0
+        for c in range(r):
+            acc += np.float64(diag[i]) * np.float64(V[i, c]) * np.float64(V[i, c])
+        for p in range(indptr[i], indptr[i + 1]):
+            k = indices[p]
+            w = np.float64(data[p])
+            d = 0.0
+            for c in range(r):
+                d += np.float64(V[i, c]) * np.float64(V[k, c])
+            acc += w * d
+        out[i] = acc
+
+
+@njit(nogil=True, cache=True)
+def loss_value(z, loss):
+    """loss(z) for z = T_ij v_i'v_j."""
+    if loss == 0:
+        return max(1.0 - z, 0.0)
+    if loss == 1:
+        h = max(1.0 - z, 0.0)
+        return h * h
+    if loss == 2:
+        return (1.0 - z) * (1.0 - z)
+    return -z
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def pair_terms(pi, pj, pt, V, loss, out):
+    """out[k] = loss(t_k v_i'v_j) for each constraint pair k.  out : (m,) float64 OUT."""
+    m = pi.shape[0]
+    r = V.shape[1]
+    for k in prange(m):
+        d = 0.0
+        for c in range(r):
+            d += np.float64(V[pi[k], c]) * np.float64(V[pj[k], c])
+        out[k] = loss_value(pt[k] * d, loss)
+
+
+@njit(nogil=True, cache=True)
+def greedy_colouring(n, indptr, indices, cptr, cidx, colour):
+    """Greedy proper colouring of the union of two symmetric graphs, vertices in index order.
+
+    colour : (n,) int64 OUT. Returns the number of colours.
+    """
+    forbidden = np.full(n + 1, -1, np.int64)
+    n_colours = 0
+    for i in range(n):
+        for p in range(indptr[i], indptr[i + 1]):
+            k = indices[p]
+            if k < i:
+                forbidden[colour[k]] = i
+        for p in range(cptr[i], cptr[i + 1]):
+            k = cidx[p]
+            if k < i:
+                forbidden[colour[k]] = i
+        c = 0
+        while forbidden[c] == i:
+            c += 1
+        colour[i] = c
+        if c + 1 > n_colours:
+            n_colours = c + 1
+    return n_colours
