@@ -240,44 +240,62 @@ def update_column(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gam
         out[c] = acc / Lii
 
 
+@njit(nogil=True, cache=True)
+def sweep_rows(rows, start, stop, indptr, indices, data, diag, cptr, cidx, csgn, V, loss,
+               gamma, bound, pmax, delta2, norm2):
+    """Update rows[start:stop] (mutually independent rows of one colour) in place.
+
+    V : (n, r) IN/OUT. delta2, norm2 : (n,) float64 OUT at those rows:
+    ||v_new - v_old||^2 and ||v_new||^2.
+    """
+    r = V.shape[1]
+    pm = max(pmax, 1)
+    out = np.empty(r)
+    g = np.empty(r)
+    A = np.empty((pm, r))
+    H = np.empty((pm, pm))
+    M = np.empty((pm, pm))
+    qv = np.empty(pm)
+    alpha = np.empty(pm)
+    grad = np.empty(pm)
+    wy = np.empty(pm)
+    free = np.empty(pm, np.int64)
+    for q in range(start, stop):
+        i = rows[q]
+        update_column(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma,
+                      bound, out, g, A, H, M, qv, alpha, grad, wy, free)
+        d2 = 0.0
+        n2 = 0.0
+        for c in range(r):
+            old = np.float64(V[i, c])
+            V[i, c] = out[c]  # rounds to V's dtype
+            new = np.float64(V[i, c])
+            d2 += (new - old) * (new - old)
+            n2 += new * new
+        delta2[i] = d2
+        norm2[i] = n2
+
+
 @njit(nogil=True, cache=True, parallel=True)
 def sweep_colour(rows, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound,
                  pmax, delta2, norm2):
-    """Update every row of one colour (mutually independent) in place.
-
-    rows : (n_c,) int64, the colour's rows. V : (n, r) IN/OUT.
-    delta2, norm2 : (n,) float64 OUT at ``rows``: ||v_new - v_old||^2 and ||v_new||^2.
-    """
+    """All rows of one colour, chunks of CHUNK rows spread over numba's threads."""
     n_rows = rows.shape[0]
-    r = V.shape[1]
     n_chunks = (n_rows + CHUNK - 1) // CHUNK
-    pm = max(pmax, 1)
     for ch in prange(n_chunks):
-        out = np.empty(r)
-        g = np.empty(r)
-        A = np.empty((pm, r))
-        H = np.empty((pm, pm))
-        M = np.empty((pm, pm))
-        qv = np.empty(pm)
-        alpha = np.empty(pm)
-        grad = np.empty(pm)
-        wy = np.empty(pm)
-        free = np.empty(pm, np.int64)
-        stop = min((ch + 1) * CHUNK, n_rows)
-        for q in range(ch * CHUNK, stop):
-            i = rows[q]
-            update_column(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma,
-                          bound, out, g, A, H, M, qv, alpha, grad, wy, free)
-            d2 = 0.0
-            n2 = 0.0
-            for c in range(r):
-                old = np.float64(V[i, c])
-                V[i, c] = out[c]  # rounds to V's dtype
-                new = np.float64(V[i, c])
-                d2 += (new - old) * (new - old)
-                n2 += new * new
-            delta2[i] = d2
-            norm2[i] = n2
+        sweep_rows(rows, ch * CHUNK, min((ch + 1) * CHUNK, n_rows), indptr, indices, data,
+                   diag, cptr, cidx, csgn, V, loss, gamma, bound, pmax, delta2, norm2)
+
+
+@njit(nogil=True, cache=True)
+def sweep_colour_serial(rows, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma,
+                        bound, pmax, delta2, norm2):
+    """The same colour step on the calling thread (small colours, one thread): identical
+    results, since the rows of a colour are independent."""
+    n_rows = rows.shape[0]
+    for start in range(0, n_rows, CHUNK):
+        sweep_rows(rows, start, min(start + CHUNK, n_rows), indptr, indices, data, diag,
+                   cptr, cidx, csgn, V, loss, gamma, bound, pmax, delta2, norm2)
 
 
 @njit(nogil=True, cache=True, parallel=True)

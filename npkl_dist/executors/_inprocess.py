@@ -6,7 +6,7 @@ import numba
 import numpy as np
 
 from .._errors import ValidationError, fmt_value
-from .._kernels import pair_terms, smooth_terms, sweep_colour
+from .._kernels import CHUNK, pair_terms, smooth_terms, sweep_colour, sweep_colour_serial
 
 __all__ = ["InProcessExecutor"]
 
@@ -49,9 +49,13 @@ class InProcessExecutor:
         numba.set_num_threads(self.n_threads)
         try:
             for c in colour_order:
-                sweep_colour(plan.rows_of(int(c)), prep.indptr, prep.indices, prep.data,
-                             prep.diag, prep.cptr, prep.cidx, prep.csgn, V, prep.loss_code,
-                             prep.gamma, prep.bound, prep.pmax, delta2, norm2)
+                rows = plan.rows_of(int(c))
+                # a parallel region costs more than it saves below a few chunks of rows
+                kernel = (sweep_colour if self.n_threads > 1 and rows.shape[0] > 2 * CHUNK
+                          else sweep_colour_serial)
+                kernel(rows, prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr,
+                       prep.cidx, prep.csgn, V, prep.loss_code, prep.gamma, prep.bound,
+                       prep.pmax, delta2, norm2)
         finally:
             numba.set_num_threads(previous)
         return float(delta2.sum()), float(norm2.sum())
@@ -62,7 +66,8 @@ class InProcessExecutor:
         sm = np.empty(n)
         pairs = np.empty(prep.pi.shape[0])
         previous = numba.get_num_threads()
-        numba.set_num_threads(self.n_threads)
+        # small problems: one thread (a parallel region costs more than it saves)
+        numba.set_num_threads(self.n_threads if n > 64 * CHUNK else 1)
         try:
             smooth_terms(prep.indptr, prep.indices, prep.data, prep.diag, V, sm)
             pair_terms(prep.pi, prep.pj, prep.pt, V, prep.loss_code, pairs)

@@ -1,0 +1,39 @@
+# npkl-dist: two commands on a fresh machine.
+#   make demo   creates .venv, installs the project, runs the main job on digits
+#   make test   creates/updates .venv with the pinned test group, runs the default suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# re-install whenever pyproject.toml changes
+STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+.PHONY: demo test test-heavy test-all bench install clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
+
+$(STAMP): pyproject.toml | $(PY)
+	rm -f $(VENV)/.installed-*
+	$(PY) -m pip install --quiet -e . --group test
+	touch $@
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/npkl demo --out demo_out
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+test-heavy: $(STAMP)
+	$(PY) -m pytest -m heavy
+
+test-all: $(STAMP)
+	$(PY) -m pytest -m "heavy or not heavy"
+
+bench: $(STAMP)
+	$(PY) bench/bench_sweep.py --n 100000 1000000 --rank 16 64 128 --dtype float32 float64
+
+clean:
+	rm -rf $(VENV) demo_out build *.egg-info .pytest_cache .hypothesis

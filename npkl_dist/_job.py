@@ -1,0 +1,191 @@
+"""The main job as plain stages: inputs -> graph -> constraints -> learn -> cluster/evaluate.
+
+``run_fit`` is what ``npkl fit`` and ``npkl demo`` call; the Prefect flows of a later issue
+wrap the same stage functions as coarse tasks. No orchestration here, only calls.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ._bcd import fit_bcd
+from ._constraints import Constraints, sample_constraints
+from ._errors import ValidationError
+from ._evaluate import clustering_metrics, kernel_kmeans
+from ._graph import graph_from_edges, knn_graph
+from ._io import read_constraints, read_edges, read_features, read_labels
+from ._problem import NPKLProblem
+
+__all__ = ["FitConfig", "run_fit", "SOLVERS"]
+
+SOLVERS = ("bcd",)
+
+
+@dataclass
+class FitConfig:
+    """Everything a fit needs; mirrors the options of ``npkl fit``."""
+
+    features: str | None = None
+    edges: str | None = None
+    n_points: int | None = None
+    constraints: str | None = None
+    labels: str | None = None
+    n_must: int | None = None
+    n_cannot: int | None = None
+    solver: str = "bcd"
+    loss: str = "square"
+    rank: int | None = None
+    gamma: float = 1.0
+    knn: int = 5
+    weighting: str = "gaussian"
+    knn_method: str = "auto"
+    delta: float = 1e-3
+    bound: float = 1.0
+    max_sweeps: int = 100
+    tol: float = 1e-5
+    dtype: str = "float64"
+    seed: int = 0
+    threads: int | None = None
+    clusters: int | None = None
+    eval_labels: str | None = None
+    # arrays instead of paths (Python callers, the demo)
+    X: np.ndarray | None = field(default=None, repr=False)
+    y_constraints: np.ndarray | None = field(default=None, repr=False)
+    y_eval: np.ndarray | None = field(default=None, repr=False)
+
+
+def load_graph(cfg: FitConfig):
+    """Stage: the manifold graph from features or an edge list."""
+    sources = [cfg.features is not None or cfg.X is not None, cfg.edges is not None]
+    if sum(sources) != 1:
+        raise ValidationError(
+            "input: give exactly one of --features PATH (feature rows) or --edges PATH (a given "
+            "graph's edge list)"
+        )
+    if cfg.edges is not None:
+        return graph_from_edges(read_edges(cfg.edges), cfg.n_points), None
+    X = cfg.X if cfg.X is not None else read_features(cfg.features)
+    return knn_graph(X, cfg.knn, weighting=cfg.weighting, method=cfg.knn_method, seed=cfg.seed), X
+
+
+def _check_constraint_source(cfg: FitConfig):
+    if (cfg.constraints is not None) == (cfg.labels is not None or cfg.y_constraints is not None):
+        raise ValidationError(
+            "constraints: give exactly one of --constraints PATH (pairs i,j,type) or --labels "
+            "PATH (partial labels, pairs sampled with the papers' protocol)"
+        )
+
+
+def load_constraints(cfg: FitConfig, n: int) -> Constraints:
+    """Stage: constraints from a pairs file, or sampled from (partial) labels."""
+    _check_constraint_source(cfg)
+    if cfg.constraints is not None:
+        i, j, t = read_constraints(cfg.constraints)
+        return Constraints.from_arrays(i, j, t, n)
+    y = cfg.y_constraints if cfg.y_constraints is not None else read_labels(cfg.labels)
+    if y.shape[0] != n:
+        raise ValidationError(
+            f"labels: {y.shape[0]} labels for {n} points; give one label per point (-1 for "
+            f"unlabelled)"
+        )
+    return sample_constraints(y, cfg.n_must, cfg.n_cannot, seed=cfg.seed)
+
+
+def run_fit(cfg: FitConfig, callback=None) -> tuple[dict, np.ndarray, np.ndarray | None]:
+    """Run the main job.
+
+    Returns
+    -------
+    summary : dict
+        JSON-ready report (the ``npkl fit --json`` contract).
+    V : ndarray, shape (n_points, rank), original point order
+    clusters : ndarray of int64 or None
+    """
+    if cfg.solver not in SOLVERS:
+        raise ValidationError(f"solver: {cfg.solver!r} is not one of {', '.join(SOLVERS)}")
+    _check_constraint_source(cfg)  # fail fast, before the graph is built
+    t0 = time.perf_counter()
+    graph, X = load_graph(cfg)
+    t_graph = time.perf_counter() - t0
+    n = graph.n_points
+    cons = load_constraints(cfg, n)
+    y_eval = cfg.y_eval
+    if y_eval is None and cfg.eval_labels is not None:
+        y_eval = read_labels(cfg.eval_labels)
+    if y_eval is not None and y_eval.shape[0] != n:
+        raise ValidationError(
+            f"eval labels: {y_eval.shape[0]} labels for {n} points; give one label per point"
+        )
+    L = graph.laplacian(cfg.delta, dtype=cfg.dtype)
+    problem = NPKLProblem.build(L, cons, loss=cfg.loss, gamma=cfg.gamma, rank=cfg.rank,
+                                bound=cfg.bound, seed=cfg.seed, dtype=cfg.dtype)
+    from .executors import InProcessExecutor
+
+    result = fit_bcd(problem, max_sweeps=cfg.max_sweeps, tol=cfg.tol,
+                     executor=InProcessExecutor(cfg.threads), callback=callback)
+    k = cfg.clusters
+    if k is None and y_eval is not None:
+        k = int(np.unique(y_eval[y_eval >= 0]).size)
+    clusters = None
+    t_c = time.perf_counter()
+    if k is not None:
+        clusters = kernel_kmeans(result.V, k, seed=cfg.seed)
+    t_cluster = time.perf_counter() - t_c
+    summary = {
+        "solver": cfg.solver,
+        "loss": cfg.loss,
+        "gamma": cfg.gamma,
+        "rank": problem.rank,
+        "dtype": str(problem.dtype),
+        "seed": cfg.seed,
+        "n_points": n,
+        "n_constraints": cons.m,
+        "n_must": cons.n_must,
+        "n_cannot": cons.n_cannot,
+        "n_duplicates_merged": cons.n_duplicates,
+        "graph": {"n_edges": int(graph.S.nnz // 2), "n_components": graph.n_components,
+                  "n_isolated": graph.n_isolated, "sigma": graph.sigma, "knn": cfg.knn,
+                  "weighting": cfg.weighting if X is not None else "given"},
+        "objective": result.objective,
+        "objective_initial": result.objective_initial,
+        "objective_trace": result.objective_trace,
+        "change_trace": result.change_trace,
+        "n_sweeps": result.n_sweeps,
+        "converged": result.converged,
+        "n_colours": result.n_colours,
+        "sweep_seconds": result.sweep_seconds,
+        "objective_seconds": result.objective_seconds,
+        "fit_seconds": result.fit_seconds,
+        "graph_seconds": t_graph,
+        "cluster_seconds": t_cluster,
+        "n_clusters": k,
+    }
+    if y_eval is not None and clusters is not None:
+        labelled = y_eval >= 0
+        summary["metrics"] = clustering_metrics(y_eval[labelled], clusters[labelled])
+    return summary, result.V, clusters
+
+
+def write_outputs(out_dir, V, clusters, summary=None):
+    """``embedding.npy`` (n x r, original order), ``clusters.npy`` and ``summary.json``."""
+    import json
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    np.save(out / "embedding.npy", V)
+    if clusters is not None:
+        np.save(out / "clusters.npy", clusters)
+    if summary is not None:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return out
+
+
+def config_dict(cfg: FitConfig) -> dict:
+    d = asdict(cfg)
+    for k in ("X", "y_constraints", "y_eval"):
+        d.pop(k)
+    return d

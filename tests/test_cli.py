@@ -1,0 +1,152 @@
+"""The `npkl fit` contract: options, JSON keys, output files, errors."""
+
+import json
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_iris
+
+from flows.cli import build_parser, main
+
+FIT_OPTIONS = [
+    "--features", "--edges", "--n-points", "--constraints", "--labels", "--n-must",
+    "--n-cannot", "--solver", "--loss", "--rank", "--gamma", "--bound", "--knn", "--weighting",
+    "--knn-method", "--delta", "--max-sweeps", "--tol", "--dtype", "--seed", "--threads",
+    "--clusters", "--eval-labels", "--out", "--json", "--quiet",
+]
+
+
+@pytest.fixture(scope="module")
+def iris_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("iris")
+    X, y = load_iris(return_X_y=True)
+    np.save(d / "X.npy", X)
+    np.save(d / "y.npy", y)
+    np.savetxt(d / "X.csv", X, delimiter=",", header="a,b,c,d", comments="")
+    rng = np.random.default_rng(0)
+    rows = ["i,j,type"]
+    seen = set()
+    while len(rows) < 61:
+        i, j = rng.choice(150, 2, replace=False)
+        key = (min(i, j), max(i, j))
+        if key in seen:
+            continue
+        seen.add(key)
+        rows.append(f"{i},{j},{'must' if y[i] == y[j] else 'cannot'}")
+    (d / "pairs.csv").write_text("\n".join(rows) + "\n")
+    return d, X, y
+
+
+def run_json(capsys, argv):
+    code = main(argv + ["--json", "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0
+    return json.loads(out)
+
+
+def test_help_documents_every_option(capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["fit", "--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for opt in FIT_OPTIONS:
+        assert opt in text, opt
+    # every option in the parser is in the list above (no undocumented additions)
+    fit = build_parser()._subparsers._group_actions[0].choices["fit"]
+    declared = {s for a in fit._actions for s in a.option_strings if s.startswith("--")}
+    assert declared - {"--help"} == set(FIT_OPTIONS)
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+@pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")
+def test_fit_json_contract_and_outputs(iris_files, capsys, tmp_path):
+    d, X, y = iris_files
+    out = tmp_path / "out"
+    s = run_json(capsys, ["fit", "--features", str(d / "X.npy"), "--labels", str(d / "y.npy"),
+                          "--eval-labels", str(d / "y.npy"), "--max-sweeps", "30",
+                          "--out", str(out)])
+    for key in ("objective", "objective_trace", "n_sweeps", "sweep_seconds", "fit_seconds",
+                "rank", "n_points", "n_constraints", "metrics"):
+        assert key in s, key
+    assert s["n_points"] == 150
+    assert s["n_constraints"] == 180  # 0.6n + 0.6n
+    assert s["rank"] == 18  # largest r with r(r+1)/2 <= 180
+    assert len(s["objective_trace"]) == s["n_sweeps"] == len(s["sweep_seconds"])
+    assert s["objective"] == s["objective_trace"][-1]
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(s["objective_trace"], s["objective_trace"][1:]))
+    m = s["metrics"]
+    assert 0.0 <= m["rand_accuracy"] <= 1.0
+    assert m["rand_accuracy"] > 0.9  # 180 constraints on iris: far above k-means' 0.88
+    V = np.load(out / "embedding.npy")
+    clusters = np.load(out / "clusters.npy")
+    assert V.shape == (150, 18)
+    assert clusters.shape == (150,) and set(np.unique(clusters)) <= {0, 1, 2}
+    assert json.loads((out / "summary.json").read_text())["objective"] == s["objective"]
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+@pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")
+def test_fit_from_csv_pairs_and_float32(iris_files, capsys):
+    d, X, y = iris_files
+    s = run_json(capsys, ["fit", "--features", str(d / "X.csv"), "--constraints",
+                          str(d / "pairs.csv"), "--clusters", "3", "--max-sweeps", "5",
+                          "--dtype", "float32", "--rank", "4", "--loss", "hinge"])
+    assert s["n_constraints"] == 60 and s["rank"] == 4 and s["dtype"] == "float32"
+    assert "metrics" not in s
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+def test_fit_from_edges(tmp_path, capsys):
+    # a ring of 40 nodes with chords; labels = halves of the ring
+    n = 40
+    i = np.arange(n)
+    E = np.column_stack([np.r_[i, i], np.r_[(i + 1) % n, (i + 2) % n]])
+    np.save(tmp_path / "E.npy", E)
+    (tmp_path / "E.csv").write_text("i,j,w\n" + "\n".join(f"{a},{b},1.5" for a, b in E) + "\n")
+    y = (i >= n // 2).astype(int)
+    np.save(tmp_path / "y.npy", y)
+    for edges in ("E.npy", "E.csv"):
+        s = run_json(capsys, ["fit", "--edges", str(tmp_path / edges), "--labels",
+                              str(tmp_path / "y.npy"), "--eval-labels", str(tmp_path / "y.npy"),
+                              "--max-sweeps", "50"])
+        assert s["n_points"] == n and s["graph"]["n_edges"] == 2 * n
+        assert s["metrics"]["rand_accuracy"] > 0.9
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--features", "missing.npy", "--labels", "y.npy"], "does not exist"),
+        (["--labels", "{d}/y.npy"], "exactly one of --features"),
+        (["--features", "{d}/X.npy"], "exactly one of --constraints"),
+        (["--features", "{d}/X.npy", "--labels", "{d}/y.npy", "--rank", "500"],
+         "larger than possible"),
+        (["--features", "{d}/X.npy", "--labels", "{d}/y.npy", "--gamma", "-1"], "gamma"),
+        (["--features", "{d}/X.npy", "--labels", "{d}/y.npy", "--knn", "200"], "knn"),
+    ],
+)
+@pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")
+def test_fit_errors_are_clear(iris_files, capsys, argv, needle):
+    d, _, _ = iris_files
+    argv = [a.format(d=d) for a in argv]
+    code = main(["fit", *argv, "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert needle in err
+    assert "Traceback" not in err
+
+
+def test_bad_option_values_rejected_by_parser(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--features", "x.npy", "--labels", "y.npy", "--max-sweeps", "0"])
+    assert exc.value.code == 2
+    assert "--max-sweeps" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+def test_demo_end_to_end(tmp_path):
+    from flows._demo import run_demo
+
+    report = run_demo(tmp_path, max_sweeps=10)
+    assert (tmp_path / "embedding.png").stat().st_size > 10_000
+    assert report["npkl"]["rand_accuracy"] > report["kmeans"]["rand_accuracy"]
