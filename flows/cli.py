@@ -59,9 +59,13 @@ def _add_fit_options(p: argparse.ArgumentParser):
                      help="must-link pairs to sample from --labels (default round(0.6 n))")
     con.add_argument("--n-cannot", type=_nonneg_int, metavar="M",
                      help="cannot-link pairs to sample from --labels (default round(0.6 n))")
+    con.add_argument("--diagonal", action=argparse.BooleanOptionalAction, default=None,
+                     help="also fit K_ii = 1 for every point (KL-ADMM's protocol; default: on "
+                          "for --solver admm, off otherwise; bcd does not support it)")
     m = p.add_argument_group("model and solver")
     m.add_argument("--solver", choices=SOLVERS, default="bcd",
-                   help="solver (default: bcd, block coordinate descent)")
+                   help="bcd: block coordinate descent, any loss (default); admm: KL-ADMM, "
+                        "square loss on targets 1 (must) / 0 (cannot)")
     m.add_argument("--loss", choices=LOSSES, default="square", help="loss (default: square)")
     m.add_argument("--rank", type=_positive_int, metavar="R",
                    help="rank r of K = V'V (default: largest r with r(r+1)/2 <= m, capped at 128)")
@@ -79,9 +83,10 @@ def _add_fit_options(p: argparse.ArgumentParser):
     m.add_argument("--delta", type=float, default=1e-3,
                    help="delta of L = (1+delta) I - D^-1/2 S D^-1/2 (default: 1e-3)")
     m.add_argument("--max-sweeps", type=_positive_int, default=100,
-                   help="sweep limit (default: 100)")
+                   help="sweep limit; for admm the iteration limit (default: 100)")
     m.add_argument("--tol", type=float, default=1e-5,
-                   help="stop when ||V(t)-V(t-1)|| / ||V(t)|| < tol (default: 1e-5)")
+                   help="bcd: stop when ||V(t)-V(t-1)|| / ||V(t)|| < tol; admm: when that and "
+                        "the primal residual ||V-U|| / ||V|| are both < tol (default: 1e-5)")
     m.add_argument("--dtype", choices=("float32", "float64"), default="float64",
                    help="floating-point type of V and L (default: float64)")
     m.add_argument("--seed", type=_nonneg_int, default=0,
@@ -152,7 +157,7 @@ def _cmd_fit(args) -> int:
     cfg = FitConfig(
         features=args.features, edges=args.edges, n_points=args.n_points,
         constraints=args.constraints, labels=args.labels, n_must=args.n_must,
-        n_cannot=args.n_cannot, solver=args.solver, loss=args.loss, rank=args.rank,
+        n_cannot=args.n_cannot, diagonal=args.diagonal, solver=args.solver, loss=args.loss, rank=args.rank,
         gamma=args.gamma, knn=args.knn, weighting=args.weighting, knn_method=args.knn_method,
         delta=args.delta, bound=args.bound, max_sweeps=args.max_sweeps, tol=args.tol,
         dtype=args.dtype, seed=args.seed, threads=args.threads, clusters=args.clusters,

@@ -365,3 +365,90 @@ def greedy_colouring(n, indptr, indices, cptr, cidx, colour):
         if c + 1 > n_colours:
             n_colours = c + 1
     return n_colours
+
+
+# --------------------------------------------------------------------------------------
+# KL-ADMM (kl-admm-ijcai2013, Alg. 1). Targets T_ij = 1 (must-link), 0 (cannot-link) and,
+# with the diagonal protocol, T_ii = 1. With the sum over ordered pairs of T and the
+# augmented Lagrangian of eq. (6), setting the gradients (9)-(10) to zero gives
+#   (rho I + gamma sum_{j in T_i} u_j u_j') v_i = gamma sum_j T_ij u_j - (L U)_i + rho u_i - Lam_i
+#   (rho I + gamma sum_{j in T_i} v_j v_j') u_i = gamma sum_j T_ij v_j - (L V)_i + rho v_i + Lam_i
+# (the paper's d_i writes v_i inside the sum: a typo; the derivative has v_j). Woodbury with
+# W = [x_j] (r x p):  (rho I + gamma W W')^{-1} c = (c - W (rho/gamma I + W'W)^{-1} W'c) / rho.
+# Every row depends only on the other factor, so a half-step is embarrassingly parallel.
+# --------------------------------------------------------------------------------------
+
+
+@njit(nogil=True, cache=True)
+def admm_rows(start, stop, indptr, indices, data, diag, cptr, cidx, csgn, diagonal, X, Lam,
+              lam_sign, rho, gamma, pmax, out):
+    """Half-step of KL-ADMM for rows start..stop-1.
+
+    X : (n, r) IN, the other factor (U for the V-step, V^{k+1} for the U-step).
+    Lam : (n, r) IN. lam_sign : -1 for the V-step, +1 for the U-step.
+    out : (n, r) OUT at those rows.
+    """
+    r = X.shape[1]
+    pm = pmax + 1
+    c = np.empty(r)
+    W = np.empty((pm, r))
+    M = np.empty((pm, pm))
+    y = np.empty(pm)
+    for i in range(start, stop):
+        # c = rho x_i + lam_sign Lam_i - (L X)_i + gamma sum_j T_ij x_j
+        dii = np.float64(diag[i])
+        for q in range(r):
+            xi = np.float64(X[i, q])
+            c[q] = (rho - dii) * xi + lam_sign * np.float64(Lam[i, q])
+        for p in range(indptr[i], indptr[i + 1]):
+            k = indices[p]
+            w = np.float64(data[p])
+            for q in range(r):
+                c[q] -= w * X[k, q]
+        p_i = 0
+        for s in range(cptr[i], cptr[i + 1]):
+            k = cidx[s]
+            for q in range(r):
+                W[p_i, q] = X[k, q]
+            if csgn[s] > 0:  # must-link target 1; cannot-link target 0 adds nothing
+                for q in range(r):
+                    c[q] += gamma * X[k, q]
+            p_i += 1
+        if diagonal:
+            for q in range(r):
+                W[p_i, q] = X[i, q]
+                c[q] += gamma * X[i, q]
+            p_i += 1
+        if p_i == 0:
+            for q in range(r):
+                out[i, q] = c[q] / rho
+            continue
+        for a in range(p_i):
+            acc = 0.0
+            for q in range(r):
+                acc += W[a, q] * c[q]
+            y[a] = acc
+            for b in range(a + 1):
+                d = 0.0
+                for q in range(r):
+                    d += W[a, q] * W[b, q]
+                M[a, b] = d
+                M[b, a] = d
+            M[a, a] += rho / gamma
+        _cholesky_solve(M, y, p_i)
+        for q in range(r):
+            acc = c[q]
+            for a in range(p_i):
+                acc -= W[a, q] * y[a]
+            out[i, q] = acc / rho
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def admm_half_step(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, X, Lam, lam_sign,
+                   rho, gamma, pmax, out):
+    """All rows of one KL-ADMM half-step, chunks spread over numba's threads."""
+    n = X.shape[0]
+    n_chunks = (n + CHUNK - 1) // CHUNK
+    for ch in prange(n_chunks):
+        admm_rows(ch * CHUNK, min((ch + 1) * CHUNK, n), indptr, indices, data, diag, cptr,
+                  cidx, csgn, diagonal, X, Lam, lam_sign, rho, gamma, pmax, out)

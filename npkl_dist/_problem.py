@@ -102,7 +102,9 @@ class NPKLProblem:
         if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise ValidationError(f"dtype: expected 'float32' or 'float64', got {fmt_value(dtype)}")
         if rank is None:
-            rank = default_rank(constraints.m, n)
+            # Pataki's bound counts every fitted entry: the pairs, plus K_ii = 1 for each
+            # point under KL-ADMM's diagonal protocol
+            rank = default_rank(constraints.m + (n if constraints.diagonal else 0), n)
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
             raise ValidationError(f"rank: expected a positive integer, got {fmt_value(rank)}")
         if rank > n:

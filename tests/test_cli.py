@@ -10,7 +10,7 @@ from flows.cli import build_parser, main
 
 FIT_OPTIONS = [
     "--features", "--edges", "--n-points", "--constraints", "--labels", "--n-must",
-    "--n-cannot", "--solver", "--loss", "--rank", "--gamma", "--bound", "--knn", "--weighting",
+    "--n-cannot", "--diagonal", "--no-diagonal", "--solver", "--loss", "--rank", "--gamma", "--bound", "--knn", "--weighting",
     "--knn-method", "--delta", "--max-sweeps", "--tol", "--dtype", "--seed", "--threads",
     "--clusters", "--eval-labels", "--out", "--json", "--quiet",
 ]

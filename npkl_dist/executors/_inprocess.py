@@ -6,7 +6,15 @@ import numba
 import numpy as np
 
 from .._errors import ValidationError, fmt_value
-from .._kernels import CHUNK, pair_terms, smooth_terms, sweep_colour, sweep_colour_serial
+from .._kernels import (
+    CHUNK,
+    admm_half_step,
+    admm_rows,
+    pair_terms,
+    smooth_terms,
+    sweep_colour,
+    sweep_colour_serial,
+)
 
 __all__ = ["InProcessExecutor"]
 
@@ -74,3 +82,34 @@ class InProcessExecutor:
         finally:
             numba.set_num_threads(previous)
         return float(sm.sum()) + prep.gamma * float(pairs.sum())
+
+    def admm_half_step(self, prep, X, Lam, lam_sign, rho, gamma, diagonal, out):
+        """One KL-ADMM half-step: every row of ``out`` from the other factor ``X`` and ``Lam``.
+
+        Rows are independent, so the result does not depend on the thread count.
+        """
+        n = X.shape[0]
+        args = (prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx,
+                prep.csgn, bool(diagonal), X, Lam, float(lam_sign), float(rho), float(gamma),
+                prep.pmax)
+        if self.n_threads == 1 or n <= 2 * CHUNK:
+            admm_rows(0, n, *args, out)
+            return
+        previous = numba.get_num_threads()
+        numba.set_num_threads(self.n_threads)
+        try:
+            admm_half_step(*args, out)
+        finally:
+            numba.set_num_threads(previous)
+
+    def smooth(self, prep, V) -> float:
+        """tr(V' L V), per-row terms summed in a fixed order."""
+        n = V.shape[0]
+        sm = np.empty(n)
+        previous = numba.get_num_threads()
+        numba.set_num_threads(self.n_threads if n > 64 * CHUNK else 1)
+        try:
+            smooth_terms(prep.indptr, prep.indices, prep.data, prep.diag, V, sm)
+        finally:
+            numba.set_num_threads(previous)
+        return float(sm.sum())
