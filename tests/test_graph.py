@@ -88,7 +88,8 @@ def check_graph_invariants(g):
     assert S.has_sorted_indices
     assert np.all(S.diagonal() == 0)
     assert np.all(S.data > 0)  # non-negative, and no explicit zeros kept
-    assert abs(S - S.T).max() == 0 if S.nnz else True
+    if S.nnz:
+        assert abs(S - S.T).max() == 0  # exactly symmetric
 
 
 # ---------------------------------------------------------------------------------------------
