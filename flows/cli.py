@@ -124,7 +124,35 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--loss", default="square", help="loss (default: square)")
     demo.add_argument("--seed", type=_nonneg_int, default=0)
     demo.add_argument("--max-sweeps", type=_positive_int, default=200)
+    bench = sub.add_parser(
+        "bench", help="benchmarks from a checkout: `paper` (replication) or `sweep`",
+        description="Run a benchmark under bench/ (needs a source checkout). "
+                    "`npkl bench paper --help` and `npkl bench sweep --help` list their options.")
+    bench.add_argument("name", choices=("paper", "sweep"), help="which benchmark")
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="options of that benchmark")
     return parser
+
+
+def _cmd_bench(args) -> int:
+    import runpy
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "bench").is_dir():
+        from npkl_dist import InputFileError
+
+        raise InputFileError(
+            f"bench: no bench/ directory next to {root / 'flows'}; benchmarks run from a "
+            f"source checkout (git clone, then `make install`)"
+        )
+    sys.path.insert(0, str(root))
+    if args.name == "paper":
+        from bench.paper.run import main as paper_main
+
+        return paper_main(args.args)
+    sys.argv = ["bench/bench_sweep.py", *args.args]
+    runpy.run_path(str(root / "bench" / "bench_sweep.py"), run_name="__main__")
+    return 0
 
 
 class _Progress:
@@ -200,6 +228,8 @@ def main(argv=None) -> int:
             return _cmd_fit(args)
         if args.command == "demo":
             return _cmd_demo(args)
+        if args.command == "bench":
+            return _cmd_bench(args)
     except NpklError as exc:
         sys.stderr.write(f"npkl {args.command}: error: {exc}\n")
         return 2

@@ -1,0 +1,1 @@
+"""Benchmarks of npkl-dist (not installed; run from a checkout)."""

@@ -1,0 +1,138 @@
+"""The methods a user would pick instead of npkl: k-means, spectral clustering, PCKMeans,
+COP-KMeans (PyPI ``active-semi-supervised-clustering``) and metric-learn's ITML + k-means.
+
+``active-semi-supervised-clustering`` is installed with ``--no-deps``: its package
+``__init__`` imports metric-learn (for other methods), which does not run with current
+scikit-learn. We load only the PCKMeans / COP-KMeans modules, without that ``__init__``.
+
+metric-learn 0.7.0 calls ``check_array(force_all_finite=...)``, removed from scikit-learn;
+ITML therefore runs in its own environment (``bench/.venv-itml`` with scikit-learn 1.5.2),
+in a subprocess that receives X and the pairs and returns the transformed X.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import subprocess
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ITML_VENV = HERE.parent / ".venv-itml"
+ITML_REQUIREMENTS = ["metric-learn==0.7.0", "scikit-learn==1.5.2", "numpy<2.3"]
+
+
+class PeerUnavailable(RuntimeError):
+    """A peer method cannot run here; the message says how to install it."""
+
+
+@functools.cache
+def _load_asc():
+    """PCKMeans and COPKMeans classes without executing the package __init__."""
+    spec = importlib.util.find_spec("active_semi_clustering")
+    if spec is None or not spec.submodule_search_locations:
+        raise PeerUnavailable(
+            "active-semi-supervised-clustering is missing: pip install --no-deps "
+            "active-semi-supervised-clustering"
+        )
+    root = Path(list(spec.submodule_search_locations)[0])
+    # empty package objects with the real paths: submodules import, __init__ files do not run
+    for name, path in (("active_semi_clustering", root),
+                       ("active_semi_clustering.semi_supervised", root / "semi_supervised"),
+                       ("active_semi_clustering.semi_supervised.pairwise_constraints",
+                        root / "semi_supervised" / "pairwise_constraints")):
+        if name not in sys.modules or not hasattr(sys.modules[name], "__path__"):
+            mod = types.ModuleType(name)
+            mod.__path__ = [str(path)]
+            sys.modules[name] = mod
+    from active_semi_clustering.semi_supervised.pairwise_constraints.copkmeans import COPKMeans
+    from active_semi_clustering.semi_supervised.pairwise_constraints.pckmeans import PCKMeans
+
+    return PCKMeans, COPKMeans
+
+
+def _pairs(cons):
+    ml = [(int(a), int(b)) for a, b, t in zip(cons.i, cons.j, cons.t) if t > 0]
+    cl = [(int(a), int(b)) for a, b, t in zip(cons.i, cons.j, cons.t) if t < 0]
+    return ml, cl
+
+
+def kmeans(X, k, cons, seed):
+    from sklearn.cluster import KMeans
+
+    return KMeans(k, n_init=10, random_state=seed).fit_predict(X)
+
+
+def spectral(X, k, cons, seed, knn=5):
+    from sklearn.cluster import SpectralClustering
+
+    sc = SpectralClustering(k, affinity="nearest_neighbors", n_neighbors=max(knn, 5),
+                            random_state=seed, assign_labels="kmeans")
+    return sc.fit_predict(X)
+
+
+def pckmeans(X, k, cons, seed):
+    PCKMeans, _ = _load_asc()
+    ml, cl = _pairs(cons)
+    np.random.seed(seed)  # the library draws from numpy's global generator
+    return np.asarray(PCKMeans(n_clusters=k).fit(X, ml=ml, cl=cl).labels_)
+
+
+def copkmeans(X, k, cons, seed):
+    _, COPKMeans = _load_asc()
+    ml, cl = _pairs(cons)
+    np.random.seed(seed)
+    return np.asarray(COPKMeans(n_clusters=k).fit(X, ml=ml, cl=cl).labels_)
+
+
+def ensure_itml_env():
+    py = ITML_VENV / "bin" / "python"
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(ITML_VENV)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "--quiet", *ITML_REQUIREMENTS],
+                       check=True)
+    return py
+
+
+_ITML_SCRIPT = r"""
+import sys, numpy as np
+from metric_learn import ITML
+d = np.load(sys.argv[1])
+X = d["X"]; pairs = d["pairs"]; y = d["y"]
+itml = ITML(preprocessor=X, random_state=int(d["seed"]))
+itml.fit(pairs, y)
+np.save(sys.argv[2], itml.transform(X))
+"""
+
+
+def itml_kmeans(X, k, cons, seed):
+    from sklearn.cluster import KMeans
+
+    py = ITML_VENV / "bin" / "python"
+    if not py.exists():
+        raise PeerUnavailable(f"ITML environment missing: run `python -m bench.paper.run "
+                              f"--install` (creates {ITML_VENV})")
+    pairs = np.column_stack([cons.i, cons.j]).astype(np.int64)
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp) / "in.npz", Path(tmp) / "out.npy"
+        np.savez(src, X=X, pairs=pairs, y=cons.t.astype(np.int64), seed=seed)
+        proc = subprocess.run([str(py), "-c", _ITML_SCRIPT, str(src), str(dst)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"ITML failed: {proc.stderr.strip()[-500:]}")
+        Xt = np.load(dst)
+    return KMeans(k, n_init=10, random_state=seed).fit_predict(Xt)
+
+
+PEERS = {
+    "k-means": kmeans,
+    "spectral": spectral,
+    "PCKMeans": pckmeans,
+    "COP-KMeans": copkmeans,
+    "ITML+k-means": itml_kmeans,
+}

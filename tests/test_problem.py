@@ -1,0 +1,353 @@
+"""NPKLProblem.build validation, default_rank, fit_bcd argument errors, kernel k-means."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from npkl_dist import (
+    LOSSES,
+    RANK_CAP,
+    Constraints,
+    ConvergenceWarning,
+    NPKLProblem,
+    NpklWarning,
+    ValidationError,
+    clustering_metrics,
+    default_rank,
+    fit_bcd,
+    kernel_kmeans,
+    knn_graph,
+    laplacian,
+    objective,
+    sample_constraints,
+)
+from npkl_dist._evaluate import pairwise_accuracy_bruteforce
+
+N = 12
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(271828)
+
+
+@pytest.fixture
+def chain_L():
+    """Laplacian of a 12-node path graph."""
+    S = sp.diags([np.ones(N - 1), np.ones(N - 1)], [-1, 1], shape=(N, N), format="csr")
+    return laplacian(S, delta=0.01)
+
+
+@pytest.fixture
+def cons():
+    return Constraints.from_arrays([0, 1, 2, 5, 7], [3, 4, 9, 6, 11], [1, 1, -1, -1, 1], N)
+
+
+@pytest.fixture
+def problem(chain_L, cons):
+    return NPKLProblem.build(chain_L, cons, loss="square", gamma=2.0, rank=3, seed=4)
+
+
+# ---------------------------------------------------------------------------------------------
+# NPKLProblem.build: the happy path
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("dtype", ["float32", "float64", np.float32, np.dtype(np.float64)])
+def test_build_valid(chain_L, cons, loss, dtype):
+    p = NPKLProblem.build(chain_L, cons, loss=loss, gamma=3, rank=2, bound=0.5, seed=7,
+                          dtype=dtype)
+    assert p.loss == loss and p.rank == 2 and p.seed == 7
+    assert p.gamma == 3.0 and isinstance(p.gamma, float)
+    assert p.bound == 0.5
+    assert p.dtype == np.dtype(dtype)
+    assert p.L.format == "csr" and p.L.dtype == np.dtype(dtype) and p.L.has_sorted_indices
+    assert p.n_points == N
+    np.testing.assert_allclose(p.L.toarray(), chain_L.toarray(), rtol=1e-6)
+
+
+def test_build_default_rank_and_other_sparse_formats(chain_L, cons):
+    p = NPKLProblem.build(chain_L.tocoo(), cons)
+    assert p.rank == default_rank(cons.m, N) == 2  # 2*3/2 = 3 <= 5 < 3*4/2
+    assert p.loss == "square" and p.gamma == 1.0 and p.bound == 1.0 and p.seed == 0
+    assert p.L.format == "csr"
+
+
+def test_problem_objective_matches_definition(problem, rng):
+    V = rng.standard_normal((N, 3))
+    L = problem.L.toarray()
+    c = problem.constraints
+    z = c.t * np.sum(V[c.i] * V[c.j], axis=1)
+    expected = np.trace(V.T @ L @ V) + 2.0 * np.sum((1 - z) ** 2)
+    assert problem.objective(V) == pytest.approx(expected, rel=1e-12)
+    assert objective(problem, V) == problem.objective(V)
+
+
+# ---------------------------------------------------------------------------------------------
+# NPKLProblem.build: error paths
+# ---------------------------------------------------------------------------------------------
+
+
+def _nan_L(L):
+    L = L.tolil(copy=True)
+    L[2, 3] = L[3, 2] = np.nan
+    return L.tocsr()
+
+
+def _asym_L(L):
+    L = L.tolil(copy=True)
+    L[0, 5] = -0.3
+    return L.tocsr()
+
+
+def _zero_diag_L(L):
+    L = L.tolil(copy=True)
+    L[4, 4] = 0.0
+    L[8, 8] = -1.0
+    return L.tocsr()
+
+
+@pytest.mark.parametrize(
+    "make_L, kwargs, name, match",
+    [
+        pytest.param(lambda L: L.toarray(), {}, "L", "expected a square scipy sparse matrix",
+                     id="L-dense"),
+        pytest.param(lambda L: L[:, :-1], {}, "L", "expected a square scipy sparse matrix",
+                     id="L-nonsquare"),
+        pytest.param(lambda L: "L", {}, "L", "expected a square scipy sparse matrix",
+                     id="L-string"),
+        pytest.param(lambda L: L, {"loss": "logistic"}, "loss", "'logistic' is not one of",
+                     id="loss-unknown"),
+        pytest.param(lambda L: L, {"loss": "Square"}, "loss", "not one of",
+                     id="loss-case"),
+        pytest.param(lambda L: L, {"gamma": 0}, "gamma", "finite number > 0",
+                     id="gamma-zero"),
+        pytest.param(lambda L: L, {"gamma": -1.0}, "gamma", "finite number > 0",
+                     id="gamma-negative"),
+        pytest.param(lambda L: L, {"gamma": np.nan}, "gamma", "finite number > 0",
+                     id="gamma-nan"),
+        pytest.param(lambda L: L, {"gamma": np.inf}, "gamma", "finite number > 0",
+                     id="gamma-inf"),
+        pytest.param(lambda L: L, {"gamma": True}, "gamma", "finite number > 0",
+                     id="gamma-bool"),
+        pytest.param(lambda L: L, {"gamma": "1"}, "gamma", "finite number > 0",
+                     id="gamma-str"),
+        pytest.param(lambda L: L, {"bound": 0.0}, "bound", "finite number > 0",
+                     id="bound-zero"),
+        pytest.param(lambda L: L, {"bound": -2}, "bound", "finite number > 0",
+                     id="bound-negative"),
+        pytest.param(lambda L: L, {"bound": np.nan}, "bound", "finite number > 0",
+                     id="bound-nan"),
+        pytest.param(lambda L: L, {"dtype": "int32"}, "dtype", "'float32' or 'float64'",
+                     id="dtype-int32"),
+        pytest.param(lambda L: L, {"dtype": "float16"}, "dtype", "'float32' or 'float64'",
+                     id="dtype-float16"),
+        pytest.param(
+            lambda L: L, {"dtype": "banana"}, "dtype", "expected 'float32' or 'float64'",
+            id="dtype-unparseable", marks=pytest.mark.xfail(strict=True, reason=(
+                "library bug: np.dtype('banana') raises TypeError, dt becomes None and "
+                "`None in (np.dtype('float32'), np.dtype('float64'))` is True, so build() "
+                "accepts it and returns a problem with dtype None")),
+        ),
+        pytest.param(lambda L: L, {"rank": 0}, "rank", "positive integer",
+                     id="rank-zero"),
+        pytest.param(lambda L: L, {"rank": -3}, "rank", "positive integer",
+                     id="rank-negative"),
+        pytest.param(lambda L: L, {"rank": 2.0}, "rank", "positive integer",
+                     id="rank-float"),
+        pytest.param(lambda L: L, {"rank": True}, "rank", "positive integer",
+                     id="rank-bool"),
+        pytest.param(lambda L: L, {"rank": N + 1}, "rank", "larger than possible",
+                     id="rank-above-n"),
+        pytest.param(lambda L: L, {"seed": -1}, "seed", "non-negative integer",
+                     id="seed-negative"),
+        pytest.param(lambda L: L, {"seed": 1.5}, "seed", "non-negative integer",
+                     id="seed-float"),
+        pytest.param(lambda L: L, {"seed": None}, "seed", "non-negative integer",
+                     id="seed-none"),
+        pytest.param(_nan_L, {}, "L", "NaN or inf",
+                     id="L-nan"),
+        pytest.param(_asym_L, {}, "L", "not symmetric",
+                     id="L-nonsymmetric"),
+        pytest.param(_zero_diag_L, {}, "L", r"rows \[4, 8\]",
+                     id="L-nonpositive-diagonal"),
+    ],
+)
+def test_build_errors_name_the_argument(chain_L, cons, make_L, kwargs, name, match):
+    with pytest.raises(ValidationError, match=match) as info:
+        NPKLProblem.build(make_L(chain_L), cons, **kwargs)
+    assert str(info.value).startswith(f"{name}:")
+
+
+def test_build_rank_equal_to_n_accepted(chain_L, cons):
+    assert NPKLProblem.build(chain_L, cons, rank=N).rank == N
+    assert NPKLProblem.build(chain_L, cons, rank=np.int64(4)).rank == 4
+
+
+def test_build_constraints_for_other_n(chain_L):
+    other = Constraints.from_arrays([0], [1], [1], N + 1)
+    with pytest.raises(ValidationError, match=f"built for {N + 1} points but L has {N}") as info:
+        NPKLProblem.build(chain_L, other)
+    assert str(info.value).startswith("constraints:")
+    with pytest.raises(ValidationError, match="expected a Constraints object") as info:
+        NPKLProblem.build(chain_L, np.array([[0, 1, 1]]))
+    assert str(info.value).startswith("constraints:")
+
+
+def test_build_symmetry_tolerance(chain_L, cons):
+    L = chain_L.tolil(copy=True)
+    L[0, 1] += 1e-9  # far below 1e-6 * max|L|: accepted as symmetric
+    NPKLProblem.build(L.tocsr(), cons)
+
+
+# ---------------------------------------------------------------------------------------------
+# default_rank
+# ---------------------------------------------------------------------------------------------
+
+
+def test_default_rank_bruteforce_all_small_m():
+    ms = np.arange(20000)
+    # largest r with r(r+1)/2 <= m, by counting triangular numbers <= m
+    tri = np.arange(1, 400) * np.arange(2, 401) // 2
+    r_brute = np.searchsorted(tri, ms, side="right")
+    for n in (1, 5, 37, 150, 10**6):
+        expected = np.maximum(1, np.minimum(np.minimum(r_brute, RANK_CAP), n))
+        got = np.array([default_rank(int(m), n) for m in ms[::7]])
+        assert np.array_equal(got, expected[::7]), n
+    for m in (0, 1, 2, 3, 5, 6, 9, 10, 8255, 8256, 8257, 19999):
+        r = next(r for r in range(200, -1, -1) if r * (r + 1) // 2 <= m)
+        assert default_rank(m, 10**6) == max(1, min(r, RANK_CAP))
+
+
+def test_default_rank_cap_boundary():
+    assert RANK_CAP == 128
+    assert default_rank(128 * 129 // 2 - 1, 10**6) == 127
+    assert default_rank(128 * 129 // 2, 10**6) == 128
+    assert default_rank(10**9, 10**6) == 128
+    assert default_rank(10**9, 50) == 50
+    assert default_rank(0, 50) == 1
+    assert default_rank(10, 10**6, cap=3) == 3
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 10**15))
+def test_default_rank_large_m_exact(m):
+    """The float sqrt is guarded: exact for m far beyond float-safe ranges, with a huge cap."""
+    r = (math.isqrt(8 * m + 1) - 1) // 2
+    assert r * (r + 1) // 2 <= m < (r + 1) * (r + 2) // 2
+    assert default_rank(m, 10**9, cap=10**9) == max(1, min(r, 10**9))
+
+
+# ---------------------------------------------------------------------------------------------
+# fit_bcd argument errors and the convergence warning
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("max_sweeps", [0, -1, 2.0, True, None])
+def test_fit_bad_max_sweeps(problem, max_sweeps):
+    with pytest.raises(ValidationError, match="max_sweeps: expected a positive integer"):
+        fit_bcd(problem, max_sweeps=max_sweeps)
+
+
+@pytest.mark.parametrize("tol", [np.nan, np.inf, -1e-3, "1e-5", None])
+def test_fit_bad_tol(problem, tol):
+    with pytest.raises(ValidationError, match="tol: expected a finite number >= 0"):
+        fit_bcd(problem, tol=tol)
+
+
+@pytest.mark.parametrize("shape", [(N, 2), (N - 1, 3), (N * 3,), (3, N)])
+def test_fit_V0_wrong_shape(problem, shape):
+    with pytest.raises(ValidationError, match=r"V0: expected shape \(12, 3\)"):
+        fit_bcd(problem, V0=np.zeros(shape))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_fit_V0_nonfinite(problem, rng, bad):
+    V0 = rng.standard_normal((N, 3))
+    V0[5, 1] = bad
+    with pytest.raises(ValidationError, match="V0: holds NaN or inf"):
+        fit_bcd(problem, V0=V0)
+
+
+def test_fit_rejects_diagonal_constraints(chain_L):
+    c = Constraints.from_arrays([0, 2], [1, 3], [1, -1], N, diagonal=True)
+    p = NPKLProblem.build(chain_L, c, rank=2)
+    with pytest.raises(ValidationError, match="diagonal") as info:
+        fit_bcd(p)
+    assert str(info.value).startswith("constraints:")
+
+
+def test_fit_convergence_warning_at_max_sweeps(problem):
+    with pytest.warns(ConvergenceWarning, match="max_sweeps=2") as rec:
+        r = fit_bcd(problem, max_sweeps=2, tol=0.0)
+    assert len(rec) == 1
+    assert not r.converged and r.n_sweeps == 2
+    assert len(r.change_trace) == 2 and r.change_trace[-1] > 0
+
+
+def test_fit_no_warning_when_converged(problem):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NpklWarning)
+        r = fit_bcd(problem, max_sweeps=5000, tol=1e-6)
+    assert r.converged and r.change_trace[-1] < 1e-6
+    assert r.objective <= r.objective_initial
+
+
+# ---------------------------------------------------------------------------------------------
+# kernel k-means and clustering metrics
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k", [0, -1, 31, 2.0, True, None])
+def test_kernel_kmeans_bad_clusters(k, rng):
+    V = rng.standard_normal((30, 3))
+    with pytest.raises(ValidationError, match=r"clusters: expected an integer in \[1, 30\]"):
+        kernel_kmeans(V, k)
+
+
+def test_kernel_kmeans_labels(rng):
+    centres = np.array([[0, 0, 0], [10, 0, 0], [0, 10, 0]], float)
+    truth = np.repeat([0, 1, 2], 15)
+    V = centres[truth] + 0.1 * rng.standard_normal((45, 3))
+    labels = kernel_kmeans(V, 3, seed=0)
+    assert labels.shape == (45,) and labels.dtype == np.int64
+    assert set(labels.tolist()) == {0, 1, 2}
+    m = clustering_metrics(truth, labels)
+    assert m["rand_accuracy"] == 1.0 and m["ari"] == pytest.approx(1.0)
+    assert m["nmi"] == pytest.approx(1.0)
+    assert np.array_equal(kernel_kmeans(V, 3, seed=0), labels)
+    assert np.array_equal(kernel_kmeans(V, np.int32(1)), np.zeros(45, np.int64))
+    assert np.unique(kernel_kmeans(V, 45)).size == 45
+
+
+def test_kernel_kmeans_on_learned_kernel(rng):
+    X = np.r_[rng.normal(size=(25, 2)), rng.normal(size=(25, 2)) + 6]
+    truth = np.repeat([0, 1], 25)
+    g = knn_graph(X, 5, warn=False)
+    c = sample_constraints(truth, seed=2)
+    p = NPKLProblem.build(g.laplacian(), c, gamma=5.0, seed=1)
+    r = fit_bcd(p, max_sweeps=2000, tol=1e-6)
+    labels = kernel_kmeans(r.V, 2, seed=0)
+    assert labels.shape == (50,)
+    assert clustering_metrics(truth, labels)["rand_accuracy"] > 0.9
+
+
+def test_clustering_metrics_shape_mismatch():
+    with pytest.raises(ValidationError, match="eval labels: 4 labels for 3 points"):
+        clustering_metrics([0, 1, 0, 1], [0, 1, 1])
+
+
+def test_clustering_metrics_rand_matches_bruteforce(rng):
+    a = rng.integers(0, 3, size=40)
+    b = rng.integers(0, 4, size=40)
+    m = clustering_metrics(a, b)
+    assert m["rand_accuracy"] == pytest.approx(pairwise_accuracy_bruteforce(a, b), abs=1e-12)
+    assert 0 <= m["rand_accuracy"] <= 1 and -1 <= m["ari"] <= 1 and 0 <= m["nmi"] <= 1
