@@ -1,0 +1,1 @@
+"""Replication of the NPKL papers' clustering tables (data sets, published numbers, runner)."""
