@@ -102,9 +102,12 @@ class NPKLProblem:
         if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise ValidationError(f"dtype: expected 'float32' or 'float64', got {fmt_value(dtype)}")
         if rank is None:
-            # Pataki's bound counts every fitted entry: the pairs, plus K_ii = 1 for each
-            # point under KL-ADMM's diagonal protocol
-            rank = default_rank(constraints.m + (n if constraints.diagonal else 0), n)
+            # Pataki's bound counts the fitted entries of K. BCD's objective has one term per
+            # unordered pair (bcdkl §IV-A: m = 0.6n + 0.6n). KL-ADMM's diagonal protocol sums
+            # over the ordered pairs of T plus (i, i): kl-admm Table 1 counts m = 2 * pairs + n
+            # (chessboard: 340 for 100 points, r = 25).
+            m_fit = 2 * constraints.m + n if constraints.diagonal else constraints.m
+            rank = default_rank(m_fit, n)
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
             raise ValidationError(f"rank: expected a positive integer, got {fmt_value(rank)}")
         if rank > n:

@@ -157,7 +157,8 @@ def test_clusters_iris_like_the_paper():
     g = nk.knn_graph(X, 5, warn=False)
     c = nk.sample_constraints(y, seed=0, diagonal=True)
     problem = nk.NPKLProblem.build(g.laplacian(1e-3), c, loss="square")
-    assert problem.rank == nk.default_rank(c.m + 150, 150)  # Pataki bound counts K_ii
+    # Pataki bound over |T| as kl-admm Table 1 counts it: 2 * 180 + 150 = 510 -> r = 31
+    assert problem.rank == 31
     res = fit_admm(problem, max_iter=500)
     acc = nk.clustering_metrics(y, nk.kernel_kmeans(res.V, 3))["rand_accuracy"]
     assert acc > 0.95  # kl-admm Table 2: 98.69 +- 1.08
