@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
+from numbers import Real
 
 import numpy as np
 
@@ -101,7 +102,7 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
     if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
         raise ValidationError(f"max_iter: expected a positive integer, got {fmt_value(max_iter)}")
     for name, val in (("tol", tol), ("rho", rho), ("rho_min", rho_min)):
-        if not (isinstance(val, (int, float, np.floating)) and np.isfinite(val) and val >= 0):
+        if isinstance(val, bool) or not (isinstance(val, Real) and np.isfinite(val) and val >= 0):
             raise ValidationError(f"{name}: expected a finite number >= 0, got {fmt_value(val)}")
     if rho <= 0 or rho_min <= 0:
         raise ValidationError(f"rho: expected rho > 0 and rho_min > 0, got {rho}, {rho_min}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
+from numbers import Real
 
 import numpy as np
 
@@ -101,7 +102,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
     """
     if isinstance(max_sweeps, bool) or not isinstance(max_sweeps, (int, np.integer)) or max_sweeps < 1:
         raise ValidationError(f"max_sweeps: expected a positive integer, got {fmt_value(max_sweeps)}")
-    if not (isinstance(tol, (int, float, np.floating)) and np.isfinite(tol) and tol >= 0):
+    if isinstance(tol, bool) or not (isinstance(tol, Real) and np.isfinite(tol) and tol >= 0):
         raise ValidationError(f"tol: expected a finite number >= 0, got {fmt_value(tol)}")
     if problem.constraints.diagonal:
         raise ValidationError(

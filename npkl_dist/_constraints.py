@@ -21,7 +21,7 @@ __all__ = ["Constraints", "sample_constraints"]
 _MAX_LISTED = 20
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity equality and hash: fields are arrays
 class Constraints:
     """A validated set of unordered pairwise constraints.
 
@@ -102,6 +102,8 @@ class Constraints:
                 pairs=listed,
             )
         lo, hi = np.minimum(i, j), np.maximum(i, j)
+        if lo.size == 0:
+            return cls(lo, hi, t, n_points, 0, bool(diagonal))
         # Group identical unordered pairs: contradictions have both types, duplicates one.
         order = np.lexsort((t, hi, lo))
         lo, hi, t = lo[order], hi[order], t[order]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
@@ -64,7 +65,9 @@ def _finish(S: sp.spmatrix, sigma=None, warn=True) -> Graph:
         warnings.warn(
             f"graph: {n_comp} connected components and {n_iso} isolated point(s); kernel "
             f"learning still runs (L stays positive definite through delta) but constraints "
-            f"cannot propagate between components; a larger knn joins them",
+            f"cannot propagate between components. A larger knn joins nearby components; "
+            f"isolated points are usually outliers whose Gaussian weights underflow to 0 "
+            f"(far beyond sigma): remove them or use weighting='mutual'",
             GraphWarning,
             stacklevel=3,
         )
@@ -253,7 +256,7 @@ def laplacian(S, delta: float = 1e-3, dtype=np.float64) -> sp.csr_matrix:
     -------
     scipy.sparse.csr_matrix, shape (n, n), sorted indices, explicit diagonal
     """
-    if not (isinstance(delta, (int, float, np.floating)) and np.isfinite(delta) and delta > 0):
+    if isinstance(delta, bool) or not (isinstance(delta, Real) and np.isfinite(delta) and delta > 0):
         raise ValidationError(
             f"delta: expected a finite number > 0 (it keeps L positive definite), got "
             f"{fmt_value(delta)}; the papers use small values such as 1e-3"

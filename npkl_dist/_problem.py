@@ -9,6 +9,7 @@ runs once over each unordered pair. For the linear loss every row also obeys ||v
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
@@ -90,8 +91,7 @@ class NPKLProblem:
         if loss not in LOSSES:
             raise ValidationError(f"loss: {loss!r} is not one of {', '.join(LOSSES)}")
         for name, val in (("gamma", gamma), ("bound", bound)):
-            if (isinstance(val, bool) or not isinstance(val, (int, float, np.integer, np.floating))
-                    or not np.isfinite(val) or val <= 0):
+            if isinstance(val, bool) or not isinstance(val, Real) or not np.isfinite(val) or val <= 0:
                 raise ValidationError(
                     f"{name}: expected a finite number > 0, got {fmt_value(val)}"
                 )
@@ -99,7 +99,8 @@ class NPKLProblem:
             dt = np.dtype(dtype)
         except TypeError:
             dt = None
-        if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+        # `None in (float32, float64)` is True in numpy (None means float64): test explicitly
+        if dt is None or dt.kind != "f" or dt.itemsize not in (4, 8):
             raise ValidationError(f"dtype: expected 'float32' or 'float64', got {fmt_value(dtype)}")
         if rank is None:
             # Pataki's bound counts the fitted entries of K. BCD's objective has one term per

@@ -25,8 +25,9 @@ HYP = settings(max_examples=50, deadline=None)
 
 
 @pytest.fixture
-def rng():
-    return np.random.default_rng(8675309)
+def rng(global_random_seed):
+    """Seeded generator; NPKL_TESTS_GLOBAL_RANDOM_SEED=all runs every test over 100 seeds."""
+    return np.random.default_rng(global_random_seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,6 +154,19 @@ def test_duplicate_rows_link_twins_with_weight_one(rng):
         assert S[a, b] == 1.0 and S[b, a] == 1.0
 
 
+def test_more_twins_than_neighbours(rng):
+    """Six copies of one point with k=2: the search may not return a point itself among its
+    k+1 hits; it still gets exactly k neighbours, all twins, and no self-loop."""
+    X = np.r_[np.repeat([[0.5, 0.5]], 6, axis=0), rng.normal(size=(20, 2)) + 10]
+    g = knn_graph(X, 2, warn=False)
+    check_graph_invariants(g)
+    S = g.S.toarray()
+    for p in range(6):
+        assert np.all(S[p, 6:] == 0)
+        assert np.count_nonzero(S[p, :6]) >= 2
+        assert np.all(S[p, :6][S[p, :6] > 0] == 1.0)
+
+
 def test_all_points_identical_raises():
     with pytest.raises(GraphError, match="sigma = 0"):
         knn_graph(np.ones((6, 2)), 2)
@@ -162,12 +176,13 @@ def test_all_points_identical_raises():
 
 def test_graph_warning_several_components(rng):
     X = two_blobs(rng)
-    with pytest.warns(GraphWarning, match="2 connected components and 0 isolated") as rec:
-        g = knn_graph(X, 3)
+    A = knn_sets(X, 5)
+    n_comp = components(A | A.T)
+    assert n_comp >= 2  # the blobs are 50 apart: no kNN edge joins them
+    with pytest.warns(GraphWarning, match=f"{n_comp} connected components and 0 isolated") as rec:
+        g = knn_graph(X, 5)
     assert len(rec) == 1
-    assert g.n_components == 2 and g.n_isolated == 0
-    A = knn_sets(X, 3)
-    assert components(A | A.T) == 2
+    assert g.n_components == n_comp and g.n_isolated == 0
 
 
 def test_graph_warning_isolated_points(rng):
@@ -188,10 +203,14 @@ def test_graph_warning_isolated_points(rng):
 def test_no_warning_when_connected_or_warn_false(rng):
     with warnings.catch_warnings():
         warnings.simplefilter("error", NpklWarning)
-        g = knn_graph(rng.normal(size=(40, 2)), 6)
+        # a jittered line: each point's 2 nearest neighbours are its predecessor/successor
+        line = np.c_[np.arange(40.0), 0.01 * rng.normal(size=40)]
+        g = knn_graph(line, 2)
         assert g.n_components == 1 and g.n_isolated == 0
-        g2 = knn_graph(two_blobs(rng), 3, warn=False)
-        assert g2.n_components == 2
+        X = two_blobs(rng)
+        g2 = knn_graph(X, 3, warn=False)
+        A = knn_sets(X, 3)
+        assert g2.n_components == components(A | A.T) >= 2
 
 
 @pytest.mark.heavy

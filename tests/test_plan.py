@@ -26,8 +26,9 @@ HYP = settings(max_examples=50, deadline=None)
 
 
 @pytest.fixture
-def rng():
-    return np.random.default_rng(314159)
+def rng(global_random_seed):
+    """Seeded generator; NPKL_TESTS_GLOBAL_RANDOM_SEED=all runs every test over 100 seeds."""
+    return np.random.default_rng(global_random_seed)
 
 
 @st.composite
