@@ -15,15 +15,17 @@ from the ``PreparedProblem`` arrays the kernels read.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.optimize as so
 
 from npkl_dist import (
-    ConvergenceWarning,
     Constraints,
     NPKLProblem,
     fit_bcd,
+    graph_from_edges,
     knn_graph,
     laplacian,
     make_plan,
@@ -97,7 +99,8 @@ def scipy_column(loss, Lii, g, A, gamma, bound):
         def fun(v):
             z = A @ v
             w = 1.0 - z if loss == "square" else np.maximum(1.0 - z, 0.0)
-            return Lii * v @ v + 2 * g @ v + gamma * w @ w, 2 * Lii * v + 2 * g - 2 * gamma * A.T @ w
+            value = Lii * v @ v + 2 * g @ v + gamma * w @ w
+            return value, 2 * Lii * v + 2 * g - 2 * gamma * A.T @ w
 
         def hess(v):
             act = np.ones(p, bool) if loss == "square" else (A @ v < 1.0)
@@ -155,20 +158,28 @@ def polish_column(loss, Lii, g, A, gamma, bound, v_raw):
         v = np.linalg.solve(Lii * np.eye(r) + gamma * Aa.T @ Aa, gamma * Aa.sum(axis=0) - g)
         z = A @ v
         return v, bool(np.all(z[act] <= 1 + 1e-9) and np.all(z[~act] >= 1 - 1e-9))
-    # hinge: margins below / at / above 1 give alpha = gamma / free / 0 (bcdkl eq. 21)
-    for tol in (1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4):
+    # hinge: margins below / at / above 1 give alpha = gamma / free / 0 (bcdkl eq. 21). Guess
+    # the three sets from scipy's margins, then move a free alpha that leaves [0, gamma] to
+    # its bound (degenerate kinks, nearly dependent a_j) until the KKT point is consistent.
+    for tol in (1e-13, 1e-12, 1e-11, 1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4):
         lo, hi = z_raw < 1 - tol, z_raw > 1 + tol
-        E = ~(lo | hi)
-        alpha = np.where(lo, gamma, 0.0)
-        if E.any():
-            base = A[lo].T @ alpha[lo] / 2 - g
-            AE = A[E]
-            alpha[E] = np.linalg.lstsq(AE @ AE.T / (2 * Lii), 1 - AE @ base / Lii, rcond=None)[0]
+        for _ in range(p + 1):
+            E = ~(lo | hi)
+            alpha = np.where(lo, gamma, 0.0)
+            if E.any():
+                base = A[lo].T @ alpha[lo] / 2 - g
+                AE = A[E]
+                alpha[E] = np.linalg.lstsq(AE @ AE.T / (2 * Lii), 1 - AE @ base / Lii,
+                                           rcond=None)[0]
+            over, under = E & (alpha > gamma), E & (alpha < 0)
+            if not (over.any() or under.any()):
+                break
+            lo, hi = lo | over, hi | under
         v = (A.T @ alpha / 2 - g) / Lii
         z = A @ v
-        ok = (np.all(alpha >= -1e-12 * gamma) and np.all(alpha <= gamma * (1 + 1e-12))
-              and np.all(z[lo] < 1) and np.all(z[hi] > 1)
-              and np.allclose(z[E], 1.0, rtol=0, atol=1e-12))
+        ok = (np.all(alpha >= 0) and np.all(alpha <= gamma)
+              and np.all(z[lo] <= 1 + 1e-12) and np.all(z[hi] >= 1 - 1e-12)
+              and np.all(np.abs(z[E] - 1) <= 1e-12))
         if ok:
             return v, True
     return v, False
@@ -337,6 +348,81 @@ def test_update_column_matches_scipy(loss, variant, global_random_seed):
     assert set(range(1, 7)) <= set(ps) and max(ps) > r  # the designed coverage happened
 
 
+def kink_problem(eps):
+    """Point 0 has must-links to points 1, 2, 3 and one graph neighbour, point 4 (L_04 = -1).
+
+    Returns (problem, V, v_star) with V (original order, r = 2) such that row 0's column
+    subproblem has a_j = v_j = (1, (j - 1) eps) (a_3 = 2 a_2 - a_1: H = A A' / 2L_00 is
+    singular), and g = -v_4 = A'alpha*/2 - L_00 v* with v* = (1, 0), alpha* = (.5, .25, .5) in
+    (0, gamma): all three margins sit exactly at the hinge kink and (v*, alpha*) is a KKT pair,
+    so v* is the unique column minimiser (alpha is not unique). Row 0 of V is v* itself.
+    """
+    edges = np.array([[0, 4], [1, 2], [2, 3], [3, 5], [5, 1]])
+    L = laplacian(graph_from_edges(edges, 6, warn=False).S)
+    C = Constraints.from_arrays([0, 0, 0], [1, 2, 3], [1, 1, 1], 6)
+    problem = NPKLProblem.build(L, C, loss="hinge", gamma=1.0, rank=2)
+    Ld = L.toarray()
+    assert Ld[0, 4] == pytest.approx(-1.0) and np.count_nonzero(Ld[0]) == 2
+    V = np.zeros((6, 2))
+    V[1:4] = [[1.0, 0.0], [1.0, eps], [1.0, 2 * eps]]
+    A = V[1:4]
+    v_star = np.array([1.0, 0.0])
+    assert np.allclose(A @ v_star, 1.0)
+    g = A.T @ np.array([0.5, 0.25, 0.5]) / 2 - Ld[0, 0] * v_star
+    V[4] = g / Ld[0, 4]
+    V[5] = [0.3, -0.7]
+    V[0] = v_star
+    return problem, V, v_star
+
+
+def _check_kink_column(eps, relabel):
+    problem, V, v_star = kink_problem(eps)
+    plan = make_plan(problem, relabel=relabel)
+    prep = prepare(problem, plan)
+    Vi = np.ascontiguousarray(V[plan.order])
+    i = int(plan.rank_of[0])
+    oracle = ColumnOracle(problem, plan)
+    Lii, g, A = oracle.data(Vi, i)
+    v_ref, _ = reference_column("hinge", Lii, g, A, problem.gamma, problem.bound)
+    assert np.linalg.norm(v_ref - v_star) <= 1e-12  # the oracle agrees with the construction
+    v_kernel = kernel_column(prep, Vi, i)
+    assert phi("hinge", Lii, g, A, 1.0, v_kernel) <= phi("hinge", Lii, g, A, 1.0, v_star) + 1e-14
+    assert np.linalg.norm(v_kernel - v_star) <= 1e-8
+
+
+@pytest.mark.parametrize("relabel", ["rcm", "none"])
+@pytest.mark.parametrize("eps", [0.3, 0.1, 0.03])
+def test_update_column_hinge_dependent_kinks(eps, relabel):
+    """Hinge column with p = 3 > rank(A) = 2 constraints all at the kink (singular dual H):
+    the exact minimiser v* = (1, 0) is known in closed form."""
+    _check_kink_column(eps, relabel)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "library bug: box_qp's coordinate descent stops at _QP_MAX_ITER unconverged on a "
+    "singular, ill-conditioned dual H, its polish (Cholesky of the free set) fails, and the "
+    "unconverged alpha is returned silently: v is off by ~1e-4..1e-3 and phi is worse than "
+    "at v*; in BCD this makes the objective increase"))
+@pytest.mark.parametrize("eps", [0.01, 0.003, 0.001])
+def test_update_column_hinge_dependent_kinks_ill_conditioned(eps):
+    """As above with nearly parallel constraint vectors (the case of a near-low-rank V), the
+    dual coordinates visited in the order a_1, a_2, a_3 (relabel='none'). Measured: the
+    kernel returns v off v* by 2.5e-4 / 1.1e-3 / 4.8e-4 (eps = 1e-2 / 3e-3 / 1e-3).
+
+    BCD-level symptom first: row 0 starts at its minimiser v*, so replacing it by the kernel's
+    update must not increase f."""
+    problem, V, _ = kink_problem(eps)
+    plan = make_plan(problem, relabel="none")
+    prep = prepare(problem, plan)
+    Vi = np.ascontiguousarray(V[plan.order])
+    ex = InProcessExecutor(n_threads=1)
+    f0 = ex.objective(prep, Vi)
+    i = int(plan.rank_of[0])
+    Vi[i] = kernel_column(prep, Vi, i)
+    assert ex.objective(prep, Vi) <= f0 + 1e-14 * abs(f0)
+    _check_kink_column(eps, "none")
+
+
 # --------------------------------------------------------------------------------------------
 # 2. objective: dense reference == sparse == executor
 # --------------------------------------------------------------------------------------------
@@ -358,7 +444,8 @@ def test_objective_dense_sparse_executor_agree(loss, dtype, global_random_seed):
     for relabel in ("rcm", "none"):
         plan = make_plan(problem, relabel=relabel)
         prep = prepare(problem, plan)
-        f_exec = InProcessExecutor(n_threads=1).objective(prep, np.ascontiguousarray(V[plan.order]))
+        V_int = np.ascontiguousarray(V[plan.order])
+        f_exec = InProcessExecutor(n_threads=1).objective(prep, V_int)
         assert f_exec == pytest.approx(f_dense, rel=1e-10, abs=1e-12)
     assert f_sparse == pytest.approx(f_dense, rel=1e-10, abs=1e-12)
     assert f_loops == pytest.approx(f_dense, rel=1e-10, abs=1e-12)
@@ -436,24 +523,34 @@ def python_sweep(prep, plan, V, colour_order):
 @ignore_convergence
 @pytest.mark.parametrize("loss", LOSSES)
 def test_parallel_equals_sequential(loss, global_random_seed):
-    """InProcessExecutor(n_threads=2) gives bitwise the same fit as n_threads=1 on 3000 points
-    (colours of more than CHUNK=512 rows, so several chunks run per colour), and one threaded
-    sweep equals a one-row-at-a-time sweep in reversed in-colour order, bitwise."""
+    """Colour-parallel sweeps equal sequential ones bitwise, on 6000 points whose largest
+    colours hold > 2*CHUNK = 1024 rows (the executor runs a colour on threads only above that
+    size; each such colour is split into >= 3 chunks of 512 rows).
+
+    * fit_bcd with InProcessExecutor(n_threads=2) == n_threads=1: V, objective and change
+      traces bitwise equal;
+    * the parallel kernel ``sweep_colour`` on 2 numba threads, called directly on every
+      colour, == a one-row-at-a-time Python loop over ``update_column`` with the rows of each
+      colour in reversed order, bitwise (norm2 checked to 1e-14).
+    """
     import numba
+
+    from npkl_dist._kernels import sweep_colour
 
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("numba has a single thread here")
     rng = np.random.default_rng(global_random_seed)
-    n = 3000
+    n = 6000
     X = rng.standard_normal((n, 3))
     labels = rng.integers(0, 3, n)
-    C = sample_constraints(labels, 600, 600, seed=global_random_seed)
+    C = sample_constraints(labels, n // 5, n // 5, seed=global_random_seed)
     L = laplacian(knn_graph(X, k=5, warn=False).S)
     problem = NPKLProblem.build(L, C, loss=loss, rank=8, seed=global_random_seed)
     plan = make_plan(problem)
-    assert np.diff(plan.colour_ptr).max() > CHUNK  # several chunks in one colour step
+    sizes = np.diff(plan.colour_ptr)
+    assert np.count_nonzero(sizes > 2 * CHUNK) >= 2, sizes  # threaded colour steps do run
 
-    fits = [fit_bcd(problem, max_sweeps=4, tol=0, executor=InProcessExecutor(n_threads=k))
+    fits = [fit_bcd(problem, max_sweeps=3, tol=0, executor=InProcessExecutor(n_threads=k))
             for k in (1, 2)]
     np.testing.assert_array_equal(fits[0].V, fits[1].V)
     assert fits[0].objective_trace == fits[1].objective_trace
@@ -463,9 +560,20 @@ def test_parallel_equals_sequential(loss, global_random_seed):
     V0 = np.ascontiguousarray(random_V(rng, n, problem.rank))
     order = plan.colour_order(rng)
     V_par, V_seq = V0.copy(), V0.copy()
-    InProcessExecutor(n_threads=2).sweep(prep, plan, V_par, order)
+    d2, n2 = np.full(n, np.nan), np.full(n, np.nan)
+    previous = numba.get_num_threads()
+    numba.set_num_threads(2)
+    try:
+        for c in order:
+            sweep_colour(plan.rows_of(int(c)), prep.indptr, prep.indices, prep.data, prep.diag,
+                         prep.cptr, prep.cidx, prep.csgn, V_par, prep.loss_code, prep.gamma,
+                         prep.bound, prep.pmax, d2, n2)
+    finally:
+        numba.set_num_threads(previous)
     python_sweep(prep, plan, V_seq, order)
     np.testing.assert_array_equal(V_par, V_seq)
+    np.testing.assert_allclose(n2, np.sum(V_seq**2, axis=1), rtol=1e-14)
+    assert np.all(np.isfinite(d2)) and not np.array_equal(V_par, V0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -521,7 +629,9 @@ def solve_sdp(problem):
                       cons)
     for solver, opts in (("CLARABEL", {}), ("SCS", {"eps": 1e-9, "max_iters": 200_000})):
         try:
-            prob.solve(solver=solver, **opts)
+            with warnings.catch_warnings():  # "may be inaccurate": the status says it too
+                warnings.simplefilter("ignore", UserWarning)
+                prob.solve(solver=solver, **opts)
         except cp.error.SolverError:
             continue
         if prob.status == cp.OPTIMAL:
@@ -562,11 +672,15 @@ def test_bcd_hinge_sdp_bound_fixed_point_and_blockwise_optimality(global_random_
     * the limit is blockwise optimal: every row is its column's certified exact minimiser;
     * the SDP optimum is a fixed point: started from a factor of K_sdp, BCD stays at f_sdp.
     (Within 1% of the SDP from a random start is *not* guaranteed: see the xfail below.)
+
+    Known failure: seed 37 (12 points) fails the fixed-point check, the objective rising
+    by 3e-6 relative from the SDP factor, through the box_qp bug pinned down by
+    test_update_column_hinge_dependent_kinks_ill_conditioned.
     """
     n = 10 + global_random_seed % 5
     problem = tiny_problem(global_random_seed, "hinge", n=n)
     f_sdp, K = solve_sdp(problem)
-    res = fit_tiny(problem)
+    res = fit_tiny(problem, max_sweeps=30_000)  # seeds 0-99 converge within 11_700 sweeps
     assert res.converged
     assert res.objective >= f_sdp - 1e-6 * abs(f_sdp)
 
