@@ -31,7 +31,10 @@ LOSS_CODES = {"hinge": 0, "squared_hinge": 1, "square": 2, "linear": 3}
 #: allocation, small enough to balance two threads on the smallest colours.
 CHUNK = 512
 
+#: box QP: phase-1 coordinate-descent sweeps; phase-2 rounds (CD sweeps + one active-set step)
 _QP_MAX_ITER = 10_000
+_QP_ROUNDS = 50
+_QP_CD_ITER = 200
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -80,21 +83,95 @@ def _cholesky_solve(M, y, p):
 
 
 @njit(nogil=True, cache=True)
+def _qp_value(H, q, alpha, p):
+    val = 0.0
+    for a in range(p):
+        s = 0.0
+        for b in range(p):
+            s += H[a, b] * alpha[b]
+        val += alpha[a] * (0.5 * s - q[a])
+    return val
+
+
+@njit(nogil=True, cache=True)
+def _qp_refresh(H, q, alpha, p, grad, upper):
+    """grad <- H alpha - q; returns the largest projected-gradient violation."""
+    viol = 0.0
+    for a in range(p):
+        s = -q[a]
+        for b in range(p):
+            s += H[a, b] * alpha[b]
+        grad[a] = s
+        if alpha[a] <= 0.0:
+            v = -s if s < 0.0 else 0.0
+        elif alpha[a] >= upper:
+            v = s if s > 0.0 else 0.0
+        else:
+            v = abs(s)
+        viol = max(viol, v)
+    return viol
+
+
+@njit(nogil=True, cache=True)
+def _free_solve(H, q, alpha, upper, p, free, nf, work_M, work_y):
+    """work_y[:nf] <- minimiser of the QP over the free variables with the others fixed.
+
+    Cholesky when H_FF is positive definite, else the minimum-norm solution through an
+    eigendecomposition (dependent constraint vectors make H singular).
+    """
+    for a in range(nf):
+        ja = free[a]
+        s = q[ja]
+        for k in range(p):
+            if not (0.0 < alpha[k] < upper):
+                s -= H[ja, k] * alpha[k]
+        work_y[a] = s
+        for b in range(nf):
+            work_M[a, b] = H[ja, free[b]]
+    rhs = work_y[:nf].copy()
+    if _cholesky_solve(work_M, work_y, nf):
+        return
+    Hf = np.empty((nf, nf))
+    for a in range(nf):
+        for b in range(nf):
+            Hf[a, b] = H[free[a], free[b]]
+    w, Q = np.linalg.eigh(Hf)
+    cut = 1e-12 * max(abs(w[-1]), 1e-300)
+    for a in range(nf):
+        work_y[a] = 0.0
+    for e in range(nf):
+        if w[e] > cut:
+            c = 0.0
+            for a in range(nf):
+                c += Q[a, e] * rhs[a]
+            c /= w[e]
+            for a in range(nf):
+                work_y[a] += c * Q[a, e]
+
+
+@njit(nogil=True, cache=True)
 def box_qp(H, q, upper, p, alpha, grad, work_M, work_y, free):
     """Exact solution of  min 1/2 a'Ha - q'a  s.t. 0 <= a <= upper  (p small, H PSD).
 
-    Dual coordinate descent to a tight projected-gradient tolerance, then a polish step that
-    solves the free variables' linear system exactly and keeps it when it is feasible and
-    satisfies the KKT conditions. ``upper`` may be ``inf``.
+    Rounds of dual coordinate descent alternate with active-set steps: the minimiser over
+    the current free variables (Cholesky, or a minimum-norm eigen-solve when H is singular)
+    is taken up to the first bound it would cross, and kept only if it does not increase the
+    QP objective. Ends when the projected gradient vanishes to rounding. ``upper`` may be inf.
 
     alpha : (p,) OUT, grad : (p,) workspace (H a - q), work_M (p, p), work_y (p,), free (p,).
     """
     scale = 1.0
+    hmax = 0.0
     for j in range(p):
         alpha[j] = 0.0
         grad[j] = -q[j]
         scale = max(scale, abs(q[j]))
+        hmax = max(hmax, abs(H[j, j]))
     tol = 1e-15 * scale
+    # Phase 1: coordinate descent to the tolerance, then an exact polish of the free set.
+    # This settles every well-conditioned dual; degenerate ones (nearly dependent constraint
+    # vectors, H singular) go on to phase 2.
+    viol = 0.0
     for _ in range(_QP_MAX_ITER):
         viol = 0.0
         for j in range(p):
@@ -123,30 +200,94 @@ def box_qp(H, q, upper, p, alpha, grad, work_M, work_y, free):
                     grad[k] += d * H[k, j]
         if viol <= tol:
             break
-    # polish: exact solve on the free set
-    nf = 0
-    for j in range(p):
-        if 0.0 < alpha[j] < upper:
-            free[nf] = j
-            nf += 1
-    if nf == 0:
+    if viol <= tol:
+        nf = 0
+        for j in range(p):
+            if 0.0 < alpha[j] < upper:
+                free[nf] = j
+                nf += 1
+        if nf == 0:
+            return
+        for a in range(nf):
+            ja = free[a]
+            s_ = q[ja]
+            for k in range(p):
+                if not (0.0 < alpha[k] < upper):
+                    s_ -= H[ja, k] * alpha[k]
+            work_y[a] = s_
+            for b in range(nf):
+                work_M[a, b] = H[ja, free[b]]
+        if _cholesky_solve(work_M, work_y, nf):
+            inside = True
+            for a in range(nf):
+                if not (0.0 <= work_y[a] <= upper):
+                    inside = False
+            if inside:
+                for a in range(nf):
+                    alpha[free[a]] = work_y[a]
         return
-    for a in range(nf):
-        ja = free[a]
-        s = q[ja]
-        for k in range(p):
-            if not (0.0 < alpha[k] < upper):
-                s -= H[ja, k] * alpha[k]
-        work_y[a] = s
-        for b in range(nf):
-            work_M[a, b] = H[ja, free[b]]
-    if not _cholesky_solve(work_M, work_y, nf):
-        return
-    for a in range(nf):
-        if not (0.0 <= work_y[a] <= upper):
-            return  # polish left the box: keep the coordinate-descent solution
-    for a in range(nf):
-        alpha[free[a]] = work_y[a]
+    # Phase 2: rounds of coordinate descent and active-set steps.
+    for _ in range(_QP_ROUNDS):
+        viol = 0.0
+        for _ in range(_QP_CD_ITER):
+            viol = 0.0
+            for j in range(p):
+                gj = grad[j]
+                a = alpha[j]
+                if a <= 0.0:
+                    v = -gj if gj < 0.0 else 0.0
+                elif a >= upper:
+                    v = gj if gj > 0.0 else 0.0
+                else:
+                    v = abs(gj)
+                viol = max(viol, v)
+                hjj = H[j, j]
+                if hjj > 0.0:
+                    new = a - gj / hjj
+                else:
+                    new = upper if gj < 0.0 else (0.0 if gj > 0.0 else a)
+                if new < 0.0:
+                    new = 0.0
+                elif new > upper:
+                    new = upper
+                d = new - a
+                if d != 0.0:
+                    alpha[j] = new
+                    for k in range(p):
+                        grad[k] += d * H[k, j]
+            if viol <= tol:
+                break
+        # active-set step on the free variables
+        nf = 0
+        for j in range(p):
+            if 0.0 < alpha[j] < upper:
+                free[nf] = j
+                nf += 1
+        if nf == 0:
+            if viol <= tol:
+                return
+            continue
+        _free_solve(H, q, alpha, upper, p, free, nf, work_M, work_y)
+        t = 1.0  # ratio test: stay in the box
+        for a in range(nf):
+            d = work_y[a] - alpha[free[a]]
+            if d < 0.0 and alpha[free[a]] + t * d < 0.0:
+                t = alpha[free[a]] / -d
+            elif d > 0.0 and alpha[free[a]] + t * d > upper:
+                t = (upper - alpha[free[a]]) / d
+        before = _qp_value(H, q, alpha, p)
+        for a in range(nf):  # stash the current point in grad's tail? use work_M row 0
+            work_M[0, a] = alpha[free[a]]
+        for a in range(nf):
+            ja = free[a]
+            val = alpha[ja] + t * (work_y[a] - alpha[ja])
+            alpha[ja] = min(max(val, 0.0), upper)
+        if _qp_value(H, q, alpha, p) > before:
+            for a in range(nf):  # no progress: undo
+                alpha[free[a]] = work_M[0, a]
+        viol = _qp_refresh(H, q, alpha, p, grad, upper)
+        if viol <= tol:
+            return
 
 
 @njit(nogil=True, cache=True)
@@ -238,6 +379,45 @@ def update_column(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gam
         for s in range(p):
             acc += 0.5 * alpha[s] * A[s, c]
         out[c] = acc / Lii
+    # Safeguard: keep the current column if a degenerate dual left the new one clearly worse,
+    # so that a sweep never increases the objective. Not at rounding level: phi is flat at
+    # its minimum (an error of 1e-8 in v moves phi by ~1e-16), so a tighter test would
+    # freeze rows short of their minimiser.
+    phi_old = _column_phi_row(V, i, g, A, p, Lii, gamma, loss)
+    if _column_phi(out, g, A, p, Lii, gamma, loss) > phi_old + 1e-12 * max(1.0, abs(phi_old)):
+        for c in range(r):
+            out[c] = V[i, c]
+
+
+@njit(nogil=True, cache=True)
+def _column_phi(v, g, A, p, Lii, gamma, loss):
+    """phi(v) = L_ii ||v||^2 + 2 g'v + gamma sum_j loss(a_j'v) for a float64 vector v."""
+    r = v.shape[0]
+    val = 0.0
+    for c in range(r):
+        val += v[c] * (Lii * v[c] + 2.0 * g[c])
+    for s in range(p):
+        z = 0.0
+        for c in range(r):
+            z += A[s, c] * v[c]
+        val += gamma * loss_value(z, loss)
+    return val
+
+
+@njit(nogil=True, cache=True)
+def _column_phi_row(V, i, g, A, p, Lii, gamma, loss):
+    """phi at the current row i of V."""
+    r = V.shape[1]
+    val = 0.0
+    for c in range(r):
+        x = np.float64(V[i, c])
+        val += x * (Lii * x + 2.0 * g[c])
+    for s in range(p):
+        z = 0.0
+        for c in range(r):
+            z += A[s, c] * V[i, c]
+        val += gamma * loss_value(z, loss)
+    return val
 
 
 @njit(nogil=True, cache=True)

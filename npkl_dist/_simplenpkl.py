@@ -47,7 +47,9 @@ eigenvalue). With a rank cap r, the top-r positive eigenpairs give exactly the m
   next kernel step when accepted). J therefore never decreases.
 
   Stopping: the relative change ``max(||K_t - K_{t-1}||_F / ||K_t||_F, ||a_t - a_{t-1}|| /
-  ||a_t||) < tol`` or ``max_iter``.
+  ||a_t||) < tol``, or the relative duality gap ``(P(K_t) - J(a_t)) / (|P(K_t)| + 1) <= tol``
+  (weak duality: J(a) <= P(K) for every feasible K; with a rank cap J uses the top-rank
+  eigenvalues only), or ``max_iter``. A step starts at ``min(1/Lip, 2 eta_prev)``.
 
 Slack capacity and the subspace refinement. Every kernel of Alg. 1 has ``tr(K^2) = B``. When
 the optimum of (*) lies inside the ball (B larger than the ``tr(K^2)`` the data ask for -- it
@@ -56,7 +58,7 @@ happens on small problems with B = 100), the dual has a kink at its maximiser
 detected by the slope of ``s -> P(s K_t)`` at s = 1 (>= 0: shrinking K helps). Then, and
 whenever the loop ends with a relative duality gap above tol, the kernel is refined in the span of the final
 ``rank`` eigenvectors P (§5.4, "Low Rank Approximation of K"): ``min P(P S P')`` over
-``S psd (rank x rank), ||S||_F^2 <= B`` by monotone FISTA (for the hinge on a Huber-smoothed
+``S psd (rank x rank), ||S||_F^2 <= B`` by FISTA with adaptive restart (for the hinge on a Huber-smoothed
 hinge with continuation, the best iterate under the true hinge kept). The refined K is kept if
 it lowers P; duals read off it (``alpha = 2 gamma eps`` etc.) give a new dual bound J.
 ``converged`` is the certificate ``(P - J) / (|P| + 1) <= sqrt(tol)``.
@@ -108,6 +110,9 @@ _EIG_TOL = 1e-10
 
 _MAX_BACKTRACK = 40
 
+#: Every this many iterations of Alg. 1, test whether the capacity is slack (and refine).
+_SLACK_CHECK = 10
+
 
 @dataclass
 class SimpleNPKLResult(FitResult):
@@ -127,7 +132,17 @@ class SimpleNPKLResult(FitResult):
     step_trace : list of float
         Accepted step size eta of each iteration.
     n_eigsolves : int
-        Number of eigendecompositions (iterations plus backtracking trials).
+        Number of eigendecompositions (iterations, backtracking trials, dual certificates).
+    capacity_slope : float or None
+        d/ds P(s K) at s = 1 for the last kernel of Alg. 1 tested (>= 0: capacity slack).
+    polished : bool
+        The returned kernel comes from the subspace refinement, not from Alg. 1.
+    polish_iterations : int
+        FISTA iterations of all refinements.
+    polish_seconds : float
+    duality_gap : float
+        ``objective - J(alpha)`` at the end (>= 0 up to rounding and rank truncation);
+        ``converged`` means ``duality_gap <= sqrt(tol) * (|objective| + 1)``.
     """
 
     alpha: np.ndarray | None = None
@@ -374,7 +389,7 @@ def _polish(problem, P, S0, B, L64, *, max_iter=500, tol=1e-7):
     mu : float
         Huber width of the last stage (0 for the smooth losses).
 
-    Monotone FISTA (Beck & Teboulle 2009) with step 1/Lip, Lip = gamma * curvature * the
+    FISTA with function-value restart (monotone) and step 1/Lip, Lip = gamma * curvature * the
     largest eigenvalue of D -> sum_p (p_i'D p_j) sym(p_i p_j') (power iteration), projecting
     on the psd ball in r x r. O(m r^2 + r^3) per iteration.
     """
@@ -435,12 +450,12 @@ def _polish(problem, P, S0, B, L64, *, max_iter=500, tol=1e-7):
             z = _project_psd_ball(y - grad(y) / lip, sqB)
             step = float(np.linalg.norm(z - y))
             fz = f(z)
-            x_old = x
-            if fz <= fx:
-                x, fx = z, fz
+            if fz > fx:  # adaptive restart (O'Donoghue & Candes 2015): drop the momentum
+                y, tk = x.copy(), 1.0
+                continue
             t_new = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * tk * tk))
-            y = x + (tk / t_new) * (z - x) + ((tk - 1.0) / t_new) * (x - x_old)
-            tk = t_new
+            y = z + ((tk - 1.0) / t_new) * (z - x)
+            x, fx, tk = z, fz, t_new
             if step <= tol * max(float(np.linalg.norm(z)), 1e-300):
                 break
         fx_true = f_true(x)
@@ -469,7 +484,8 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
         Maximum number of saddle-point iterations (unused for the linear loss).
     tol : float
         Stop Alg. 1 when ``max(||K_t - K_{t-1}||_F / ||K_t||_F, ||a_t - a_{t-1}|| / ||a_t||)
-        < tol``; the fit counts as converged when the relative duality gap is <= sqrt(tol).
+        < tol`` or the relative duality gap ``(P - J) / (|P| + 1) <= tol``; the fit counts as
+        converged when that gap is <= sqrt(tol) at the end.
     rank : int, optional
         Eigenpairs kept per kernel step, 1 <= rank <= n; default ``problem.rank`` (Pataki's
         bound r(r+1)/2 <= m, capped at ``RANK_CAP``). Each kernel step is then the exact
@@ -550,6 +566,23 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
         z = c.t * _pair_values(V, c)
         return float(np.sum(V * (L64 @ V))) + gamma * float(np.sum(loss_fn(loss)(z)))
 
+    def refine(V, P):
+        """Subspace refinement of K = V V' in span(P); (V, objective, duals) or None."""
+        S, f_s, its, mu = _polish(problem, P, np.diag(_column_sq_norms(V)), B, L64,
+                                  tol=min(tol, 1e-7))
+        res.polish_iterations += its
+        if not f_s < primal(V):
+            return None
+        w, Q = np.linalg.eigh(S)
+        order = np.argsort(w)[::-1]
+        V = (P @ Q[:, order]) * np.sqrt(np.maximum(w[order], 0.0))
+        a_k = project(_duals_from_kernel(loss, c.t * _pair_values(V, c), gamma, mu))
+        return V, primal(V), a_k
+
+    def is_slack(V, norm, obj):
+        res.capacity_slope = _ray_slope(problem, V, L64 @ V)
+        return norm == 0.0 or res.capacity_slope > -1e-9 * (abs(obj) + 1.0)
+
     alpha = np.full(c.m, gamma)  # the linear-loss weights: K(alpha_0) is its closed form
     res = SimpleNPKLResult(V=np.zeros((n, rank)), objective=0.0, objective_initial=0.0,
                            solver="simplenpkl", B=B)
@@ -560,6 +593,8 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
     t1 = time.perf_counter()
     obj = primal(V)
     res.objective_initial = obj
+    best = None  # best refined (V, objective)
+    slack = False
     if loss == "linear":
         res.objective_trace.append(obj)
         res.change_trace.append(0.0)
@@ -577,6 +612,8 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
                 eta = 1.0 / lip
             else:  # hinge with A_+ = 0: J is linear here; a step that crosses the box
                 eta = gamma / max(float(np.max(np.abs(g), initial=0.0)), 1e-300)
+            if res.step_trace:  # after backtracking, do not restart far above the last step
+                eta = min(eta, 2.0 * res.step_trace[-1])
             for _ in range(_MAX_BACKTRACK):
                 a_new = project(alpha + eta * g)
                 d = a_new - alpha
@@ -601,34 +638,46 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
             res.step_trace.append(eta)
             if callback is not None:
                 callback(it, obj, change, t1 - t0)
-            if change < tol:
+            if change < tol or obj - J <= tol * (abs(obj) + 1.0):
                 break
-    res.objective = res.objective_trace[-1]
-    scale = abs(res.objective) + 1.0
-    gap_tol = np.sqrt(tol) * scale
-    slack = False
+            if it % _SLACK_CHECK == 0 and is_slack(V, norm, obj):
+                # Alg. 1 stalls on a slack capacity: refine, and stop once certified
+                slack = True
+                t0 = time.perf_counter()
+                out_r = refine(V, P)
+                if out_r is not None:
+                    if best is None or out_r[1] < best[1]:
+                        best = out_r[:2]
+                    new = solve(out_r[2], P)
+                    res.n_eigsolves += 1
+                    if new[4] > J:  # a better dual point: continue Alg. 1 from it
+                        alpha = out_r[2]
+                        sigma, P, V, norm, J = new
+                res.polish_seconds += time.perf_counter() - t0
+                if best is not None and best[1] - J <= np.sqrt(tol) * (abs(best[1]) + 1.0):
+                    break
+    obj = primal(V)
+    scale = abs(obj) + 1.0
     if loss != "linear":
-        slope = _ray_slope(problem, V, L64 @ V)
-        res.capacity_slope = slope
-        slack = norm == 0.0 or slope > -1e-9 * scale
-        if slack or res.objective - J > tol * scale:
+        if not slack:
+            slack = is_slack(V, norm, obj)
+        if best is None and (slack or obj - J > tol * scale):
             t0 = time.perf_counter()
-            S, f_s, res.polish_iterations, mu = _polish(
-                problem, P, np.diag(_column_sq_norms(V)), B, L64, tol=min(tol, 1e-7))
-            if f_s < res.objective:
-                w, Q = np.linalg.eigh(S)
-                order = np.argsort(w)[::-1]
-                V = (P @ Q[:, order]) * np.sqrt(np.maximum(w[order], 0.0))
-                res.objective = primal(V)
-                res.polished = True
-                a_k = project(_duals_from_kernel(loss, c.t * _pair_values(V, c), gamma, mu))
-                out = solve(a_k, P)
+            out_r = refine(V, P)
+            if out_r is not None:
+                best = out_r[:2]
+                new = solve(out_r[2], P)
                 res.n_eigsolves += 1
-                if out[4] > J:
-                    alpha, J, sigma = a_k, out[4], out[0]
-            res.polish_seconds = time.perf_counter() - t0
-    res.duality_gap = res.objective - J
-    res.converged = bool(res.duality_gap <= gap_tol)
+                if new[4] > J:
+                    alpha, sigma, J = out_r[2], new[0], new[4]
+            res.polish_seconds += time.perf_counter() - t0
+    if best is not None and best[1] < obj:
+        V, obj = best
+        res.polished = True
+    res.objective = obj
+    scale = abs(obj) + 1.0
+    res.duality_gap = obj - J
+    res.converged = bool(res.duality_gap <= np.sqrt(tol) * scale)
     if not res.converged:
         hint = ("the capacity tr(K^2) <= B is slack at the solution, where Alg. 1 (whose "
                 "kernels all have tr(K^2) = B) stalls; lower B or raise max_iter"

@@ -398,11 +398,6 @@ def test_update_column_hinge_dependent_kinks(eps, relabel):
     _check_kink_column(eps, relabel)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "library bug: box_qp's coordinate descent stops at _QP_MAX_ITER unconverged on a "
-    "singular, ill-conditioned dual H, its polish (Cholesky of the free set) fails, and the "
-    "unconverged alpha is returned silently: v is off by ~1e-4..1e-3 and phi is worse than "
-    "at v*; in BCD this makes the objective increase"))
 @pytest.mark.parametrize("eps", [0.01, 0.003, 0.001])
 def test_update_column_hinge_dependent_kinks_ill_conditioned(eps):
     """As above with nearly parallel constraint vectors (the case of a near-low-rank V), the
@@ -673,9 +668,9 @@ def test_bcd_hinge_sdp_bound_fixed_point_and_blockwise_optimality(global_random_
     * the SDP optimum is a fixed point: started from a factor of K_sdp, BCD stays at f_sdp.
     (Within 1% of the SDP from a random start is *not* guaranteed: see the xfail below.)
 
-    Known failure: seed 37 (12 points) fails the fixed-point check, the objective rising
-    by 3e-6 relative from the SDP factor, through the box_qp bug pinned down by
-    test_update_column_hinge_dependent_kinks_ill_conditioned.
+    Seed 37 (12 points) once failed the fixed-point check (the objective rose by 3e-6 from
+    the SDP factor) through the degenerate-dual box_qp bug that
+    test_update_column_hinge_dependent_kinks_ill_conditioned pins down; fixed.
     """
     n = 10 + global_random_seed % 5
     problem = tiny_problem(global_random_seed, "hinge", n=n)
