@@ -65,14 +65,20 @@ def _add_fit_options(p: argparse.ArgumentParser):
     m = p.add_argument_group("model and solver")
     m.add_argument("--solver", choices=SOLVERS, default="bcd",
                    help="bcd: block coordinate descent, any loss (default); admm: KL-ADMM, "
-                        "square loss on targets 1 (must) / 0 (cannot)")
+                        "square loss on targets 1 (must) / 0 (cannot); simplenpkl: SimpleNPKL, "
+                        "linear loss in closed form (sparse Lanczos), other losses by its "
+                        "saddle-point iteration")
     m.add_argument("--loss", choices=LOSSES, default="square", help="loss (default: square)")
     m.add_argument("--rank", type=_positive_int, metavar="R",
                    help="rank r of K = V'V (default: largest r with r(r+1)/2 <= m, capped at 128)")
     m.add_argument("--gamma", type=float, default=1.0,
                    help="weight of the constraint loss (default: 1.0)")
     m.add_argument("--bound", type=float, default=1.0,
-                   help="b of the linear loss, ||v_i|| <= b (default: 1.0)")
+                   help="b of the linear loss, ||v_i|| <= b (default: 1.0; not used by "
+                        "simplenpkl, which bounds tr(K^2) instead)")
+    m.add_argument("--capacity", type=float, default=None, metavar="B",
+                   help="simplenpkl: capacity tr(K^2) <= B (default: 100; the papers use 100n "
+                        "on adult)")
     m.add_argument("--knn", type=_positive_int, default=5,
                    help="neighbours per point in the kNN graph (default: 5)")
     m.add_argument("--weighting", choices=("gaussian", "mutual"), default="gaussian",
@@ -83,10 +89,11 @@ def _add_fit_options(p: argparse.ArgumentParser):
     m.add_argument("--delta", type=float, default=1e-3,
                    help="delta of L = (1+delta) I - D^-1/2 S D^-1/2 (default: 1e-3)")
     m.add_argument("--max-sweeps", type=_positive_int, default=100,
-                   help="sweep limit; for admm the iteration limit (default: 100)")
+                   help="sweep limit; for admm and simplenpkl the iteration limit (default: 100)")
     m.add_argument("--tol", type=float, default=1e-5,
                    help="bcd: stop when ||V(t)-V(t-1)|| / ||V(t)|| < tol; admm: when that and "
-                        "the primal residual ||V-U|| / ||V|| are both < tol (default: 1e-5)")
+                        "the primal residual ||V-U|| / ||V|| are both < tol; simplenpkl: change < tol or "
+                        "duality gap <= tol (default: 1e-5)")
     m.add_argument("--dtype", choices=("float32", "float64"), default="float64",
                    help="floating-point type of V and L (default: float64)")
     m.add_argument("--seed", type=_nonneg_int, default=0,
@@ -187,7 +194,7 @@ def _cmd_fit(args) -> int:
         constraints=args.constraints, labels=args.labels, n_must=args.n_must,
         n_cannot=args.n_cannot, diagonal=args.diagonal, solver=args.solver, loss=args.loss, rank=args.rank,
         gamma=args.gamma, knn=args.knn, weighting=args.weighting, knn_method=args.knn_method,
-        delta=args.delta, bound=args.bound, max_sweeps=args.max_sweeps, tol=args.tol,
+        delta=args.delta, bound=args.bound, capacity=args.capacity, max_sweeps=args.max_sweeps, tol=args.tol,
         dtype=args.dtype, seed=args.seed, threads=args.threads, clusters=args.clusters,
         eval_labels=args.eval_labels,
     )

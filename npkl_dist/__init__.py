@@ -21,6 +21,8 @@ from ._graph import EXACT_KNN_MAX_POINTS, Graph, graph_from_edges, knn_graph, la
 from ._objective import objective, objective_dense
 from ._plan import PreparedProblem, SweepPlan, make_plan, prepare
 from ._problem import LOSSES, RANK_CAP, NPKLProblem, default_rank
+from ._admm import ADMMResult, admm_objective, fit_admm
+from ._simplenpkl import SimpleNPKLResult, fit_simplenpkl, simplenpkl_objective
 
 __version__ = "0.1.0"
 
@@ -31,4 +33,6 @@ __all__ = [
     "RANK_CAP", "SweepPlan", "ValidationError", "clustering_metrics", "default_rank", "fit_bcd",
     "graph_from_edges", "initial_V", "kernel_kmeans", "knn_graph", "laplacian", "make_plan",
     "objective", "objective_dense", "prepare", "sample_constraints", "__version__",
+    "ADMMResult", "admm_objective", "fit_admm", "SimpleNPKLResult", "fit_simplenpkl",
+    "simplenpkl_objective",
 ]

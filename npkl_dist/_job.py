@@ -22,7 +22,7 @@ from ._problem import NPKLProblem
 
 __all__ = ["FitConfig", "run_fit", "SOLVERS"]
 
-SOLVERS = ("bcd", "admm")
+SOLVERS = ("bcd", "admm", "simplenpkl")
 
 
 @dataclass
@@ -46,6 +46,7 @@ class FitConfig:
     knn_method: str = "auto"
     delta: float = 1e-3
     bound: float = 1.0
+    capacity: float | None = None
     max_sweeps: int = 100
     tol: float = 1e-5
     dtype: str = "float64"
@@ -138,6 +139,11 @@ def run_fit(cfg: FitConfig, callback=None) -> tuple[dict, np.ndarray, np.ndarray
 
         result = fit_admm(problem, max_iter=cfg.max_sweeps, tol=cfg.tol, executor=executor,
                           callback=callback)
+    elif cfg.solver == "simplenpkl":
+        from ._simplenpkl import fit_simplenpkl
+
+        result = fit_simplenpkl(problem, B=cfg.capacity, max_iter=cfg.max_sweeps, tol=cfg.tol,
+                                callback=callback)
     else:
         result = fit_bcd(problem, max_sweeps=cfg.max_sweeps, tol=cfg.tol, executor=executor,
                          callback=callback)
@@ -183,6 +189,10 @@ def run_fit(cfg: FitConfig, callback=None) -> tuple[dict, np.ndarray, np.ndarray
         summary["primal_residual_trace"] = result.primal_trace
         summary["dual_residual_trace"] = result.dual_trace
         summary["rho_trace"] = result.rho_trace
+    if cfg.solver == "simplenpkl":
+        summary.update({"B": float(result.B), "dual_trace": list(map(float, result.dual_trace)),
+                        "duality_gap": float(result.duality_gap),
+                        "polished": bool(result.polished), "n_eigsolves": int(result.n_eigsolves)})
     if y_eval is not None and clusters is not None:
         labelled = y_eval >= 0
         summary["metrics"] = clustering_metrics(y_eval[labelled], clusters[labelled])

@@ -55,12 +55,14 @@ Slack capacity and the subspace refinement. Every kernel of Alg. 1 has ``tr(K^2)
 the optimum of (*) lies inside the ball (B larger than the ``tr(K^2)`` the data ask for -- it
 happens on small problems with B = 100), the dual has a kink at its maximiser
 (``A(alpha*)_+ = 0``), the iteration stalls and its kernels cannot approach the optimum. It is
-detected by the slope of ``s -> P(s K_t)`` at s = 1 (>= 0: shrinking K helps). Then, and
-whenever the loop ends with a relative duality gap above tol, the kernel is refined in the span of the final
-``rank`` eigenvectors P (§5.4, "Low Rank Approximation of K"): ``min P(P S P')`` over
-``S psd (rank x rank), ||S||_F^2 <= B`` by FISTA with adaptive restart (for the hinge on a Huber-smoothed
-hinge with continuation, the best iterate under the true hinge kept). The refined K is kept if
-it lowers P; duals read off it (``alpha = 2 gamma eps`` etc.) give a new dual bound J.
+detected by the slope of ``s -> P(s K_t)`` at s = 1 (>= 0: shrinking K helps), tested every
+10 iterations and at the end. Then, and whenever the loop ends with a relative duality gap
+above tol, the kernel is refined in the span of the current ``rank`` eigenvectors P (§5.4,
+"Low Rank Approximation of K"): ``min P(P S P')`` over ``S psd (rank x rank), ||S||_F^2 <=
+B`` by FISTA with adaptive restart (for the hinge on a Huber-smoothed hinge with
+continuation, keeping the best iterate under the true hinge). The refined K is kept if it
+lowers P; the duals it attains (``alpha = -gamma loss'(t K_ij)``) give a new dual bound J,
+and Alg. 1 continues from them if J increased; it stops once the gap is certified.
 ``converged`` is the certificate ``(P - J) / (|P| + 1) <= sqrt(tol)``.
 
 Rank: the kernel step keeps ``problem.rank`` eigenpairs (override with ``rank=``); the default
@@ -557,7 +559,7 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
     def solve(a, P_prev):
         sigma, P = _top_eigs(Aop.set(a), rank, _v0_from(P_prev, rng, n))
         V, norm = _kernel_step(sigma, P, B)
-        J = -sqB * norm
+        J = -float(sqB) * norm
         if loss != "linear":
             J += float(np.sum(a)) - quad * float(a @ a)
         return sigma, P, V, norm, J
@@ -595,6 +597,8 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
     res.objective_initial = obj
     best = None  # best refined (V, objective)
     slack = False
+    refined_at = -1  # iteration of the last refinement
+    it = 0
     if loss == "linear":
         res.objective_trace.append(obj)
         res.change_trace.append(0.0)
@@ -635,7 +639,7 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
             res.sweep_seconds.append(t1 - t0)
             res.objective_seconds.append(t2 - t1)
             res.dual_trace.append(J)
-            res.step_trace.append(eta)
+            res.step_trace.append(float(eta))
             if callback is not None:
                 callback(it, obj, change, t1 - t0)
             if change < tol or obj - J <= tol * (abs(obj) + 1.0):
@@ -643,6 +647,7 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
             if it % _SLACK_CHECK == 0 and is_slack(V, norm, obj):
                 # Alg. 1 stalls on a slack capacity: refine, and stop once certified
                 slack = True
+                refined_at = it
                 t0 = time.perf_counter()
                 out_r = refine(V, P)
                 if out_r is not None:
@@ -661,11 +666,12 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
     if loss != "linear":
         if not slack:
             slack = is_slack(V, norm, obj)
-        if best is None and (slack or obj - J > tol * scale):
+        if refined_at != it and (slack or obj - J > tol * scale):
             t0 = time.perf_counter()
             out_r = refine(V, P)
             if out_r is not None:
-                best = out_r[:2]
+                if best is None or out_r[1] < best[1]:
+                    best = out_r[:2]
                 new = solve(out_r[2], P)
                 res.n_eigsolves += 1
                 if new[4] > J:
@@ -676,7 +682,7 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
         res.polished = True
     res.objective = obj
     scale = abs(obj) + 1.0
-    res.duality_gap = obj - J
+    res.duality_gap = float(obj - J)
     res.converged = bool(res.duality_gap <= np.sqrt(tol) * scale)
     if not res.converged:
         hint = ("the capacity tr(K^2) <= B is slack at the solution, where Alg. 1 (whose "

@@ -291,7 +291,7 @@ def test_linear_on_20000_points_never_densifies(monkeypatch):
 def test_large_sparse_run(monkeypatch, loss):
     p = _large_problem(20_000, 200, loss)  # Pataki rank 19
     _forbid_dense(monkeypatch)
-    res = quiet_fit(p, max_iter=30)
+    res = quiet_fit(p, max_iter=5)
     assert res.V.shape == (20_000, 19)
     assert np.all(np.isfinite(res.V))
     assert res.objective <= res.objective_initial + 1e-9 * abs(res.objective_initial)
