@@ -71,7 +71,8 @@ def admm_objective_dense(problem: NPKLProblem, K) -> float:
 
 def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
              rho: float = 100.0, rho_min: float = 10.0, adaptive_rho: bool = True,
-             executor=None, relabel: str = "rcm", V0=None, callback=None) -> ADMMResult:
+             executor=None, relabel: str = "rcm", V0=None, callback=None, plan=None,
+             resume=None, on_sweep=None) -> ADMMResult:
     """Fit the KL-ADMM problem (square loss on targets 1/0, optional diagonal targets).
 
     Parameters
@@ -86,8 +87,12 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
         Initial penalty (the paper: 100) and the floor of eq. (15) (10).
     adaptive_rho : bool
         Apply eq. (15) after each iteration.
-    executor, relabel, V0, callback
+    executor, relabel, V0, callback, plan
         As for :func:`~npkl_dist.fit_bcd`; ``callback(it, objective, primal, dual)``.
+    resume : (dict, ndarray), optional
+        ``(state, W)`` with W = [V | U | Lam] (internal order, n x 3r) from a checkpoint.
+    on_sweep : callable, optional
+        ``on_sweep(state, session)`` after each iteration (checkpointing).
 
     Returns
     -------
@@ -112,58 +117,73 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
 
         executor = InProcessExecutor()
     rng = np.random.default_rng(problem.seed)
-    plan = make_plan(problem, relabel=relabel)
+    if plan is None:
+        plan = make_plan(problem, relabel=relabel)
     prep = prepare(problem, plan)
-    if V0 is None:
-        V0 = initial_V(problem, rng)
-    V = np.ascontiguousarray(np.asarray(V0)[plan.order], dtype=problem.dtype)
-    U = V.copy()
-    Lam = np.zeros_like(V)
-    V_new = np.empty_like(V)
-    U_new = np.empty_like(V)
     gamma = problem.gamma
     diagonal = problem.constraints.diagonal
-
-    def objective(X):
-        Xo = np.empty_like(X)
-        Xo[plan.order] = X
-        return admm_objective(problem, Xo)
-
-    obj0 = objective(V)
-    res = ADMMResult(V=V, objective=obj0, objective_initial=obj0, n_colours=0, solver="admm")
-    res.setup_seconds = time.perf_counter() - t_start
-    for it in range(1, max_iter + 1):
-        t0 = time.perf_counter()
-        executor.admm_half_step(prep, U, Lam, -1.0, rho, gamma, diagonal, V_new)
-        executor.admm_half_step(prep, V_new, Lam, +1.0, rho, gamma, diagonal, U_new)
-        diff = V_new.astype(np.float64) - U_new
-        Lam += (rho * diff).astype(Lam.dtype)
-        primal = float(np.linalg.norm(diff))
-        step = float(np.linalg.norm(V_new.astype(np.float64) - V))
-        dual = rho * step
-        V, V_new = V_new, V
-        U, U_new = U_new, U
-        t1 = time.perf_counter()
-        obj = objective(V)
-        t2 = time.perf_counter()
-        res.objective_trace.append(obj)
-        res.primal_trace.append(primal)
-        res.dual_trace.append(dual)
-        res.rho_trace.append(rho)
-        vnorm = max(float(np.linalg.norm(V)), 1e-300)
-        res.change_trace.append(step / vnorm)
-        res.sweep_seconds.append(t1 - t0)
-        res.objective_seconds.append(t2 - t1)
-        if callback is not None:
-            callback(it, obj, primal, dual)
-        if primal / vnorm < tol and step / vnorm < tol:
-            res.converged = True
-            break
-        if adaptive_rho:  # eq. (15); Lam is kept (scaled-dual form is not used)
-            if primal > 10.0 * dual:
-                rho = 2.0 * rho
-            elif dual > 10.0 * primal:
-                rho = max(rho / 2.0, rho_min)
+    n, r = problem.n_points, problem.rank
+    res = ADMMResult(V=None, objective=np.nan, objective_initial=np.nan, n_colours=0,
+                     solver="admm")
+    if resume is not None:
+        state, W = resume
+        W = np.asarray(W, dtype=problem.dtype)
+        if W.shape != (n, 3 * r):
+            raise ValidationError(
+                f"resume: checkpoint has shape {W.shape}, KL-ADMM needs {(n, 3 * r)} "
+                f"([V | U | Lam]); resume with the run's own configuration"
+            )
+        V, U, Lam = (np.ascontiguousarray(W[:, k * r:(k + 1) * r]) for k in range(3))
+        rho = float(state["rho"])
+        res.objective_initial = state["objective_initial"]
+        for key in ("objective_trace", "change_trace", "sweep_seconds", "objective_seconds",
+                    "primal_trace", "dual_trace", "rho_trace"):
+            getattr(res, key).extend(state[key])
+        res.converged = bool(state.get("converged", False))
+        it = int(state["sweep"])
+    else:
+        if V0 is None:
+            V0 = initial_V(problem, rng)
+        V = np.ascontiguousarray(np.asarray(V0)[plan.order], dtype=problem.dtype)
+        U = V.copy()
+        Lam = np.zeros_like(V)
+        it = 0
+    session = executor.admm_session(prep, V, U, Lam)
+    try:
+        if resume is None:
+            res.objective_initial = session.objective(gamma, diagonal)
+        res.setup_seconds = time.perf_counter() - t_start
+        vnorm = max(np.sqrt(session.norm2()), 1e-300)
+        while not res.converged and it < max_iter:
+            it += 1
+            t0 = time.perf_counter()
+            primal2, step2 = session.iterate(rho, gamma, diagonal)
+            primal, step = float(np.sqrt(primal2)), float(np.sqrt(step2))
+            dual = rho * step
+            t1 = time.perf_counter()
+            obj = session.objective(gamma, diagonal)
+            t2 = time.perf_counter()
+            vnorm = max(np.sqrt(session.norm2()), 1e-300)
+            res.objective_trace.append(obj)
+            res.primal_trace.append(primal)
+            res.dual_trace.append(dual)
+            res.rho_trace.append(rho)
+            res.change_trace.append(step / vnorm)
+            res.sweep_seconds.append(t1 - t0)
+            res.objective_seconds.append(t2 - t1)
+            if callback is not None:
+                callback(it, obj, primal, dual)
+            res.converged = primal / vnorm < tol and step / vnorm < tol
+            if not res.converged and adaptive_rho:  # eq. (15); Lam is kept as is
+                if primal > 10.0 * dual:
+                    rho = 2.0 * rho
+                elif dual > 10.0 * primal:
+                    rho = max(rho / 2.0, rho_min)
+            if on_sweep is not None:
+                on_sweep(_admm_state(res, it, rho), session)
+        V, U, _ = session.gather()
+    finally:
+        session.close()
     if not res.converged:
         warnings.warn(
             f"admm: stopped after max_iter={max_iter} with relative primal residual "
@@ -172,11 +192,24 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
             ConvergenceWarning,
             stacklevel=2,
         )
-    out = np.empty_like(V)
-    out[plan.order] = V
-    res.V = out
+    res.V = np.empty_like(V)
+    res.V[plan.order] = V
     res.U = np.empty_like(U)
     res.U[plan.order] = U
     res.objective = res.objective_trace[-1]
     res.fit_seconds = time.perf_counter() - t_start
     return res
+
+
+def _admm_state(res: ADMMResult, it: int, rho: float) -> dict:
+    return {
+        "solver": "admm",
+        "sweep": it,
+        "rho": rho,
+        "objective": res.objective_trace[-1],
+        "objective_initial": res.objective_initial,
+        **{key: list(getattr(res, key)) for key in (
+            "objective_trace", "change_trace", "sweep_seconds", "objective_seconds",
+            "primal_trace", "dual_trace", "rho_trace")},
+        "converged": bool(res.converged),
+    }

@@ -78,7 +78,8 @@ def initial_V(problem: NPKLProblem, rng: np.random.Generator) -> np.ndarray:
 
 
 def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
-            executor=None, relabel: str = "rcm", V0=None, callback=None) -> FitResult:
+            executor=None, relabel: str = "rcm", V0=None, callback=None, plan=None,
+            resume=None, on_sweep=None) -> FitResult:
     """Fit an NPKL problem by colour-ordered block coordinate descent.
 
     Parameters
@@ -95,6 +96,16 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         Start in original order; default :func:`initial_V` from ``problem.seed``.
     callback : callable, optional
         ``callback(sweep, objective, change, seconds)`` after each sweep (progress display).
+    plan : SweepPlan, optional
+        A plan made earlier for this problem (e.g. read back from a run store).
+    resume : (dict, ndarray), optional
+        ``(state, V)`` from :meth:`FitState` checkpoints: ``state`` as produced by
+        ``on_sweep`` (sweep, RNG state, traces) and V in internal order. The fit continues
+        exactly where that state left off: a resumed fit equals an uninterrupted one bitwise.
+    on_sweep : callable, optional
+        ``on_sweep(state: dict, session)`` after each sweep; ``state`` is JSON-able and
+        ``session.write_checkpoint_blocks(store, ckpt_id, row_block)`` writes V. Used by the
+        run store to checkpoint.
 
     Returns
     -------
@@ -115,39 +126,68 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
 
         executor = InProcessExecutor()
     rng = np.random.default_rng(problem.seed)
-    plan = make_plan(problem, relabel=relabel)
+    if plan is None:
+        plan = make_plan(problem, relabel=relabel)
     prep = prepare(problem, plan)
-    if V0 is None:
-        V0 = initial_V(problem, rng)
-    else:
-        V0 = np.asarray(V0)
-        if V0.shape != (problem.n_points, problem.rank):
+    if resume is not None:
+        state, V = resume
+        V = np.ascontiguousarray(V, dtype=problem.dtype)
+        if V.shape != (problem.n_points, problem.rank):
             raise ValidationError(
-                f"V0: expected shape {(problem.n_points, problem.rank)}, got {V0.shape}"
+                f"resume: checkpoint V has shape {V.shape}, the problem needs "
+                f"{(problem.n_points, problem.rank)}; resume with the run's own configuration"
             )
-        if not np.all(np.isfinite(V0)):
-            raise ValidationError("V0: holds NaN or inf; pass a finite start")
-    V = np.ascontiguousarray(V0[plan.order], dtype=problem.dtype)
-    obj0 = executor.objective(prep, V)
-    result = FitResult(V=V, objective=obj0, objective_initial=obj0, n_colours=plan.n_colours)
-    result.setup_seconds = time.perf_counter() - t_start
-    for sweep in range(1, max_sweeps + 1):
-        order = plan.colour_order(rng)
-        t0 = time.perf_counter()
-        delta2, norm2 = executor.sweep(prep, plan, V, order)
-        t1 = time.perf_counter()
-        obj = executor.objective(prep, V)
-        t2 = time.perf_counter()
-        change = float(np.sqrt(delta2 / norm2)) if norm2 > 0 else 0.0
-        result.objective_trace.append(obj)
-        result.change_trace.append(change)
-        result.sweep_seconds.append(t1 - t0)
-        result.objective_seconds.append(t2 - t1)
-        if callback is not None:
-            callback(sweep, obj, change, t1 - t0)
-        if change < tol:
-            result.converged = True
-            break
+        rng.bit_generator.state = state["rng_state"]
+        result = FitResult(V=V, objective=state["objective_initial"],
+                           objective_initial=state["objective_initial"],
+                           n_colours=plan.n_colours)
+        for key in ("objective_trace", "change_trace", "sweep_seconds", "objective_seconds"):
+            getattr(result, key).extend(state[key])
+        result.converged = bool(state.get("converged", False))
+        first = int(state["sweep"]) + 1
+    else:
+        if V0 is None:
+            V0 = initial_V(problem, rng)
+        else:
+            V0 = np.asarray(V0)
+            if V0.shape != (problem.n_points, problem.rank):
+                raise ValidationError(
+                    f"V0: expected shape {(problem.n_points, problem.rank)}, got {V0.shape}"
+                )
+            if not np.all(np.isfinite(V0)):
+                raise ValidationError("V0: holds NaN or inf; pass a finite start")
+        V = np.ascontiguousarray(V0[plan.order], dtype=problem.dtype)
+        result = None
+        first = 1
+    session = executor.bcd_session(prep, plan, V)
+    try:
+        if result is None:
+            obj0 = session.objective()
+            result = FitResult(V=V, objective=obj0, objective_initial=obj0,
+                               n_colours=plan.n_colours)
+        result.setup_seconds = time.perf_counter() - t_start
+        sweep = first - 1
+        while not result.converged and sweep < max_sweeps:
+            sweep += 1
+            order = plan.colour_order(rng)
+            t0 = time.perf_counter()
+            delta2, norm2 = session.sweep(order)
+            t1 = time.perf_counter()
+            obj = session.objective()
+            t2 = time.perf_counter()
+            change = float(np.sqrt(delta2 / norm2)) if norm2 > 0 else 0.0
+            result.objective_trace.append(obj)
+            result.change_trace.append(change)
+            result.sweep_seconds.append(t1 - t0)
+            result.objective_seconds.append(t2 - t1)
+            result.converged = change < tol
+            if callback is not None:
+                callback(sweep, obj, change, t1 - t0)
+            if on_sweep is not None:
+                on_sweep(_state(result, sweep, rng), session)
+        V = session.gather()
+    finally:
+        session.close()
     if not result.converged:
         warnings.warn(
             f"bcd: stopped after max_sweeps={max_sweeps} with relative change "
@@ -161,3 +201,19 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
     result.objective = result.objective_trace[-1]
     result.fit_seconds = time.perf_counter() - t_start
     return result
+
+
+def _state(result: FitResult, sweep: int, rng: np.random.Generator) -> dict:
+    """Everything but V needed to resume after ``sweep`` (JSON-able)."""
+    return {
+        "solver": "bcd",
+        "sweep": sweep,
+        "rng_state": rng.bit_generator.state,
+        "objective": result.objective_trace[-1],
+        "objective_initial": result.objective_initial,
+        "objective_trace": list(result.objective_trace),
+        "change_trace": list(result.change_trace),
+        "sweep_seconds": list(result.sweep_seconds),
+        "objective_seconds": list(result.objective_seconds),
+        "converged": bool(result.converged),
+    }

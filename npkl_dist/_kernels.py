@@ -632,3 +632,27 @@ def admm_half_step(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, X, L
     for ch in prange(n_chunks):
         admm_rows(ch * CHUNK, min((ch + 1) * CHUNK, n), indptr, indices, data, diag, cptr,
                   cidx, csgn, diagonal, X, Lam, lam_sign, rho, gamma, pmax, out)
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def admm_pair_terms(pi, pj, pt, V, out):
+    """out[k] = (v_i'v_j - T_k)^2 with KL-ADMM targets T = 1 (must) / 0 (cannot).  OUT (m,)."""
+    m = pi.shape[0]
+    r = V.shape[1]
+    for k in prange(m):
+        d = 0.0
+        for c in range(r):
+            d += np.float64(V[pi[k], c]) * np.float64(V[pj[k], c])
+        t = 1.0 if pt[k] > 0 else 0.0
+        out[k] = (d - t) * (d - t)
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def admm_diag_terms(V, out):
+    """out[i] = (||v_i||^2 - 1)^2.  OUT (n,)."""
+    n, r = V.shape
+    for i in prange(n):
+        d = 0.0
+        for c in range(r):
+            d += np.float64(V[i, c]) * np.float64(V[i, c])
+        out[i] = (d - 1.0) * (d - 1.0)

@@ -8,7 +8,9 @@ import numpy as np
 from .._errors import ValidationError, fmt_value
 from .._kernels import (
     CHUNK,
+    admm_diag_terms,
     admm_half_step,
+    admm_pair_terms,
     admm_rows,
     pair_terms,
     smooth_terms,
@@ -102,6 +104,23 @@ class InProcessExecutor:
         finally:
             numba.set_num_threads(previous)
 
+    def admm_objective(self, prep, V, gamma, diagonal) -> float:
+        """KL-ADMM objective of V (internal order), see ``npkl_dist._admm``."""
+        n = V.shape[0]
+        pairs = np.empty(prep.pi.shape[0])
+        diag_terms = np.empty(n)
+        previous = numba.get_num_threads()
+        numba.set_num_threads(self.n_threads if n > 64 * CHUNK else 1)
+        try:
+            admm_pair_terms(prep.pi, prep.pj, prep.pt, V, pairs)
+            admm_diag_terms(V, diag_terms)
+        finally:
+            numba.set_num_threads(previous)
+        total = self.smooth(prep, V) + gamma * float(pairs.sum())
+        if diagonal:
+            total += 0.5 * gamma * float(diag_terms.sum())
+        return total
+
     def smooth(self, prep, V) -> float:
         """tr(V' L V), per-row terms summed in a fixed order."""
         n = V.shape[0]
@@ -113,3 +132,74 @@ class InProcessExecutor:
         finally:
             numba.set_num_threads(previous)
         return float(sm.sum())
+
+    # -- sessions: the executor owns the factor(s) for the length of a fit -----------------
+    def bcd_session(self, prep, plan, V):
+        """A BCD fit's state on this executor; ``V`` (internal order) is updated in place."""
+        return _BCDSession(self, prep, plan, V)
+
+    def admm_session(self, prep, V, U, Lam):
+        """A KL-ADMM fit's state (V, U, Lam in internal order, updated in place)."""
+        return _ADMMSession(self, prep, V, U, Lam)
+
+
+def _write_blocks(store, ckpt_id, X, row_block):
+    for start in range(0, X.shape[0], row_block):
+        store.write_V_block(ckpt_id, start, X[start:start + row_block])
+
+
+class _BCDSession:
+    def __init__(self, ex, prep, plan, V):
+        self.ex, self.prep, self.plan, self.V = ex, prep, plan, V
+
+    def sweep(self, colour_order):
+        return self.ex.sweep(self.prep, self.plan, self.V, colour_order)
+
+    def objective(self) -> float:
+        return self.ex.objective(self.prep, self.V)
+
+    def gather(self) -> np.ndarray:
+        return self.V
+
+    def write_checkpoint_blocks(self, store, ckpt_id, row_block):
+        _write_blocks(store, ckpt_id, self.V, row_block)
+
+    def close(self):
+        pass
+
+
+class _ADMMSession:
+    def __init__(self, ex, prep, V, U, Lam):
+        self.ex, self.prep = ex, prep
+        self.V, self.U, self.Lam = V, U, Lam
+        self._V_new = np.empty_like(V)
+        self._U_new = np.empty_like(U)
+
+    def iterate(self, rho, gamma, diagonal):
+        """One ADMM iteration in place. Returns ||V-U||^2 and ||V(k+1)-V(k)||^2."""
+        ex, prep = self.ex, self.prep
+        ex.admm_half_step(prep, self.U, self.Lam, -1.0, rho, gamma, diagonal, self._V_new)
+        ex.admm_half_step(prep, self._V_new, self.Lam, +1.0, rho, gamma, diagonal, self._U_new)
+        diff = self._V_new.astype(np.float64) - self._U_new
+        self.Lam += (rho * diff).astype(self.Lam.dtype)
+        primal2 = float(np.sum(diff * diff))
+        step = self._V_new.astype(np.float64) - self.V
+        step2 = float(np.sum(step * step))
+        self.V, self._V_new = self._V_new, self.V
+        self.U, self._U_new = self._U_new, self.U
+        return primal2, step2
+
+    def norm2(self) -> float:
+        return float(np.sum(self.V.astype(np.float64) ** 2))
+
+    def objective(self, gamma, diagonal) -> float:
+        return self.ex.admm_objective(self.prep, self.V, gamma, diagonal)
+
+    def gather(self):
+        return self.V, self.U, self.Lam
+
+    def write_checkpoint_blocks(self, store, ckpt_id, row_block):
+        _write_blocks(store, ckpt_id, np.hstack([self.V, self.U, self.Lam]), row_block)
+
+    def close(self):
+        pass
