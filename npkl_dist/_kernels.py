@@ -480,8 +480,11 @@ def sweep_colour_serial(rows, indptr, indices, data, diag, cptr, cidx, csgn, V, 
 
 @njit(nogil=True, cache=True, parallel=True)
 def smooth_terms(indptr, indices, data, diag, V, out):
-    """out[i] = v_i' (L V)_i, so that tr(V' L V) = out.sum().  out : (n,) float64 OUT."""
-    n, r = V.shape
+    """out[i] = v_i' (L V)_i, so that tr(V' L V) = out.sum().  out : (n,) float64 OUT.
+
+    Covers the rows of ``out`` (V may hold further rows: a block's halo)."""
+    n = out.shape[0]
+    r = V.shape[1]
     for i in prange(n):
         acc = 0.0
         for c in range(r):

@@ -9,6 +9,10 @@ def get_executor(name: str = "inprocess", **kwargs):
     """Executor by name. Optional engines (Dask) are imported lazily."""
     if name == "inprocess":
         return InProcessExecutor(**kwargs)
+    if name == "dask":
+        from ._dask import DaskExecutor
+
+        return DaskExecutor(**kwargs)
     from .._errors import ValidationError
 
-    raise ValidationError(f"executor: {name!r} is not available; choose 'inprocess'")
+    raise ValidationError(f"executor: {name!r} is not available; choose 'inprocess' or 'dask'")

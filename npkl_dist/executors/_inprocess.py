@@ -18,7 +18,24 @@ from .._kernels import (
     sweep_colour_serial,
 )
 
-__all__ = ["InProcessExecutor"]
+__all__ = ["InProcessExecutor", "chunked_sums", "SUM_BLOCK"]
+
+#: Reductions over rows are summed in fixed chunks of SUM_BLOCK rows, chunk partials then
+#: added in row order. Every executor does the same (its row blocks are multiples of
+#: SUM_BLOCK), so sums -- and the stopping decisions made from them -- are bitwise identical.
+SUM_BLOCK = 1024
+
+
+def chunked_sums(values) -> list:
+    """Per-chunk sums of a per-row array (chunks of SUM_BLOCK rows, in order)."""
+    return [float(values[s:s + SUM_BLOCK].sum()) for s in range(0, values.shape[0], SUM_BLOCK)]
+
+
+def ordered_total(partials) -> float:
+    total = 0.0
+    for x in partials:
+        total += x
+    return total
 
 
 class InProcessExecutor:
@@ -68,7 +85,7 @@ class InProcessExecutor:
                        prep.pmax, delta2, norm2)
         finally:
             numba.set_num_threads(previous)
-        return float(delta2.sum()), float(norm2.sum())
+        return ordered_total(chunked_sums(delta2)), ordered_total(chunked_sums(norm2))
 
     def objective(self, prep, V) -> float:
         """NPKL objective of V (internal order); per-row terms summed in a fixed order."""
@@ -83,7 +100,7 @@ class InProcessExecutor:
             pair_terms(prep.pi, prep.pj, prep.pt, V, prep.loss_code, pairs)
         finally:
             numba.set_num_threads(previous)
-        return float(sm.sum()) + prep.gamma * float(pairs.sum())
+        return ordered_total(chunked_sums(sm)) + prep.gamma * _pair_total(pairs, prep.pi, n)
 
     def admm_half_step(self, prep, X, Lam, lam_sign, rho, gamma, diagonal, out):
         """One KL-ADMM half-step: every row of ``out`` from the other factor ``X`` and ``Lam``.
@@ -116,9 +133,9 @@ class InProcessExecutor:
             admm_diag_terms(V, diag_terms)
         finally:
             numba.set_num_threads(previous)
-        total = self.smooth(prep, V) + gamma * float(pairs.sum())
+        total = self.smooth(prep, V) + gamma * _pair_total(pairs, prep.pi, n)
         if diagonal:
-            total += 0.5 * gamma * float(diag_terms.sum())
+            total += 0.5 * gamma * ordered_total(chunked_sums(diag_terms))
         return total
 
     def smooth(self, prep, V) -> float:
@@ -131,7 +148,7 @@ class InProcessExecutor:
             smooth_terms(prep.indptr, prep.indices, prep.data, prep.diag, V, sm)
         finally:
             numba.set_num_threads(previous)
-        return float(sm.sum())
+        return ordered_total(chunked_sums(sm))
 
     # -- sessions: the executor owns the factor(s) for the length of a fit -----------------
     def bcd_session(self, prep, plan, V):
@@ -182,15 +199,15 @@ class _ADMMSession:
         ex.admm_half_step(prep, self._V_new, self.Lam, +1.0, rho, gamma, diagonal, self._U_new)
         diff = self._V_new.astype(np.float64) - self._U_new
         self.Lam += (rho * diff).astype(self.Lam.dtype)
-        primal2 = float(np.sum(diff * diff))
+        primal2 = ordered_total(chunked_sums(np.sum(diff * diff, axis=1)))
         step = self._V_new.astype(np.float64) - self.V
-        step2 = float(np.sum(step * step))
+        step2 = ordered_total(chunked_sums(np.sum(step * step, axis=1)))
         self.V, self._V_new = self._V_new, self.V
         self.U, self._U_new = self._U_new, self.U
         return primal2, step2
 
     def norm2(self) -> float:
-        return float(np.sum(self.V.astype(np.float64) ** 2))
+        return ordered_total(chunked_sums(np.sum(self.V.astype(np.float64) ** 2, axis=1)))
 
     def objective(self, gamma, diagonal) -> float:
         return self.ex.admm_objective(self.prep, self.V, gamma, diagonal)
@@ -203,3 +220,10 @@ class _ADMMSession:
 
     def close(self):
         pass
+
+
+def _pair_total(pair_values, owner_rows, n) -> float:
+    """Sum of per-pair terms grouped by the row chunk of each pair's owner row (its first
+    index, in internal order): the order a row-partitioned executor reproduces."""
+    per_row = np.bincount(owner_rows, weights=pair_values, minlength=n)
+    return ordered_total(chunked_sums(per_row))

@@ -1,0 +1,513 @@
+"""Dask executor: colour-parallel BCD and KL-ADMM on Dask workers.
+
+Rows (internal, locality-relabelled order) are split into contiguous blocks whose
+boundaries are multiples of ``SUM_BLOCK``. Each block lives in one Dask *actor* on a worker,
+holding its rows of V followed by its *halo* -- the rows of other blocks that its rows read
+(manifold neighbours and constraint partners) -- in one local array, and its part of L and
+of the constraint lists renumbered into that local array with the entries in their global
+order. A colour step updates the block's rows of that colour in place with the same numba
+kernel as the in-process executor, so every row gets bitwise the same arithmetic, and
+returns only the updated rows other blocks hold as halo; the driver forwards them with the
+next step. V therefore stays in worker memory across colours and sweeps; per colour step
+only halo rows move.
+
+Reductions are per-chunk sums (``SUM_BLOCK`` rows) added in row order, as in-process, so
+objective values and stopping decisions agree exactly with the oracle.
+
+A dead worker loses its actors. The solver loop then raises :class:`WorkerLostError`;
+:func:`npkl_dist.fit_with_recovery` restarts from the last checkpoint (deterministic
+replay gives the identical result).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._errors import NpklError, ValidationError, fmt_value
+from ._inprocess import SUM_BLOCK, chunked_sums, ordered_total
+
+__all__ = ["DaskExecutor", "WorkerLostError", "partition_rows", "build_blocks"]
+
+
+class WorkerLostError(NpklError, RuntimeError):
+    """A Dask worker holding part of the factor died; the fit must resume from a checkpoint."""
+
+
+def partition_rows(n: int, n_blocks: int, align: int = SUM_BLOCK) -> np.ndarray:
+    """Block boundaries ``starts`` (length n_blocks + 1), interior ones multiples of ``align``."""
+    if n_blocks < 1:
+        raise ValidationError(f"blocks: expected a positive integer, got {fmt_value(n_blocks)}")
+    units = -(-n // align)
+    n_blocks = min(n_blocks, units)
+    cuts = [round(k * units / n_blocks) * align for k in range(n_blocks)] + [n]
+    starts = np.unique(np.minimum(np.asarray(cuts, dtype=np.int64), n))
+    return starts
+
+
+@dataclass
+class BlockSpec:
+    """Everything one block actor needs (plain arrays; built on the driver)."""
+
+    b: int
+    start: int
+    stop: int
+    halo: np.ndarray          # global internal rows held as halo, sorted
+    indptr: np.ndarray        # local CSR of L's off-diagonal, columns in local numbering
+    indices: np.ndarray
+    data: np.ndarray
+    diag: np.ndarray
+    cptr: np.ndarray
+    cidx: np.ndarray
+    csgn: np.ndarray
+    colour_rows: list         # per colour: local rows of that colour (sorted)
+    send: list                # per colour: list of (target block, local rows to send)
+    recv: list                # per colour: list of (source block, local halo positions)
+    send_all: list            # all halo-relevant own rows: (target, local rows), for ADMM
+    recv_all: list            # (source, local positions)
+    pair_own: np.ndarray      # local index of the owner row of each pair owned here
+    pair_other: np.ndarray    # local index of its partner
+    pair_t: np.ndarray
+    pmax: int
+
+    @property
+    def n_own(self) -> int:
+        return self.stop - self.start
+
+
+def build_blocks(prep, plan, starts) -> list:
+    """Split a PreparedProblem into block specs (pure numpy, O(nnz + m))."""
+    n = prep.n_points
+    n_blocks = len(starts) - 1
+    block_of = np.searchsorted(starts, np.arange(n), side="right") - 1
+    colour = plan.colour
+    n_colours = plan.n_colours
+    specs = []
+    halos = []
+    for b in range(n_blocks):
+        s, e = int(starts[b]), int(starts[b + 1])
+        cols = prep.indices[prep.indptr[s]:prep.indptr[e]]
+        parts = prep.cidx[prep.cptr[s]:prep.cptr[e]]
+        ref = np.unique(np.concatenate([cols, parts]))
+        halo = ref[(ref < s) | (ref >= e)]
+        halos.append(halo)
+    for b in range(n_blocks):
+        s, e = int(starts[b]), int(starts[b + 1])
+        nb = e - s
+        halo = halos[b]
+        # global -> local: own rows first, then halo rows in sorted order
+        def to_local(g, s=s, e=e, nb=nb, halo=halo):
+            g = np.asarray(g)
+            own = (g >= s) & (g < e)
+            out = np.empty(g.shape, np.int64)
+            out[own] = g[own] - s
+            out[~own] = nb + np.searchsorted(halo, g[~own])
+            return out
+
+        lo, hi = prep.indptr[s], prep.indptr[e]
+        indptr = (prep.indptr[s:e + 1] - lo).astype(np.int64)
+        indices = to_local(prep.indices[lo:hi])
+        clo, chi = prep.cptr[s], prep.cptr[e]
+        cptr = (prep.cptr[s:e + 1] - clo).astype(np.int64)
+        cidx = to_local(prep.cidx[clo:chi])
+        own_colour = colour[s:e]
+        colour_rows = [np.flatnonzero(own_colour == c).astype(np.int64) for c in range(n_colours)]
+        # pairs owned by this block: the first index (pi) lies in it
+        mine = (prep.pi >= s) & (prep.pi < e)
+        specs.append(BlockSpec(
+            b=b, start=s, stop=e, halo=halo, indptr=indptr, indices=indices,
+            data=prep.data[lo:hi].copy(), diag=prep.diag[s:e].copy(), cptr=cptr, cidx=cidx,
+            csgn=prep.csgn[clo:chi].copy(), colour_rows=colour_rows,
+            send=[[] for _ in range(n_colours)], recv=[[] for _ in range(n_colours)],
+            send_all=[], recv_all=[],
+            pair_own=(prep.pi[mine] - s).astype(np.int64),
+            pair_other=to_local(prep.pj[mine]), pair_t=prep.pt[mine].copy(),
+            pmax=int(np.diff(cptr).max()) if cptr[-1] else 0,
+        ))
+    # halo routes: rows of block a that block b reads, per colour and in total
+    for b in range(n_blocks):
+        halo = halos[b]
+        src = block_of[halo]
+        for a in np.unique(src):
+            rows = halo[src == a]  # sorted global rows
+            pos = specs[b].n_own + np.searchsorted(halo, rows)
+            specs[a].send_all.append((b, rows - specs[a].start))
+            specs[b].recv_all.append((int(a), pos))
+            cols = colour[rows]
+            for c in np.unique(cols):
+                sel = cols == c
+                specs[a].send[c].append((b, rows[sel] - specs[a].start))
+                specs[b].recv[c].append((int(a), pos[sel]))
+    return specs
+
+
+class BlockActor:
+    """One row block of V (and U, Lam for ADMM) in a worker's memory."""
+
+    def __init__(self, spec: BlockSpec, own_rows, loss_code, gamma, bound, n_threads=1,
+                 halo_rows=None, extra=None):
+        import numba
+
+        numba.set_num_threads(max(1, min(n_threads, numba.config.NUMBA_NUM_THREADS)))
+        self.spec = spec
+        r = own_rows.shape[1]
+        nh = spec.halo.shape[0]
+        self.X = np.zeros((spec.n_own + nh, r), dtype=own_rows.dtype)
+        self.X[:spec.n_own] = own_rows
+        if halo_rows is not None:
+            self.X[spec.n_own:] = halo_rows
+        self.loss_code, self.gamma, self.bound = loss_code, gamma, bound
+        self.delta2 = np.zeros(spec.n_own)
+        self.norm2 = np.zeros(spec.n_own)
+        if extra is not None:  # ADMM: U and Lam (own rows), U's halo
+            U_own, U_halo, Lam = extra
+            self.U = np.zeros_like(self.X)
+            self.U[:spec.n_own] = U_own
+            self.U[spec.n_own:] = U_halo
+            self.Lam = np.ascontiguousarray(Lam)
+            self.out = np.zeros_like(self.X)
+
+    # -- BCD ---------------------------------------------------------------------------
+    def bcd_step(self, colour, incoming):
+        """Apply the halo rows sent after the previous colour step, update this colour's
+        rows, return the rows other blocks hold as halo: [(target block, rows)]."""
+        from .._kernels import sweep_colour, sweep_colour_serial
+
+        spec = self.spec
+        for pos, rows in incoming:
+            self.X[pos] = rows
+        rows = spec.colour_rows[colour]
+        if rows.shape[0]:
+            import numba
+
+            kernel = sweep_colour if numba.get_num_threads() > 1 else sweep_colour_serial
+            kernel(rows, spec.indptr, spec.indices, spec.data, spec.diag, spec.cptr, spec.cidx,
+                   spec.csgn, self.X, self.loss_code, self.gamma, self.bound, spec.pmax,
+                   self.delta2, self.norm2)
+        return [(t, self.X[local]) for t, local in spec.send[colour]]
+
+    def bcd_apply(self, incoming):
+        for pos, rows in incoming:
+            self.X[pos] = rows
+        return True
+
+    def change_sums(self):
+        return chunked_sums(self.delta2), chunked_sums(self.norm2)
+
+    def objective_parts(self):
+        """Chunked smooth terms of own rows and chunked pair terms of owned pairs."""
+        from .._kernels import pair_terms, smooth_terms
+
+        spec = self.spec
+        sm = np.empty(spec.n_own)  # the kernel covers out's rows; X includes the halo
+        smooth_terms(spec.indptr, spec.indices, spec.data, spec.diag, self.X, sm)
+        pv = np.empty(spec.pair_own.shape[0])
+        pair_terms(spec.pair_own, spec.pair_other, spec.pair_t, self.X, self.loss_code, pv)
+        per_row = np.bincount(spec.pair_own, weights=pv, minlength=spec.n_own)
+        return chunked_sums(sm), chunked_sums(per_row)
+
+    def own(self):
+        return self.X[:self.spec.n_own].copy()
+
+    def write_blocks(self, url, ckpt_id, row_block, storage_options=None, which="V"):
+        from ..store import RunStore
+
+        store = RunStore.open(url, mode="r", storage_options=storage_options)
+        data = self.own() if which == "V" else np.hstack(
+            [self.X[:self.spec.n_own], self.U[:self.spec.n_own], self.Lam])
+        for s in range(0, data.shape[0], row_block):
+            store.write_V_block(ckpt_id, self.spec.start + s, data[s:s + row_block])
+        return True
+
+    # -- ADMM --------------------------------------------------------------------------
+    def admm_half(self, which, incoming, lam_sign, rho, gamma, diagonal):
+        """Half-step: rows of ``which`` ('V' or 'U') from the other factor's local array.
+        ``incoming``: halo rows of the other factor (positions, rows)."""
+        from .._kernels import admm_rows
+
+        spec = self.spec
+        other = self.U if which == "V" else self.X
+        for pos, rows in incoming:
+            other[pos] = rows
+        nb = spec.n_own
+        admm_rows(0, nb, spec.indptr, spec.indices, spec.data, spec.diag, spec.cptr, spec.cidx,
+                  spec.csgn, bool(diagonal), other, self.Lam, float(lam_sign), float(rho),
+                  float(gamma), spec.pmax, self.out)
+        target = self.X if which == "V" else self.U
+        if which == "V":
+            d = self.out[:nb].astype(np.float64) - self.X[:nb]
+            self.step2 = np.sum(d * d, axis=1)
+        target[:nb] = self.out[:nb]
+        return [(t, target[local]) for t, local in spec.send_all]
+
+    def admm_dual(self, rho):
+        nb = self.spec.n_own
+        diff = self.X[:nb].astype(np.float64) - self.U[:nb]
+        self.Lam += (rho * diff).astype(self.Lam.dtype)
+        return chunked_sums(np.sum(diff * diff, axis=1)), chunked_sums(self.step2)
+
+    def admm_norm2(self):
+        nb = self.spec.n_own
+        return chunked_sums(np.sum(self.X[:nb].astype(np.float64) ** 2, axis=1))
+
+    def admm_objective_parts(self, gamma, diagonal):
+        from .._kernels import admm_diag_terms, admm_pair_terms, smooth_terms
+
+        spec = self.spec
+        nb = spec.n_own
+        sm = np.empty(nb)
+        smooth_terms(spec.indptr, spec.indices, spec.data, spec.diag, self.X, sm)
+        pv = np.empty(spec.pair_own.shape[0])
+        admm_pair_terms(spec.pair_own, spec.pair_other, spec.pair_t, self.X, pv)
+        dg = np.empty(self.X.shape[0])
+        admm_diag_terms(self.X, dg)
+        per_row = np.bincount(spec.pair_own, weights=pv, minlength=nb)
+        return chunked_sums(sm), chunked_sums(per_row), chunked_sums(dg[:nb])
+
+    def admm_own(self):
+        nb = self.spec.n_own
+        return self.X[:nb].copy(), self.U[:nb].copy(), self.Lam.copy()
+
+
+def _is_worker_loss(exc) -> bool:
+    from distributed.client import FutureCancelledError
+
+    names = {"KilledWorker", "CommClosedError", "FutureCancelledError", "StreamClosedError",
+             "CancelledError", "WorkerLost"}
+    return isinstance(exc, FutureCancelledError) or type(exc).__name__ in names or (
+        "worker" in str(exc).lower() and ("lost" in str(exc).lower() or "died" in str(exc)))
+
+
+class DaskExecutor:
+    """Runs BCD sweeps and KL-ADMM iterations on a Dask cluster.
+
+    Parameters
+    ----------
+    client : distributed.Client, optional
+        An existing client. Otherwise ``address`` (an existing scheduler) or a new
+        ``LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True)``.
+    address : str, optional
+    workers : int
+        Workers of the LocalCluster (default 2).
+    threads : int
+        Threads per worker, also numba's thread count inside each block (default 1).
+    blocks : int, optional
+        Row blocks (default: 2 per worker).
+    """
+
+    name = "dask"
+
+    def __init__(self, client=None, *, address=None, workers: int = 2, threads: int = 1,
+                 blocks: int | None = None, processes: bool = True):
+        from distributed import Client, LocalCluster
+
+        for nm, val in (("workers", workers), ("threads", threads)):
+            if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+                raise ValidationError(f"{nm}: expected a positive integer, got {fmt_value(val)}")
+        self._own_cluster = None
+        if client is None:
+            if address is not None:
+                client = Client(address)
+            else:
+                # numba threads are set explicitly inside each actor (numba.set_num_threads)
+                env = {"OMP_NUM_THREADS": "1",
+                       "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+                self._own_cluster = LocalCluster(
+                    n_workers=workers, threads_per_worker=threads, processes=processes,
+                    dashboard_address=None, env=env)
+                client = Client(self._own_cluster)
+        self.client = client
+        self.threads = threads
+        n_workers = max(1, len(client.scheduler_info()["workers"]))
+        self.blocks = blocks or 2 * n_workers
+
+    def close(self):
+        if self._own_cluster is not None:
+            self.client.close()
+            self._own_cluster.close()
+            self._own_cluster = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- helpers -----------------------------------------------------------------------
+    def _actors(self, specs, make_args):
+        workers = list(self.client.scheduler_info()["workers"])
+        futs = []
+        for k, spec in enumerate(specs):
+            futs.append(self.client.submit(BlockActor, spec, *make_args(spec), actor=True,
+                                           workers=[workers[k % len(workers)]],
+                                           allow_other_workers=True, pure=False))
+        return [f.result() for f in futs]
+
+    def _gather(self, actor_futures):
+        try:
+            return [f.result() for f in actor_futures]
+        except Exception as exc:  # noqa: BLE001 - classify, then re-raise
+            if _is_worker_loss(exc):
+                raise WorkerLostError(
+                    f"dask: a worker died during the fit ({type(exc).__name__}: {exc}); resume "
+                    f"from the last checkpoint") from exc
+            raise
+
+    # -- sessions ----------------------------------------------------------------------
+    def bcd_session(self, prep, plan, V):
+        return _DaskBCDSession(self, prep, plan, V)
+
+    def admm_session(self, prep, V, U, Lam):
+        return _DaskADMMSession(self, prep, V, U, Lam)
+
+
+class _DaskBCDSession:
+    def __init__(self, ex: DaskExecutor, prep, plan, V):
+        self.ex = ex
+        self.gamma = prep.gamma
+        self.starts = partition_rows(V.shape[0], ex.blocks)
+        self.specs = build_blocks(prep, plan, self.starts)
+        self.actors = ex._actors(
+            self.specs,
+            lambda sp: (V[sp.start:sp.stop], prep.loss_code, prep.gamma, prep.bound, ex.threads,
+                        V[sp.halo]))
+        self.pending = [[] for _ in self.specs]  # (positions, rows) to apply next
+        self.halo_bytes = []  # bytes moved per colour step
+
+    def sweep(self, colour_order):
+        ex = self.ex
+        for c in colour_order:
+            c = int(c)
+            outgoing = ex._gather([actor.bcd_step(c, self.pending[b])
+                                   for b, actor in enumerate(self.actors)])
+            self.pending = [[] for _ in self.specs]
+            nbytes = 0
+            for a, msgs in enumerate(outgoing):
+                for target, rows in msgs:
+                    self.pending[target].append((_recv_positions(self.specs[target], a, c), rows))
+                    nbytes += rows.nbytes
+            self.halo_bytes.append(nbytes)
+        self._flush()
+        parts = ex._gather([a.change_sums() for a in self.actors])
+        d2 = ordered_total([x for p in parts for x in p[0]])
+        n2 = ordered_total([x for p in parts for x in p[1]])
+        return d2, n2
+
+    def _flush(self):
+        if any(self.pending):
+            self.ex._gather([a.bcd_apply(self.pending[b]) for b, a in enumerate(self.actors)])
+            self.pending = [[] for _ in self.specs]
+
+    def objective(self) -> float:
+        self._flush()
+        parts = self.ex._gather([a.objective_parts() for a in self.actors])
+        smooth = ordered_total([x for p in parts for x in p[0]])
+        pairs = ordered_total([x for p in parts for x in p[1]])
+        return smooth + self.gamma * pairs
+
+    def gather(self) -> np.ndarray:
+        self._flush()
+        return np.concatenate(self.ex._gather([a.own() for a in self.actors]))
+
+    def write_checkpoint_blocks(self, store, ckpt_id, row_block):
+        self._flush()
+        if any(sp.start % row_block for sp in self.specs):
+            raise ValidationError(
+                f"row_block: {row_block} does not divide the Dask block starts "
+                f"{[sp.start for sp in self.specs]}; use a divisor of {SUM_BLOCK}")
+        self.ex._gather([a.write_blocks(store.url, ckpt_id, row_block,
+                                        getattr(store, "storage_options", None))
+                         for a in self.actors])
+
+    def close(self):
+        self.actors = []
+
+
+def _recv_positions(spec: BlockSpec, source: int, colour: int):
+    for src, pos in spec.recv[colour]:
+        if src == source:
+            return pos
+    raise AssertionError("halo route missing")  # internal invariant of build_blocks
+
+
+class _DaskADMMSession:
+    def __init__(self, ex: DaskExecutor, prep, V, U, Lam):
+        self.ex = ex
+        self.n = V.shape[0]
+        self.starts = partition_rows(self.n, ex.blocks)
+        self.specs = build_blocks(prep, _NoColour(prep), self.starts)
+        self.actors = ex._actors(
+            self.specs,
+            lambda sp: (V[sp.start:sp.stop], 2, prep.gamma, prep.bound, ex.threads,
+                        V[sp.halo], (U[sp.start:sp.stop], U[sp.halo], Lam[sp.start:sp.stop])))
+        self.halo_bytes = []
+
+    def _exchange(self, outgoing):
+        inbox = [[] for _ in self.specs]
+        nbytes = 0
+        for a, msgs in enumerate(outgoing):
+            for target, rows in msgs:
+                inbox[target].append((_recv_all_positions(self.specs[target], a), rows))
+                nbytes += rows.nbytes
+        self.halo_bytes.append(nbytes)
+        return inbox
+
+    def iterate(self, rho, gamma, diagonal):
+        ex = self.ex
+        # U's halo is current from the previous U-step exchange (kept in self._u_inbox)
+        inbox = getattr(self, "_u_inbox", [[] for _ in self.specs])
+        out = ex._gather([a.admm_half("V", inbox[b], -1.0, rho, gamma, diagonal)
+                          for b, a in enumerate(self.actors)])
+        v_inbox = self._exchange(out)
+        out = ex._gather([a.admm_half("U", v_inbox[b], 1.0, rho, gamma, diagonal)
+                          for b, a in enumerate(self.actors)])
+        self._u_inbox = self._exchange(out)
+        parts = ex._gather([a.admm_dual(rho) for a in self.actors])
+        primal2 = ordered_total([x for p in parts for x in p[0]])
+        step2 = ordered_total([x for p in parts for x in p[1]])
+        return primal2, step2
+
+    def norm2(self) -> float:
+        parts = self.ex._gather([a.admm_norm2() for a in self.actors])
+        return ordered_total([x for p in parts for x in p])
+
+    def objective(self, gamma, diagonal) -> float:
+        parts = self.ex._gather([a.admm_objective_parts(gamma, diagonal) for a in self.actors])
+        total = ordered_total([x for p in parts for x in p[0]])
+        total += gamma * ordered_total([x for p in parts for x in p[1]])
+        if diagonal:
+            total += 0.5 * gamma * ordered_total([x for p in parts for x in p[2]])
+        return total
+
+    def gather(self):
+        parts = self.ex._gather([a.admm_own() for a in self.actors])
+        return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))
+
+    def write_checkpoint_blocks(self, store, ckpt_id, row_block):
+        self.ex._gather([a.write_blocks(store.url, ckpt_id, row_block,
+                                        getattr(store, "storage_options", None), which="VUL")
+                         for a in self.actors])
+
+    def close(self):
+        self.actors = []
+
+
+def _recv_all_positions(spec: BlockSpec, source: int):
+    for src, pos in spec.recv_all:
+        if src == source:
+            return pos
+    raise AssertionError("halo route missing")
+
+
+class _NoColour:
+    """ADMM needs no colouring: one colour holding every row."""
+
+    def __init__(self, prep):
+        self.colour = np.zeros(prep.n_points, np.int64)
+        self.n_colours = 1
+
+
+def default_threads() -> int:
+    return int(os.environ.get("NPKL_DASK_THREADS", "1"))

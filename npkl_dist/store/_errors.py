@@ -1,0 +1,37 @@
+"""Errors and warnings of the run store (leaves of npkl_dist's hierarchy)."""
+
+from __future__ import annotations
+
+from .._errors import NpklError, NpklWarning
+
+__all__ = ["StoreError", "StoreLockedError", "StoreVersionError", "StoreWarning"]
+
+
+class StoreError(NpklError, OSError):
+    """A run store cannot be created, opened, read or written.
+
+    Subclasses ``OSError`` so that ``except OSError`` keeps working; when the cause was an
+    ``OSError`` (disk full, permission denied, ...) its ``errno`` is copied onto this error.
+    """
+
+
+class StoreLockedError(StoreError):
+    """Another process holds the run's writer lock (one writer per run).
+
+    Attributes
+    ----------
+    holder : dict
+        The lock object's content: ``host``, ``pid``, ``since`` (ISO time), ``token``.
+    """
+
+    def __init__(self, message: str, holder: dict | None = None):
+        super().__init__(message)
+        self.holder = dict(holder or {})
+
+
+class StoreVersionError(StoreError):
+    """The run was written with another store format version."""
+
+
+class StoreWarning(NpklWarning):
+    """Something in a store needed repair: a stale lock taken over, a torn checkpoint skipped."""
