@@ -173,7 +173,7 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
             res.objective_seconds.append(t2 - t1)
             if callback is not None:
                 callback(it, obj, primal, dual)
-            res.converged = primal / vnorm < tol and step / vnorm < tol
+            res.converged = bool(primal / vnorm < tol and step / vnorm < tol)
             if not res.converged and adaptive_rho:  # eq. (15); Lam is kept as is
                 if primal > 10.0 * dual:
                     rho = 2.0 * rho

@@ -180,7 +180,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
             result.change_trace.append(change)
             result.sweep_seconds.append(t1 - t0)
             result.objective_seconds.append(t2 - t1)
-            result.converged = change < tol
+            result.converged = bool(change < tol)
             if callback is not None:
                 callback(sweep, obj, change, t1 - t0)
             if on_sweep is not None:

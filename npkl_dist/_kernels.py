@@ -659,3 +659,12 @@ def admm_diag_terms(V, out):
         for c in range(r):
             d += np.float64(V[i, c]) * np.float64(V[i, c])
         out[i] = (d - 1.0) * (d - 1.0)
+
+
+# Serial compilations of the parallel reductions (prange runs as range): for callers that
+# parallelise at a coarser level, e.g. Dask block actors with one thread each -- an OpenMP
+# parallel region started from a worker's actor thread gains nothing and can stall.
+smooth_terms_serial = njit(nogil=True, cache=True)(smooth_terms.py_func)
+pair_terms_serial = njit(nogil=True, cache=True)(pair_terms.py_func)
+admm_pair_terms_serial = njit(nogil=True, cache=True)(admm_pair_terms.py_func)
+admm_diag_terms_serial = njit(nogil=True, cache=True)(admm_diag_terms.py_func)

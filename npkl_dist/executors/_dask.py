@@ -150,7 +150,8 @@ class BlockActor:
                  halo_rows=None, extra=None):
         import numba
 
-        numba.set_num_threads(max(1, min(n_threads, numba.config.NUMBA_NUM_THREADS)))
+        self.threads = max(1, min(n_threads, numba.config.NUMBA_NUM_THREADS))
+        numba.set_num_threads(self.threads)
         self.spec = spec
         r = own_rows.shape[1]
         nh = spec.halo.shape[0]
@@ -180,9 +181,7 @@ class BlockActor:
             self.X[pos] = rows
         rows = spec.colour_rows[colour]
         if rows.shape[0]:
-            import numba
-
-            kernel = sweep_colour if numba.get_num_threads() > 1 else sweep_colour_serial
+            kernel = sweep_colour if self.threads > 1 else sweep_colour_serial
             kernel(rows, spec.indptr, spec.indices, spec.data, spec.diag, spec.cptr, spec.cidx,
                    spec.csgn, self.X, self.loss_code, self.gamma, self.bound, spec.pmax,
                    self.delta2, self.norm2)
@@ -198,7 +197,8 @@ class BlockActor:
 
     def objective_parts(self):
         """Chunked smooth terms of own rows and chunked pair terms of owned pairs."""
-        from .._kernels import pair_terms, smooth_terms
+        from .._kernels import pair_terms_serial as pair_terms
+        from .._kernels import smooth_terms_serial as smooth_terms
 
         spec = self.spec
         sm = np.empty(spec.n_own)  # the kernel covers out's rows; X includes the halo
@@ -253,7 +253,9 @@ class BlockActor:
         return chunked_sums(np.sum(self.X[:nb].astype(np.float64) ** 2, axis=1))
 
     def admm_objective_parts(self, gamma, diagonal):
-        from .._kernels import admm_diag_terms, admm_pair_terms, smooth_terms
+        from .._kernels import admm_diag_terms_serial as admm_diag_terms
+        from .._kernels import admm_pair_terms_serial as admm_pair_terms
+        from .._kernels import smooth_terms_serial as smooth_terms
 
         spec = self.spec
         nb = spec.n_own
@@ -339,15 +341,19 @@ class DaskExecutor:
     def _actors(self, specs, make_args):
         workers = list(self.client.scheduler_info()["workers"])
         futs = []
-        for k, spec in enumerate(specs):
-            futs.append(self.client.submit(BlockActor, spec, *make_args(spec), actor=True,
-                                           workers=[workers[k % len(workers)]],
-                                           allow_other_workers=True, pure=False))
-        return [f.result() for f in futs]
+        with self.client.as_current():  # actor handles bind to the current client
+            for k, spec in enumerate(specs):
+                futs.append(self.client.submit(BlockActor, spec, *make_args(spec), actor=True,
+                                               workers=[workers[k % len(workers)]],
+                                               allow_other_workers=True, pure=False))
+            return [f.result() for f in futs]
 
-    def _gather(self, actor_futures):
+    def _gather(self, make_futures):
+        """Submit actor calls (``make_futures()``) and wait for them; a dead worker, at
+        submission or while waiting, becomes :class:`WorkerLostError`."""
         try:
-            return [f.result() for f in actor_futures]
+            with self.client.as_current():
+                return [f.result() for f in make_futures()]
         except Exception as exc:  # noqa: BLE001 - classify, then re-raise
             if _is_worker_loss(exc):
                 raise WorkerLostError(
@@ -380,7 +386,7 @@ class _DaskBCDSession:
         ex = self.ex
         for c in colour_order:
             c = int(c)
-            outgoing = ex._gather([actor.bcd_step(c, self.pending[b])
+            outgoing = ex._gather(lambda: [actor.bcd_step(c, self.pending[b])
                                    for b, actor in enumerate(self.actors)])
             self.pending = [[] for _ in self.specs]
             nbytes = 0
@@ -390,26 +396,26 @@ class _DaskBCDSession:
                     nbytes += rows.nbytes
             self.halo_bytes.append(nbytes)
         self._flush()
-        parts = ex._gather([a.change_sums() for a in self.actors])
+        parts = ex._gather(lambda: [a.change_sums() for a in self.actors])
         d2 = ordered_total([x for p in parts for x in p[0]])
         n2 = ordered_total([x for p in parts for x in p[1]])
         return d2, n2
 
     def _flush(self):
         if any(self.pending):
-            self.ex._gather([a.bcd_apply(self.pending[b]) for b, a in enumerate(self.actors)])
+            self.ex._gather(lambda: [a.bcd_apply(self.pending[b]) for b, a in enumerate(self.actors)])
             self.pending = [[] for _ in self.specs]
 
     def objective(self) -> float:
         self._flush()
-        parts = self.ex._gather([a.objective_parts() for a in self.actors])
+        parts = self.ex._gather(lambda: [a.objective_parts() for a in self.actors])
         smooth = ordered_total([x for p in parts for x in p[0]])
         pairs = ordered_total([x for p in parts for x in p[1]])
         return smooth + self.gamma * pairs
 
     def gather(self) -> np.ndarray:
         self._flush()
-        return np.concatenate(self.ex._gather([a.own() for a in self.actors]))
+        return np.concatenate(self.ex._gather(lambda: [a.own() for a in self.actors]))
 
     def write_checkpoint_blocks(self, store, ckpt_id, row_block):
         self._flush()
@@ -417,7 +423,7 @@ class _DaskBCDSession:
             raise ValidationError(
                 f"row_block: {row_block} does not divide the Dask block starts "
                 f"{[sp.start for sp in self.specs]}; use a divisor of {SUM_BLOCK}")
-        self.ex._gather([a.write_blocks(store.url, ckpt_id, row_block,
+        self.ex._gather(lambda: [a.write_blocks(store.url, ckpt_id, row_block,
                                         getattr(store, "storage_options", None))
                          for a in self.actors])
 
@@ -458,23 +464,23 @@ class _DaskADMMSession:
         ex = self.ex
         # U's halo is current from the previous U-step exchange (kept in self._u_inbox)
         inbox = getattr(self, "_u_inbox", [[] for _ in self.specs])
-        out = ex._gather([a.admm_half("V", inbox[b], -1.0, rho, gamma, diagonal)
+        out = ex._gather(lambda: [a.admm_half("V", inbox[b], -1.0, rho, gamma, diagonal)
                           for b, a in enumerate(self.actors)])
         v_inbox = self._exchange(out)
-        out = ex._gather([a.admm_half("U", v_inbox[b], 1.0, rho, gamma, diagonal)
+        out = ex._gather(lambda: [a.admm_half("U", v_inbox[b], 1.0, rho, gamma, diagonal)
                           for b, a in enumerate(self.actors)])
         self._u_inbox = self._exchange(out)
-        parts = ex._gather([a.admm_dual(rho) for a in self.actors])
+        parts = ex._gather(lambda: [a.admm_dual(rho) for a in self.actors])
         primal2 = ordered_total([x for p in parts for x in p[0]])
         step2 = ordered_total([x for p in parts for x in p[1]])
         return primal2, step2
 
     def norm2(self) -> float:
-        parts = self.ex._gather([a.admm_norm2() for a in self.actors])
+        parts = self.ex._gather(lambda: [a.admm_norm2() for a in self.actors])
         return ordered_total([x for p in parts for x in p])
 
     def objective(self, gamma, diagonal) -> float:
-        parts = self.ex._gather([a.admm_objective_parts(gamma, diagonal) for a in self.actors])
+        parts = self.ex._gather(lambda: [a.admm_objective_parts(gamma, diagonal) for a in self.actors])
         total = ordered_total([x for p in parts for x in p[0]])
         total += gamma * ordered_total([x for p in parts for x in p[1]])
         if diagonal:
@@ -482,11 +488,11 @@ class _DaskADMMSession:
         return total
 
     def gather(self):
-        parts = self.ex._gather([a.admm_own() for a in self.actors])
+        parts = self.ex._gather(lambda: [a.admm_own() for a in self.actors])
         return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))
 
     def write_checkpoint_blocks(self, store, ckpt_id, row_block):
-        self.ex._gather([a.write_blocks(store.url, ckpt_id, row_block,
+        self.ex._gather(lambda: [a.write_blocks(store.url, ckpt_id, row_block,
                                         getattr(store, "storage_options", None), which="VUL")
                          for a in self.actors])
 

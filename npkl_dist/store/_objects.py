@@ -195,6 +195,14 @@ class LocalObjects(ObjectStore):
 
     def sync_prefix(self, prefix):
         base = self._path(prefix)
+        if os.path.isfile(base):
+            fd = os.open(base, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            _fsync_dir(os.path.dirname(base))
+            return
         for dirpath, _, files in os.walk(base):
             for f in files:
                 fd = os.open(os.path.join(dirpath, f), os.O_RDONLY)
@@ -360,7 +368,8 @@ class WriterLock:
         except ValueError:
             return {"host": "?", "pid": "?", "since": "?", "token": None, "unreadable": True}
 
-    def _locked_error(self, holder: dict, what: str = "is locked by another writer") -> StoreLockedError:
+    def _locked_error(self, holder: dict,
+                      what: str = "is locked by another writer") -> StoreLockedError:
         return StoreLockedError(
             f"run {self.run_url} {what}: host {holder.get('host')!s}, pid {holder.get('pid')!s}, "
             f"since {holder.get('since')!s}. Only one process may write a run. Wait for that "

@@ -1,0 +1,23 @@
+"""Run store: a run's inputs, graph, plan, checkpoints and results in one Zarr group.
+
+The specification (layout, format version, checkpoint commit protocol, writer lock, failure
+semantics) is storage/SPEC.md. Only this subpackage imports zarr and fsspec, and only when a
+store is opened: ``import npkl_dist.store`` works without them installed.
+
+Install the engine with ``pip install "npkl-dist[zarr]"``.
+"""
+
+from ._errors import StoreError, StoreLockedError, StoreVersionError, StoreWarning
+from ._runstore import DEFAULT_RETENTION, DEFAULT_ROOT, FORMAT_VERSION, RunStore, resolve_run
+
+__all__ = [
+    "DEFAULT_RETENTION",
+    "DEFAULT_ROOT",
+    "FORMAT_VERSION",
+    "RunStore",
+    "StoreError",
+    "StoreLockedError",
+    "StoreVersionError",
+    "StoreWarning",
+    "resolve_run",
+]

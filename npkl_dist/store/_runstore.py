@@ -1,0 +1,1212 @@
+"""The run store: one Zarr group per run, with checkpoints committed through a pointer.
+
+The layout, the commit protocol and the failure semantics are specified in storage/SPEC.md;
+this module implements format version 1. In short:
+
+- inputs, graph, plan and results are written once each by the orchestrating process (the
+  writer-lock holder); completion is recorded in the small JSON object ``_npkl/stages.json``
+  with a sha256 per item, so a retried write of the same content is a no-op and a write of
+  different content is refused;
+- a checkpoint of V (n x r) is a Zarr array sharded by row blocks (one shard = one row block
+  = one writer); the driver commits it by verifying every shard, recording per-block sha256
+  hashes in the checkpoint's manifest, then replacing the pointer object
+  ``_npkl/pointer.json`` in one atomic step; readers follow the pointer and verify hashes,
+  falling back to the previous committed checkpoint if the newest is torn.
+
+zarr (and fsspec for URLs) are imported here lazily, when a store is opened.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import hashlib
+import json
+import os
+import re
+import sys
+import uuid
+import warnings
+from contextlib import contextmanager
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._constraints import Constraints
+from .._errors import ValidationError, fmt_value
+from .._plan import SweepPlan
+from ._errors import StoreError, StoreVersionError, StoreWarning
+from ._objects import WriterLock, objects_for, utc_now
+
+__all__ = ["FORMAT_VERSION", "DEFAULT_ROOT", "RunStore", "resolve_run"]
+
+FORMAT_VERSION = 1
+DEFAULT_ROOT = "storage/runs"
+DEFAULT_RETENTION = 2
+
+POINTER_KEY = "_npkl/pointer.json"
+STAGES_KEY = "_npkl/stages.json"
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_CKPT_ID = re.compile(r"^ckpt-(\d{6,})-([0-9a-f]{8})$")
+_STAGE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+_ITEM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_KEY_ENCODING = {"name": "default", "separator": "/"}
+_TARGET_CHUNK_BYTES = 8 << 20  # inputs/graph/results chunks: about 8 MiB uncompressed
+_HASH_BATCH_BYTES = 64 << 20  # V is read back in batches of whole blocks of about this size
+_V_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_RESERVED_MANIFEST_KEYS = (
+    "id", "step", "n", "r", "dtype", "row_block", "format_version", "created", "versions",
+    "hashes",
+)
+
+
+def resolve_run(run, root=DEFAULT_ROOT) -> str:
+    """The store URL of a run.
+
+    Parameters
+    ----------
+    run : str or path-like
+        A run id (``[A-Za-z0-9][A-Za-z0-9._-]*``), resolved to ``<root>/<id>``; a path
+        containing ``/`` or an fsspec URL (containing ``://``) is returned as is.
+    root : str or path-like, default "storage/runs"
+        Local directory (made absolute against the working directory) or fsspec URL under
+        which run ids live.
+
+    Returns
+    -------
+    str
+        An absolute local path, or a URL.
+    """
+    if not isinstance(run, (str, os.PathLike)):
+        raise ValidationError(
+            f"run: expected a run id, a path or a URL (str), got {fmt_value(run)}"
+        )
+    run = os.fspath(run)
+    if "://" in run or "/" in run or os.sep in run:
+        return run
+    if not _RUN_ID.match(run):
+        raise ValidationError(
+            f"run: {run!r} is not a valid run id; use letters, digits, '.', '_' and '-' "
+            f"(not starting with '.' or '-'), or pass a path or URL"
+        )
+    root = os.fspath(root)
+    if "://" in root:
+        return f"{root.rstrip('/')}/{run}"
+    return os.path.abspath(os.path.join(os.path.expanduser(root), run))
+
+
+# --- small helpers ---------------------------------------------------------------------------
+def _json_default(o):
+    if isinstance(o, np.bool_):
+        return bool(o)
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"object of type {type(o).__name__} is not JSON serializable")
+
+
+def _jsonable(value, where: str):
+    """A deep copy of ``value`` made of JSON types (numpy scalars converted), or an error."""
+    try:
+        return json.loads(json.dumps(value, default=_json_default, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(
+            f"{where}: {exc}; pass JSON-able values (numbers, strings, bools, None, lists, "
+            f"dicts with string keys; no NaN/inf, no arbitrary objects)"
+        ) from None
+
+
+def _canonical(value) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _sha_json(value) -> str:
+    return hashlib.sha256(_canonical(value)).hexdigest()
+
+
+def _le(arr: np.ndarray) -> np.ndarray:
+    arr = np.ascontiguousarray(arr)
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    return arr
+
+
+def _sha_data(arr: np.ndarray) -> str:
+    """sha256 of an array's C-order little-endian bytes (data only)."""
+    return hashlib.sha256(_le(arr).reshape(-1).view(np.uint8)).hexdigest()
+
+
+def _sha_arrays(*arrays, extra=None) -> str:
+    """sha256 over several arrays, their dtypes and shapes, and JSON extras."""
+    h = hashlib.sha256()
+    for a in arrays:
+        a = _le(np.asarray(a))
+        h.update(f"{a.dtype.str}{a.shape};".encode())
+        h.update(a.reshape(-1).view(np.uint8))
+    if extra is not None:
+        h.update(_canonical(extra))
+    return h.hexdigest()
+
+
+def _package_versions() -> dict:
+    from importlib import metadata
+
+    from .. import __version__
+
+    out = {"python": sys.version.split()[0], "npkl-dist": __version__}
+    for name in ("numpy", "scipy", "numba", "zarr", "numcodecs", "fsspec", "s3fs"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+_FIXES = {
+    _errno.ENOSPC: "the volume holding the run is full: free space there (e.g. delete old "
+                   "runs) or move the run to a larger volume or an object store",
+    _errno.EDQUOT: "the disk quota of the run location is exhausted: free space or raise "
+                   "the quota",
+    _errno.EACCES: "this process may not write there: fix the permissions (or the object "
+                   "store credentials) of the run location, or choose another root",
+    _errno.EPERM: "this process may not write there: fix the permissions (or the object "
+                  "store credentials) of the run location, or choose another root",
+    _errno.EROFS: "the run location is on a read-only file system: choose a writable root",
+}
+
+
+def _positive_int(value, name) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValidationError(f"{name}: expected a positive integer, got {fmt_value(value)}")
+    return int(value)
+
+
+def _chunks_1d(length: int, itemsize: int) -> tuple[int]:
+    return (max(1, min(length, _TARGET_CHUNK_BYTES // max(1, itemsize))),)
+
+
+def _put_array(group, name: str, arr: np.ndarray, chunks: tuple) -> None:
+    """Create (or replace) one array of a written-once stage and fill it."""
+    a = group.create_array(
+        name,
+        shape=arr.shape,
+        dtype=arr.dtype,
+        chunks=chunks,
+        fill_value=0,
+        overwrite=True,
+        config={"write_empty_chunks": True},
+        chunk_key_encoding=_KEY_ENCODING,
+    )
+    if arr.size:
+        a[...] = arr
+
+
+class _Torn(Exception):
+    """A committed checkpoint failed verification (internal)."""
+
+
+class RunStore:
+    """One run: inputs, graph, plan, checkpoints of V and results in a Zarr group.
+
+    Construct with :meth:`create` (a new run, takes the writer lock) or :meth:`open`
+    (``mode="r"``: read only, no lock; ``mode="a"``: resume writing, takes the lock).
+    Use as a context manager, or call :meth:`close`, to release the lock.
+
+    A RunStore pickles to a *worker handle* (no lock): on another process it may call
+    :meth:`write_V_block` and the read methods, nothing that writes attributes, stages,
+    commits or the pointer. A ``mode="r"`` store may also write V blocks (the one lock-free
+    write); it writes nothing else.
+
+    Attributes
+    ----------
+    url : str
+        Absolute local path or fsspec URL of the run.
+    config : dict
+        The run configuration given to :meth:`create`.
+    mode : {"r", "a", "worker"}
+    retention : int
+        Number of committed checkpoints kept (older ones are pruned at commit).
+    """
+
+    def __init__(self, url, *, mode, retention=DEFAULT_RETENTION, storage_options=None,
+                 _attrs=None):
+        # private: use create() / open()
+        self._objects = objects_for(url, storage_options)
+        self.url = self._objects.url
+        self.mode = mode
+        self.retention = _positive_int(retention, "retention")
+        self.storage_options = dict(storage_options or {}) or None
+        self._lock = WriterLock(self._objects, self.url)
+        self._zstore = None
+        self._zstore_w = None
+        self._root = None
+        self._arrays = {}
+        self._groups = {}
+        self._known_torn = set()  # committed ids found torn by latest_checkpoint
+        self._attrs = _attrs or {}
+        self.config = self._attrs.get("config", {})
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def create(cls, url, *, config: dict, overwrite: bool = False,
+               retention: int = DEFAULT_RETENTION, storage_options: dict | None = None
+               ) -> "RunStore":
+        """Create a new run and take its writer lock.
+
+        Parameters
+        ----------
+        url : str
+            Local path or fsspec URL (see :func:`resolve_run`).
+        config : dict
+            JSON-able run configuration, stored in the root group's attributes.
+        overwrite : bool, default False
+            Replace an existing *run* at ``url``. A location holding anything that is not a
+            run is never deleted.
+        retention : int, default 2
+            Committed checkpoints kept.
+        storage_options : dict, optional
+            fsspec options for URLs (e.g. ``{"endpoint_url": ...}`` for S3).
+        """
+        if not isinstance(config, dict):
+            raise ValidationError(f"config: expected a dict, got {fmt_value(config)}")
+        config = _jsonable(config, "config")
+        self = cls(url, mode="a", retention=retention, storage_options=storage_options)
+        objs = self._objects
+        with self._io("creating the run"):
+            exists = objs.exists("zarr.json")
+            if exists:
+                if not overwrite:
+                    raise StoreError(
+                        f"run {self.url} already exists; resume it with "
+                        f"RunStore.open(url, mode='a'), or pass overwrite=True to discard it"
+                    )
+                attrs = self._read_root_attrs()
+                if "format_version" not in attrs:
+                    raise StoreError(
+                        f"{self.url} holds a Zarr group that is not an npkl-dist run; "
+                        f"refusing to overwrite it: choose another location"
+                    )
+            else:
+                others = [n for n in objs.list_dir("") if n != "_npkl"]
+                if others:
+                    raise StoreError(
+                        f"{self.url} is not empty and not an npkl-dist run (it holds "
+                        f"{others[:5]}); refusing to write there: choose a new or empty "
+                        f"location"
+                    )
+            self._lock.acquire()
+        try:
+            with self._io("creating the run"):
+                if exists:
+                    self._wipe_except_lock()
+                import zarr
+
+                self._attrs = {
+                    "format_version": FORMAT_VERSION,
+                    "created": utc_now(),
+                    "npkl_version": _package_versions()["npkl-dist"],
+                    "config": config,
+                }
+                self.config = config
+                root = zarr.Group.from_store(
+                    self._store(), attributes=self._attrs, overwrite=False, zarr_format=3
+                )
+                # _npkl holds non-Zarr control objects; making it a group keeps a listing of
+                # the root clean. The other groups are created when first written.
+                if not objs.exists("_npkl/zarr.json"):  # (left over by an aborted create)
+                    root.create_group("_npkl", attributes={
+                        "description": "npkl-dist control objects: lock.json, pointer.json, "
+                                       "stages.json (storage/SPEC.md)"})
+                self._root = root
+        except BaseException:
+            self._lock.release()
+            raise
+        return self
+
+    @classmethod
+    def open(cls, url, mode: str = "r", *, retention: int = DEFAULT_RETENTION,
+             storage_options: dict | None = None) -> "RunStore":
+        """Open an existing run.
+
+        Parameters
+        ----------
+        url : str
+        mode : {"r", "a"}, default "r"
+            ``"r"`` reads without a lock (a writer may be active); ``"a"`` takes the writer
+            lock (resume).
+        retention : int, default 2
+        storage_options : dict, optional
+
+        Raises
+        ------
+        StoreError
+            No run at ``url``.
+        StoreVersionError
+            The run was written with another format version.
+        StoreLockedError
+            ``mode="a"`` and another live process holds the writer lock.
+        """
+        if mode not in ("r", "a"):
+            raise ValidationError(
+                f"mode: {mode!r} is not one of 'r' (read only) or 'a' (resume writing)"
+            )
+        self = cls(url, mode=mode, retention=retention, storage_options=storage_options)
+        with self._io("opening the run"):
+            if not self._objects.exists("zarr.json"):
+                raise StoreError(
+                    f"no run at {self.url} (no zarr.json there): create it with "
+                    f"RunStore.create(url, config=...), or check the run id and the store "
+                    f"root (resolve_run)"
+                )
+            attrs = self._read_root_attrs()
+        version = attrs.get("format_version")
+        if version is None:
+            raise StoreError(
+                f"{self.url} is a Zarr group but not an npkl-dist run (no format_version "
+                f"attribute); check the run id / URL"
+            )
+        if version != FORMAT_VERSION:
+            raise StoreVersionError(
+                f"run {self.url} was written with run-store format version {version!r} (by "
+                f"npkl-dist {attrs.get('npkl_version', '?')!s}), but this npkl-dist "
+                f"({_package_versions()['npkl-dist']}) reads format version {FORMAT_VERSION} "
+                f"only; open the run with an npkl-dist release that reads format version "
+                f"{version!r}, or start a new run"
+            )
+        self._attrs = attrs
+        self.config = attrs.get("config", {})
+        if mode == "a":
+            with self._io("taking the writer lock"):
+                self._lock.acquire()
+        return self
+
+    @classmethod
+    def break_lock(cls, url, *, storage_options: dict | None = None) -> dict | None:
+        """Remove a run's writer lock (after its holder died on another host).
+
+        Returns the removed lock's content, or ``None`` if the run was not locked.
+        """
+        objs = objects_for(url, storage_options)
+        return WriterLock(objs, objs.url).break_lock()
+
+    def close(self) -> None:
+        """Release the writer lock (if held). Idempotent."""
+        if self.mode == "a":
+            with self._io("releasing the writer lock"):
+                self._lock.release()
+        self._arrays.clear()
+        self._groups.clear()
+        self._root = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"RunStore({self.url!r}, mode={self.mode!r})"
+
+    def __getstate__(self):
+        # A pickled store is a worker handle: same run, no lock, no attribute writes.
+        return {
+            "url": self.url,
+            "mode": "r" if self.mode == "r" else "worker",
+            "retention": self.retention,
+            "storage_options": self.storage_options,
+            "attrs": self._attrs,
+        }
+
+    def __setstate__(self, state):
+        self.__init__(state["url"], mode=state["mode"], retention=state["retention"],
+                      storage_options=state["storage_options"], _attrs=state["attrs"])
+
+    # ------------------------------------------------------------------ internals
+    def _store(self):
+        if self._zstore is None:
+            self._zstore = self._objects.zarr_store(read_only=self.mode == "r")
+        return self._zstore
+
+    def _block_store(self):
+        """A writable Zarr store for block writes (lock-free handles included)."""
+        if self.mode != "r":
+            return self._store()
+        if self._zstore_w is None:
+            self._zstore_w = self._objects.zarr_store(read_only=False)
+        return self._zstore_w
+
+    def _group(self, name: str | None = None):
+        """The root group or one of its stage groups (created on first use by the writer).
+
+        The writer caches group handles (it is the only process changing them); readers and
+        workers fetch fresh metadata on every call.
+        """
+        import zarr
+
+        if self._root is None:
+            self._root = zarr.open_group(
+                self._store(), mode="r" if self.mode == "r" else "r+", zarr_format=3
+            )
+        if name is None:
+            return self._root
+        if self.mode != "a":
+            return self._root[name]
+        group = self._groups.get(name)
+        if group is None:
+            group = self._groups[name] = self._root.require_group(name)
+        return group
+
+    def _replace_group(self, name: str, attributes: dict):
+        """Create (or replace) a stage group whose attributes describe its arrays."""
+        group = self._group().create_group(name, overwrite=True, attributes=attributes)
+        self._groups[name] = group
+        return group
+
+    def _read_root_attrs(self) -> dict:
+        try:
+            meta = json.loads(self._objects.read("zarr.json"))
+        except ValueError as exc:
+            raise StoreError(
+                f"run {self.url}: the root zarr.json is not valid JSON ({exc}); the run's "
+                f"metadata is damaged: start a new run"
+            ) from None
+        if meta.get("zarr_format") != 3:
+            raise StoreVersionError(
+                f"run {self.url} is Zarr format {meta.get('zarr_format')!r}; run-store format "
+                f"version {FORMAT_VERSION} uses Zarr format 3: start a new run"
+            )
+        return meta.get("attributes", {}) or {}
+
+    def _wipe_except_lock(self):
+        objs = self._objects
+        for name in objs.list_dir(""):
+            if name == "_npkl":
+                for sub in objs.list_dir("_npkl"):
+                    if f"_npkl/{sub}" != WriterLock.KEY:
+                        objs.delete_prefix(f"_npkl/{sub}")
+            else:
+                objs.delete_prefix(name)
+
+    def _require_writer(self, what: str) -> None:
+        if self.mode != "a" or self._lock.token is None:
+            how = (
+                "this handle was sent to a worker: only the driver holding the writer lock "
+                "may do that (workers may call write_V_block)"
+                if self.mode == "worker"
+                else "open it with RunStore.open(url, mode='a') (or create it) to write"
+            )
+            raise StoreError(f"{what}: run {self.url} is not open for writing; {how}")
+
+    @contextmanager
+    def _io(self, what: str, *, checkpoint: bool = False):
+        """Translate OSErrors (disk full, permission denied, ...) into StoreError."""
+        try:
+            yield
+        except StoreError:
+            raise
+        except OSError as exc:
+            raise self._os_error(exc, what, checkpoint) from exc
+
+    def _os_error(self, exc: OSError, what: str, checkpoint: bool) -> StoreError:
+        code = exc.errno
+        name = _errno.errorcode.get(code, "") if code is not None else ""
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        fix = _FIXES.get(code, "check that the run location is reachable and writable")
+        msg = f"{what} failed in run {self.url}: {reason}" + (f" [{name}]" if name else "")
+        msg += f"; {fix}, then resume the run (RunStore.open(url, mode='a'))"
+        if checkpoint:
+            try:
+                committed = self._read_pointer().get("committed", [])
+            except Exception:  # best effort: the message must not fail
+                committed = None
+            if committed:
+                msg += (f". Nothing committed was touched: checkpoint {committed[0]} is intact "
+                        f"and is what a resume loads")
+            elif committed is not None:
+                msg += ". No checkpoint had been committed yet: a resume starts from the inputs"
+        err = StoreError(msg)
+        err.errno = code
+        return err
+
+    # ------------------------------------------------------------------ stages
+    def _read_stages(self) -> dict:
+        try:
+            raw = self._objects.read(STAGES_KEY)
+        except FileNotFoundError:
+            return {}
+        try:
+            return json.loads(raw).get("stages", {})
+        except ValueError:
+            raise StoreError(
+                f"run {self.url}: {STAGES_KEY} is not valid JSON; the stage record is damaged: "
+                f"start a new run"
+            ) from None
+
+    def _write_stages(self, stages: dict) -> None:
+        self._lock.check()
+        data = {"format_version": FORMAT_VERSION, "updated": utc_now(), "stages": stages}
+        self._objects.write_atomic(STAGES_KEY, json.dumps(data, indent=1).encode())
+
+    def stage_done(self, name: str) -> bool:
+        """Whether stage ``name`` has been recorded as complete."""
+        with self._io(f"reading stage {name!r}"):
+            return bool(self._read_stages().get(name, {}).get("done"))
+
+    def stages(self) -> dict:
+        """The whole stage record: ``{name: {"done", "at", "info", "items"}}``."""
+        with self._io("reading the stage record"):
+            return self._read_stages()
+
+    def mark_stage(self, name: str, info: dict | None = None) -> None:
+        """Record stage ``name`` as complete with a JSON-able ``info`` dict (driver only)."""
+        self._require_writer(f"mark_stage({name!r})")
+        if not isinstance(name, str) or not _STAGE_NAME.match(name):
+            raise ValidationError(
+                f"name: {fmt_value(name)} is not a valid stage name; use letters, digits, "
+                f"'_' and '-', starting with a letter"
+            )
+        info = _jsonable(dict(info or {}), f"mark_stage({name!r}) info")
+        with self._io(f"recording stage {name!r}"):
+            stages = self._read_stages()
+            entry = stages.get(name, {})
+            merged = {**entry.get("info", {}), **info}
+            entry.update({"done": True, "at": utc_now(), "info": merged})
+            entry.setdefault("items", {})
+            stages[name] = entry
+            self._write_stages(stages)
+
+    def _plan_items(self, stage: str, items: dict) -> dict:
+        """Which items to write: same hash -> skip, new -> write, different -> refuse."""
+        recorded = self._read_stages().get(stage, {}).get("items", {})
+        todo = {}
+        for name, sha in items.items():
+            old = recorded.get(name)
+            if old is None:
+                todo[name] = sha
+            elif old["sha256"] != sha:
+                raise StoreError(
+                    f"run {self.url}: {stage}/{name} is already written with different "
+                    f"content (sha256 {old['sha256'][:12]}... vs {sha[:12]}...); what a run "
+                    f"has recorded never changes: start a new run "
+                    f"(RunStore.create(url, config=..., overwrite=True) or another run id)"
+                )
+        return todo
+
+    def _record_items(self, stage: str, items: dict, info: dict | None = None) -> None:
+        stages = self._read_stages()
+        entry = stages.get(stage, {"items": {}, "info": {}})
+        entry.setdefault("items", {}).update(items)
+        entry["info"] = {**entry.get("info", {}), **(info or {})}
+        entry.update({"done": True, "at": utc_now()})
+        stages[stage] = entry
+        self._write_stages(stages)
+
+    def _stage_items(self, stage: str, what: str) -> dict:
+        entry = self._read_stages().get(stage)
+        if not entry or not entry.get("done"):
+            raise StoreError(
+                f"run {self.url} has no {stage} yet (stage {stage!r} is not done); write it "
+                f"first with {what}"
+            )
+        return entry.get("items", {})
+
+    # ------------------------------------------------------------------ inputs
+    def write_inputs(self, *, features=None, constraints=None, labels=None,
+                     eval_labels=None) -> None:
+        """Write the run's inputs (each item once; same content again is a no-op).
+
+        Parameters
+        ----------
+        features : array-like of float, shape (n, d), optional
+            Stored chunked by rows.
+        constraints : Constraints, optional
+        labels, eval_labels : array-like of int, shape (n,), optional
+            Stored as int64 (negative = unlabelled).
+        """
+        self._require_writer("write_inputs")
+        arrays, sizes = {}, {}
+        if features is not None:
+            X = np.asarray(features)
+            if X.ndim != 2 or X.dtype.kind != "f":
+                raise ValidationError(
+                    f"features: expected a 2-D float array (n, d), got dtype {X.dtype} shape "
+                    f"{X.shape}; convert with np.asarray(X, dtype=np.float64)"
+                )
+            if not np.all(np.isfinite(X)):
+                raise ValidationError("features: holds NaN/inf; clean or impute them first")
+            arrays["features"] = X
+            sizes["features"] = X.shape[0]
+        if constraints is not None:
+            if not isinstance(constraints, Constraints):
+                raise ValidationError(
+                    f"constraints: expected a Constraints, got {type(constraints).__name__}; "
+                    f"build one with Constraints.from_arrays(i, j, t, n_points)"
+                )
+            sizes["constraints"] = constraints.n_points
+        for name, value in (("labels", labels), ("eval_labels", eval_labels)):
+            if value is not None:
+                y = np.asarray(value)
+                if y.ndim != 1 or y.dtype.kind not in "iu":
+                    raise ValidationError(
+                        f"{name}: expected a 1-D integer array, got dtype {y.dtype} shape "
+                        f"{y.shape}; encode classes as 0..K-1 and unlabelled points as -1"
+                    )
+                arrays[name] = y.astype(np.int64)
+                sizes[name] = y.shape[0]
+        with self._io("writing the inputs"):
+            recorded_n = self._read_stages().get("inputs", {}).get("info", {}).get("n_points")
+            ns = set(sizes.values()) | ({recorded_n} if recorded_n is not None else set())
+            if len(ns) > 1:
+                raise ValidationError(
+                    f"write_inputs: the inputs disagree on the number of points: "
+                    f"{sizes}" + (f", recorded {recorded_n}" if recorded_n is not None else "")
+                    + "; every input must describe the same n points"
+                )
+            hashes = {name: _sha_arrays(a) for name, a in arrays.items()}
+            if constraints is not None:
+                c = constraints
+                hashes["constraints"] = _sha_arrays(
+                    c.i, c.j, c.t,
+                    extra={"n_points": c.n_points, "diagonal": c.diagonal,
+                           "n_duplicates": c.n_duplicates},
+                )
+            todo = self._plan_items("inputs", hashes)
+            group = self._group("inputs")
+            for name in todo:
+                if name == "features":
+                    X = arrays[name]
+                    rows = max(1, min(X.shape[0], _TARGET_CHUNK_BYTES
+                                      // max(1, X.shape[1] * X.itemsize)))
+                    _put_array(group, name, X, (rows, max(1, X.shape[1])))
+                elif name == "constraints":
+                    c = constraints
+                    cg = group.create_group("constraints", overwrite=True, attributes={
+                        "n_points": c.n_points, "diagonal": bool(c.diagonal),
+                        "n_duplicates": int(c.n_duplicates)})
+                    for key, arr in (("i", c.i), ("j", c.j), ("t", c.t)):
+                        arr = np.asarray(arr)
+                        _put_array(cg, key, arr, _chunks_1d(arr.shape[0], arr.itemsize))
+                else:
+                    y = arrays[name]
+                    _put_array(group, name, y, _chunks_1d(y.shape[0], y.itemsize))
+            if todo:
+                info = {"n_points": next(iter(ns))} if ns else {}
+                self._record_items(
+                    "inputs", {k: {"sha256": v, "kind": k} for k, v in todo.items()}, info
+                )
+
+    def read_inputs(self) -> dict:
+        """The inputs written so far: keys among features, constraints, labels, eval_labels."""
+        with self._io("reading the inputs"):
+            items = self._stage_items("inputs", "write_inputs")
+            group = self._group("inputs")
+            out = {}
+            for name in items:
+                if name == "constraints":
+                    cg = group["constraints"]
+                    at = dict(cg.attrs)
+                    c = Constraints.from_arrays(
+                        cg["i"][...], cg["j"][...], cg["t"][...], int(at["n_points"]),
+                        diagonal=bool(at["diagonal"]), warn=False,
+                    )
+                    import dataclasses
+
+                    out[name] = dataclasses.replace(c, n_duplicates=int(at["n_duplicates"]))
+                else:
+                    out[name] = np.asarray(group[name][...])
+            return out
+
+    # ------------------------------------------------------------------ graph
+    def write_graph(self, S, *, row_block: int = 65536) -> None:
+        """Write the manifold graph S (n x n sparse) as CSR in row blocks, plus degrees.
+
+        ``indptr`` (n+1,) int64 chunked by ``row_block``; ``indices`` and ``data`` (nnz,)
+        chunked by about 8 MiB; ``block_ptr`` (n_blocks+1,) int64: nnz offset of each row
+        block; ``degrees`` (n,) float64 row sums. A row block is read with
+        ``read_graph(rows=(start, stop))`` touching O(block * degree) data.
+        """
+        self._require_writer("write_graph")
+        if not sp.issparse(S):
+            raise ValidationError(
+                f"S: expected a scipy.sparse matrix, got {type(S).__name__}; pass "
+                f"scipy.sparse.csr_matrix(S)"
+            )
+        S = S.tocsr() if S.format != "csr" else S
+        if S.shape[0] != S.shape[1]:
+            raise ValidationError(f"S: expected a square matrix, got shape {S.shape}")
+        row_block = _positive_int(row_block, "row_block")
+        n = S.shape[0]
+        indptr = S.indptr.astype(np.int64)
+        indices = np.asarray(S.indices)
+        data = np.asarray(S.data)
+        if data.size and not np.all(np.isfinite(data)):
+            raise ValidationError("S: holds NaN/inf weights; fix the graph first")
+        with self._io("writing the graph"):
+            sha = _sha_arrays(indptr, indices, data, extra={"shape": list(S.shape)})
+            if not self._plan_items("graph", {"S": sha}):
+                return
+            rows = np.repeat(np.arange(n), np.diff(indptr))
+            degrees = np.bincount(rows, weights=data.astype(np.float64), minlength=n)
+            n_blocks = -(-n // row_block)
+            block_ptr = indptr[np.minimum(np.arange(n_blocks + 1) * row_block, n)]
+            group = self._replace_group("graph", {
+                "format": "csr", "shape": [int(n), int(n)], "nnz": int(S.nnz),
+                "row_block": row_block})
+            _put_array(group, "indptr", indptr, (min(row_block, n + 1),))
+            _put_array(group, "indices", indices, _chunks_1d(indices.size, indices.itemsize))
+            _put_array(group, "data", data, _chunks_1d(data.size, data.itemsize))
+            _put_array(group, "degrees", degrees, (max(1, min(row_block, n)),))
+            _put_array(group, "block_ptr", block_ptr, _chunks_1d(block_ptr.size, 8))
+            self._record_items("graph", {"S": {"sha256": sha, "kind": "csr"}},
+                               {"n_points": int(n), "nnz": int(S.nnz), "row_block": row_block})
+
+    def read_graph(self, rows=None) -> sp.csr_matrix:
+        """The graph as CSR; ``rows=(start, stop)`` reads only those rows.
+
+        Returns
+        -------
+        scipy.sparse.csr_matrix, shape (n, n) or (stop - start, n)
+        """
+        with self._io("reading the graph"):
+            self._stage_items("graph", "write_graph")
+            g = self._group("graph")
+            n = int(g.attrs["shape"][0])
+            if rows is None:
+                indptr = g["indptr"][...]
+                return sp.csr_matrix((g["data"][...], g["indices"][...], indptr), shape=(n, n))
+            start, stop = (rows.start or 0, n if rows.stop is None else rows.stop) \
+                if isinstance(rows, slice) else rows
+            if not (0 <= start <= stop <= n):
+                raise ValidationError(f"rows: ({start}, {stop}) is not within [0, {n}]")
+            ptr = g["indptr"][start: stop + 1]
+            lo, hi = int(ptr[0]), int(ptr[-1])
+            return sp.csr_matrix(
+                (g["data"][lo:hi], g["indices"][lo:hi], ptr - lo), shape=(stop - start, n)
+            )
+
+    def read_degrees(self) -> np.ndarray:
+        """Row sums of the graph, (n,) float64."""
+        with self._io("reading the graph degrees"):
+            self._stage_items("graph", "write_graph")
+            return np.asarray(self._group("graph")["degrees"][...])
+
+    # ------------------------------------------------------------------ plan
+    _PLAN_FIELDS = ("order", "rank_of", "colour", "colour_ptr", "colour_rows")
+
+    def write_plan(self, plan: SweepPlan, partition: np.ndarray | None = None) -> None:
+        """Write the sweep plan (relabelling, colouring) and an optional row partition (n,)."""
+        self._require_writer("write_plan")
+        if not isinstance(plan, SweepPlan):
+            raise ValidationError(
+                f"plan: expected a SweepPlan (npkl_dist.make_plan), got {type(plan).__name__}"
+            )
+        arrays = {f: np.asarray(getattr(plan, f), dtype=np.int64) for f in self._PLAN_FIELDS}
+        n = arrays["order"].shape[0]
+        if partition is not None:
+            part = np.asarray(partition)
+            if part.ndim != 1 or part.shape[0] != n or part.dtype.kind not in "iu":
+                raise ValidationError(
+                    f"partition: expected a 1-D integer array of length n={n}, got dtype "
+                    f"{part.dtype} shape {part.shape}"
+                )
+            arrays["partition"] = part.astype(np.int64)
+        with self._io("writing the plan"):
+            sha = _sha_arrays(*arrays.values(), extra=sorted(arrays))
+            if not self._plan_items("plan", {"plan": sha}):
+                return
+            group = self._replace_group("plan", {
+                "n_points": int(n), "n_colours": int(plan.n_colours),
+                "has_partition": partition is not None})
+            for name, arr in arrays.items():
+                _put_array(group, name, arr, _chunks_1d(arr.shape[0], 8))
+            self._record_items("plan", {"plan": {"sha256": sha, "kind": "plan"}},
+                               {"n_points": int(n), "n_colours": int(plan.n_colours)})
+
+    def read_plan(self) -> tuple[SweepPlan, np.ndarray | None]:
+        """``(plan, partition or None)``."""
+        with self._io("reading the plan"):
+            self._stage_items("plan", "write_plan")
+            g = self._group("plan")
+            plan = SweepPlan(*(np.asarray(g[f][...]) for f in self._PLAN_FIELDS))
+            part = np.asarray(g["partition"][...]) if g.attrs.get("has_partition") else None
+            return plan, part
+
+    # ------------------------------------------------------------------ results
+    def write_results(self, **items) -> None:
+        """Write results: numpy arrays become Zarr arrays, other values JSON attributes.
+
+        Each name is written once; the same content again is a no-op.
+        """
+        self._require_writer("write_results")
+        arrays, values, hashes = {}, {}, {}
+        for name, value in items.items():
+            if not _ITEM_NAME.match(name):
+                raise ValidationError(f"write_results: {name!r} is not a valid result name")
+            if isinstance(value, np.ndarray) and value.ndim > 0:
+                if value.dtype.kind not in "biuf":
+                    raise ValidationError(
+                        f"write_results: {name} has dtype {value.dtype}; arrays must be "
+                        f"bool, integer or float"
+                    )
+                arrays[name] = value
+                hashes[name] = {"sha256": _sha_arrays(value), "kind": "array"}
+            else:
+                values[name] = _jsonable(value, f"write_results: {name}")
+                hashes[name] = {"sha256": _sha_json(values[name]), "kind": "json"}
+        with self._io("writing the results"):
+            todo = self._plan_items("results", {k: v["sha256"] for k, v in hashes.items()})
+            if not todo:
+                return
+            group = self._group("results")
+            for name in todo:
+                if name in arrays:
+                    a = arrays[name]
+                    rows = max(1, min(a.shape[0], _TARGET_CHUNK_BYTES
+                                      // max(1, a[:1].nbytes or a.itemsize)))
+                    _put_array(group, name, a, (rows,) + tuple(max(1, s) for s in a.shape[1:]))
+            new_values = {k: v for k, v in values.items() if k in todo}
+            if new_values:
+                merged = {**dict(group.attrs).get("values", {}), **new_values}
+                group.update_attributes({"values": merged})
+            self._record_items("results", {k: hashes[k] for k in todo})
+
+    def read_results(self) -> dict:
+        """Every result written: arrays and JSON values by name."""
+        with self._io("reading the results"):
+            items = self._stage_items("results", "write_results")
+            group = self._group("results")
+            values = dict(group.attrs).get("values", {})
+            return {
+                name: np.asarray(group[name][...]) if meta["kind"] == "array" else values[name]
+                for name, meta in items.items()
+            }
+
+    # ------------------------------------------------------------------ checkpoints
+    def _read_pointer(self) -> dict:
+        try:
+            raw = self._objects.read(POINTER_KEY)
+        except FileNotFoundError:
+            return {}
+        try:
+            ptr = json.loads(raw)
+            if not isinstance(ptr, dict) or not isinstance(ptr.get("committed"), list):
+                raise ValueError("no committed list")
+            return ptr
+        except ValueError as exc:
+            raise StoreError(
+                f"run {self.url}: the checkpoint pointer {POINTER_KEY} is damaged ({exc}); "
+                f"it is only ever replaced atomically, so the storage itself lost data: "
+                f"inspect checkpoints/ and start a new run"
+            ) from None
+
+    def committed_checkpoints(self) -> list[str]:
+        """Ids of the committed checkpoints, newest first (at most ``retention``)."""
+        with self._io("reading the checkpoint pointer"):
+            return list(self._read_pointer().get("committed", []))
+
+    def _V(self, ckpt_id: str, *, write: bool = False):
+        a = self._arrays.get((ckpt_id, write))
+        if a is None:
+            import zarr
+
+            if not isinstance(ckpt_id, str) or not _CKPT_ID.match(ckpt_id):
+                raise ValidationError(
+                    f"ckpt_id: {fmt_value(ckpt_id)} is not a checkpoint id (begin_checkpoint "
+                    f"returns one, e.g. 'ckpt-000012-1a2b3c4d')"
+                )
+            try:
+                a = zarr.open_array(
+                    self._block_store() if write else self._store(),
+                    path=f"checkpoints/{ckpt_id}/V",
+                    mode="r+" if write or self.mode != "r" else "r", zarr_format=3,
+                )
+            except FileNotFoundError:
+                raise StoreError(
+                    f"run {self.url} has no checkpoint {ckpt_id}; begin it with "
+                    f"begin_checkpoint(step, n, r, dtype, row_block=...) on the driver"
+                ) from None
+            self._arrays[(ckpt_id, write)] = a
+        return a
+
+    def begin_checkpoint(self, step: int, n: int, r: int, dtype, *, row_block: int) -> str:
+        """Create the (empty) arrays of a new checkpoint of V (n x r) and return its id.
+
+        V is stored with ``chunks = shards = (row_block, r)``: one shard is one row block
+        and has exactly one writer. Nothing is visible to readers until
+        :meth:`commit_checkpoint`.
+        """
+        self._require_writer("begin_checkpoint")
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+            raise ValidationError(f"step: expected an integer >= 0, got {fmt_value(step)}")
+        n = _positive_int(n, "n")
+        r = _positive_int(r, "r")
+        row_block = _positive_int(row_block, "row_block")
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            dt = None
+        if dt not in _V_DTYPES:
+            raise ValidationError(
+                f"dtype: {fmt_value(dtype)} is not a V dtype; use float32 or float64"
+            )
+        ckpt_id = f"ckpt-{int(step):06d}-{uuid.uuid4().hex[:8]}"
+        meta = {"id": ckpt_id, "step": int(step), "n": n, "r": r, "dtype": dt.name,
+                "row_block": row_block, "created": utc_now()}
+        with self._io(f"creating checkpoint {ckpt_id}", checkpoint=True):
+            group = self._group("checkpoints").create_group(
+                ckpt_id, attributes={"checkpoint": meta})
+            self._arrays[(ckpt_id, False)] = group.create_array(
+                "V", shape=(n, r), dtype=dt, chunks=(row_block, r), shards=(row_block, r),
+                fill_value=np.nan, config={"write_empty_chunks": True},
+                chunk_key_encoding=_KEY_ENCODING, dimension_names=("point", "rank"),
+            )
+        return ckpt_id
+
+    def write_V_block(self, ckpt_id: str, start: int, block: np.ndarray) -> None:
+        """Write rows ``[start, start + len(block))`` of a begun checkpoint.
+
+        The one write that needs no lock: callable on the driver's store, on a pickled
+        worker handle, or on ``RunStore.open(url, mode="r")`` in another process (a Dask
+        worker). It writes whole shards only (``start`` a multiple of ``row_block``; the
+        length a multiple of ``row_block`` or reaching ``n``) of a checkpoint not yet
+        committed, and never attributes or the pointer. Writing the same block again
+        replaces it whole (idempotent retries).
+        """
+        a = self._V(ckpt_id, write=True)
+        n, r = a.shape
+        rb = a.shards[0]
+        block = np.asarray(block)
+        if isinstance(start, bool) or not isinstance(start, (int, np.integer)):
+            raise ValidationError(f"start: expected an integer, got {fmt_value(start)}")
+        start = int(start)
+        if block.ndim != 2 or block.shape[1] != r or block.shape[0] == 0:
+            raise ValidationError(
+                f"block: expected shape (rows, {r}) with rows >= 1, got {block.shape}"
+            )
+        stop = start + block.shape[0]
+        if start < 0 or start % rb or stop > n or (block.shape[0] % rb and stop != n):
+            raise ValidationError(
+                f"write_V_block: rows [{start}, {stop}) are not whole row blocks of "
+                f"checkpoint {ckpt_id} (n={n}, row_block={rb}); start must be a multiple of "
+                f"{rb} and the length a multiple of {rb} or reach n (one writer per shard)"
+            )
+        if block.dtype.kind != "f" or not np.can_cast(block.dtype, a.dtype, "same_kind"):
+            raise ValidationError(
+                f"block: dtype {block.dtype} cannot be stored in a {a.dtype} checkpoint"
+            )
+        if block.dtype.itemsize > a.dtype.itemsize:
+            raise ValidationError(
+                f"block: dtype {block.dtype} would lose precision in the {a.dtype} "
+                f"checkpoint {ckpt_id}; begin the checkpoint with dtype={block.dtype}"
+            )
+        if not np.all(np.isfinite(block)):
+            raise ValidationError(
+                f"block: rows [{start}, {stop}) of V hold NaN/inf; the solver diverged, "
+                f"do not checkpoint it"
+            )
+        with self._io(f"writing rows [{start}, {stop}) of checkpoint {ckpt_id}",
+                      checkpoint=True):
+            if ckpt_id in self._read_pointer().get("committed", []):
+                raise StoreError(
+                    f"write_V_block: checkpoint {ckpt_id} of run {self.url} is already "
+                    f"committed and never changes; begin a new checkpoint for new rows"
+                )
+            a[start:stop] = block
+
+    def _missing_blocks(self, ckpt_id: str, n: int, rb: int) -> list[int]:
+        present = set(self._objects.list_files(f"checkpoints/{ckpt_id}/V/c"))
+        return [k for k in range(-(-n // rb)) if f"{k}/0" not in present]
+
+    def _block_hashes(self, a, n: int, rb: int) -> list[str]:
+        per = max(1, _HASH_BATCH_BYTES // max(1, rb * a.shape[1] * a.dtype.itemsize))
+        hashes = []
+        for lo in range(0, n, per * rb):
+            hi = min(n, lo + per * rb)
+            data = a[lo:hi]
+            hashes.extend(_sha_data(data[s: s + rb]) for s in range(0, hi - lo, rb))
+        return hashes
+
+    def commit_checkpoint(self, ckpt_id: str, manifest: dict) -> None:
+        """Make a checkpoint the newest complete one (driver only).
+
+        Verifies every row block was written, computes the sha256 of each block's data,
+        writes the manifest (``manifest`` plus id, step, n, r, dtype, row_block, hashes,
+        package versions, created time, format version) into the checkpoint group's
+        attributes, then atomically replaces the pointer object. Older checkpoints beyond
+        ``retention`` and abandoned ones are pruned afterwards. Committing a committed
+        checkpoint again is a no-op.
+        """
+        self._require_writer("commit_checkpoint")
+        if not isinstance(manifest, dict):
+            raise ValidationError(f"manifest: expected a dict, got {fmt_value(manifest)}")
+        user = _jsonable(manifest, "manifest")
+        what = f"committing checkpoint {ckpt_id}"
+        with self._io(what, checkpoint=True):
+            self._lock.check()
+            pointer = self._read_pointer()
+            committed = list(pointer.get("committed", []))
+            if ckpt_id in committed:
+                return
+            a = self._V(ckpt_id)
+            group = self._group("checkpoints")[ckpt_id]
+            meta = dict(group.attrs)["checkpoint"]
+            n, r, rb = meta["n"], meta["r"], meta["row_block"]
+            for key in _RESERVED_MANIFEST_KEYS:
+                if key in user and (key not in meta or user[key] != meta[key]):
+                    raise ValidationError(
+                        f"manifest[{key!r}] = {fmt_value(user[key])} disagrees with checkpoint "
+                        f"{ckpt_id} ({key}={meta.get(key, '(set at commit)')!r}); leave it out, "
+                        f"the store records it"
+                    )
+            missing = self._missing_blocks(ckpt_id, n, rb)
+            if missing:
+                spans = [f"[{k * rb}, {min(n, (k + 1) * rb)})" for k in missing[:10]]
+                raise StoreError(
+                    f"checkpoint {ckpt_id} of run {self.url} is incomplete: {len(missing)} of "
+                    f"{-(-n // rb)} row blocks were never written (rows {', '.join(spans)}"
+                    f"{', ...' if len(missing) > 10 else ''}); write them with write_V_block "
+                    f"before committing"
+                )
+            hashes = self._block_hashes(a, n, rb)
+            self._objects.sync_prefix(f"checkpoints/{ckpt_id}")
+            full = {
+                **user, **meta,
+                "format_version": FORMAT_VERSION,
+                "committed": utc_now(),
+                "versions": _package_versions(),
+                "hashes": {"algorithm": "sha256",
+                           "of": "row-block data, C order, little-endian",
+                           "row_block": rb, "blocks": hashes},
+            }
+            group.update_attributes({"manifest": full})
+            self._objects.sync_prefix(f"checkpoints/{ckpt_id}/zarr.json")
+            # a committed checkpoint found torn is not worth a retention slot
+            torn = [k for k in committed if k in self._known_torn]
+            retained = [ckpt_id] + [k for k in committed if k not in self._known_torn]
+            dropped = retained[self.retention:] + torn
+            retained = retained[: self.retention]
+            sums = dict(pointer.get("manifest_sha256", {}))
+            sums[ckpt_id] = _sha_json(full)
+            new_pointer = {
+                "format_version": FORMAT_VERSION,
+                "current": ckpt_id,
+                "committed": retained,
+                "manifest_sha256": {k: sums[k] for k in retained if k in sums},
+                "updated": utc_now(),
+            }
+            self._lock.check()
+            # the commit point: one atomic replace of a small object
+            self._objects.write_atomic(POINTER_KEY, json.dumps(new_pointer, indent=1).encode())
+        self._prune(retained, dropped, meta["step"])
+
+    def _prune(self, retained: list[str], dropped: list[str], step: int) -> None:
+        """Delete checkpoints beyond retention and abandoned ones not newer than ``step``."""
+        victims = set(dropped)
+        try:
+            for name in self._objects.list_dir("checkpoints"):
+                m = _CKPT_ID.match(name)
+                if m and name not in retained and int(m.group(1)) <= step:
+                    victims.add(name)
+            for name in sorted(victims):
+                self._arrays.pop((name, False), None)
+                self._arrays.pop((name, True), None)
+                self._objects.delete_prefix(f"checkpoints/{name}")
+        except OSError as exc:  # the commit already succeeded; leftovers are harmless
+            warnings.warn(
+                f"run {self.url}: pruning old checkpoints failed ({exc}); they will be "
+                f"pruned at the next commit",
+                StoreWarning,
+                stacklevel=3,
+            )
+
+    def _load_checkpoint(self, ckpt_id: str, manifest_sha: str | None):
+        import zarr
+
+        try:
+            group = zarr.open_group(self._store(), path=f"checkpoints/{ckpt_id}", mode="r",
+                                    zarr_format=3)
+            manifest = dict(group.attrs).get("manifest")
+        except OSError as exc:
+            if exc.errno in (_errno.EACCES, _errno.EPERM):
+                raise
+            raise _Torn(f"its group is missing or unreadable ({type(exc).__name__})") from None
+        except Exception as exc:
+            raise _Torn(f"its group is missing or unreadable ({type(exc).__name__})") from None
+        if not manifest:
+            raise _Torn("it has no manifest")
+        if manifest_sha is not None and _sha_json(manifest) != manifest_sha:
+            raise _Torn("its manifest does not match the pointer's sha256")
+        n, r, rb = manifest["n"], manifest["r"], manifest["row_block"]
+        blocks = manifest["hashes"]["blocks"]
+        missing = self._missing_blocks(ckpt_id, n, rb)
+        if missing:
+            raise _Torn(f"{len(missing)} row block(s) are missing, first rows "
+                        f"[{missing[0] * rb}, {min(n, (missing[0] + 1) * rb)})")
+        try:
+            a = zarr.open_array(self._store(), path=f"checkpoints/{ckpt_id}/V", mode="r",
+                                zarr_format=3)
+            if a.shape != (n, r) or a.dtype != np.dtype(manifest["dtype"]):
+                raise _Torn(f"V has shape {a.shape} dtype {a.dtype}, the manifest says "
+                            f"({n}, {r}) {manifest['dtype']}")
+            V = np.asarray(a[...])
+        except _Torn:
+            raise
+        except OSError as exc:
+            if exc.errno in (_errno.EACCES, _errno.EPERM):
+                raise
+            raise _Torn(f"reading V failed ({type(exc).__name__}: {exc})") from None
+        except Exception as exc:  # a corrupt shard fails to decode (crc32c, zstd, ...)
+            raise _Torn(f"reading V failed ({type(exc).__name__}: {exc})") from None
+        for k, s in enumerate(range(0, n, rb)):
+            if _sha_data(V[s: s + rb]) != blocks[k]:
+                raise _Torn(f"rows [{s}, {min(n, s + rb)}) do not match their sha256")
+        return manifest, V
+
+    def latest_checkpoint(self) -> tuple[dict, np.ndarray] | None:
+        """Manifest and V (n, r) of the newest complete checkpoint, or None if none committed.
+
+        Every block's sha256 is verified. If the newest committed checkpoint is torn
+        (missing or corrupt objects), a StoreWarning is issued and the previous committed
+        one is tried; a torn checkpoint is never returned.
+
+        Raises
+        ------
+        StoreError
+            Checkpoints were committed but none of those retained is intact.
+        """
+        with self._io("reading the latest checkpoint"):
+            # A writer may replace the pointer and prune old checkpoints while we read: if
+            # every listed checkpoint failed and the pointer moved meanwhile, read it again.
+            for attempt in range(2):
+                pointer = self._read_pointer()
+                committed = pointer.get("committed", [])
+                sums = pointer.get("manifest_sha256", {})
+                problems = []
+                for k, ckpt_id in enumerate(committed):
+                    try:
+                        return self._load_checkpoint(ckpt_id, sums.get(ckpt_id))
+                    except _Torn as exc:
+                        problems.append(f"{ckpt_id}: {exc}")
+                        self._known_torn.add(ckpt_id)
+                        nxt = committed[k + 1] if k + 1 < len(committed) else None
+                        warnings.warn(
+                            f"run {self.url}: checkpoint {ckpt_id} is torn or corrupt ({exc}); "
+                            + (f"falling back to the previous checkpoint {nxt}" if nxt else
+                               "no older checkpoint is retained"),
+                            StoreWarning,
+                            stacklevel=3,
+                        )
+                if not committed or self._read_pointer().get("updated") == pointer.get(
+                        "updated"):
+                    break
+        if committed:
+            raise StoreError(
+                f"run {self.url}: none of the retained checkpoints is intact "
+                f"({'; '.join(problems)}); the run cannot resume from a checkpoint: restart "
+                f"it from its inputs (RunStore.create(url, config=..., overwrite=True)) or "
+                f"raise retention to keep more checkpoints"
+            )
+        return None
