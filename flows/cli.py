@@ -100,6 +100,22 @@ def _add_fit_options(p: argparse.ArgumentParser):
                    help="seed of the start, sweep orders, sampling and k-means (default: 0)")
     m.add_argument("--threads", type=_positive_int, metavar="T",
                    help="threads per colour step (default: all cores)")
+    x = p.add_argument_group("runs and execution")
+    x.add_argument("--run", metavar="RUN",
+                   help="write the fit into a run store and checkpoint it: a run id (under "
+                        "storage/runs/), a local path, or a store URL such as s3://bucket/runs/x; "
+                        "`npkl resume RUN` continues it after a crash")
+    x.add_argument("--executor", choices=("inprocess", "dask"), default="inprocess",
+                   help="inprocess: numba threads in this process (default); dask: row blocks "
+                        "on Dask workers (a LocalCluster, or --dask ADDRESS)")
+    x.add_argument("--workers", type=_positive_int, default=2, metavar="N",
+                   help="workers of the local Dask cluster (default: 2)")
+    x.add_argument("--dask", metavar="ADDRESS",
+                   help="address of an existing Dask scheduler (e.g. tcp://host:8786)")
+    x.add_argument("--blocks", type=_positive_int, metavar="B",
+                   help="row blocks for the Dask executor (default: 2 per worker)")
+    x.add_argument("--checkpoint-every", type=_positive_int, default=1, metavar="N",
+                   help="with --run: checkpoint every N sweeps (default: 1)")
     o = p.add_argument_group("downstream and output")
     o.add_argument("--clusters", type=_positive_int, metavar="K",
                    help="clusters for kernel k-means (default: number of classes in "
@@ -131,6 +147,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--loss", default="square", help="loss (default: square)")
     demo.add_argument("--seed", type=_nonneg_int, default=0)
     demo.add_argument("--max-sweeps", type=_positive_int, default=200)
+    resume = sub.add_parser("resume", help="continue a run from its last complete checkpoint",
+                            description="Continue a run written by `npkl fit --run RUN`: "
+                                        "finished stages are read back, learning restarts from "
+                                        "the newest complete checkpoint.")
+    resume.add_argument("run", metavar="RUN", help="run id, path or store URL")
+    resume.add_argument("--json", action="store_true", help="print the summary as JSON")
+    resume.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    export = sub.add_parser("export", help="write a finished run's embedding and clusters",
+                            description="Write embedding.npy (n x r, original point order), "
+                                        "clusters.npy and summary.json of a finished run.")
+    export.add_argument("run", metavar="RUN", help="run id, path or store URL")
+    export.add_argument("--out", required=True, metavar="DIR", help="output directory")
     bench = sub.add_parser(
         "bench", help="benchmarks from a checkout: `paper` (replication) or `sweep`",
         description="Run a benchmark under bench/ (needs a source checkout). "
@@ -199,7 +227,21 @@ def _cmd_fit(args) -> int:
         eval_labels=args.eval_labels,
     )
     progress = _Progress(args.max_sweeps, enabled=not args.quiet)
-    summary, V, clusters = run_fit(cfg, callback=progress)
+    if args.run:
+        from npkl_dist._job import run_fit_in_store
+
+        opts = {"executor": args.executor, "workers": args.workers, "dask": args.dask,
+                "threads": args.threads, "checkpoint_every": args.checkpoint_every,
+                "blocks": args.blocks}
+        summary, V, clusters = run_fit_in_store(cfg, args.run, opts=opts, callback=progress)
+    elif args.executor == "dask":
+        from npkl_dist._job import make_executor
+
+        summary, V, clusters = run_fit(cfg, callback=progress, executor=make_executor(
+            {"executor": "dask", "workers": args.workers, "dask": args.dask,
+             "threads": args.threads, "blocks": args.blocks}, 1024))
+    else:
+        summary, V, clusters = run_fit(cfg, callback=progress)
     progress.close()
     if args.out:
         write_outputs(args.out, V, clusters, summary)
@@ -219,6 +261,28 @@ def _cmd_fit(args) -> int:
     return 0
 
 
+def _cmd_resume(args) -> int:
+    from npkl_dist._job import run_fit_in_store
+
+    progress = _Progress(0, enabled=not args.quiet)
+    summary, V, clusters = run_fit_in_store(None, args.run, resume=True, callback=progress)
+    progress.close()
+    if args.json:
+        sys.stdout.write(json.dumps(summary) + "\n")
+    elif not args.quiet:
+        print(f"run {summary['run']}: objective {summary['objective']:.6g} after "
+              f"{summary['n_sweeps']} sweeps")
+    return 0
+
+
+def _cmd_export(args) -> int:
+    from npkl_dist._job import export_run
+
+    out = export_run(args.run, args.out)
+    print(f"wrote {out / 'embedding.npy'} and {out / 'clusters.npy'}")
+    return 0
+
+
 def _cmd_demo(args) -> int:
     from flows._demo import run_demo
 
@@ -235,6 +299,10 @@ def main(argv=None) -> int:
             return _cmd_fit(args)
         if args.command == "demo":
             return _cmd_demo(args)
+        if args.command == "resume":
+            return _cmd_resume(args)
+        if args.command == "export":
+            return _cmd_export(args)
         if args.command == "bench":
             return _cmd_bench(args)
     except NpklError as exc:

@@ -74,6 +74,22 @@ def load_graph(cfg: FitConfig):
     return knn_graph(X, cfg.knn, weighting=cfg.weighting, method=cfg.knn_method, seed=cfg.seed), X
 
 
+def _learn(cfg: FitConfig, problem: NPKLProblem, executor, callback):
+    """Stage: learn the kernel with the configured solver."""
+    if cfg.solver == "admm":
+        from ._admm import fit_admm
+
+        return fit_admm(problem, max_iter=cfg.max_sweeps, tol=cfg.tol, executor=executor,
+                        callback=callback)
+    if cfg.solver == "simplenpkl":
+        from ._simplenpkl import fit_simplenpkl
+
+        return fit_simplenpkl(problem, B=cfg.capacity, max_iter=cfg.max_sweeps, tol=cfg.tol,
+                              callback=callback)
+    return fit_bcd(problem, max_sweeps=cfg.max_sweeps, tol=cfg.tol, executor=executor,
+                   callback=callback)
+
+
 def _check_constraint_source(cfg: FitConfig):
     if (cfg.constraints is not None) == (cfg.labels is not None or cfg.y_constraints is not None):
         raise ValidationError(
@@ -103,7 +119,8 @@ def _diagonal(cfg: FitConfig) -> bool:
     return (cfg.solver == "admm") if cfg.diagonal is None else bool(cfg.diagonal)
 
 
-def run_fit(cfg: FitConfig, callback=None) -> tuple[dict, np.ndarray, np.ndarray | None]:
+def run_fit(cfg: FitConfig, callback=None, executor=None
+            ) -> tuple[dict, np.ndarray, np.ndarray | None]:
     """Run the main job.
 
     Returns
@@ -133,20 +150,13 @@ def run_fit(cfg: FitConfig, callback=None) -> tuple[dict, np.ndarray, np.ndarray
                                 bound=cfg.bound, seed=cfg.seed, dtype=cfg.dtype)
     from .executors import InProcessExecutor
 
-    executor = InProcessExecutor(cfg.threads)
-    if cfg.solver == "admm":
-        from ._admm import fit_admm
-
-        result = fit_admm(problem, max_iter=cfg.max_sweeps, tol=cfg.tol, executor=executor,
-                          callback=callback)
-    elif cfg.solver == "simplenpkl":
-        from ._simplenpkl import fit_simplenpkl
-
-        result = fit_simplenpkl(problem, B=cfg.capacity, max_iter=cfg.max_sweeps, tol=cfg.tol,
-                                callback=callback)
-    else:
-        result = fit_bcd(problem, max_sweeps=cfg.max_sweeps, tol=cfg.tol, executor=executor,
-                         callback=callback)
+    own_executor = executor is None
+    executor = executor or InProcessExecutor(cfg.threads)
+    try:
+        result = _learn(cfg, problem, executor, callback)
+    finally:
+        if not own_executor and hasattr(executor, "close"):
+            executor.close()
     k = cfg.clusters
     if k is None and y_eval is not None:
         k = int(np.unique(y_eval[y_eval >= 0]).size)
@@ -218,3 +228,162 @@ def config_dict(cfg: FitConfig) -> dict:
     for k in ("X", "y_constraints", "y_eval"):
         d.pop(k)
     return d
+
+
+# ------------------------------------------------------------------------------------------
+# Runs in a store: every stage's output persisted, learning checkpointed, resumable.
+# ------------------------------------------------------------------------------------------
+
+#: The options of a run that are stored with it and reused by ``npkl resume``.
+RUN_OPTIONS = ("executor", "workers", "dask", "threads", "checkpoint_every", "blocks")
+
+
+def _row_block(n: int) -> int:
+    """Shard height of V checkpoints: a multiple of the reduction chunk (1024 rows) that
+    gives at most a few hundred shards."""
+    from .executors._inprocess import SUM_BLOCK
+
+    return SUM_BLOCK * max(1, min(64, n // (SUM_BLOCK * 16)))
+
+
+def make_executor(opts: dict, row_block: int):
+    from .executors import InProcessExecutor
+
+    if opts.get("executor", "inprocess") == "dask":
+        from .executors._dask import DaskExecutor
+
+        ex = DaskExecutor(address=opts.get("dask"), workers=int(opts.get("workers") or 2),
+                          threads=int(opts.get("threads") or 1), blocks=opts.get("blocks"))
+        ex.align = row_block
+        return ex
+    return InProcessExecutor(opts.get("threads"))
+
+
+def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = None,
+                     resume: bool = False, callback=None, storage_options=None, log=None):
+    """The main job with every stage persisted in the run store at ``run``.
+
+    A new run (``resume=False``) refuses an existing one. ``resume=True`` re-opens it, reads
+    its stored configuration and continues: finished stages are read back, learning restarts
+    from the newest complete checkpoint, and the result equals an uninterrupted run bitwise.
+
+    Returns
+    -------
+    summary : dict, V : ndarray (n, r) original order, clusters : ndarray or None
+    """
+    from . import store as st
+    from ._recovery import fit_with_recovery
+
+    url = st.resolve_run(run)
+    if resume:
+        store = st.RunStore.open(url, mode="a", storage_options=storage_options)
+        stored = store.config
+        cfg = FitConfig(**stored["fit"])
+        opts = stored["run"]
+    else:
+        opts = dict(opts or {})
+        _check_constraint_source(cfg)
+        store = st.RunStore.create(url, config={"fit": config_dict(cfg), "run": opts},
+                                   storage_options=storage_options)
+    try:
+        if store.stage_done("results"):
+            res = store.read_results()
+            return res["summary"], res["embedding"], res.get("clusters")
+        t0 = time.perf_counter()
+        # stage: inputs and graph
+        if not store.stage_done("graph"):
+            graph, X = load_graph(cfg)
+            n = graph.n_points
+            cons = load_constraints(cfg, n)
+            y_eval = cfg.y_eval
+            if y_eval is None and cfg.eval_labels is not None:
+                y_eval = read_labels(cfg.eval_labels)
+            store.write_inputs(features=None if X is None else np.asarray(X, np.float64),
+                               constraints=cons,
+                               eval_labels=None if y_eval is None else np.asarray(y_eval))
+            store.write_graph(graph.S)
+        inputs = store.read_inputs()
+        S = store.read_graph()
+        t_graph = time.perf_counter() - t0
+        cons = inputs["constraints"]
+        y_eval = inputs.get("eval_labels")
+        from ._graph import laplacian
+
+        L = laplacian(S, cfg.delta, dtype=cfg.dtype)
+        problem = NPKLProblem.build(L, cons, loss=cfg.loss, gamma=cfg.gamma, rank=cfg.rank,
+                                    bound=cfg.bound, seed=cfg.seed, dtype=cfg.dtype)
+        # stage: plan
+        if not store.stage_done("plan"):
+            from ._plan import make_plan
+
+            store.write_plan(make_plan(problem))
+        plan, _ = store.read_plan()
+        # stage: learn (checkpointed)
+        n, r = problem.n_points, problem.rank
+        row_block = _row_block(n)
+        executor = make_executor(opts, row_block)
+        width = 3 * r if cfg.solver == "admm" else r
+        ck = st.StoreCheckpointer(store, every=int(opts.get("checkpoint_every") or 1),
+                                  row_block=row_block, n=n, width=width, dtype=problem.dtype,
+                                  max_sweeps=cfg.max_sweeps)
+        try:
+            if cfg.solver == "admm":
+                from ._admm import fit_admm
+
+                result = fit_with_recovery(fit_admm, problem, checkpointer=ck,
+                                           executor=executor, plan=plan,
+                                           max_iter=cfg.max_sweeps, tol=cfg.tol,
+                                           callback=callback, log=log)
+            elif cfg.solver == "bcd":
+                result = fit_with_recovery(fit_bcd, problem, checkpointer=ck, executor=executor,
+                                           plan=plan, max_sweeps=cfg.max_sweeps, tol=cfg.tol,
+                                           callback=callback, log=log)
+            else:
+                raise ValidationError(
+                    f"solver: {cfg.solver!r} does not checkpoint into a run store yet; use "
+                    f"'bcd' or 'admm' with --run, or drop --run"
+                )
+        finally:
+            if hasattr(executor, "close"):
+                executor.close()
+        k = cfg.clusters
+        if k is None and y_eval is not None:
+            k = int(np.unique(y_eval[y_eval >= 0]).size)
+        clusters = kernel_kmeans(result.V, k, seed=cfg.seed) if k is not None else None
+        summary = {
+            "solver": cfg.solver, "loss": cfg.loss, "gamma": cfg.gamma, "rank": r,
+            "dtype": str(problem.dtype), "seed": cfg.seed, "n_points": n,
+            "n_constraints": cons.m, "objective": result.objective,
+            "objective_trace": result.objective_trace, "n_sweeps": result.n_sweeps,
+            "converged": bool(result.converged), "sweep_seconds": result.sweep_seconds,
+            "fit_seconds": result.fit_seconds, "graph_seconds": t_graph, "n_clusters": k,
+            "run": url, "executor": opts.get("executor", "inprocess"),
+            "checkpoints_written": ck.n_saved,
+        }
+        if y_eval is not None and clusters is not None:
+            lab = y_eval >= 0
+            summary["metrics"] = clustering_metrics(y_eval[lab], clusters[lab])
+        out = {"embedding": np.ascontiguousarray(result.V), "summary": summary}
+        if clusters is not None:
+            out["clusters"] = clusters
+        store.write_results(**out)
+        return summary, result.V, clusters
+    finally:
+        store.close()
+
+
+def export_run(run: str, out_dir, storage_options=None):
+    """``embedding.npy`` (n x r, original order) and ``clusters.npy`` of a finished run."""
+    from . import store as st
+
+    store = st.RunStore.open(st.resolve_run(run), mode="r", storage_options=storage_options)
+    try:
+        if not store.stage_done("results"):
+            raise ValidationError(
+                f"run: {store.url} has no results yet (learning not finished); finish it with "
+                f"`npkl resume {run}` first"
+            )
+        res = store.read_results()
+    finally:
+        store.close()
+    return write_outputs(out_dir, res["embedding"], res.get("clusters"), res["summary"])

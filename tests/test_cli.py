@@ -12,7 +12,8 @@ FIT_OPTIONS = [
     "--features", "--edges", "--n-points", "--constraints", "--labels", "--n-must",
     "--n-cannot", "--diagonal", "--no-diagonal", "--solver", "--loss", "--rank", "--gamma", "--bound", "--capacity", "--knn", "--weighting",
     "--knn-method", "--delta", "--max-sweeps", "--tol", "--dtype", "--seed", "--threads",
-    "--clusters", "--eval-labels", "--out", "--json", "--quiet",
+    "--clusters", "--eval-labels", "--out", "--json", "--quiet", "--run", "--executor",
+    "--workers", "--dask", "--blocks", "--checkpoint-every",
 ]
 
 

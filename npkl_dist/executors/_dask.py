@@ -324,6 +324,7 @@ class DaskExecutor:
         self.threads = threads
         n_workers = max(1, len(client.scheduler_info()["workers"]))
         self.blocks = blocks or 2 * n_workers
+        self.align = SUM_BLOCK  # block boundaries: multiples of this (checkpoint shards)
 
     def close(self):
         if self._own_cluster is not None:
@@ -373,7 +374,7 @@ class _DaskBCDSession:
     def __init__(self, ex: DaskExecutor, prep, plan, V):
         self.ex = ex
         self.gamma = prep.gamma
-        self.starts = partition_rows(V.shape[0], ex.blocks)
+        self.starts = partition_rows(V.shape[0], ex.blocks, ex.align)
         self.specs = build_blocks(prep, plan, self.starts)
         self.actors = ex._actors(
             self.specs,
@@ -442,7 +443,7 @@ class _DaskADMMSession:
     def __init__(self, ex: DaskExecutor, prep, V, U, Lam):
         self.ex = ex
         self.n = V.shape[0]
-        self.starts = partition_rows(self.n, ex.blocks)
+        self.starts = partition_rows(self.n, ex.blocks, ex.align)
         self.specs = build_blocks(prep, _NoColour(prep), self.starts)
         self.actors = ex._actors(
             self.specs,

@@ -8,6 +8,7 @@ Install the engine with ``pip install "npkl-dist[zarr]"``.
 """
 
 from ._errors import StoreError, StoreLockedError, StoreVersionError, StoreWarning
+from ._checkpointer import StoreCheckpointer
 from ._runstore import DEFAULT_RETENTION, DEFAULT_ROOT, FORMAT_VERSION, RunStore, resolve_run
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "DEFAULT_ROOT",
     "FORMAT_VERSION",
     "RunStore",
+    "StoreCheckpointer",
     "StoreError",
     "StoreLockedError",
     "StoreVersionError",

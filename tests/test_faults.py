@@ -1,0 +1,96 @@
+"""Crash safety of runs: the driver SIGKILLed at random moments, resumed to the identical end."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("zarr")
+
+NPKL = [sys.executable, "-m", "flows.cli"]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _data(tmp_path, n=20_000):
+    rng = np.random.default_rng(7)
+    X = np.vstack([rng.normal(c, 0.6, size=(n // 4, 4)) for c in (0, 2, 4, 6)])
+    y = np.repeat(np.arange(4), n // 4)
+    np.save(tmp_path / "X.npy", X)
+    np.save(tmp_path / "y.npy", y)
+    return ["--features", str(tmp_path / "X.npy"), "--labels", str(tmp_path / "y.npy"),
+            "--eval-labels", str(tmp_path / "y.npy"), "--max-sweeps", "40", "--tol", "0",
+            "--rank", "12", "--quiet", "--threads", "1"]
+
+
+def _run(args, **kw):
+    return subprocess.run(NPKL + args, cwd=ROOT, capture_output=True, text=True, **kw)
+
+
+@pytest.mark.heavy
+def test_sigkilled_driver_resumes_bitwise(tmp_path):
+    args = _data(tmp_path)
+    ref_run = tmp_path / "ref"
+    t0 = time.perf_counter()
+    done = _run(["fit", *args, "--run", str(ref_run)])
+    total = time.perf_counter() - t0
+    assert done.returncode == 0, done.stderr
+    ref = np.load(_export(ref_run, tmp_path / "ref_out") / "embedding.npy")
+
+    run = tmp_path / "killed"
+    rng = np.random.default_rng(0)
+    kills = 0
+    first = True
+    moments = []
+    while kills < 20:
+        cmd = ["fit", *args, "--run", str(run)] if first else ["resume", str(run), "--quiet"]
+        proc = subprocess.Popen(NPKL + cmd, cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        delay = float(rng.uniform(0.3, total))
+        try:
+            proc.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+            kills += 1
+            moments.append(round(delay, 2))
+            first = False
+            continue
+        # finished before the kill: that is fine only for a resume of a finished run
+        assert proc.returncode == 0, proc.stderr.read()
+        if first:
+            first = False  # the fit finished; start over with a new run to keep killing
+            run = tmp_path / f"killed{kills}"
+    done = _run(["resume", str(run), "--quiet"])
+    assert done.returncode == 0, done.stderr
+    got = np.load(_export(run, tmp_path / "got_out") / "embedding.npy")
+    np.testing.assert_array_equal(got, ref)
+    assert kills >= 20, moments
+
+
+def _export(run, out):
+    done = _run(["export", str(run), "--out", str(out)])
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.mark.heavy
+def test_second_writer_is_refused_and_first_unharmed(tmp_path):
+    args = _data(tmp_path, n=8_000)
+    run = tmp_path / "run"
+    first = subprocess.Popen(NPKL + ["fit", *args, "--run", str(run)], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(100):  # wait until the run exists and is locked
+        if (run / "zarr.json").exists():
+            break
+        time.sleep(0.1)
+    second = _run(["resume", str(run), "--quiet"])
+    assert second.returncode == 2
+    assert "lock" in second.stderr.lower()
+    assert first.wait(timeout=300) == 0, first.stderr.read()
+    assert np.load(_export(run, tmp_path / "out") / "embedding.npy").shape == (8_000, 12)
