@@ -12,7 +12,8 @@ import npkl_dist as nk
 from npkl_dist._recovery import MemoryCheckpointer, fit_with_recovery
 from npkl_dist.executors import InProcessExecutor
 
-distributed = pytest.importorskip("distributed")
+import distributed  # noqa: E402 - a test dependency: missing means a broken install, not a skip
+
 from npkl_dist.executors._dask import DaskExecutor, build_blocks, partition_rows  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")

@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("zarr")
 
 NPKL = [sys.executable, "-m", "flows.cli"]
 ROOT = Path(__file__).resolve().parent.parent
