@@ -152,6 +152,14 @@ def markdown(agg, names, methods, wall_seconds, reps, command):
 
 
 def write_report(records, names, methods, report_path, *, wall_seconds, reps, command):
+    """Rewrite the replication section of ``report_path`` from *all* recorded results (every
+    data set and method in the results file, not only this invocation's)."""
+    from bench.paper.datasets import DATASETS
+
+    present = {r["dataset"] for r in records}
+    names = [d for d in DATASETS if d in present] + sorted(present - set(DATASETS))
+    seen = {r["method"] for r in records}
+    methods = [m for m in methods if m in seen] + sorted(seen - set(methods))
     agg = aggregate(records)
     figure(agg, names, methods, HERE / "accuracy_vs_time.png")
     section = markdown(agg, names, methods, wall_seconds, reps, command)
