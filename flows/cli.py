@@ -113,7 +113,7 @@ def _add_fit_options(p: argparse.ArgumentParser):
     x.add_argument("--dask", metavar="ADDRESS",
                    help="address of an existing Dask scheduler (e.g. tcp://host:8786)")
     x.add_argument("--blocks", type=_positive_int, metavar="B",
-                   help="row blocks for the Dask executor (default: 2 per worker)")
+                   help="row blocks for the Dask executor (default: one per worker)")
     x.add_argument("--checkpoint-every", type=_positive_int, default=1, metavar="N",
                    help="with --run: checkpoint every N sweeps (default: 1)")
     o = p.add_argument_group("downstream and output")

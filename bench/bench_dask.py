@@ -1,0 +1,133 @@
+"""Dask executor and run-store benchmark (issue: run store and Dask executor).
+
+    python bench/bench_dask.py --n 1000000 --rank 64 --dtype float32
+
+Seconds per BCD sweep in-process (numba, 2 threads) vs the Dask executor on a LocalCluster
+with 1 and 2 worker processes (1 thread each, 2 blocks per worker), measured in the same run
+on the same problem as bench_sweep.py (uniform points in the unit square, 9-NN, 2% of points
+constrained); halo bytes per colour step as a share of V; peak resident memory per worker;
+time and size of one V checkpoint written to a local run store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+
+def main(argv=None):
+    import distributed
+
+    import npkl_dist as nk
+    from bench_sweep import disjoint_pairs, knn_affinity, machine_info
+    from npkl_dist.executors import InProcessExecutor
+    from npkl_dist.executors._dask import DaskExecutor
+    from npkl_dist.store import RunStore, StoreCheckpointer
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--rank", type=int, default=64)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--sweeps", type=int, default=3)
+    ap.add_argument("--blocks-per-worker", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS.md")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    S = knn_affinity(args.n, 9, 2, 0)
+    cons = disjoint_pairs(args.n, 0.02, 1)
+    p = nk.NPKLProblem.build(nk.laplacian(S, 1e-3), cons, loss="square", rank=args.rank,
+                             dtype=args.dtype, seed=0)
+    plan = nk.make_plan(p)
+    prep = nk.prepare(p, plan)
+    V0 = np.ascontiguousarray(nk.initial_V(p, np.random.default_rng(0))[plan.order])
+    print(f"problem built in {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    rows = []
+    order = np.arange(plan.n_colours)
+
+    def timed(session, k):
+        session.sweep(order)  # warm-up (compilation, first touches)
+        ts = []
+        for _ in range(k):
+            t = time.perf_counter()
+            session.sweep(order)
+            ts.append(time.perf_counter() - t)
+        return float(np.median(ts))
+
+    ref_V = V0.copy()
+    s_in = InProcessExecutor(2).bcd_session(prep, plan, ref_V)
+    t_in = timed(s_in, args.sweeps)
+    rows.append(("in-process, 2 threads", t_in, 1.0, "", ""))
+    print(f"in-process {t_in:.3f}s", file=sys.stderr)
+    row_block = 65536
+    for workers in (1, 2):
+        cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1,
+                                           processes=True, dashboard_address=None,
+                                           memory_limit=0)
+        client = distributed.Client(cluster)
+        try:
+            ex = DaskExecutor(client, blocks=args.blocks_per_worker * workers, threads=1)
+            ex.align = row_block
+            V = V0.copy()
+            sess = ex.bcd_session(prep, plan, V)
+            t = timed(sess, args.sweeps)
+            per_step = np.array(sess.halo_bytes[-plan.n_colours:], dtype=float)
+            share = per_step / V0.nbytes
+            rss = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+            peak = max(rss.values()) / 1024  # MiB (ru_maxrss is KiB on Linux)
+            rows.append((f"dask, {workers} worker(s) x 1 thread, {args.blocks_per_worker * workers} blocks", t,
+                         t / t_in, f"{100 * share.max():.2f}% max, {100 * share.mean():.2f}% mean",
+                         f"{peak:.0f} MiB"))
+            print(rows[-1], file=sys.stderr)
+            # checkpoint: each block writes its own shards, the driver commits
+            tmp = Path(tempfile.mkdtemp(prefix="npkl-bench-"))
+            try:
+                store = RunStore.create(str(tmp / "run"), config={"bench": True})
+                ck = StoreCheckpointer(store, every=1, row_block=row_block, n=args.n,
+                                       width=args.rank, dtype=args.dtype)
+                t = time.perf_counter()
+                ck.on_sweep({"sweep": 1, "objective": 0.0, "rng_state": {}}, sess)
+                t_ck = time.perf_counter() - t
+                size = sum(f.stat().st_size for f in (tmp / "run").rglob("*") if f.is_file())
+                store.close()
+                rows.append((f"  checkpoint write ({workers} worker(s) writing shards)", t_ck,
+                             None, f"{size / 2**20:.0f} MiB on disk", ""))
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            sess.close()
+        finally:
+            client.close()
+            cluster.close()
+    info = machine_info()
+    lines = [
+        "", f"## bench_dask — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
+        f"- machine: {info.get('cpu', '?')}, {os.cpu_count()} cores",
+        f"- command: `python bench/bench_dask.py --n {args.n} --rank {args.rank} "
+        f"--dtype {args.dtype} --sweeps {args.sweeps} --blocks-per-worker {args.blocks_per_worker}`",
+        f"- problem: n = {args.n:,}, r = {args.rank}, {args.dtype}, {plan.n_colours} colours, "
+        f"V = {V0.nbytes / 2**20:.0f} MiB; median of {args.sweeps} sweeps after a warm-up",
+        "", "| executor | seconds per sweep | / in-process | halo per colour step (share of V) "
+        "| peak RSS per worker |", "|---|---:|---:|---|---|",
+    ]
+    for name, t, ratio, halo, mem in rows:
+        lines.append(f"| {name} | {t:.3f} | {'' if ratio is None else f'{ratio:.2f}'} | "
+                     f"{halo} | {mem} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(args.out, "a") as fh:
+        fh.write(text)
+
+
+if __name__ == "__main__":
+    main()
