@@ -150,3 +150,19 @@ def test_killed_worker_run_completes_identically(global_random_seed):
     finally:
         client.close()
         cluster.close()
+
+
+def test_existing_scheduler_address(global_random_seed):
+    """DaskExecutor(address=...) connects to a running scheduler (as `--dask ADDRESS` does)
+    and gives the oracle's result."""
+    p = make_problem(global_random_seed, "square", n=2500)
+    ref = nk.fit_bcd(p, max_sweeps=3, tol=0.0, executor=InProcessExecutor(1))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        ex = DaskExecutor(address=cluster.scheduler_address)
+        try:
+            assert ex.blocks == 2  # one block per worker
+            got = nk.fit_bcd(p, max_sweeps=3, tol=0.0, executor=ex)
+        finally:
+            ex.client.close()
+    np.testing.assert_array_equal(got.V, ref.V)
