@@ -167,3 +167,16 @@ def test_every_solver_runs_through_fit(iris_files, capsys, solver, loss):
     assert s["diagonal_targets"] == (solver == "admm")
     # measured 0.957 (simplenpkl linear) to 0.974; plain k-means on these features: 0.88
     assert s["metrics"]["rand_accuracy"] > 0.93
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+@pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")
+def test_fit_on_dask_equals_inprocess(iris_files, capsys, tmp_path):
+    d, _, _ = iris_files
+    base = ["fit", "--features", str(d / "X.npy"), "--labels", str(d / "y.npy"),
+            "--max-sweeps", "15", "--tol", "0", "--clusters", "3"]
+    run_json(capsys, base + ["--out", str(tmp_path / "a")])
+    run_json(capsys, base + ["--out", str(tmp_path / "b"), "--executor", "dask",
+                             "--workers", "1"])
+    np.testing.assert_array_equal(np.load(tmp_path / "a" / "embedding.npy"),
+                                  np.load(tmp_path / "b" / "embedding.npy"))
