@@ -323,9 +323,13 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
         row_block = _row_block(n)
         executor = make_executor(opts, row_block)
         width = 3 * r if cfg.solver == "admm" else r
+        params = {"solver": cfg.solver, "loss": cfg.loss, "gamma": cfg.gamma, "rank": r,
+                  "delta": cfg.delta, "bound": cfg.bound, "seed": cfg.seed,
+                  "dtype": str(problem.dtype), "tol": cfg.tol, "max_sweeps": cfg.max_sweeps,
+                  "executor": opts.get("executor", "inprocess")}
         ck = st.StoreCheckpointer(store, every=int(opts.get("checkpoint_every") or 1),
                                   row_block=row_block, n=n, width=width, dtype=problem.dtype,
-                                  max_sweeps=cfg.max_sweeps)
+                                  max_sweeps=cfg.max_sweeps, extra={"parameters": params})
         try:
             if cfg.solver == "admm":
                 from ._admm import fit_admm
