@@ -203,8 +203,9 @@ class _Progress:
         if not self.enabled:
             return
         end = "\r" if self.tty else "\n"
+        of = f"/{self.max}" if self.max else ""
         sys.stderr.write(
-            f"sweep {sweep:>4}/{self.max}  objective {obj:.6g}  change {change:.2e}  "
+            f"sweep {sweep:>4}{of}  objective {obj:.6g}  change {change:.2e}  "
             f"{seconds * 1e3:.1f} ms/sweep  elapsed {time.perf_counter() - self.t0:.1f}s{end}"
         )
         sys.stderr.flush()
