@@ -234,10 +234,6 @@ def config_dict(cfg: FitConfig) -> dict:
 # Runs in a store: every stage's output persisted, learning checkpointed, resumable.
 # ------------------------------------------------------------------------------------------
 
-#: The options of a run that are stored with it and reused by ``npkl resume``.
-RUN_OPTIONS = ("executor", "workers", "dask", "threads", "checkpoint_every", "blocks")
-
-
 def _row_block(n: int) -> int:
     """Shard height of V checkpoints: a multiple of the reduction chunk (1024 rows) that
     gives at most a few hundred shards."""

@@ -21,7 +21,6 @@ replay gives the identical result).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -517,6 +516,3 @@ class _NoColour:
         self.colour = np.zeros(prep.n_points, np.int64)
         self.n_colours = 1
 
-
-def default_threads() -> int:
-    return int(os.environ.get("NPKL_DASK_THREADS", "1"))
