@@ -124,8 +124,8 @@ def markdown(agg, names, methods, wall_seconds, reps, command):
         if best and best[0] is not None:
             header += (f" — best published {best[0]:.2f} ± {best[1] or 0:.2f} "
                        f"({best[2]})")
-        lines += [header, "", "| method | accuracy (%) | fit time (s) | published (%) |",
-                  "|---|---|---|---|"]
+        lines += [header, "", "| method | accuracy (%) | fit time (s) | reps | published (%) |",
+                  "|---|---|---|---|---|"]
         ours_best = None
         for m in methods:
             a = agg.get((name, m))
@@ -142,7 +142,7 @@ def markdown(agg, names, methods, wall_seconds, reps, command):
                     ours_best = (m, a["acc"], a["acc_std"])
             else:
                 acc, tt = f"failed: {a['error_example'][:80]}", "—"
-            lines.append(f"| {m} | {acc} | {tt} | {ptxt} |")
+            lines.append(f"| {m} | {acc} | {tt} | {a['reps']} | {ptxt} |")
         if ours_best and best and best[0] is not None:
             m, acc, std = ours_best
             ok = acc >= best[0] - (best[1] or 0) or acc + std >= best[0]
