@@ -294,6 +294,64 @@ def block_step_fast(parity, block_rows, block_ptr, indptr, indices, data, diag, 
                          diag, cptr, cidx, csgn, V, loss, gamma, bound, pmax, delta2, norm2)
 
 
+@njit(nogil=True, cache=True)
+def _block_rows_colacc(rows, start, stop, indptr, indices, data, diag, cptr, cidx, csgn, V,
+                       loss, gamma, bound, pmax, delta2, norm2):
+    """Fast path whose ||dv||^2 / ||v||^2 are accumulated per *column* over the block's rows
+    (dacc[c] += dv_c^2: element-wise, vectorisable, no add chain), reduced once per block in
+    a fixed order. Returns the block's (delta2, norm2); V bitwise as the library's. Rows that
+    take the library path (constrained, linear loss) write delta2/norm2[i] and are added."""
+    r = V.shape[1]
+    g = np.empty(r)
+    dacc = np.zeros(r)
+    nacc = np.zeros(r)
+    extra_d = 0.0
+    extra_n = 0.0
+    for q in range(start, stop):
+        i = rows[q]
+        if loss == 3 or cptr[i + 1] != cptr[i]:
+            sweep_rows(rows, q, q + 1, indptr, indices, data, diag, cptr, cidx, csgn, V,
+                       loss, gamma, bound, pmax, delta2, norm2)
+            extra_d += delta2[i]
+            extra_n += norm2[i]
+            continue
+        for c in range(r):
+            g[c] = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            k = indices[p]
+            w = data[p]
+            for c in range(r):
+                g[c] += w * V[k, c]
+        Lii = diag[i]
+        for c in range(r):
+            old = np.float64(V[i, c])
+            V[i, c] = -g[c] / Lii
+            new = np.float64(V[i, c])
+            dacc[c] += (new - old) * (new - old)
+            nacc[c] += new * new
+    d = extra_d
+    m = extra_n
+    for c in range(r):
+        d += dacc[c]
+        m += nacc[c]
+    return d, m
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def block_step_colacc(parity, block_rows, block_ptr, indptr, indices, data, diag, cptr,
+                      cidx, csgn, V, loss, gamma, bound, pmax, delta2, norm2, bd2, bn2):
+    """bd2, bn2 : (n_blocks,) OUT, per-block totals (summed in block order by the caller)."""
+    nb = block_ptr.shape[0] - 1
+    n_par = (nb - parity + 1) // 2
+    for t in prange(n_par):
+        b = parity + 2 * t
+        d, m = _block_rows_colacc(block_rows, block_ptr[b], block_ptr[b + 1], indptr, indices,
+                                  data, diag, cptr, cidx, csgn, V, loss, gamma, bound, pmax,
+                                  delta2, norm2)
+        bd2[b] = d
+        bn2[b] = m
+
+
 BLOCK_KERNELS = {False: block_step, True: block_step_fast, "fast": block_step_fast,
                  "fast4": block_step_fast4, "noreduce": block_step_noreduce}
 
@@ -301,6 +359,8 @@ BLOCK_KERNELS = {False: block_step, True: block_step_fast, "fast": block_step_fa
 def block_sweep(bp, prep, V, order, n_threads, fast=False, serial=False):
     """One prototype sweep in the given step order; returns (delta2, norm2) like the executor.
 
+    fast: False (library row kernel), True/"fast" (inlined unconstrained path), "fast4",
+    "noreduce" (timing only), "colacc" (per-column accumulation of delta2/norm2).
     serial=True runs every block one after the other on the calling thread (reference).
     """
     n = V.shape[0]
@@ -308,6 +368,11 @@ def block_sweep(bp, prep, V, order, n_threads, fast=False, serial=False):
     norm2 = np.empty(n)
     args = (prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx, prep.csgn,
             V, prep.loss_code, prep.gamma, prep.bound, prep.pmax, delta2, norm2)
+    colacc = fast == "colacc"
+    if colacc:
+        bd2 = np.zeros(bp.n_blocks)
+        bn2 = np.zeros(bp.n_blocks)
+        tot_d = tot_n = 0.0
     prev = numba.get_num_threads()
     numba.set_num_threads(n_threads)
     try:
@@ -316,6 +381,8 @@ def block_sweep(bp, prep, V, order, n_threads, fast=False, serial=False):
                 if serial:
                     for b in range(int(s), bp.n_blocks, 2):
                         sweep_rows(bp.block_rows, bp.block_ptr[b], bp.block_ptr[b + 1], *args)
+                elif colacc:
+                    block_step_colacc(int(s), bp.block_rows, bp.block_ptr, *args, bd2, bn2)
                 else:
                     BLOCK_KERNELS[fast](int(s), bp.block_rows, bp.block_ptr, *args)
             else:
@@ -324,8 +391,13 @@ def block_sweep(bp, prep, V, order, n_threads, fast=False, serial=False):
                     sweep_rows(rows, 0, rows.shape[0], *args)
                 else:
                     sweep_colour(rows, *args)
+                if colacc:
+                    tot_d += float(delta2[rows].sum())
+                    tot_n += float(norm2[rows].sum())
     finally:
         numba.set_num_threads(prev)
+    if colacc:
+        return tot_d + float(bd2.sum()), tot_n + float(bn2.sum())
     return float(delta2.sum()), float(norm2.sum())
 
 
@@ -459,6 +531,8 @@ def main(argv=None):
                     lambda: block_sweep(bp2, prep, V, bp2.step_order(orng), T, fast=True),
                 "prototype v2 + fast path + 4 partial sums for delta2/norm2":
                     lambda: block_sweep(bp2, prep, V, bp2.step_order(orng), T, fast="fast4"),
+                "prototype v2 + fast path + per-column delta2/norm2 accumulation":
+                    lambda: block_sweep(bp2, prep, V, bp2.step_order(orng), T, fast="colacc"),
                 "prototype v2, fast path without delta2/norm2 (timing-only bound)":
                     lambda: block_sweep(bp2, prep, V, bp2.step_order(orng), T,
                                         fast="noreduce"),
@@ -543,7 +617,8 @@ def main(argv=None):
             say("")
             say("Prototype checks:")
             for name, bp in (("v1", bp1), ("v2", bp2)):
-                Va, Vb, Vc, Vd, Ve = (V0.copy() for _ in range(5))
+                Va, Vb, Vc, Vd, Ve, Vf, Vg = (V0.copy() for _ in range(7))
+                same_dg = True
                 okr = np.random.default_rng(5)
                 for _ in range(3):
                     order = bp.step_order(okr)
@@ -552,12 +627,18 @@ def main(argv=None):
                     block_sweep(bp, prep, Vc, order, T, serial=True)
                     block_sweep(bp, prep, Vd, order, T, fast=True)
                     de = block_sweep(bp, prep, Ve, order, T, fast="fast4")
+                    df = block_sweep(bp, prep, Vf, order, T, fast="colacc")
+                    dg = block_sweep(bp, prep, Vg, order, 1, fast="colacc")
+                    same_dg &= df == dg
                 say(f"- {name}, 3 sweeps: T={T} == T=1 bitwise: {np.array_equal(Va, Vb)}; == "
                     f"sequential blocks: {np.array_equal(Va, Vc)}; fast path == library row "
                     f"kernel: {np.array_equal(Va, Vd)}; 4-partial-sum path: V bitwise equal "
                     f"{np.array_equal(Va, Ve)}, delta2 rel. diff "
-                    f"{abs(da[0] - de[0]) / da[0]:.1e}")
-                del Va, Vb, Vc, Vd, Ve
+                    f"{abs(da[0] - de[0]) / da[0]:.1e}; per-column path: V bitwise equal "
+                    f"{np.array_equal(Va, Vf)}, delta2 rel. diff {abs(da[0] - df[0]) / da[0]:.1e}"
+                    f", norm2 rel. diff {abs(da[1] - df[1]) / da[1]:.1e}, its (delta2, norm2) "
+                    f"T={T} == T=1 exactly: {same_dg}")
+                del Va, Vb, Vc, Vd, Ve, Vf, Vg
             Vl = V0.copy()
             Vp = V0.copy()  # prototype v2 with the 4-partial-sum fast path
             lr = np.random.default_rng(11)
