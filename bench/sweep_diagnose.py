@@ -572,13 +572,13 @@ def main(argv=None):
                 f"load {pload:.2f} cores")
 
             # prototype v2 steps alone
-            steps = {st: (lambda st=st: block_sweep(bp2, prep, V, [st], T, fast="fast4"))
+            steps = {st: (lambda st=st: block_sweep(bp2, prep, V, [st], T, fast="colacc"))
                      for st in range(bp2.n_steps)}
             steps["spmm"] = fns["SpMM (floor)"]
             sres, sload = interleaved(steps, K, args.max_wait)
             sbase = sres.pop("spmm")[0]
             say("")
-            say("Prototype v2 (fast path + 4 partial sums) steps, each timed alone:")
+            say("Prototype v2 (fast path + per-column delta2/norm2) steps, each timed alone:")
             say("")
             say("| step | rows | median s | / SpMM |")
             say("|:---|---:|---:|---:|")
@@ -597,13 +597,13 @@ def main(argv=None):
             if args.block_scan:
                 bps = {nb: BlockPlan(prep, nb, defer="cover") for nb in args.block_scan}
                 scan = {nb: (lambda b=b: block_sweep(b, prep, V, b.step_order(orng), T,
-                                                     fast="fast4"))
+                                                     fast="colacc"))
                         for nb, b in bps.items()}
                 scan["spmm"] = fns["SpMM (floor)"]
                 bres, bload = interleaved(scan, K, args.max_wait)
                 bbase = bres.pop("spmm")[0]
                 say("")
-                say("Prototype v2 + fast path + 4 partial sums vs number of blocks:")
+                say("Prototype v2 + fast path + per-column delta2/norm2 vs number of blocks:")
                 say("")
                 say("| blocks | rows per block | deferred rows | median s | / SpMM |")
                 say("|---:|---:|---:|---:|---:|")
@@ -640,14 +640,14 @@ def main(argv=None):
                     f"T={T} == T=1 exactly: {same_dg}")
                 del Va, Vb, Vc, Vd, Ve, Vf, Vg
             Vl = V0.copy()
-            Vp = V0.copy()  # prototype v2 with the 4-partial-sum fast path
+            Vp = V0.copy()  # prototype v2 with the per-column fast path
             lr = np.random.default_rng(11)
             pr_ = np.random.default_rng(11)
             obj_l = [ex.objective(prep, Vl)]
             obj_p = [obj_l[0]]
             for _ in range(args.check_sweeps):
                 ex.sweep(prep, plan, Vl, plan.colour_order(lr))
-                block_sweep(bp2, prep, Vp, bp2.step_order(pr_), T, fast="fast4")
+                block_sweep(bp2, prep, Vp, bp2.step_order(pr_), T, fast="colacc")
                 obj_l.append(ex.objective(prep, Vl))
                 obj_p.append(ex.objective(prep, Vp))
             mono = all(b <= a * (1 + 1e-12) + 1e-9 for a, b in zip(obj_p, obj_p[1:]))
