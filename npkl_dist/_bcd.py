@@ -18,7 +18,15 @@ from ._errors import ConvergenceWarning, ValidationError, fmt_value
 from ._plan import make_plan, prepare
 from ._problem import NPKLProblem
 
-__all__ = ["FitResult", "fit_bcd", "initial_V"]
+__all__ = ["FitResult", "fit_bcd", "initial_V", "choose_method", "METHODS", "STARTS"]
+
+
+#: method='auto' picks block solves from this many points on (with a non-linear loss, an
+#: executor that supports them, and at most AUTO_MAX_CONSTRAINED of the points constrained).
+AUTO_MIN_POINTS = 20_000
+AUTO_MAX_CONSTRAINED = 0.25
+METHODS = ("auto", "sweeps", "block")
+STARTS = ("random", "propagate", "spectral")
 
 
 @dataclass
@@ -33,16 +41,25 @@ class FitResult:
         Final objective.
     objective_initial : float
     objective_trace : list of float
-        Objective after each sweep.
+        Objective after each sweep (method 'block': after each outer iteration).
     change_trace : list of float
         ||V(t) - V(t-1)|| / ||V(t)|| after each sweep.
+    kkt_trace : list of float
+        Scaled KKT residual after each sweep (see ``npkl_dist._kkt``); empty where the
+        executor does not compute it per sweep (the final value is in ``kkt``).
+    kkt : float
+        KKT residual of the returned V.
     sweep_seconds : list of float
         Wall time of each sweep (the colour steps only; the objective is timed apart).
     objective_seconds : list of float
+    cg_iterations : list of int
+        Method 'block': conjugate-gradient iterations of each outer iteration.
     fit_seconds : float
         Whole fit, including relabelling, colouring and set-up.
     converged : bool
     n_colours : int
+    method : {'sweeps', 'block'}
+    start : str
     """
 
     V: np.ndarray
@@ -52,24 +69,46 @@ class FitResult:
     change_trace: list = field(default_factory=list)
     sweep_seconds: list = field(default_factory=list)
     objective_seconds: list = field(default_factory=list)
+    kkt_trace: list = field(default_factory=list)
+    cg_iterations: list = field(default_factory=list)
+    kkt: float = float("nan")
     fit_seconds: float = 0.0
     setup_seconds: float = 0.0
     converged: bool = False
     n_colours: int = 0
     solver: str = "bcd"
+    method: str = "sweeps"
+    start: str = "random"
 
     @property
     def n_sweeps(self) -> int:
         return len(self.objective_trace)
 
 
-def initial_V(problem: NPKLProblem, rng: np.random.Generator) -> np.ndarray:
-    """The paper's random start: N(0, 1/r) entries (rows of norm about 1), original order.
+def initial_V(problem: NPKLProblem, rng: np.random.Generator, start: str = "random",
+              L_precond=None) -> np.ndarray:
+    """Starting factor in original order.
+
+    start='random' (the paper's): N(0, 1/r) entries, rows of norm about 1.
+    start='propagate': the same random rows at constrained points and zero elsewhere; the
+        first block solve then propagates them over the graph (their harmonic extension).
+    start='spectral': the r bottom eigenvectors of L (LOBPCG, preconditioned by
+        smoothed-aggregation AMG), scaled by the factor that minimises the objective along
+        them (a convex one-dimensional problem in the squared scale).
 
     For the linear loss rows are projected on the ball ||v_i|| <= b.
     """
+    if start not in STARTS:
+        raise ValidationError(f"start: {start!r} is not one of {', '.join(STARTS)}")
     n, r = problem.n_points, problem.rank
     V = rng.standard_normal((n, r)) / np.sqrt(r)
+    if start == "propagate":
+        keep = np.zeros(n, bool)
+        keep[problem.constraints.i] = True
+        keep[problem.constraints.j] = True
+        V[~keep] = 0.0
+    elif start == "spectral":
+        V = _spectral_start(problem, V)
     if problem.loss == "linear":
         norms = np.linalg.norm(V, axis=1)
         over = norms > problem.bound
@@ -77,35 +116,115 @@ def initial_V(problem: NPKLProblem, rng: np.random.Generator) -> np.ndarray:
     return V.astype(problem.dtype)
 
 
+def _spectral_start(problem: NPKLProblem, X0: np.ndarray) -> np.ndarray:
+    import pyamg
+    from scipy.optimize import minimize_scalar
+    from scipy.sparse.linalg import lobpcg
+
+    from ._objective import loss_fn
+
+    L = problem.L.astype(np.float64).tocsr()
+    n, r = X0.shape
+    if n <= 5 * r:  # LOBPCG needs n >> r; a dense eigensolve is cheap here
+        E = np.linalg.eigh(L.toarray())[1][:, :r]
+    else:
+        M = pyamg.smoothed_aggregation_solver(L, symmetry="hermitian").aspreconditioner()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # LOBPCG's own tolerance chatter
+            _, E = lobpcg(L, X0, M=M, largest=False, tol=1e-4, maxiter=200)
+    c = problem.constraints
+    a = float(np.sum(E * (L @ E)))
+    z = c.t * np.einsum("kr,kr->k", E[c.i], E[c.j])
+    lf = loss_fn(problem.loss)
+
+    def f(s):
+        return s * a + problem.gamma * float(np.sum(lf(s * z)))
+
+    hi = f(0.0) / max(a, 1e-300) if f(0.0) > 0 else np.inf
+    if problem.loss == "linear":
+        hi = min(hi, problem.bound**2 / float(np.max(np.sum(E * E, axis=1))))
+    if not np.isfinite(hi) or hi <= 0:
+        hi = float(n) / r
+    s = minimize_scalar(f, bounds=(0.0, hi), method="bounded").x
+    return E * np.sqrt(max(s, 0.0))
+
+
+def choose_method(problem: NPKLProblem, executor=None) -> str:
+    """method='auto': block solves for large problems with few constrained points.
+
+    Plain sweeps move information one graph hop per sweep, so on large graphs whose
+    constrained points are sparse they need hundreds of sweeps; the block solve couples every
+    unconstrained row at once. Block solves need a loss without row constraints (not
+    'linear') and an executor that runs them.
+    """
+    n = problem.n_points
+    if problem.loss == "linear" or n < AUTO_MIN_POINTS:
+        return "sweeps"
+    if executor is not None and not getattr(executor, "supports_block", False):
+        return "sweeps"
+    c = problem.constraints
+    frac = np.unique(np.concatenate([c.i, c.j])).size / n
+    return "block" if frac <= AUTO_MAX_CONSTRAINED else "sweeps"
+
+
+def _check_tol(name, val, allow_none=True):
+    if val is None and allow_none:
+        return
+    if isinstance(val, bool) or not (isinstance(val, Real) and np.isfinite(val) and val >= 0):
+        raise ValidationError(f"{name}: expected a finite number >= 0, got {fmt_value(val)}")
+
+
 def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
             executor=None, relabel: str = "rcm", V0=None, callback=None, plan=None,
-            resume=None, on_sweep=None) -> FitResult:
-    """Fit an NPKL problem by colour-ordered block coordinate descent.
+            resume=None, on_sweep=None, method: str = "sweeps", start: str = "random",
+            tol_objective: float | None = None, tol_kkt: float | None = None,
+            precond: str = "amg", inner_rtol: float = 0.01, inner_maxiter: int = 10,
+            extrapolate: bool = True) -> FitResult:
+    """Fit an NPKL problem by block coordinate descent.
 
     Parameters
     ----------
     problem : NPKLProblem
     max_sweeps : int
+        Sweeps (method 'block': outer iterations) at most.
     tol : float
-        Relative change ||V(t) - V(t-1)|| / ||V(t)|| that stops the iteration.
+        Relative change ||V(t) - V(t-1)|| / ||V(t)|| below which the fit may stop.
+    tol_objective : float, optional
+        Relative objective change |f(t-1) - f(t)| / |f(t)| below which the fit may stop.
+    tol_kkt : float, optional
+        Scaled KKT residual (``npkl_dist._kkt``) below which the fit may stop.
+        The fit stops when every criterion given holds (``tol`` always counts).
     executor : executor object, optional
         Default: :class:`~npkl_dist.executors.InProcessExecutor` with all threads.
     relabel : {'rcm', 'none'}
         Internal locality relabelling (undone on output).
     V0 : ndarray, shape (n, rank), optional
-        Start in original order; default :func:`initial_V` from ``problem.seed``.
+        Start in original order; default :func:`initial_V` from ``problem.seed`` and ``start``.
     callback : callable, optional
         ``callback(sweep, objective, change, seconds)`` after each sweep (progress display).
     plan : SweepPlan, optional
         A plan made earlier for this problem (e.g. read back from a run store).
     resume : (dict, ndarray), optional
-        ``(state, V)`` from :meth:`FitState` checkpoints: ``state`` as produced by
-        ``on_sweep`` (sweep, RNG state, traces) and V in internal order. The fit continues
-        exactly where that state left off: a resumed fit equals an uninterrupted one bitwise.
+        ``(state, V)`` from checkpoints: ``state`` as produced by ``on_sweep`` and V in
+        internal order. A resumed fit equals an uninterrupted one bitwise.
     on_sweep : callable, optional
-        ``on_sweep(state: dict, session)`` after each sweep; ``state`` is JSON-able and
-        ``session.write_checkpoint_blocks(store, ckpt_id, row_block)`` writes V. Used by the
-        run store to checkpoint.
+        ``on_sweep(state: dict, session)`` after each sweep (run-store checkpoints).
+    method : {'sweeps', 'block', 'auto'}
+        'sweeps': colour-ordered Gauss-Seidel sweeps (bcdkl-tnnls2015 Alg. 1).
+        'block': the unconstrained rows solved together by preconditioned CG, alternated
+        with exact updates of the constrained rows (``npkl_dist._blocksolve``).
+        'auto': :func:`choose_method`.
+    start : {'random', 'propagate', 'spectral'}
+        See :func:`initial_V`.
+    precond : {'amg', 'jacobi'}
+        Method 'block': CG preconditioner (AMG hierarchy built once per fit).
+    inner_rtol, inner_maxiter : float, int
+        Method 'block': each outer iteration's CG stops when every column's residual fell by
+        ``inner_rtol`` or after ``inner_maxiter`` iterations (inexact block solves: the
+        constrained rows change the right-hand side at once anyway).
+    extrapolate : bool
+        Method 'block': after each outer iteration, an exact line search along the whole
+        outer step (momentum that is accepted only where it lowers the objective).
 
     Returns
     -------
@@ -113,8 +232,18 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
     """
     if isinstance(max_sweeps, bool) or not isinstance(max_sweeps, (int, np.integer)) or max_sweeps < 1:
         raise ValidationError(f"max_sweeps: expected a positive integer, got {fmt_value(max_sweeps)}")
-    if isinstance(tol, bool) or not (isinstance(tol, Real) and np.isfinite(tol) and tol >= 0):
-        raise ValidationError(f"tol: expected a finite number >= 0, got {fmt_value(tol)}")
+    _check_tol("tol", tol, allow_none=False)
+    _check_tol("tol_objective", tol_objective)
+    _check_tol("tol_kkt", tol_kkt)
+    if method not in METHODS:
+        raise ValidationError(f"method: {method!r} is not one of {', '.join(METHODS)}")
+    if start not in STARTS:
+        raise ValidationError(f"start: {start!r} is not one of {', '.join(STARTS)}")
+    if isinstance(inner_maxiter, bool) or not isinstance(inner_maxiter, (int, np.integer)) \
+            or inner_maxiter < 1:
+        raise ValidationError(
+            f"inner_maxiter: expected a positive integer, got {fmt_value(inner_maxiter)}")
+    _check_tol("inner_rtol", inner_rtol, allow_none=False)
     if problem.constraints.diagonal:
         raise ValidationError(
             "constraints: diagonal targets (K_ii = 1) are KL-ADMM's protocol and not part of the "
@@ -125,10 +254,26 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         from .executors import InProcessExecutor
 
         executor = InProcessExecutor()
+    if method == "auto":
+        method = choose_method(problem, executor)
+    if method == "block":
+        from ._blocksolve import check_method_loss
+
+        check_method_loss(problem.loss)
+        if not getattr(executor, "supports_block", False):
+            raise ValidationError(
+                f"method: the {getattr(executor, 'name', type(executor).__name__)} executor "
+                f"does not run block solves; use method='sweeps' with it"
+            )
     rng = np.random.default_rng(problem.seed)
     if plan is None:
         plan = make_plan(problem, relabel=relabel)
-    prep = prepare(problem, plan)
+    layout = plan
+    if method == "block":
+        from ._blocksolve import block_layout
+
+        layout = block_layout(problem, plan)
+    prep = prepare(problem, layout)
     if resume is not None:
         state, V = resume
         V = np.ascontiguousarray(V, dtype=problem.dtype)
@@ -137,17 +282,23 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
                 f"resume: checkpoint V has shape {V.shape}, the problem needs "
                 f"{(problem.n_points, problem.rank)}; resume with the run's own configuration"
             )
+        if state.get("method", "sweeps") != method:
+            raise ValidationError(
+                f"resume: the checkpoint was written by method {state.get('method', 'sweeps')!r}, "
+                f"this fit uses {method!r}; resume with the run's own configuration"
+            )
         rng.bit_generator.state = state["rng_state"]
         result = FitResult(V=V, objective=state["objective_initial"],
                            objective_initial=state["objective_initial"],
-                           n_colours=plan.n_colours)
-        for key in ("objective_trace", "change_trace", "sweep_seconds", "objective_seconds"):
-            getattr(result, key).extend(state[key])
+                           n_colours=layout.n_colours, method=method, start=start)
+        for key in ("objective_trace", "change_trace", "sweep_seconds", "objective_seconds",
+                    "kkt_trace", "cg_iterations"):
+            getattr(result, key).extend(state.get(key, []))
         result.converged = bool(state.get("converged", False))
         first = int(state["sweep"]) + 1
     else:
         if V0 is None:
-            V0 = initial_V(problem, rng)
+            V0 = initial_V(problem, rng, start)
         else:
             V0 = np.asarray(V0)
             if V0.shape != (problem.n_points, problem.rank):
@@ -156,49 +307,78 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
                 )
             if not np.all(np.isfinite(V0)):
                 raise ValidationError("V0: holds NaN or inf; pass a finite start")
-        V = np.ascontiguousarray(V0[plan.order], dtype=problem.dtype)
+        V = np.ascontiguousarray(V0[layout.order], dtype=problem.dtype)
         result = None
         first = 1
-    session = executor.bcd_session(prep, plan, V)
+    if method == "block":
+        session = executor.block_session(prep, layout, V, precond=precond,
+                                         extrapolate=extrapolate)
+    else:
+        session = executor.bcd_session(prep, plan, V)
+    track_kkt = method == "block" or hasattr(session, "kkt")
     try:
         if result is None:
-            obj0 = session.objective()
+            obj0 = session.objective_kkt()[0] if method == "block" else session.objective()
             result = FitResult(V=V, objective=obj0, objective_initial=obj0,
-                               n_colours=plan.n_colours)
+                               n_colours=layout.n_colours, method=method, start=start)
         result.setup_seconds = time.perf_counter() - t_start
         sweep = first - 1
         while not result.converged and sweep < max_sweeps:
             sweep += 1
-            order = plan.colour_order(rng)
+            order = layout.colour_order(rng)
             t0 = time.perf_counter()
-            delta2, norm2 = session.sweep(order)
+            if method == "block":
+                delta2, norm2, its = session.step(order, inner_rtol, inner_maxiter)
+                result.cg_iterations.append(int(its))
+            else:
+                delta2, norm2 = session.sweep(order)
             t1 = time.perf_counter()
-            obj = session.objective()
+            if method == "block":
+                obj, kkt = session.objective_kkt()
+            else:
+                obj = session.objective()
+                kkt = session.kkt() if track_kkt else None
             t2 = time.perf_counter()
             change = float(np.sqrt(delta2 / norm2)) if norm2 > 0 else 0.0
+            prev = result.objective_trace[-1] if result.objective_trace else result.objective_initial
             result.objective_trace.append(obj)
             result.change_trace.append(change)
+            if kkt is not None:
+                result.kkt_trace.append(kkt)
             result.sweep_seconds.append(t1 - t0)
             result.objective_seconds.append(t2 - t1)
-            result.converged = bool(change < tol)
+            ok = change < tol
+            if tol_objective is not None:
+                ok = ok and abs(prev - obj) <= tol_objective * max(abs(obj), 1e-300)
+            if tol_kkt is not None:
+                ok = ok and kkt is not None and kkt < tol_kkt
+            result.converged = bool(ok)
             if callback is not None:
                 callback(sweep, obj, change, t1 - t0)
             if on_sweep is not None:
                 on_sweep(_state(result, sweep, rng), session)
         V = session.gather()
+        if result.kkt_trace:
+            result.kkt = result.kkt_trace[-1]
+        else:
+            from ._kkt import kkt_residual
+
+            result.kkt = kkt_residual(prep, V)
     finally:
         session.close()
     if not result.converged:
         warnings.warn(
             f"bcd: stopped after max_sweeps={max_sweeps} with relative change "
-            f"{result.change_trace[-1]:.3g} >= tol={tol:g}; raise max_sweeps to converge further",
+            f"{result.change_trace[-1]:.3g} (tol={tol:g}), KKT residual {result.kkt:.3g}"
+            f"{'' if tol_kkt is None else f' (tol_kkt={tol_kkt:g})'}; raise max_sweeps to "
+            f"converge further",
             ConvergenceWarning,
             stacklevel=2,
         )
     out = np.empty_like(V)
-    out[plan.order] = V  # undo the relabelling
+    out[layout.order] = V  # undo the relabelling
     result.V = out
-    result.objective = result.objective_trace[-1]
+    result.objective = result.objective_trace[-1] if result.objective_trace else result.objective_initial
     result.fit_seconds = time.perf_counter() - t_start
     return result
 
@@ -215,5 +395,8 @@ def _state(result: FitResult, sweep: int, rng: np.random.Generator) -> dict:
         "change_trace": list(result.change_trace),
         "sweep_seconds": list(result.sweep_seconds),
         "objective_seconds": list(result.objective_seconds),
+        "kkt_trace": list(result.kkt_trace),
+        "cg_iterations": list(result.cg_iterations),
+        "method": result.method,
         "converged": bool(result.converged),
     }

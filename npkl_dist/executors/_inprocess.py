@@ -49,6 +49,7 @@ class InProcessExecutor:
     """
 
     name = "inprocess"
+    supports_block = True
 
     def __init__(self, n_threads: int | None = None):
         if n_threads is not None and (
@@ -155,6 +156,24 @@ class InProcessExecutor:
         """A BCD fit's state on this executor; ``V`` (internal order) is updated in place."""
         return _BCDSession(self, prep, plan, V)
 
+    def block_session(self, prep, layout, V, precond="amg", extrapolate=True):
+        """A block-exact BCD fit's state (``npkl_dist._blocksolve``); V updated in place."""
+        from .._blocksolve import BlockSession
+
+        return BlockSession(prep, layout, V, self.n_threads, precond=precond,
+                            extrapolate=extrapolate)
+
+    def kkt(self, prep, V) -> float:
+        """Scaled KKT residual of V (internal order), see ``npkl_dist._kkt``."""
+        from .._kkt import kkt_residual
+
+        previous = numba.get_num_threads()
+        numba.set_num_threads(self.n_threads if V.shape[0] > 64 * CHUNK else 1)
+        try:
+            return kkt_residual(prep, V)
+        finally:
+            numba.set_num_threads(previous)
+
     def admm_session(self, prep, V, U, Lam):
         """A KL-ADMM fit's state (V, U, Lam in internal order, updated in place)."""
         return _ADMMSession(self, prep, V, U, Lam)
@@ -174,6 +193,9 @@ class _BCDSession:
 
     def objective(self) -> float:
         return self.ex.objective(self.prep, self.V)
+
+    def kkt(self) -> float:
+        return self.ex.kkt(self.prep, self.V)
 
     def gather(self) -> np.ndarray:
         return self.V

@@ -1,0 +1,416 @@
+"""Block-exact BCD (``npkl_dist._blocksolve``), starts and the KKT residual.
+
+References: scipy's sparse direct solver for the block system, dense numpy gradients for the
+KKT residual, ``scipy.optimize.lsq_linear`` for the hinge's minimum-norm subgradient, and the
+plain sweeps (run to a tight tolerance) for the optimum the block method must reach.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.optimize import lsq_linear
+from scipy.sparse.linalg import spsolve
+
+from npkl_dist import (
+    Constraints,
+    ConvergenceWarning,
+    NPKLProblem,
+    ValidationError,
+    fit_bcd,
+    laplacian,
+    make_plan,
+    prepare,
+)
+from npkl_dist._bcd import AUTO_MIN_POINTS, choose_method, initial_V
+from npkl_dist._blocksolve import (
+    AMGPreconditioner,
+    JacobiPreconditioner,
+    block_layout,
+    block_pcg,
+    line_search,
+)
+from npkl_dist._kkt import kkt_residual
+from npkl_dist.executors import InProcessExecutor
+
+from test_reference import blob_problem, random_V
+
+SMOOTH_LOSSES = ("hinge", "squared_hinge", "square")
+
+
+def grid_laplacian(side, delta=1e-3):
+    """Normalised Laplacian of a side x side 4-neighbour grid (an easy SPD test matrix)."""
+    n = side * side
+    idx = np.arange(n).reshape(side, side)
+    i = np.r_[idx[:, :-1].ravel(), idx[:-1, :].ravel()]
+    j = np.r_[idx[:, 1:].ravel(), idx[1:, :].ravel()]
+    S = sp.coo_matrix((np.ones(i.size), (i, j)), shape=(n, n))
+    return laplacian((S + S.T).tocsr(), delta)
+
+
+def _split(A):
+    d = A.diagonal().copy()
+    off = (A - sp.diags(d)).tocsr()
+    off.sort_indices()
+    off.indptr = off.indptr.astype(np.int64)
+    off.indices = off.indices.astype(np.int64)
+    return off, d
+
+
+# --------------------------------------------------------------------------------------------
+# block PCG against a direct solve
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("precond", ["jacobi", "amg"])
+def test_block_pcg_matches_direct_solve(precond, global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    A = grid_laplacian(40).tocsr()
+    off, d = _split(A)
+    B = rng.standard_normal((A.shape[0], 5))
+    X = rng.standard_normal(B.shape)  # warm start far from the solution
+    R = B - A @ X
+    M = AMGPreconditioner(A) if precond == "amg" else JacobiPreconditioner(d)
+    r0 = np.linalg.norm(R, axis=0)
+    its = block_pcg(off, d, M, X, R, r0, rtol=1e-10, maxiter=2000)
+    ref = spsolve(A.tocsc(), B)
+    assert its > 0
+    np.testing.assert_allclose(X, ref, rtol=1e-7, atol=1e-7 * np.abs(ref).max())
+    # the recursive residual tracks the true one
+    np.testing.assert_allclose(R, B - A @ X, atol=1e-8 * np.abs(B).max())
+
+
+def test_amg_beats_jacobi_iterations():
+    A = grid_laplacian(60).tocsr()
+    off, d = _split(A)
+    B = np.random.default_rng(0).standard_normal((A.shape[0], 3))
+    counts = {}
+    for name, M in (("amg", AMGPreconditioner(A)), ("jacobi", JacobiPreconditioner(d))):
+        X = np.zeros_like(B)
+        R = B.copy()
+        counts[name] = block_pcg(off, d, M, X, R, np.linalg.norm(B, axis=0), rtol=1e-8,
+                                 maxiter=5000)
+    assert counts["amg"] * 3 < counts["jacobi"], counts
+
+
+def test_amg_preconditioner_is_symmetric_positive_definite():
+    A = grid_laplacian(30).tocsr()
+    M = AMGPreconditioner(A)
+    n = A.shape[0]
+    rng = np.random.default_rng(1)
+    X, Y = rng.standard_normal((n, 4)), rng.standard_normal((n, 4))
+    MX, MY = M._cycle(0, X), M._cycle(0, Y)
+    np.testing.assert_allclose(np.sum(Y * MX, axis=0), np.sum(X * MY, axis=0), rtol=1e-9)
+    assert np.all(np.sum(X * MX, axis=0) > 0)
+
+
+# --------------------------------------------------------------------------------------------
+# the fit
+# --------------------------------------------------------------------------------------------
+
+def sparse_constrained_problem(seed, loss, *, n=400, rank=4, frac=0.1, dtype="float64"):
+    """A grid-like kNN problem where only ``frac`` of the points are constrained."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 2))
+    X[n // 2:, 0] += 4.0
+    labels = (np.arange(n) >= n // 2).astype(np.int64)
+    from test_reference import connected_knn_laplacian
+
+    L = connected_knn_laplacian(X, 6, dtype=dtype)
+    pts = rng.choice(n, int(frac * n) // 2 * 2, replace=False)
+    i, j = pts[::2], pts[1::2]
+    C = Constraints.from_arrays(i, j, np.where(labels[i] == labels[j], 1, -1), n)
+    return NPKLProblem.build(L, C, loss=loss, gamma=1.0, rank=rank, seed=seed, dtype=dtype)
+
+
+def _fit(problem, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return fit_bcd(problem, **kw)
+
+
+@pytest.mark.parametrize("loss", SMOOTH_LOSSES)
+@pytest.mark.parametrize("precond", ["amg", "jacobi"])
+@pytest.mark.parametrize("extrapolate", [True, False])
+def test_block_objective_never_increases(loss, precond, extrapolate, global_random_seed):
+    problem = sparse_constrained_problem(global_random_seed, loss)
+    res = _fit(problem, method="block", precond=precond, extrapolate=extrapolate,
+               max_sweeps=25, tol=0, inner_maxiter=2)
+    trace = [res.objective_initial] + res.objective_trace
+    for a, b in zip(trace, trace[1:]):
+        assert b <= a + 1e-12 * max(1.0, abs(a)), (a, b)
+    # the cheap by-product objective is the objective
+    assert res.objective == pytest.approx(problem.objective(res.V), rel=1e-10)
+    assert len(res.kkt_trace) == res.n_sweeps == len(res.cg_iterations)
+
+
+@pytest.mark.parametrize("loss", ["square", "squared_hinge"])
+def test_block_reaches_the_sweeps_optimum(loss, global_random_seed):
+    problem = sparse_constrained_problem(global_random_seed, loss, n=300, frac=0.2)
+    V0 = initial_V(problem, np.random.default_rng(global_random_seed))
+    # stop both on optimality (the scaled KKT residual), not on step size
+    sweeps = _fit(problem, method="sweeps", V0=V0, max_sweeps=20000, tol=1.0, tol_kkt=1e-7)
+    block = _fit(problem, method="block", V0=V0, max_sweeps=3000, tol=1.0, tol_kkt=1e-7,
+                 inner_rtol=1e-6, inner_maxiter=200)
+    assert sweeps.converged and block.converged
+    assert block.kkt < 1e-7 and sweeps.kkt < 1e-7
+    assert block.objective == pytest.approx(sweeps.objective, rel=1e-8)
+    # the kernel agrees too (the factor itself is determined up to a rotation)
+    Kb, Ks = block.V @ block.V.T, sweeps.V @ sweeps.V.T
+    assert np.abs(Kb - Ks).max() < 1e-3 * np.abs(Ks).max()
+
+
+def test_block_gains_more_per_iteration_than_sweeps():
+    """The reason for the block method: after as many outer iterations as plain sweeps, a far
+    smaller objective gap (f* from a long block run)."""
+    problem = sparse_constrained_problem(3, "square", n=2000, frac=0.02)
+    V0 = initial_V(problem, np.random.default_rng(0))
+    ref = _fit(problem, method="block", V0=V0, max_sweeps=300, tol=0)
+    block = _fit(problem, method="block", V0=V0, max_sweeps=30, tol=0)
+    sweeps = _fit(problem, method="sweeps", V0=V0, max_sweeps=30, tol=0)
+    f_star = min(ref.objective, block.objective, sweeps.objective)
+    assert block.objective - f_star < 0.1 * (sweeps.objective - f_star)
+
+
+def test_block_threads_and_resume_bitwise(global_random_seed):
+    problem = sparse_constrained_problem(global_random_seed, "squared_hinge", n=5000,
+                                         frac=0.05)
+    kw = dict(method="block", max_sweeps=6, tol=0, precond="amg")
+    one = _fit(problem, executor=InProcessExecutor(1), **kw)
+    two = _fit(problem, executor=InProcessExecutor(2), **kw)
+    assert np.array_equal(one.V, two.V)
+    assert one.objective_trace == two.objective_trace
+    states = {}
+
+    def on_sweep(state, session):
+        states[state["sweep"]] = (state, session.gather().copy())
+
+    _fit(problem, on_sweep=on_sweep, **{**kw, "max_sweeps": 3})
+    resumed = _fit(problem, resume=states[3], **kw)
+    assert np.array_equal(resumed.V, two.V)
+    assert resumed.objective_trace == two.objective_trace
+    assert resumed.kkt_trace == two.kkt_trace
+
+
+def test_block_float32_agrees_with_float64():
+    p64 = sparse_constrained_problem(5, "square")
+    p32 = sparse_constrained_problem(5, "square", dtype="float32")
+    V0 = initial_V(p64, np.random.default_rng(5))
+    a = _fit(p64, method="block", V0=V0, max_sweeps=10, tol=0)
+    b = _fit(p32, method="block", V0=V0, max_sweeps=10, tol=0)
+    assert b.V.dtype == np.float32
+    assert b.objective == pytest.approx(a.objective, rel=1e-4)
+
+
+def test_kkt_stopping_and_objective_stopping():
+    problem = sparse_constrained_problem(2, "square")
+    res = _fit(problem, method="block", max_sweeps=500, tol=1.0, tol_kkt=1e-6)
+    assert res.converged and res.kkt_trace[-1] < 1e-6 <= max(res.kkt_trace[:-1])
+    res = _fit(problem, method="sweeps", max_sweeps=2000, tol=1.0, tol_objective=1e-6)
+    tr = [res.objective_initial] + res.objective_trace
+    assert res.converged and abs(tr[-2] - tr[-1]) <= 1e-6 * abs(tr[-1])
+    assert abs(tr[-3] - tr[-2]) > 1e-6 * abs(tr[-2])
+
+
+# --------------------------------------------------------------------------------------------
+# line search
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("loss_code", [0, 1, 2])
+def test_line_search_finds_the_1d_minimum(loss_code, global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    m = 30
+    c0, c1, c2 = rng.standard_normal(m), rng.standard_normal(m), 0.3 * rng.standard_normal(m)
+    a, b = -abs(rng.standard_normal()), 5.0 + abs(rng.standard_normal())
+    s, val = line_search(a, b, c0, c1, c2, 1.0, loss_code)
+    from npkl_dist._blocksolve import _loss_sum
+
+    def phi(t):
+        return 2 * t * a + t * t * b + _loss_sum(c0 + t * c1 + t * t * c2, loss_code) \
+            - _loss_sum(c0, loss_code)
+
+    grid = np.linspace(0, 20, 200001)
+    best = min(phi(t) for t in grid[::50])
+    assert val <= 0.0
+    assert val == pytest.approx(phi(s), abs=1e-12)
+    assert val <= best + 1e-6 * max(1.0, abs(best))
+
+
+# --------------------------------------------------------------------------------------------
+# KKT residual against dense references
+# --------------------------------------------------------------------------------------------
+
+def dense_gradient(problem, V):
+    L = problem.L.toarray()
+    c = problem.constraints
+    G = 2 * L @ V
+    z = c.t * np.einsum("kr,kr->k", V[c.i], V[c.j])
+    d = {"squared_hinge": -2 * np.maximum(1 - z, 0), "square": -2 * (1 - z),
+         "linear": -np.ones_like(z), "hinge": -(z < 1).astype(float)}[problem.loss]
+    for k in range(c.m):
+        G[c.i[k]] += problem.gamma * d[k] * c.t[k] * V[c.j[k]]
+        G[c.j[k]] += problem.gamma * d[k] * c.t[k] * V[c.i[k]]
+    return G
+
+
+def _kkt_of(problem, V):
+    plan = make_plan(problem)
+    prep = prepare(problem, plan)
+    return kkt_residual(prep, np.ascontiguousarray(V[plan.order]))
+
+
+@pytest.mark.parametrize("loss", ["squared_hinge", "square"])
+def test_kkt_smooth_losses_match_dense_gradient(loss, global_random_seed):
+    problem = blob_problem(global_random_seed, loss, n=40, rank=3)
+    V = random_V(np.random.default_rng(global_random_seed), 40, 3)
+    G = dense_gradient(problem, V)
+    D2 = 2 * problem.L.diagonal()[:, None]
+    ref = np.linalg.norm(G / D2) / np.linalg.norm(V)
+    assert _kkt_of(problem, V) == pytest.approx(ref, rel=1e-10)
+
+
+def test_kkt_linear_loss_removes_outward_normal_on_the_ball(global_random_seed):
+    problem = blob_problem(global_random_seed, "linear", n=40, rank=3)
+    rng = np.random.default_rng(global_random_seed)
+    V = random_V(rng, 40, 3)
+    norms = np.linalg.norm(V, axis=1)
+    V[norms > 1] /= norms[norms > 1, None]  # some rows on the ball, others inside
+    G = dense_gradient(problem, V)
+    for i in range(40):
+        v = V[i]
+        if np.linalg.norm(v) >= 1 - 1e-9 and G[i] @ v < 0:
+            G[i] = G[i] - (G[i] @ v) / (v @ v) * v  # min over mu >= 0 of ||g + mu v||
+    ref = np.linalg.norm(G / (2 * problem.L.diagonal()[:, None])) / np.linalg.norm(V)
+    assert _kkt_of(problem, V) == pytest.approx(ref, rel=1e-9)
+
+
+def test_kkt_hinge_takes_min_norm_subgradient_on_kinks():
+    problem = blob_problem(0, "hinge", n=40, rank=3)
+    rng = np.random.default_rng(0)
+    V = random_V(rng, 40, 3)
+    c = problem.constraints
+    # put one pair exactly on the kink: scale row i so that t v_i'v_j = 1
+    k = 0
+    i, j, t = c.i[k], c.j[k], c.t[k]
+    V[i] *= 1.0 / (t * V[i] @ V[j])
+    z = c.t * np.einsum("kr,kr->k", V[c.i], V[c.j])
+    on = np.isclose(z, 1.0, rtol=0, atol=1e-12)
+    assert on[k]
+    L = problem.L.toarray()
+    G = 2 * L @ V
+    kinks = {}
+    for q in range(c.m):
+        a, b = c.i[q], c.j[q]
+        if on[q]:
+            kinks.setdefault(a, []).append(c.t[q] * V[b])
+            kinks.setdefault(b, []).append(c.t[q] * V[a])
+        elif z[q] < 1:
+            G[a] -= problem.gamma * c.t[q] * V[b]
+            G[b] -= problem.gamma * c.t[q] * V[a]
+    for row, cols in kinks.items():
+        A = np.array(cols).T  # r x p
+        sol = lsq_linear(A, G[row], bounds=(0, problem.gamma))
+        G[row] = G[row] - A @ sol.x
+    ref = np.linalg.norm(G / (2 * problem.L.diagonal()[:, None])) / np.linalg.norm(V)
+    assert _kkt_of(problem, V) == pytest.approx(ref, rel=1e-7)
+
+
+def test_kkt_vanishes_at_a_converged_fit():
+    problem = sparse_constrained_problem(1, "square", n=100, frac=0.2)
+    res = _fit(problem, method="sweeps", max_sweeps=20000, tol=1.0, tol_kkt=1e-9)
+    assert res.converged
+    assert _kkt_of(problem, res.V) < 1e-9
+    assert res.kkt == pytest.approx(_kkt_of(problem, res.V), rel=1e-6)
+    # and the block method's by-product residual equals the direct one
+    blk = _fit(problem, method="block", V0=res.V, max_sweeps=3, tol=0)
+    assert blk.kkt == pytest.approx(_kkt_of(problem, blk.V), rel=1e-8)
+
+
+# --------------------------------------------------------------------------------------------
+# starts, layout, automatic choice, errors
+# --------------------------------------------------------------------------------------------
+
+def test_spectral_start_is_scaled_bottom_eigenvectors():
+    problem = sparse_constrained_problem(4, "square", n=600, rank=4)
+    V = initial_V(problem, np.random.default_rng(0), "spectral")
+    L = problem.L.toarray()
+    w, E = np.linalg.eigh(L)
+    # V spans the bottom-4 eigenspace (to LOBPCG's tolerance 1e-4 on the residual)
+    proj = E[:, :4] @ (E[:, :4].T @ V)
+    assert np.linalg.norm(V - proj) < 2e-2 * np.linalg.norm(V)
+    far = E[:, 8:] @ (E[:, 8:].T @ V)  # nothing of the upper spectrum
+    assert np.linalg.norm(far) < 1e-2 * np.linalg.norm(V)
+    # and its scale minimises the objective along the ray
+    f = [problem.objective(s * V) for s in (0.98, 1.0, 1.02)]
+    assert f[1] <= min(f[0], f[2])
+    assert problem.objective(V) < problem.objective(initial_V(problem,
+                                                              np.random.default_rng(0)))
+
+
+def test_propagate_start_zero_off_the_constrained_rows():
+    problem = sparse_constrained_problem(4, "square")
+    V = initial_V(problem, np.random.default_rng(0), "propagate")
+    c = problem.constraints
+    on = np.zeros(problem.n_points, bool)
+    on[c.i] = on[c.j] = True
+    assert np.all(V[~on] == 0) and np.all(np.linalg.norm(V[on], axis=1) > 0)
+
+
+def test_block_layout_puts_free_rows_first_and_colours_properly():
+    problem = sparse_constrained_problem(6, "square")
+    plan = make_plan(problem)
+    lay = block_layout(problem, plan)
+    prep = prepare(problem, lay)
+    deg = np.diff(prep.cptr)
+    assert np.all(deg[:lay.n_free] == 0) and np.all(deg[lay.n_free:] > 0)
+    assert sorted(lay.order.tolist()) == list(range(problem.n_points))
+    seen = set()
+    for c in range(lay.n_colours):
+        rows = set(lay.rows_of(c).tolist())
+        assert not rows & seen
+        seen |= rows
+        for i in rows:
+            nb = set(prep.indices[prep.indptr[i]:prep.indptr[i + 1]].tolist())
+            nb |= set(prep.cidx[prep.cptr[i]:prep.cptr[i + 1]].tolist())
+            assert not nb & rows
+    assert seen == set(range(lay.n_free, problem.n_points))
+
+
+def chain_problem(n, loss="square", frac=0.01):
+    S = sp.diags([np.ones(n - 1)], [1], shape=(n, n))
+    L = laplacian((S + S.T).tocsr(), 1e-3)
+    k = max(2, int(frac * n) // 2 * 2)
+    pts = np.linspace(0, n - 1, k).astype(np.int64)
+    C = Constraints.from_arrays(pts[::2], pts[1::2], np.ones(k // 2, np.int64), n)
+    return NPKLProblem.build(L, C, loss=loss, rank=2)
+
+
+def test_auto_choice():
+    big = chain_problem(AUTO_MIN_POINTS)
+    assert choose_method(big) == "block"
+    assert choose_method(chain_problem(AUTO_MIN_POINTS - 2)) == "sweeps"
+    assert choose_method(chain_problem(AUTO_MIN_POINTS, loss="linear")) == "sweeps"
+    assert choose_method(chain_problem(AUTO_MIN_POINTS, frac=0.6)) == "sweeps"
+
+    class NoBlock:
+        supports_block = False
+
+    assert choose_method(big, NoBlock()) == "sweeps"
+    res = _fit(chain_problem(AUTO_MIN_POINTS), method="auto", max_sweeps=2)
+    assert res.method == "block"
+
+
+def test_errors_name_the_argument():
+    problem = blob_problem(0, "linear", n=30, rank=2)
+    with pytest.raises(ValidationError, match="method: 'block'.*linear"):
+        fit_bcd(problem, method="block")
+    with pytest.raises(ValidationError, match="method: 'fast' is not one of"):
+        fit_bcd(problem, method="fast")
+    with pytest.raises(ValidationError, match="start: 'warm' is not one of"):
+        fit_bcd(problem, start="warm")
+    with pytest.raises(ValidationError, match="tol_kkt: expected a finite number"):
+        fit_bcd(problem, tol_kkt=-1.0)
+    with pytest.raises(ValidationError, match="inner_maxiter"):
+        fit_bcd(blob_problem(0, "square", n=30, rank=2), method="block", inner_maxiter=0)
