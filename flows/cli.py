@@ -94,6 +94,19 @@ def _add_fit_options(p: argparse.ArgumentParser):
                    help="bcd: stop when ||V(t)-V(t-1)|| / ||V(t)|| < tol; admm: when that and "
                         "the primal residual ||V-U|| / ||V|| are both < tol; simplenpkl: change < tol or "
                         "duality gap <= tol (default: 1e-5)")
+    m.add_argument("--method", choices=("auto", "sweeps", "block"), default="auto",
+                   help="bcd: plain colour sweeps, or block solves (the unconstrained rows by "
+                        "AMG-preconditioned CG, alternated with exact updates of the constrained "
+                        "rows); auto = block from 20,000 points with at most 25%% of them "
+                        "constrained and a loss other than linear (default: auto)")
+    m.add_argument("--start", choices=("random", "propagate", "spectral"), default="random",
+                   help="bcd start: the paper's random rows; propagate = random rows at "
+                        "constrained points, zero elsewhere; spectral = scaled bottom "
+                        "eigenvectors of L (default: random)")
+    m.add_argument("--tol-objective", type=float, default=None,
+                   help="bcd: also require |f(t-1) - f(t)| / |f(t)| < this to stop")
+    m.add_argument("--tol-kkt", type=float, default=None,
+                   help="bcd: also require the scaled KKT residual < this to stop")
     m.add_argument("--dtype", choices=("float32", "float64"), default="float64",
                    help="floating-point type of V and L (default: float64)")
     m.add_argument("--seed", type=_nonneg_int, default=0,
@@ -224,7 +237,8 @@ def _cmd_fit(args) -> int:
         n_cannot=args.n_cannot, diagonal=args.diagonal, solver=args.solver, loss=args.loss, rank=args.rank,
         gamma=args.gamma, knn=args.knn, weighting=args.weighting, knn_method=args.knn_method,
         delta=args.delta, bound=args.bound, capacity=args.capacity, max_sweeps=args.max_sweeps, tol=args.tol,
-        dtype=args.dtype, seed=args.seed, threads=args.threads, clusters=args.clusters,
+        method=args.method, start=args.start, tol_objective=args.tol_objective,
+        tol_kkt=args.tol_kkt, dtype=args.dtype, seed=args.seed, threads=args.threads, clusters=args.clusters,
         eval_labels=args.eval_labels,
     )
     progress = _Progress(args.max_sweeps, enabled=not args.quiet)

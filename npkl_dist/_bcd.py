@@ -167,6 +167,12 @@ def choose_method(problem: NPKLProblem, executor=None) -> str:
     return "block" if frac <= AUTO_MAX_CONSTRAINED else "sweeps"
 
 
+def checkpoint_width(rank: int, method: str, extrapolate: bool = True) -> int:
+    """Columns of a BCD checkpoint: V, plus (method 'block' with extrapolation) the previous
+    outer step S and L S, so that a resumed fit continues bitwise."""
+    return 3 * rank if method == "block" and extrapolate else rank
+
+
 def _check_tol(name, val, allow_none=True):
     if val is None and allow_none:
         return
@@ -176,7 +182,7 @@ def _check_tol(name, val, allow_none=True):
 
 def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
             executor=None, relabel: str = "rcm", V0=None, callback=None, plan=None,
-            resume=None, on_sweep=None, method: str = "sweeps", start: str = "random",
+            resume=None, on_sweep=None, method: str = "auto", start: str = "random",
             tol_objective: float | None = None, tol_kkt: float | None = None,
             precond: str = "amg", inner_rtol: float = 0.01, inner_maxiter: int = 10,
             extrapolate: bool = True) -> FitResult:
@@ -223,8 +229,9 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         ``inner_rtol`` or after ``inner_maxiter`` iterations (inexact block solves: the
         constrained rows change the right-hand side at once anyway).
     extrapolate : bool
-        Method 'block': after each outer iteration, an exact line search along the whole
-        outer step (momentum that is accepted only where it lowers the objective).
+        Method 'block': after each outer iteration, the objective is minimised exactly over
+        the plane spanned by this outer step and the previous one (a conjugate-gradient-like
+        momentum, accepted only where it lowers the objective).
 
     Returns
     -------
@@ -274,18 +281,23 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
 
         layout = block_layout(problem, plan)
     prep = prepare(problem, layout)
+    extra = None
     if resume is not None:
         state, V = resume
+        if state.get("method", "sweeps") != method:
+            raise ValidationError(
+                f"resume: the checkpoint was written by method {state.get('method', 'sweeps')!r}, "
+                f"this fit uses method {method!r}; resume with the run's own configuration"
+            )
         V = np.ascontiguousarray(V, dtype=problem.dtype)
+        width = checkpoint_width(problem.rank, method, extrapolate)
+        if method == "block" and V.ndim == 2 and V.shape[1] == width and width > problem.rank:
+            V, extra = (np.ascontiguousarray(V[:, :problem.rank]),
+                        np.split(V[:, problem.rank:], width // problem.rank - 1, axis=1))
         if V.shape != (problem.n_points, problem.rank):
             raise ValidationError(
                 f"resume: checkpoint V has shape {V.shape}, the problem needs "
                 f"{(problem.n_points, problem.rank)}; resume with the run's own configuration"
-            )
-        if state.get("method", "sweeps") != method:
-            raise ValidationError(
-                f"resume: the checkpoint was written by method {state.get('method', 'sweeps')!r}, "
-                f"this fit uses {method!r}; resume with the run's own configuration"
             )
         rng.bit_generator.state = state["rng_state"]
         result = FitResult(V=V, objective=state["objective_initial"],
@@ -313,6 +325,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
     if method == "block":
         session = executor.block_session(prep, layout, V, precond=precond,
                                          extrapolate=extrapolate)
+        if extra is not None:
+            session.load_state_arrays(extra)
     else:
         session = executor.bcd_session(prep, plan, V)
     track_kkt = method == "block" or hasattr(session, "kkt")

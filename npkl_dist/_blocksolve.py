@@ -478,41 +478,123 @@ def _direction_LD(indptr, indices, data, diag, V, Vprev, D, LD, part_a, part_b):
 
 
 @njit(nogil=True, cache=True, parallel=True)
+def _dots_S(V, LD, S, LS, part):
+    """Chunk sums of <LS, V>, <LD, S>, <LS, S> (part[:, 0..2])."""
+    n, r = V.shape
+    n_ch = (n + RB - 1) // RB
+    for ch in prange(n_ch):
+        a = 0.0
+        b = 0.0
+        e = 0.0
+        for i in range(ch * RB, min((ch + 1) * RB, n)):
+            for c in range(r):
+                sc = np.float64(S[i, c])
+                lsc = np.float64(LS[i, c])
+                a += lsc * np.float64(V[i, c])
+                b += LD[i, c] * sc
+                e += lsc * sc
+        part[ch, 0] = a
+        part[ch, 1] = b
+        part[ch, 2] = e
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _subspace_step(V, D, LD, S, LS, s1, s2, part):
+    """V += s1 D + s2 S; then the outer iteration's whole step S <- (1 + s1) D + s2 S and
+    LS <- (1 + s1) LD + s2 LS (stored in V's dtype, so a resumed fit reproduces them), with
+    chunk sums of ||S||^2 and ||V||^2."""
+    n, r = V.shape
+    n_ch = (n + RB - 1) // RB
+    for ch in prange(n_ch):
+        a = 0.0
+        b = 0.0
+        for i in range(ch * RB, min((ch + 1) * RB, n)):
+            for c in range(r):
+                sc = np.float64(S[i, c])
+                V[i, c] = np.float64(V[i, c]) + s1 * D[i, c] + s2 * sc
+                S[i, c] = (1.0 + s1) * D[i, c] + s2 * sc
+                LS[i, c] = (1.0 + s1) * LD[i, c] + s2 * np.float64(LS[i, c])
+                x = np.float64(S[i, c])
+                a += x * x
+                v = np.float64(V[i, c])
+                b += v * v
+        part[ch, 0] = a
+        part[ch, 1] = b
+
+
+@njit(nogil=True, cache=True)
+def _pair_coeffs2(pi, pj, pt, V, D, S, out):
+    """t z along V + s1 D + s2 S is  c0 + s1 c1 + s2 c2 + s1^2 c11 + s2^2 c22 + s1 s2 c12;
+    out[:, 0..5] = (c0, c1, c2, c11, c22, c12) per pair."""
+    r = V.shape[1]
+    for k in range(pi.shape[0]):
+        i = pi[k]
+        j = pj[k]
+        c0 = 0.0
+        c1 = 0.0
+        c2 = 0.0
+        c11 = 0.0
+        c22 = 0.0
+        c12 = 0.0
+        for c in range(r):
+            vi = np.float64(V[i, c])
+            vj = np.float64(V[j, c])
+            di = D[i, c]
+            dj = D[j, c]
+            si = np.float64(S[i, c])
+            sj = np.float64(S[j, c])
+            c0 += vi * vj
+            c1 += vi * dj + di * vj
+            c2 += vi * sj + si * vj
+            c11 += di * dj
+            c22 += si * sj
+            c12 += di * sj + si * dj
+        t = pt[k]
+        out[k, 0] = t * c0
+        out[k, 1] = t * c1
+        out[k, 2] = t * c2
+        out[k, 3] = t * c11
+        out[k, 4] = t * c22
+        out[k, 5] = t * c12
+
+
+def subspace_search(a, B, C, gamma, loss_code):
+    """argmin over (s1, s2) of  phi(s) = 2 a's + s'Bs + gamma sum [loss(z(s)) - loss(z(0))],
+    z(s) = c0 + s1 c1 + s2 c2 + s1^2 c11 + s2^2 c22 + s1 s2 c12 (C's columns), starting from
+    the exact line search along the first direction. Returns (s1, s2, phi) with phi < 0, or
+    zeros when nothing decreases the objective."""
+    from scipy.optimize import minimize
+
+    c0, c1, c2, c11, c22, c12 = (C[:, q] for q in range(6))
+    base = _loss_sum(c0, loss_code)
+
+    def phi(s):
+        s1, s2 = float(s[0]), float(s[1])
+        z = c0 + s1 * (c1 + s1 * c11) + s2 * (c2 + s2 * c22) + s1 * s2 * c12
+        return (2.0 * (a[0] * s1 + a[1] * s2) + B[0, 0] * s1 * s1 + 2.0 * B[0, 1] * s1 * s2
+                + B[1, 1] * s2 * s2 + gamma * (_loss_sum(z, loss_code) - base))
+
+    s1, v1 = line_search(a[0], B[0, 0], c0, c1, c11, gamma, loss_code)
+    best = (s1, 0.0, v1)
+    if B[1, 1] > 0:
+        scale = max(abs(s1), 1e-3)
+        res = minimize(phi, np.array([s1, 0.0]), method="Nelder-Mead",
+                       options={"xatol": 1e-7 * scale, "fatol": 1e-15 * max(1.0, abs(base)),
+                                "maxiter": 600, "initial_simplex": np.array(
+                                    [[s1, 0.0], [s1 + 0.5 * scale, 0.0],
+                                     [s1, 0.5 * scale]])})
+        v = phi(res.x)
+        if v < best[2]:
+            best = (float(res.x[0]), float(res.x[1]), v)
+    return best if best[2] < 0.0 else (0.0, 0.0, 0.0)
+
+
+@njit(nogil=True, cache=True, parallel=True)
 def _save(V, Vprev):
     n, r = V.shape
     for i in prange(n):
         for c in range(r):
             Vprev[i, c] = V[i, c]
-
-
-@njit(nogil=True, cache=True, parallel=True)
-def _axpy_rows(V, D, s):
-    """V += s D (rounded to V's dtype)."""
-    n, r = V.shape
-    for i in prange(n):
-        for c in range(r):
-            V[i, c] = np.float64(V[i, c]) + s * D[i, c]
-
-
-@njit(nogil=True, cache=True)
-def _pair_coeffs(pi, pj, pt, V, D, c0, c1, c2):
-    """t z(s) = c0 + s c1 + s^2 c2 along V + s D, for each pair."""
-    r = V.shape[1]
-    for k in range(pi.shape[0]):
-        i = pi[k]
-        j = pj[k]
-        a = 0.0
-        b = 0.0
-        e = 0.0
-        for c in range(r):
-            vi = np.float64(V[i, c])
-            vj = np.float64(V[j, c])
-            a += vi * vj
-            b += vi * D[j, c] + D[i, c] * vj
-            e += D[i, c] * D[j, c]
-        c0[k] = pt[k] * a
-        c1[k] = pt[k] * b
-        c2[k] = pt[k] * e
 
 
 def _loss_sum(z, loss_code):
@@ -602,6 +684,10 @@ class BlockSession:
             self.Vprev = np.empty((n, r))
             self.D = np.empty((n, r))
             self.LD = np.empty((n, r))
+            # the previous outer iteration's whole step and L times it (V's dtype: they are
+            # checkpointed with V so that a resume continues bitwise)
+            self.S = np.zeros((n, r), V.dtype)
+            self.LS = np.zeros((n, r), V.dtype)
         self._residual()
 
     def _build_precond(self, precond):
@@ -674,32 +760,44 @@ class BlockSession:
         return d2, n2, it
 
     def _extrapolate(self, d2, n2):
-        """Exact line search along D = V(t) - V(t-1) (the whole outer step): momentum that
-        only ever lowers the objective."""
+        """Exact minimisation of the objective over V + s1 D + s2 S, D = this outer step and
+        S = the previous outer iteration's whole step (a conjugate-gradient-like momentum);
+        accepted only where it lowers the objective, so the fit stays monotone."""
         p, V = self.prep, self.V
         n = V.shape[0]
         n_ch = (n + RB - 1) // RB
         pa, pb = np.empty(n_ch), np.empty(n_ch)
         _direction_LD(p.indptr, p.indices, p.data, p.diag, V, self.Vprev, self.D, self.LD,
                       pa, pb)
-        a, b = float(_colsum(pa)), float(_colsum(pb))
+        part = np.empty((n_ch, 3))
+        _dots_S(V, self.LD, self.S, self.LS, part)
+        tot = _colsum(part)
+        a = np.array([float(_colsum(pa)), tot[0]])
+        B = np.array([[float(_colsum(pb)), tot[1]], [tot[1], tot[2]]])
         m = p.pi.shape[0]
-        c0, c1, c2 = np.empty(m), np.empty(m), np.empty(m)
-        _pair_coeffs(p.pi, p.pj, p.pt, V, self.D, c0, c1, c2)
-        s, _ = line_search(a, b, c0, c1, c2, p.gamma, p.loss_code)
-        self.steps_taken.append(s)
-        if s == 0.0:
-            return d2, n2
-        _axpy_rows(V, self.D, s)
+        coeffs = np.empty((m, 6))
+        _pair_coeffs2(p.pi, p.pj, p.pt, V, self.D, self.S, coeffs)
+        s1, s2, _ = subspace_search(a, B, coeffs, p.gamma, p.loss_code)
+        self.steps_taken.append((s1, s2))
+        part2 = np.empty((n_ch, 2))
+        _subspace_step(V, self.D, self.LD, self.S, self.LS, s1, s2, part2)
+        tot2 = _colsum(part2)
         nf = self.n_free
         if nf:
             if self.X.base is not V:
                 self.X[...] = V[:nf]
             self.Xold[...] = self.X
         self._residual()
-        # the whole outer step is now (1 + s) D
-        return d2 * (1.0 + s) ** 2, float(_ordered(np.einsum("ij,ij->i", V, V,
-                                                              dtype=np.float64)))
+        return float(tot2[0]), float(tot2[1])
+
+    def state_arrays(self):
+        """Arrays beyond V that a checkpoint must hold to resume bitwise."""
+        return [self.S, self.LS] if self.extrapolate else []
+
+    def load_state_arrays(self, arrays):
+        if self.extrapolate:
+            self.S[...] = arrays[0]
+            self.LS[...] = arrays[1]
 
     # -- by-products ----------------------------------------------------------------------------
     def objective_kkt(self):
@@ -725,9 +823,14 @@ class BlockSession:
     def gather(self):
         return self.V
 
+    def checkpoint_array(self):
+        """V and the state arrays side by side: what a checkpoint stores."""
+        return np.hstack([self.V] + self.state_arrays()) if self.extrapolate else self.V
+
     def write_checkpoint_blocks(self, store, ckpt_id, row_block):
-        for start in range(0, self.V.shape[0], row_block):
-            store.write_V_block(ckpt_id, start, self.V[start:start + row_block])
+        W = self.checkpoint_array()
+        for start in range(0, W.shape[0], row_block):
+            store.write_V_block(ckpt_id, start, W[start:start + row_block])
 
     def close(self):
         pass

@@ -49,6 +49,10 @@ class FitConfig:
     capacity: float | None = None
     max_sweeps: int = 100
     tol: float = 1e-5
+    method: str = "auto"
+    start: str = "random"
+    tol_objective: float | None = None
+    tol_kkt: float | None = None
     dtype: str = "float64"
     seed: int = 0
     threads: int | None = None
@@ -87,7 +91,21 @@ def _learn(cfg: FitConfig, problem: NPKLProblem, executor, callback):
         return fit_simplenpkl(problem, B=cfg.capacity, max_iter=cfg.max_sweeps, tol=cfg.tol,
                               callback=callback)
     return fit_bcd(problem, max_sweeps=cfg.max_sweeps, tol=cfg.tol, executor=executor,
-                   callback=callback)
+                   callback=callback, **bcd_options(cfg))
+
+
+def bcd_options(cfg: FitConfig) -> dict:
+    """The block-solve / start / stopping options of a BCD fit."""
+    return {"method": cfg.method, "start": cfg.start, "tol_objective": cfg.tol_objective,
+            "tol_kkt": cfg.tol_kkt}
+
+
+def _bcd_summary(result) -> dict:
+    """JSON fields of a BCD fit beyond the common ones."""
+    if not hasattr(result, "kkt_trace"):
+        return {}
+    return {"method": result.method, "start": result.start, "kkt": result.kkt,
+            "kkt_trace": result.kkt_trace, "cg_iterations": result.cg_iterations}
 
 
 def _check_constraint_source(cfg: FitConfig):
@@ -195,6 +213,7 @@ def run_fit(cfg: FitConfig, callback=None, executor=None
         "cluster_seconds": t_cluster,
         "n_clusters": k,
     }
+    summary.update(_bcd_summary(result))
     if cfg.solver == "admm":
         summary["primal_residual_trace"] = result.primal_trace
         summary["dual_residual_trace"] = result.dual_trace
@@ -318,7 +337,12 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
         n, r = problem.n_points, problem.rank
         row_block = _row_block(n)
         executor = make_executor(opts, row_block)
-        width = 3 * r if cfg.solver == "admm" else r
+        from ._bcd import checkpoint_width, choose_method
+
+        method = cfg.method
+        if cfg.solver == "bcd" and method == "auto":
+            method = choose_method(problem, executor)
+        width = 3 * r if cfg.solver == "admm" else checkpoint_width(r, method)
         params = {"solver": cfg.solver, "loss": cfg.loss, "gamma": cfg.gamma, "rank": r,
                   "delta": cfg.delta, "bound": cfg.bound, "seed": cfg.seed,
                   "dtype": str(problem.dtype), "tol": cfg.tol, "max_sweeps": cfg.max_sweeps,
@@ -337,7 +361,8 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
             elif cfg.solver == "bcd":
                 result = fit_with_recovery(fit_bcd, problem, checkpointer=ck, executor=executor,
                                            plan=plan, max_sweeps=cfg.max_sweeps, tol=cfg.tol,
-                                           callback=callback, log=log)
+                                           callback=callback, log=log,
+                                           **{**bcd_options(cfg), "method": method})
             else:
                 raise ValidationError(
                     f"solver: {cfg.solver!r} does not checkpoint into a run store yet; use "
@@ -360,6 +385,7 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
             "run": url, "executor": opts.get("executor", "inprocess"),
             "checkpoints_written": ck.n_saved,
         }
+        summary.update(_bcd_summary(result))
         if y_eval is not None and clusters is not None:
             lab = y_eval >= 0
             summary["metrics"] = clustering_metrics(y_eval[lab], clusters[lab])

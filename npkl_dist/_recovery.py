@@ -33,7 +33,8 @@ class MemoryCheckpointer:
 
     def on_sweep(self, state, session):
         if state["sweep"] % self.every == 0 or state.get("converged"):
-            W = session.gather()
+            W = session.checkpoint_array() if hasattr(session, "checkpoint_array") \
+                else session.gather()
             W = np.hstack(W) if isinstance(W, tuple) else W
             self._latest = (json.loads(json.dumps(state)), np.array(W, copy=True))
             self.n_saved += 1

@@ -185,7 +185,7 @@ def test_block_threads_and_resume_bitwise(global_random_seed):
     states = {}
 
     def on_sweep(state, session):
-        states[state["sweep"]] = (state, session.gather().copy())
+        states[state["sweep"]] = (state, session.checkpoint_array().copy())
 
     _fit(problem, on_sweep=on_sweep, **{**kw, "max_sweeps": 3})
     resumed = _fit(problem, resume=states[3], **kw)

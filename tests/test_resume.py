@@ -58,3 +58,69 @@ def test_resume_with_a_wrong_shape_is_refused(global_random_seed):
     state, V = snaps[1]
     with pytest.raises(nk.ValidationError, match="resume"):
         nk.fit_bcd(p, resume=(state, V[:, :3]))
+
+
+def sparse_problem(seed, loss="square", n=3000):
+    """Few constrained points: the block method's case."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, 3))
+    y = (X[:, 0] > 0).astype(np.int64)
+    g = nk.knn_graph(X, 6, warn=False)
+    pts = rng.choice(n, 60, replace=False)
+    i, j = pts[::2], pts[1::2]
+    c = nk.Constraints.from_arrays(i, j, np.where(y[i] == y[j], 1, -1), n)
+    return nk.NPKLProblem.build(g.laplacian(1e-3), c, loss=loss, rank=6, seed=seed)
+
+
+def capture_all(store, at):
+    def on_sweep(state, session):
+        if state["sweep"] in at:
+            store[state["sweep"]] = (json.loads(json.dumps(state)),
+                                     session.checkpoint_array().copy())
+    return on_sweep
+
+
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge", "square"])
+def test_block_resume_is_bitwise(global_random_seed, loss):
+    p = sparse_problem(global_random_seed, loss)
+    snaps = {}
+    full = nk.fit_bcd(p, method="block", max_sweeps=9, tol=0.0,
+                      on_sweep=capture_all(snaps, {1, 4, 8}))
+    for k, snap in snaps.items():
+        assert snap[1].shape == (p.n_points, 3 * p.rank)  # V, previous step S, L S
+        resumed = nk.fit_bcd(p, method="block", max_sweeps=9, tol=0.0, resume=snap)
+        np.testing.assert_array_equal(resumed.V, full.V, err_msg=f"resumed after {k}")
+        assert resumed.objective_trace == full.objective_trace
+        assert resumed.kkt_trace == full.kkt_trace
+        assert resumed.cg_iterations == full.cg_iterations
+    with pytest.raises(nk.ValidationError, match="method"):
+        nk.fit_bcd(p, method="sweeps", resume=snaps[1])
+
+
+def test_block_run_store_crash_and_resume(tmp_path):
+    """A block fit in a run store, crashed after sweep 4, resumes to the uninterrupted V."""
+    from npkl_dist._job import FitConfig, run_fit_in_store
+
+    rng = np.random.default_rng(3)
+    X = np.vstack([rng.normal(c, 0.6, size=(1500, 3)) for c in (0, 1.5)])  # one component
+    y = np.repeat([0, 1], 1500)
+    yl = np.full(3000, -1)
+    keep = rng.choice(3000, 60, replace=False)
+    yl[keep] = y[keep]
+    cfg = dict(X=X, y_constraints=yl, n_must=20, n_cannot=20, method="block", rank=5,
+               max_sweeps=8, tol=0.0, clusters=2, knn=6)
+    ref, V_ref, _ = run_fit_in_store(FitConfig(**cfg), str(tmp_path / "ref"))
+    assert ref["method"] == "block" and len(ref["kkt_trace"]) == 8
+
+    class Crash(Exception):
+        pass
+
+    def crash(sweep, *_):
+        if sweep == 4:
+            raise Crash
+
+    with pytest.raises(Crash):
+        run_fit_in_store(FitConfig(**cfg), str(tmp_path / "run"), callback=crash)
+    got, V, _ = run_fit_in_store(None, str(tmp_path / "run"), resume=True)
+    np.testing.assert_array_equal(V, V_ref)
+    assert got["objective_trace"] == ref["objective_trace"]

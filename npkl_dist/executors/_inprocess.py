@@ -197,6 +197,9 @@ class _BCDSession:
     def kkt(self) -> float:
         return self.ex.kkt(self.prep, self.V)
 
+    def checkpoint_array(self):
+        return self.V
+
     def gather(self) -> np.ndarray:
         return self.V
 
