@@ -36,7 +36,7 @@ from ._kkt import kkt_row_terms
 __all__ = ["BlockLayout", "block_layout", "AMGPreconditioner", "JacobiPreconditioner",
            "block_pcg", "PRECONDITIONERS"]
 
-PRECONDITIONERS = ("amg", "jacobi")
+PRECONDITIONERS = ("amg", "amg-plain", "jacobi")
 
 #: rows per reduction chunk (partial sums in a fixed order: thread-count independent)
 RB = 1024
@@ -126,18 +126,51 @@ def _matvec_dot(indptr, indices, data, diag, P, Q, part):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _matvec(indptr, indices, data, diag, P, Q):
-    """Q = A P."""
-    n, r = P.shape
+def _pre_smooth(indptr, indices, data, diag, w, b, x, res):
+    """x = w b; res = b - A x (A = diag + off-diagonal CSR)."""
+    n, r = b.shape
+    for i in prange(n):
+        for c in range(r):
+            x[i, c] = w[i] * b[i, c]
     for i in prange(n):
         d = diag[i]
         for c in range(r):
-            Q[i, c] = d * P[i, c]
+            res[i, c] = b[i, c] - d * x[i, c]
         for p in range(indptr[i], indptr[i + 1]):
             k = indices[p]
-            w = data[p]
+            v = data[p]
             for c in range(r):
-                Q[i, c] += w * P[k, c]
+                res[i, c] -= v * x[k, c]
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _post_smooth(indptr, indices, data, diag, w, b, x, out):
+    """out = x + w (b - A x)."""
+    n, r = b.shape
+    for i in prange(n):
+        d = diag[i]
+        for c in range(r):
+            out[i, c] = b[i, c] - d * x[i, c]
+        for p in range(indptr[i], indptr[i + 1]):
+            k = indices[p]
+            v = data[p]
+            for c in range(r):
+                out[i, c] -= v * x[k, c]
+        for c in range(r):
+            out[i, c] = x[i, c] + w[i] * out[i, c]
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _norms(R, part_rr):
+    n, r = R.shape
+    n_ch = (n + RB - 1) // RB
+    for ch in prange(n_ch):
+        b = np.zeros(r)
+        for i in range(ch * RB, min((ch + 1) * RB, n)):
+            for c in range(r):
+                b[c] += R[i, c] * R[i, c]
+        for c in range(r):
+            part_rr[ch, c] = b[c]
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -253,7 +286,8 @@ class AMGPreconditioner:
 
     name = "amg"
 
-    def __init__(self, A: sp.csr_matrix, max_coarse: int = 500, max_levels: int = 10):
+    def __init__(self, A: sp.csr_matrix, max_coarse: int = 500, max_levels: int = 10,
+                 smooth="jacobi"):
         import time
 
         import pyamg
@@ -269,7 +303,7 @@ class AMGPreconditioner:
         np.random.seed(0)
         try:
             ml = pyamg.smoothed_aggregation_solver(A, symmetry="hermitian",
-                                                   max_coarse=max_coarse,
+                                                   max_coarse=max_coarse, smooth=smooth,
                                                    max_levels=max_levels, keep=False)
             self._setup_levels(ml, approximate_spectral_radius, cho_factor, A)
         finally:
@@ -302,15 +336,13 @@ class AMGPreconditioner:
         if k == len(self.levels):
             return cho_solve(self.coarse, b)
         lev = self.levels[k]
-        w = lev["w"][:, None]
-        x = w * b  # pre-smoothing from x = 0
-        Ax = np.empty_like(x)
-        _matvec(lev["indptr"], lev["indices"], lev["data"], lev["diag"], x, Ax)
-        res = b - Ax
+        args = (lev["indptr"], lev["indices"], lev["data"], lev["diag"], lev["w"])
+        x = np.empty_like(b)
+        res = np.empty_like(b)
+        _pre_smooth(*args, b, x, res)  # x = w b (one Jacobi step from 0), res = b - A x
         x += lev["P"] @ self._cycle(k + 1, lev["R"] @ res)
-        _matvec(lev["indptr"], lev["indices"], lev["data"], lev["diag"], x, Ax)
-        x += w * (b - Ax)  # post-smoothing
-        return x
+        _post_smooth(*args, b, x, res)  # res = x + w (b - A x)
+        return res
 
     def apply_dots(self, R, Z, part_rz, part_rr):
         Z[...] = self._cycle(0, R)
@@ -359,6 +391,9 @@ def block_pcg(A_off, A_diag, M, X, R, B_norm, *, rtol: float, maxiter: int, work
         pq = _colsum(part_a)
         alpha = np.where(pq > 0, rz / np.where(pq > 0, pq, 1.0), 0.0)
         _cg_update(X, R, P, Q, alpha)
+        if it == maxiter:  # no next iteration: skip the preconditioner
+            _norms(R, part_b)
+            break
         M.apply_dots(R, Z, part_a, part_b)
         rz_new = _colsum(part_a)
         rr = _colsum(part_b)
@@ -691,10 +726,11 @@ class BlockSession:
         self._residual()
 
     def _build_precond(self, precond):
-        if precond == "amg" and self.n_free > 0:
+        if precond.startswith("amg") and self.n_free > 0:
             A = sp.csr_matrix((self.A_off.data, self.A_off.indices, self.A_off.indptr),
                               shape=self.A_off.shape) + sp.diags(self.A_diag)
-            self.M = AMGPreconditioner(A.tocsr())
+            self.M = AMGPreconditioner(A.tocsr(),
+                                       smooth=None if precond == "amg-plain" else "jacobi")
         else:
             self.M = JacobiPreconditioner(self.A_diag)
 
@@ -753,9 +789,10 @@ class BlockSession:
         c = self.c_rows
         d2 += float(_ordered(delta2[c]))
         n2 += float(_ordered(norm2[c]))
-        self._residual()
         if self.extrapolate:
-            d2, n2 = self._extrapolate(d2, n2)
+            d2, n2 = self._extrapolate(d2, n2)  # ends with the exact residual
+        else:
+            self._residual()
         self.cg_iterations.append(it)
         return d2, n2, it
 

@@ -64,7 +64,7 @@ def _split(A):
 # block PCG against a direct solve
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("precond", ["jacobi", "amg"])
+@pytest.mark.parametrize("precond", ["jacobi", "amg", "amg-plain"])
 def test_block_pcg_matches_direct_solve(precond, global_random_seed):
     rng = np.random.default_rng(global_random_seed)
     A = grid_laplacian(40).tocsr()
@@ -72,7 +72,8 @@ def test_block_pcg_matches_direct_solve(precond, global_random_seed):
     B = rng.standard_normal((A.shape[0], 5))
     X = rng.standard_normal(B.shape)  # warm start far from the solution
     R = B - A @ X
-    M = AMGPreconditioner(A) if precond == "amg" else JacobiPreconditioner(d)
+    M = (AMGPreconditioner(A, smooth=None if precond == "amg-plain" else "jacobi")
+         if precond.startswith("amg") else JacobiPreconditioner(d))
     r0 = np.linalg.norm(R, axis=0)
     its = block_pcg(off, d, M, X, R, r0, rtol=1e-10, maxiter=2000)
     ref = spsolve(A.tocsc(), B)
@@ -95,9 +96,10 @@ def test_amg_beats_jacobi_iterations():
     assert counts["amg"] * 3 < counts["jacobi"], counts
 
 
-def test_amg_preconditioner_is_symmetric_positive_definite():
+@pytest.mark.parametrize("smooth", ["jacobi", None])
+def test_amg_preconditioner_is_symmetric_positive_definite(smooth):
     A = grid_laplacian(30).tocsr()
-    M = AMGPreconditioner(A)
+    M = AMGPreconditioner(A, smooth=smooth)
     n = A.shape[0]
     rng = np.random.default_rng(1)
     X, Y = rng.standard_normal((n, 4)), rng.standard_normal((n, 4))
@@ -132,7 +134,7 @@ def _fit(problem, **kw):
 
 
 @pytest.mark.parametrize("loss", SMOOTH_LOSSES)
-@pytest.mark.parametrize("precond", ["amg", "jacobi"])
+@pytest.mark.parametrize("precond", ["amg", "amg-plain", "jacobi"])
 @pytest.mark.parametrize("extrapolate", [True, False])
 def test_block_objective_never_increases(loss, precond, extrapolate, global_random_seed):
     problem = sparse_constrained_problem(global_random_seed, loss)

@@ -1,0 +1,239 @@
+"""Benchmark: time to solution of plain sweeps vs block solves (issue 6).
+
+Problem (the issue's): n points from a 10-cluster Gaussian mixture in 8-D, kNN graph with
+k = 10 (``npkl_dist.knn_graph``: exact up to 50,000 points, pynndescent above), Gaussian
+weights, delta = 1e-3, rank r (default 16). Constraints: a fraction of the points paired at
+random (disjoint pairs, must/cannot from the cluster labels), or the papers' protocol
+(0.6n must + 0.6n cannot pairs from the labels).
+
+For each case a long reference run (the block method until its scaled KKT residual is below
+1e-8 or ``--ref-iters`` outer iterations) gives f*; f* is then the lowest objective any run
+reached. Each method's time to a relative gap (f - f*) / f* <= ``--gap`` counts everything
+from the call of ``fit_bcd``: relabelling, colouring, AMG set-up, the start, sweeps/outer
+iterations and the objective evaluations. "Sweep-equivalents" divides that time by the
+median time of one plain sweep (colour steps only) measured in the same case. Accuracy:
+kernel k-means (K = V V') with 10 clusters, Rand index and ARI against the mixture labels.
+
+Usage::
+
+    python bench/bench_block.py --n 100000 --fractions 0.001 0.01 0.1 protocol \
+        --losses square squared_hinge hinge
+    python bench/bench_block.py --n 1000000 --fractions 0.01 --losses square \
+        --max-sweeps 600
+
+Appends a markdown section to bench/RESULTS.md (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import platform
+import shlex
+import sys
+import time
+import warnings
+
+import numpy as np
+
+import npkl_dist
+import npkl_dist.executors
+from npkl_dist import (
+    Constraints,
+    ConvergenceWarning,
+    NPKLProblem,
+    clustering_metrics,
+    fit_bcd,
+    kernel_kmeans,
+    knn_graph,
+    sample_constraints,
+)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CACHE = os.path.join(HERE, ".cache")
+
+
+def mixture(n, seed=0):
+    from sklearn.datasets import make_blobs
+
+    return make_blobs(n, n_features=8, centers=10, cluster_std=2.0, random_state=seed)
+
+
+def graph_for(n, seed=0):
+    """The kNN affinity, cached on disk (pynndescent at 1e6 takes a minute)."""
+    import scipy.sparse as sp
+
+    os.makedirs(CACHE, exist_ok=True)
+    path = os.path.join(CACHE, f"mixture8d_n{n}_k10_s{seed}.npz")
+    X, y = mixture(n, seed)
+    if os.path.exists(path):
+        return sp.load_npz(path).tocsr(), y, 0.0
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        G = knn_graph(X, 10, seed=seed)
+    t = time.perf_counter() - t0
+    sp.save_npz(path, G.S.tocsr())
+    return G.S.tocsr(), y, t
+
+
+def constraints_for(y, frac, seed=0):
+    n = y.shape[0]
+    if frac == "protocol":
+        return sample_constraints(y, seed=seed)
+    rng = np.random.default_rng(seed)
+    k = max(2, int(float(frac) * n) // 2 * 2)
+    pts = rng.choice(n, k, replace=False)
+    i, j = pts[::2], pts[1::2]
+    return Constraints.from_arrays(i, j, np.where(y[i] == y[j], 1, -1), n)
+
+
+def time_to_gap(res, f_star, gap):
+    """Seconds from the call until the objective is within ``gap`` of f*, or None."""
+    t = res.setup_seconds
+    for f, s, o in zip(res.objective_trace, res.sweep_seconds, res.objective_seconds):
+        t += s + o
+        if (f - f_star) / abs(f_star) <= gap:
+            return t
+    return None
+
+
+def iters_to_gap(res, f_star, gap):
+    for k, f in enumerate(res.objective_trace, 1):
+        if (f - f_star) / abs(f_star) <= gap:
+            return k
+    return None
+
+
+def accuracy(V, y, seed=0):
+    lab = kernel_kmeans(V, 10, seed=seed)
+    m = clustering_metrics(y, lab)
+    return m["rand_accuracy"], m["ari"]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, nargs="+", default=[100_000])
+    ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--fractions", nargs="+", default=["0.001", "0.01", "0.1", "protocol"])
+    ap.add_argument("--losses", nargs="+", default=["square", "squared_hinge", "hinge"])
+    ap.add_argument("--gap", type=float, default=1e-4)
+    ap.add_argument("--max-sweeps", type=int, default=3000,
+                    help="plain sweeps at most (the run stops earlier once it reaches the gap)")
+    ap.add_argument("--max-outer", type=int, default=400)
+    ap.add_argument("--ref-iters", type=int, default=1500)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    ex = npkl_dist.executors.InProcessExecutor(args.threads)
+    rows = []
+    notes = []
+    t_all = time.perf_counter()
+    for n in args.n:
+        S, y, t_graph = graph_for(n)
+        notes.append(f"n={n:,}: graph {S.nnz // 2:,} edges"
+                     + (f", built in {t_graph:.0f} s" if t_graph else " (cached)"))
+        L = npkl_dist.laplacian(S, 1e-3)
+        for frac in args.fractions:
+            C = constraints_for(y, frac)
+            n_con = np.unique(np.r_[C.i, C.j]).size
+            for loss in args.losses:
+                P = NPKLProblem.build(L, C, loss=loss, gamma=1.0, rank=args.rank, seed=0)
+                auto = npkl_dist._bcd.choose_method(P, ex)
+                say = lambda m: print(f"[n={n} frac={frac} {loss}] {m}", flush=True)  # noqa
+                ref = fit_bcd(P, method="block", max_sweeps=args.ref_iters, tol=0,
+                              tol_kkt=1e-8, executor=ex)
+                say(f"reference: {ref.n_sweeps} outer, f={ref.objective:.8g}, "
+                    f"kkt={ref.kkt:.2e}, {ref.fit_seconds:.1f} s")
+                blk = fit_bcd(P, method="block", max_sweeps=args.max_outer, tol=0,
+                              tol_objective=None, executor=ex,
+                              callback=_stopper(ref.objective, args.gap))
+                say(f"block: {blk.n_sweeps} outer, {blk.fit_seconds:.1f} s")
+                swp = fit_bcd(P, method="sweeps", max_sweeps=args.max_sweeps, tol=0,
+                              executor=ex, callback=_stopper(ref.objective, args.gap))
+                say(f"sweeps: {swp.n_sweeps} sweeps, {swp.fit_seconds:.1f} s")
+                f_star = min(ref.objective, min(blk.objective_trace), min(swp.objective_trace))
+                t_sweep = float(np.median(swp.sweep_seconds))
+                tb, ts = time_to_gap(blk, f_star, args.gap), time_to_gap(swp, f_star, args.gap)
+                acc_b = accuracy(blk.V, y)
+                acc_s = accuracy(swp.V, y)
+                gap_s_end = (swp.objective_trace[-1] - f_star) / abs(f_star)
+                rows.append({
+                    "n": n, "frac": frac, "n_con": n_con, "pairs": C.m, "loss": loss,
+                    "auto": auto, "f_star": f_star, "t_sweep": t_sweep,
+                    "blk_iters": iters_to_gap(blk, f_star, args.gap), "blk_t": tb,
+                    "blk_cg": sum(blk.cg_iterations[:iters_to_gap(blk, f_star, args.gap)
+                                                     or None]),
+                    "swp_iters": iters_to_gap(swp, f_star, args.gap), "swp_t": ts,
+                    "swp_n": swp.n_sweeps, "swp_total": swp.fit_seconds,
+                    "swp_gap_end": gap_s_end, "acc_b": acc_b, "acc_s": acc_s,
+                    "kkt_b": blk.kkt, "kkt_s": swp.kkt,
+                })
+                say(str(rows[-1]))
+    write(args, rows, notes, time.perf_counter() - t_all)
+
+
+def _stopper(f_ref, gap):
+    """Stop a run once it is at half the gap to the reference optimum (saves bench time)."""
+    def cb(sweep, obj, change, seconds):
+        return (obj - f_ref) / abs(f_ref) <= 0.5 * gap
+    return cb
+
+
+def _fmt_t(t):
+    return "-" if t is None else f"{t:.1f}"
+
+
+def write(args, rows, notes, wall):
+    lines = [
+        "",
+        f"## bench_block — {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        "",
+        f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        f"- software: python {platform.python_version()}, numpy {np.__version__}, "
+        f"npkl_dist {npkl_dist.__version__}",
+        f"- command: `python bench/bench_block.py {shlex.join(sys.argv[1:])}`",
+        f"- problem: 10-cluster Gaussian mixture in 8-D, kNN k=10, Gaussian weights, "
+        f"delta=1e-3, r={args.rank}, gamma=1; "
+        + "; ".join(notes),
+        f"- gap criterion: (f - f*)/f* <= {args.gap:g}; f* = lowest objective of a long "
+        f"block reference run (KKT < 1e-8 or {args.ref_iters} outer iterations) and of the "
+        f"runs below; times from the call of fit_bcd (set-up, AMG, start, iterations, "
+        f"objective evaluations); sweep-eq = time / median plain sweep of the same case",
+        f"- plain sweeps capped at {args.max_sweeps}; '-' = gap not reached (then the "
+        f"speed-up is a lower bound: sweeps' total time / block time)",
+        f"- benchmark wall time: {wall:.0f} s",
+        "",
+        "| n | constrained | pairs | loss | auto | sweeps: iters | sweeps: s | block: outer "
+        "(CG its) | block: s | block sweep-eq | speed-up | Rand sweeps / block | ARI sweeps "
+        "/ block |",
+        "|---:|:---|---:|:---|:---|---:|---:|---:|---:|---:|---:|:---|:---|",
+    ]
+    for r in rows:
+        frac = r["frac"] if r["frac"] == "protocol" else f"{float(r['frac']):.1%}"
+        if r["blk_t"] is not None and r["swp_t"] is not None:
+            sp = f"{r['swp_t'] / r['blk_t']:.1f}x"
+        elif r["blk_t"] is not None:
+            sp = f">{r['swp_total'] / r['blk_t']:.1f}x"
+        else:
+            sp = "-"
+        sw_it = (str(r["swp_iters"]) if r["swp_iters"] is not None
+                 else f">{r['swp_n']} (gap {r['swp_gap_end']:.1e})")
+        sw_t = _fmt_t(r["swp_t"]) if r["swp_t"] is not None else f">{r['swp_total']:.1f}"
+        eq = "-" if r["blk_t"] is None else f"{r['blk_t'] / r['t_sweep']:.0f}"
+        lines.append(
+            f"| {r['n']:,} | {frac} ({r['n_con']:,} pts) | {r['pairs']:,} | {r['loss']} | "
+            f"{r['auto']} | {sw_it} | {sw_t} | {r['blk_iters'] or '-'} ({r['blk_cg']}) | "
+            f"{_fmt_t(r['blk_t'])} | {eq} | {sp} | {r['acc_s'][0]:.4f} / {r['acc_b'][0]:.4f} "
+            f"| {r['acc_s'][1]:.3f} / {r['acc_b'][1]:.3f} |")
+    lines.append("")
+    text = "\n".join(lines)
+    print(text)
+    with open(args.out, "a") as fh:
+        fh.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
