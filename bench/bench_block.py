@@ -143,7 +143,7 @@ def main(argv=None):
                 P = NPKLProblem.build(L, C, loss=loss, gamma=1.0, rank=args.rank, seed=0)
                 auto = npkl_dist._bcd.choose_method(P, ex)
                 say = lambda m: print(f"[n={n} frac={frac} {loss}] {m}", flush=True)  # noqa
-                ref = fit_bcd(P, method="block", max_sweeps=args.ref_iters, tol=0,
+                ref = fit_bcd(P, method="block", max_sweeps=args.ref_iters, tol=1.0,
                               tol_kkt=1e-8, executor=ex)
                 say(f"reference: {ref.n_sweeps} outer, f={ref.objective:.8g}, "
                     f"kkt={ref.kkt:.2e}, {ref.fit_seconds:.1f} s")
