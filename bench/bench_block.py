@@ -182,6 +182,17 @@ def _stopper(f_ref, gap):
     return cb
 
 
+def _cpu():
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def _fmt_t(t):
     return "-" if t is None else f"{t:.1f}"
 
@@ -191,7 +202,7 @@ def write(args, rows, notes, wall):
         "",
         f"## bench_block — {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
         "",
-        f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        f"- machine: {_cpu()}, {os.cpu_count()} cores",
         f"- software: python {platform.python_version()}, numpy {np.__version__}, "
         f"npkl_dist {npkl_dist.__version__}",
         f"- command: `python bench/bench_block.py {shlex.join(sys.argv[1:])}`",
