@@ -1,7 +1,8 @@
 """Block coordinate descent for NPKL (bcdkl-tnnls2015 Alg. 1), colour-ordered.
 
-Each sweep visits the colours of the plan in a seeded random order; within a colour every
-column gets its exact minimiser (see ``_kernels``), so the objective never increases.
+Each sweep visits the colours (steps) of the plan in a seeded random order; within a colour
+the units (the colour's rows in one block, see ``_plan``) run concurrently, each row by row.
+Every column gets its exact minimiser (see ``_kernels``), so the objective never increases.
 Stopping: ||V(t) - V(t-1)||_F / ||V(t)||_F < tol, or ``max_sweeps``.
 """
 
@@ -43,6 +44,7 @@ class FitResult:
         Whole fit, including relabelling, colouring and set-up.
     converged : bool
     n_colours : int
+        Colours (steps) of a sweep.
     """
 
     V: np.ndarray
@@ -79,7 +81,7 @@ def initial_V(problem: NPKLProblem, rng: np.random.Generator) -> np.ndarray:
 
 def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
             executor=None, relabel: str = "rcm", V0=None, callback=None, plan=None,
-            resume=None, on_sweep=None) -> FitResult:
+            resume=None, on_sweep=None, scheme: str = "blocks") -> FitResult:
     """Fit an NPKL problem by colour-ordered block coordinate descent.
 
     Parameters
@@ -92,6 +94,9 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         Default: :class:`~npkl_dist.executors.InProcessExecutor` with all threads.
     relabel : {'rcm', 'none'}
         Internal locality relabelling (undone on output).
+    scheme : {'blocks', 'colours'}
+        Sweep scheme of the plan made here (see :func:`~npkl_dist.make_plan`); ignored when
+        ``plan`` is given.
     V0 : ndarray, shape (n, rank), optional
         Start in original order; default :func:`initial_V` from ``problem.seed``.
     callback : callable, optional
@@ -127,7 +132,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         executor = InProcessExecutor()
     rng = np.random.default_rng(problem.seed)
     if plan is None:
-        plan = make_plan(problem, relabel=relabel)
+        plan = make_plan(problem, relabel=relabel, scheme=scheme)
     prep = prepare(problem, plan)
     if resume is not None:
         state, V = resume
