@@ -52,6 +52,10 @@ SCHEMES = ("blocks", "colours")
 #: each of two threads four blocks per step; bench/RESULTS.md scans 4-64.
 DEFAULT_BLOCKS = 16
 
+#: Fewest rows of a block when the block count is chosen automatically (small problems):
+#: below this a block step is mostly parallel overhead.
+MIN_BLOCK_ROWS = 256
+
 
 def chunk_bounds(n: int) -> np.ndarray:
     """0, SUM_BLOCK, 2 SUM_BLOCK, ..., n: the blocks of the 'colours' scheme."""
@@ -176,8 +180,8 @@ def make_plan(problem: NPKLProblem, relabel: str = "rcm", scheme: str = "blocks"
     scheme : {'blocks', 'colours'}
         See the module docstring; 'colours' is the reference scheme.
     n_blocks : int, optional
-        'blocks' scheme: number of blocks. Default ``clip(n // max(bandwidth, align), 2,
-        DEFAULT_BLOCKS)``, bandwidth that of L in the relabelled order.
+        'blocks' scheme: number of blocks. Default ``clip(n // max(bandwidth, align,
+        MIN_BLOCK_ROWS), 2, DEFAULT_BLOCKS)``, bandwidth that of L in the relabelled order.
     align : int
         'blocks' scheme: interior block boundaries are multiples of ``align`` (1 when
         n < 2 align). The Dask executor cuts its row blocks at block boundaries that are
@@ -230,7 +234,7 @@ def _block_bounds(n: int, bandwidth: int, n_blocks: int | None, align: int) -> n
     if n < 2 * align:
         align = 1
     if n_blocks is None:
-        n_blocks = int(np.clip(n // max(bandwidth, align, 1), 2, DEFAULT_BLOCKS))
+        n_blocks = int(np.clip(n // max(bandwidth, align, MIN_BLOCK_ROWS), 2, DEFAULT_BLOCKS))
     n_units = -(-n // align)
     n_blocks = max(1, min(n_blocks, n_units))
     cuts = np.rint(np.arange(n_blocks + 1) * (n_units / n_blocks)).astype(np.int64) * align
