@@ -442,7 +442,8 @@ def sweep_rows(rows, start, stop, base, indptr, indices, data, diag, cptr, cidx,
     SUM_BLOCK. ``base`` is the global index of local row 0 (a Dask block's offset).
 
     Unconstrained rows of the non-linear losses take the closed form v = -g / L_ii inline;
-    it is the same arithmetic as ``update_column`` (bitwise), without the call.
+    it is the same arithmetic as ``update_column`` (bitwise), without the call. The other
+    rows go through ``_update_row``, out of the hot loop.
     """
     r = V.shape[1]
     pm = max(pmax, 1)
@@ -460,21 +461,15 @@ def sweep_rows(rows, start, stop, base, indptr, indices, data, diag, cptr, cidx,
     nacc = np.zeros(r)
     for q in range(start, stop):
         i = rows[q]
-        if loss != 3 and cptr[i + 1] == cptr[i]:
+        if loss == 3 or cptr[i + 1] != cptr[i]:
+            _update_row(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound,
+                        out, g, A, H, M, qv, alpha, grad, wy, free, dacc, nacc)
+        else:
             _gather(i, indptr, indices, data, V, g)
             Lii = diag[i]
             for c in range(r):
                 old = np.float64(V[i, c])
                 V[i, c] = -g[c] / Lii  # rounds to V's dtype
-                new = np.float64(V[i, c])
-                dacc[c] += (new - old) * (new - old)
-                nacc[c] += new * new
-        else:
-            update_column(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma,
-                          bound, out, g, A, H, M, qv, alpha, grad, wy, free)
-            for c in range(r):
-                old = np.float64(V[i, c])
-                V[i, c] = out[c]
                 new = np.float64(V[i, c])
                 dacc[c] += (new - old) * (new - old)
                 nacc[c] += new * new
@@ -491,6 +486,20 @@ def sweep_rows(rows, start, stop, base, indptr, indices, data, diag, cptr, cidx,
         else:
             delta2[i] = 0.0
             norm2[i] = 0.0
+
+
+@njit(nogil=True, cache=True)
+def _update_row(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound, out, g,
+                A, H, M, qv, alpha, grad, wy, free, dacc, nacc):
+    """v_i <- update_column(i); dacc += (v_new - v_old)^2, nacc += v_new^2 per column."""
+    update_column(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound,
+                  out, g, A, H, M, qv, alpha, grad, wy, free)
+    for c in range(V.shape[1]):
+        old = np.float64(V[i, c])
+        V[i, c] = out[c]  # rounds to V's dtype
+        new = np.float64(V[i, c])
+        dacc[c] += (new - old) * (new - old)
+        nacc[c] += new * new
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -518,21 +527,27 @@ def sweep_units_serial(rows, ptr, base, indptr, indices, data, diag, cptr, cidx,
 def smooth_terms(indptr, indices, data, diag, V, out):
     """out[i] = v_i' (L V)_i, so that tr(V' L V) = out.sum().  out : (n,) float64 OUT.
 
+    y = (L V)_i is formed first, row-wise as in a sparse product (axpys over the neighbours),
+    then one r-long reduction v_i'y per row -- not one reduction per edge.
     Covers the rows of ``out`` (V may hold further rows: a block's halo)."""
     n = out.shape[0]
     r = V.shape[1]
-    for i in prange(n):
-        acc = 0.0
-        for c in range(r):
-            acc += np.float64(diag[i]) * np.float64(V[i, c]) * np.float64(V[i, c])
-        for p in range(indptr[i], indptr[i + 1]):
-            k = indices[p]
-            w = np.float64(data[p])
-            d = 0.0
+    n_chunks = (n + CHUNK - 1) // CHUNK
+    for ch in prange(n_chunks):
+        y = np.empty(r)
+        for i in range(ch * CHUNK, min((ch + 1) * CHUNK, n)):
+            d = np.float64(diag[i])
             for c in range(r):
-                d += np.float64(V[i, c]) * np.float64(V[k, c])
-            acc += w * d
-        out[i] = acc
+                y[c] = d * np.float64(V[i, c])
+            for p in range(indptr[i], indptr[i + 1]):
+                k = indices[p]
+                w = np.float64(data[p])
+                for c in range(r):
+                    y[c] += w * np.float64(V[k, c])
+            acc = 0.0
+            for c in range(r):
+                acc += np.float64(V[i, c]) * y[c]
+            out[i] = acc
 
 
 @njit(nogil=True, cache=True)
