@@ -322,7 +322,10 @@ class DaskExecutor:
     threads : int
         Threads per worker, also numba's thread count inside each block (default 1).
     blocks : int, optional
-        Row blocks (default: one per worker).
+        Row blocks (default: one per worker). For BCD they are cut only at the plan's block
+        boundaries that are multiples of ``align`` (see :func:`partition_plan`), so a plan
+        with fewer such boundaries runs on fewer blocks: make plans for Dask with
+        ``make_plan(..., align=executor.align)`` (the run store's job does).
     """
 
     name = "dask"
