@@ -174,7 +174,8 @@ def test_block_plan_on_long_range_graph(rng, n_blocks):
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"scheme": "stripes"}, "scheme"), ({"scheme": None}, "scheme"),
-    ({"n_blocks": 0}, "n_blocks"), ({"n_blocks": 2.5}, "n_blocks"), ({"n_blocks": True}, "n_blocks"),
+    ({"n_blocks": 0}, "n_blocks"), ({"n_blocks": 2.5}, "n_blocks"),
+    ({"n_blocks": True}, "n_blocks"),
     ({"align": 0}, "align"), ({"align": "1024"}, "align"),
 ])
 def test_make_plan_bad_scheme_arguments(kwargs, match):
