@@ -112,7 +112,7 @@ def _add_fit_options(p: argparse.ArgumentParser):
     m.add_argument("--seed", type=_nonneg_int, default=0,
                    help="seed of the start, sweep orders, sampling and k-means (default: 0)")
     m.add_argument("--threads", type=_positive_int, metavar="T",
-                   help="threads per colour step (default: all cores)")
+                   help="threads per sweep step (default: all cores)")
     x = p.add_argument_group("runs and execution")
     x.add_argument("--run", metavar="RUN",
                    help="write the fit into a run store and checkpoint it: a run id (under "

@@ -1,7 +1,9 @@
 """Block coordinate descent for NPKL (bcdkl-tnnls2015 Alg. 1), colour-ordered.
 
-Each sweep visits the colours of the plan in a seeded random order; within a colour every
-column gets its exact minimiser (see ``_kernels``), so the objective never increases.
+Each sweep visits the colours (steps) of the plan in a seeded random order; within a colour
+the units (the colour's rows in one block, see ``_plan``) run concurrently, each row by row.
+Every column gets its exact minimiser (see ``_kernels``), so the objective never increases.
+Method 'block' (``_blocksolve``) solves the unconstrained rows together instead.
 Stopping: ||V(t) - V(t-1)||_F / ||V(t)||_F < tol, or ``max_sweeps``.
 """
 
@@ -58,6 +60,7 @@ class FitResult:
         Whole fit, including relabelling, colouring and set-up.
     converged : bool
     n_colours : int
+        Colours (steps) of a sweep.
     method : {'sweeps', 'block'}
     start : str
     """
@@ -185,7 +188,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
             resume=None, on_sweep=None, method: str = "auto", start: str = "random",
             tol_objective: float | None = None, tol_kkt: float | None = None,
             precond: str = "amg", inner_rtol: float = 0.01, inner_maxiter: int = 1,
-            extrapolate: bool = True) -> FitResult:
+            extrapolate: bool = True, scheme: str = "blocks") -> FitResult:
     """Fit an NPKL problem by block coordinate descent.
 
     Parameters
@@ -204,6 +207,9 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         Default: :class:`~npkl_dist.executors.InProcessExecutor` with all threads.
     relabel : {'rcm', 'none'}
         Internal locality relabelling (undone on output).
+    scheme : {'blocks', 'colours'}
+        Sweep scheme of the plan made here (see :func:`~npkl_dist.make_plan`); ignored when
+        ``plan`` is given.
     V0 : ndarray, shape (n, rank), optional
         Start in original order; default :func:`initial_V` from ``problem.seed`` and ``start``.
     callback : callable, optional
@@ -279,7 +285,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
             )
     rng = np.random.default_rng(problem.seed)
     if plan is None:
-        plan = make_plan(problem, relabel=relabel)
+        plan = make_plan(problem, relabel=relabel, scheme=scheme)
     layout = plan
     if method == "block":
         from ._blocksolve import block_layout

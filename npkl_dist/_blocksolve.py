@@ -30,7 +30,7 @@ import scipy.sparse as sp
 from numba import njit, prange
 
 from ._errors import ValidationError
-from ._kernels import CHUNK, pair_terms, smooth_terms, sweep_colour, sweep_colour_serial
+from ._kernels import CHUNK, greedy_colouring, pair_terms, sweep_units, sweep_units_serial
 from ._kkt import kkt_row_terms
 
 __all__ = ["BlockLayout", "block_layout", "AMGPreconditioner", "JacobiPreconditioner",
@@ -74,7 +74,11 @@ class BlockLayout:
 
 
 def block_layout(problem, plan) -> BlockLayout:
-    """U-first layout from ``plan`` (its order and its proper colouring)."""
+    """U-first layout from ``plan`` (its locality order); the constrained rows get a greedy
+    proper colouring of the conflict graph (manifold edges and constraint pairs) restricted
+    to them."""
+    from ._plan import _constraint_lists
+
     n = problem.n_points
     constrained = np.zeros(n, bool)
     c = problem.constraints
@@ -88,10 +92,17 @@ def block_layout(problem, plan) -> BlockLayout:
     rank_of = np.empty(n, np.int64)
     rank_of[order] = np.arange(n, dtype=np.int64)
     n_free = int(free_rows.shape[0])
-    colour = plan.colour[con_rows]
+    Lp = problem.L[order][:, order].tocsr()
+    cptr, cidx, _ = _constraint_lists(problem, rank_of)
+    colour = np.zeros(n, np.int64)
+    active = np.zeros(n, np.bool_)
+    active[n_free:] = True
+    greedy_colouring(n, Lp.indptr.astype(np.int64), Lp.indices.astype(np.int64), cptr, cidx,
+                     active, colour)
     new_rows = np.arange(n_free, n, dtype=np.int64)
-    srt = np.lexsort((new_rows, colour))
-    used, counts = np.unique(colour, return_counts=True)
+    ccol = colour[n_free:]
+    srt = np.lexsort((new_rows, ccol))
+    used, counts = np.unique(ccol, return_counts=True)
     ptr = np.zeros(used.shape[0] + 1, np.int64)
     np.cumsum(counts, out=ptr[1:])
     return BlockLayout(order, rank_of, n_free, new_rows[srt], ptr)
@@ -808,10 +819,12 @@ class BlockSession:
         norm2 = np.zeros(n)
         for c in colour_order:
             rows = self.layout.rows_of(int(c))
-            kernel = (sweep_colour if self.n_threads > 1 and rows.shape[0] > 2 * CHUNK
-                      else sweep_colour_serial)
-            kernel(rows, p.indptr, p.indices, p.data, p.diag, p.cptr, p.cidx, p.csgn, V,
-                   p.loss_code, p.gamma, p.bound, p.pmax, delta2, norm2)
+            # the rows of a colour are independent: fixed units of CHUNK rows
+            ptr = np.append(np.arange(0, rows.shape[0], CHUNK), rows.shape[0]).astype(np.int64)
+            kernel = (sweep_units if self.n_threads > 1 and rows.shape[0] > 2 * CHUNK
+                      else sweep_units_serial)
+            kernel(rows, ptr, 0, p.indptr, p.indices, p.data, p.diag, p.cptr, p.cidx, p.csgn,
+                   V, p.loss_code, p.gamma, p.bound, p.pmax, delta2, norm2)
         c = self.c_rows
         d2 += float(_ordered(delta2[c]))
         n2 += float(_ordered(norm2[c]))

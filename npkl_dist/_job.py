@@ -327,15 +327,15 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
         L = laplacian(S, cfg.delta, dtype=cfg.dtype)
         problem = NPKLProblem.build(L, cons, loss=cfg.loss, gamma=cfg.gamma, rank=cfg.rank,
                                     bound=cfg.bound, seed=cfg.seed, dtype=cfg.dtype)
-        # stage: plan
+        n, r = problem.n_points, problem.rank
+        row_block = _row_block(n)
+        # stage: plan (its blocks aligned to the checkpoint shards, where Dask may cut)
         if not store.stage_done("plan"):
             from ._plan import make_plan
 
-            store.write_plan(make_plan(problem))
+            store.write_plan(make_plan(problem, align=row_block))
         plan, _ = store.read_plan()
         # stage: learn (checkpointed)
-        n, r = problem.n_points, problem.rank
-        row_block = _row_block(n)
         executor = make_executor(opts, row_block)
         from ._bcd import checkpoint_width, choose_method
 

@@ -27,9 +27,14 @@ from numba import njit, prange
 
 LOSS_CODES = {"hinge": 0, "squared_hinge": 1, "square": 2, "linear": 3}
 
-#: Rows per parallel work item inside one colour: big enough to amortise the workspace
-#: allocation, small enough to balance two threads on the smallest colours.
+#: Rows per parallel work item of the KL-ADMM half-step; a sweep step runs in parallel only
+#: above 2 * CHUNK rows (a parallel region costs more than it saves below).
 CHUNK = 512
+
+#: Reductions over rows are summed in fixed chunks of SUM_BLOCK rows, chunk partials then
+#: added in row order. Every executor does the same (its row blocks are multiples of
+#: SUM_BLOCK), so sums -- and the stopping decisions made from them -- are bitwise identical.
+SUM_BLOCK = 1024
 
 #: box QP: phase-1 coordinate-descent sweeps; phase-2 rounds (CD sweeps + one active-set step)
 _QP_MAX_ITER = 10_000
@@ -421,12 +426,24 @@ def _column_phi_row(V, i, g, A, p, Lii, gamma, loss):
 
 
 @njit(nogil=True, cache=True)
-def sweep_rows(rows, start, stop, indptr, indices, data, diag, cptr, cidx, csgn, V, loss,
+def sweep_rows(rows, start, stop, base, indptr, indices, data, diag, cptr, cidx, csgn, V, loss,
                gamma, bound, pmax, delta2, norm2):
-    """Update rows[start:stop] (mutually independent rows of one colour) in place.
+    """Update rows[start:stop] one after the other (Gauss-Seidel, in that order), in place.
 
-    V : (n, r) IN/OUT. delta2, norm2 : (n,) float64 OUT at those rows:
-    ||v_new - v_old||^2 and ||v_new||^2.
+    The rows are one *unit* of a sweep step (see ``_plan``): ascending, updated sequentially,
+    each from the current values of all other rows.
+
+    V : (n, r) IN/OUT. delta2, norm2 : (n,) float64 OUT at those rows. The change
+    ||v_new - v_old||^2 and ||v_new||^2 are accumulated per column over a *run* -- the
+    consecutive rows of the unit that lie in one chunk of SUM_BLOCK row indices -- and the
+    run's totals are stored at its last row, zeros at its other rows. Per-column sums are
+    element-wise (no r-long add chain per row); runs are fixed by the plan, so the sums are
+    the same on any thread count and any executor whose row blocks start at multiples of
+    SUM_BLOCK. ``base`` is the global index of local row 0 (a Dask block's offset).
+
+    Unconstrained rows of the non-linear losses take the closed form v = -g / L_ii inline;
+    it is the same arithmetic as ``update_column`` (bitwise), without the call. The other
+    rows go through ``_update_row``, out of the hot loop.
     """
     r = V.shape[1]
     pm = max(pmax, 1)
@@ -440,63 +457,97 @@ def sweep_rows(rows, start, stop, indptr, indices, data, diag, cptr, cidx, csgn,
     grad = np.empty(pm)
     wy = np.empty(pm)
     free = np.empty(pm, np.int64)
+    dacc = np.zeros(r)
+    nacc = np.zeros(r)
     for q in range(start, stop):
         i = rows[q]
-        update_column(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma,
-                      bound, out, g, A, H, M, qv, alpha, grad, wy, free)
-        d2 = 0.0
-        n2 = 0.0
-        for c in range(r):
-            old = np.float64(V[i, c])
-            V[i, c] = out[c]  # rounds to V's dtype
-            new = np.float64(V[i, c])
-            d2 += (new - old) * (new - old)
-            n2 += new * new
-        delta2[i] = d2
-        norm2[i] = n2
-
-
-@njit(nogil=True, cache=True, parallel=True)
-def sweep_colour(rows, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound,
-                 pmax, delta2, norm2):
-    """All rows of one colour, chunks of CHUNK rows spread over numba's threads."""
-    n_rows = rows.shape[0]
-    n_chunks = (n_rows + CHUNK - 1) // CHUNK
-    for ch in prange(n_chunks):
-        sweep_rows(rows, ch * CHUNK, min((ch + 1) * CHUNK, n_rows), indptr, indices, data,
-                   diag, cptr, cidx, csgn, V, loss, gamma, bound, pmax, delta2, norm2)
+        if loss == 3 or cptr[i + 1] != cptr[i]:
+            _update_row(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound,
+                        out, g, A, H, M, qv, alpha, grad, wy, free, dacc, nacc)
+        else:
+            _gather(i, indptr, indices, data, V, g)
+            Lii = diag[i]
+            for c in range(r):
+                old = np.float64(V[i, c])
+                V[i, c] = -g[c] / Lii  # rounds to V's dtype
+                new = np.float64(V[i, c])
+                dacc[c] += (new - old) * (new - old)
+                nacc[c] += new * new
+        if q + 1 == stop or (rows[q + 1] + base) // SUM_BLOCK != (i + base) // SUM_BLOCK:
+            d2 = 0.0
+            n2 = 0.0
+            for c in range(r):
+                d2 += dacc[c]
+                n2 += nacc[c]
+                dacc[c] = 0.0
+                nacc[c] = 0.0
+            delta2[i] = d2
+            norm2[i] = n2
+        else:
+            delta2[i] = 0.0
+            norm2[i] = 0.0
 
 
 @njit(nogil=True, cache=True)
-def sweep_colour_serial(rows, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma,
-                        bound, pmax, delta2, norm2):
-    """The same colour step on the calling thread (small colours, one thread): identical
-    results, since the rows of a colour are independent."""
-    n_rows = rows.shape[0]
-    for start in range(0, n_rows, CHUNK):
-        sweep_rows(rows, start, min(start + CHUNK, n_rows), indptr, indices, data, diag,
-                   cptr, cidx, csgn, V, loss, gamma, bound, pmax, delta2, norm2)
+def _update_row(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound, out, g,
+                A, H, M, qv, alpha, grad, wy, free, dacc, nacc):
+    """v_i <- update_column(i); dacc += (v_new - v_old)^2, nacc += v_new^2 per column."""
+    update_column(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound,
+                  out, g, A, H, M, qv, alpha, grad, wy, free)
+    for c in range(V.shape[1]):
+        old = np.float64(V[i, c])
+        V[i, c] = out[c]  # rounds to V's dtype
+        new = np.float64(V[i, c])
+        dacc[c] += (new - old) * (new - old)
+        nacc[c] += new * new
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def sweep_units(rows, ptr, base, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma,
+                bound, pmax, delta2, norm2):
+    """One sweep step: units ``rows[ptr[u]:ptr[u + 1]]`` spread over numba's threads.
+
+    The units of a step are mutually independent (no row of one is coupled to a row of
+    another), so they may run in any order or concurrently; each is sequential inside."""
+    for u in prange(ptr.shape[0] - 1):
+        sweep_rows(rows, ptr[u], ptr[u + 1], base, indptr, indices, data, diag, cptr, cidx,
+                   csgn, V, loss, gamma, bound, pmax, delta2, norm2)
+
+
+@njit(nogil=True, cache=True)
+def sweep_units_serial(rows, ptr, base, indptr, indices, data, diag, cptr, cidx, csgn, V, loss,
+                       gamma, bound, pmax, delta2, norm2):
+    """The same step on the calling thread: identical results (the units are independent)."""
+    for u in range(ptr.shape[0] - 1):
+        sweep_rows(rows, ptr[u], ptr[u + 1], base, indptr, indices, data, diag, cptr, cidx,
+                   csgn, V, loss, gamma, bound, pmax, delta2, norm2)
 
 
 @njit(nogil=True, cache=True, parallel=True)
 def smooth_terms(indptr, indices, data, diag, V, out):
     """out[i] = v_i' (L V)_i, so that tr(V' L V) = out.sum().  out : (n,) float64 OUT.
 
+    y = (L V)_i is formed first, row-wise as in a sparse product (axpys over the neighbours),
+    then one r-long reduction v_i'y per row -- not one reduction per edge.
     Covers the rows of ``out`` (V may hold further rows: a block's halo)."""
     n = out.shape[0]
     r = V.shape[1]
-    for i in prange(n):
-        acc = 0.0
-        for c in range(r):
-            acc += np.float64(diag[i]) * np.float64(V[i, c]) * np.float64(V[i, c])
-        for p in range(indptr[i], indptr[i + 1]):
-            k = indices[p]
-            w = np.float64(data[p])
-            d = 0.0
+    n_chunks = (n + CHUNK - 1) // CHUNK
+    for ch in prange(n_chunks):
+        y = np.empty(r)
+        for i in range(ch * CHUNK, min((ch + 1) * CHUNK, n)):
+            d = np.float64(diag[i])
             for c in range(r):
-                d += np.float64(V[i, c]) * np.float64(V[k, c])
-            acc += w * d
-        out[i] = acc
+                y[c] = d * np.float64(V[i, c])
+            for p in range(indptr[i], indptr[i + 1]):
+                k = indices[p]
+                w = np.float64(data[p])
+                for c in range(r):
+                    y[c] += w * np.float64(V[k, c])
+            acc = 0.0
+            for c in range(r):
+                acc += np.float64(V[i, c]) * y[c]
+            out[i] = acc
 
 
 @njit(nogil=True, cache=True)
@@ -525,21 +576,26 @@ def pair_terms(pi, pj, pt, V, loss, out):
 
 
 @njit(nogil=True, cache=True)
-def greedy_colouring(n, indptr, indices, cptr, cidx, colour):
-    """Greedy proper colouring of the union of two symmetric graphs, vertices in index order.
+def greedy_colouring(n, indptr, indices, cptr, cidx, active, colour):
+    """Greedy proper colouring of the subgraph induced by the ``active`` vertices of the union
+    of two symmetric graphs (CSR ``indptr/indices`` and ``cptr/cidx``), in index order.
 
-    colour : (n,) int64 OUT. Returns the number of colours.
+    active : (n,) bool. colour : (n,) int64 OUT (-1 at inactive vertices). Returns the number
+    of colours.
     """
     forbidden = np.full(n + 1, -1, np.int64)
     n_colours = 0
     for i in range(n):
+        colour[i] = -1
+        if not active[i]:
+            continue
         for p in range(indptr[i], indptr[i + 1]):
             k = indices[p]
-            if k < i:
+            if k < i and active[k]:
                 forbidden[colour[k]] = i
         for p in range(cptr[i], cptr[i + 1]):
             k = cidx[p]
-            if k < i:
+            if k < i and active[k]:
                 forbidden[colour[k]] = i
         c = 0
         while forbidden[c] == i:
@@ -548,6 +604,39 @@ def greedy_colouring(n, indptr, indices, cptr, cidx, colour):
         if c + 1 > n_colours:
             n_colours = c + 1
     return n_colours
+
+
+@njit(nogil=True, cache=True)
+def _clashes(a, b, block):
+    """Rows in two different blocks of the same parity: updated concurrently by a block step."""
+    return block[a] != block[b] and (block[a] - block[b]) % 2 == 0
+
+
+@njit(nogil=True, cache=True)
+def block_deferral(n, indptr, indices, cptr, cidx, block, deferred):
+    """Greedy vertex cover of the conflict edges (graph edges and constraint pairs) that join
+    two different blocks of the same parity: for each such edge (i, k), i < k, in index order
+    with neither end yet deferred, k is deferred.
+
+    block : (n,) int64 block of each row. deferred : (n,) bool OUT. Returns the count.
+    """
+    count = 0
+    for i in range(n):
+        deferred[i] = False
+    for i in range(n):
+        if deferred[i]:
+            continue
+        for p in range(indptr[i], indptr[i + 1]):
+            k = indices[p]
+            if k > i and not deferred[k] and _clashes(i, k, block):
+                deferred[k] = True
+                count += 1
+        for p in range(cptr[i], cptr[i + 1]):
+            k = cidx[p]
+            if k > i and not deferred[k] and _clashes(i, k, block):
+                deferred[k] = True
+                count += 1
+    return count
 
 
 # --------------------------------------------------------------------------------------

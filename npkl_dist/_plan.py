@@ -1,33 +1,70 @@
-"""Sweep plans: pure data describing a colour-ordered Gauss-Seidel sweep.
+"""Sweep plans: pure data describing one Gauss-Seidel sweep of BCD.
 
 A plan fixes (a) a locality-improving relabelling of the points (reverse Cuthill-McKee of the
-manifold graph), (b) a proper colouring of the conflict graph (manifold edges U constraint
-pairs) in the relabelled order, and (c) the rows of each colour. Columns of one colour are
-mutually independent, so updating them together equals updating them one by one; a sweep is a
-sequence of colour steps whose order is drawn per sweep from the run's seeded generator.
+manifold graph), (b) a partition of the relabelled rows into contiguous *blocks* and (c) a
+colour ("step") for every row. A sweep runs the colours one after the other, in an order drawn
+per sweep from the run's seeded generator. Within colour c, the rows of c that lie in one block
+form a *unit*: a unit's rows are updated one after the other in ascending order (Gauss-Seidel),
+and different units of c run concurrently. The plan guarantees that no conflict edge (manifold
+edge or constraint pair) joins two rows of one colour in different blocks, so the units of a
+colour are independent and any executor -- one thread, many threads, Dask blocks -- gets the
+same result bitwise. In other words, the colours are a proper colouring of the *block-quotient
+conflict graph* whose nodes are the units.
 
-Executors (in-process now, Dask later) run the same plan on the same ``PreparedProblem``.
+Two schemes:
+
+``'blocks'`` (default)
+    RCM order cut into ``n_blocks`` contiguous blocks (boundaries multiples of ``align``).
+    Colour 0 = the even blocks, colour 1 = the odd blocks: a block step is a plain row-order
+    Gauss-Seidel pass over a contiguous slab of V, as cache-friendly as a sparse product.
+    Blocks of one parity are non-adjacent, so only edges that jump over a block clash; one end
+    of each such edge (a greedy vertex cover, mostly constraint pairs -- the graph's edges stay
+    within the RCM bandwidth) is *deferred*: it leaves its block step and is updated in one of
+    a few extra colours, a greedy proper colouring of the conflict graph induced on the
+    deferred rows.
+``'colours'`` (the reference scheme)
+    A greedy proper colouring of the conflict graph; every row is its own node, blocks are just
+    the SUM_BLOCK chunks of the row index. Each colour step streams most of V through the
+    caches, so a sweep costs several sparse products.
+
+Executors (in-process, Dask) run the same plan on the same ``PreparedProblem``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
-from ._kernels import LOSS_CODES, greedy_colouring
+from ._errors import ValidationError, fmt_value
+from ._kernels import LOSS_CODES, SUM_BLOCK, block_deferral, greedy_colouring
 from ._problem import NPKLProblem
 
-__all__ = ["SweepPlan", "PreparedProblem", "make_plan", "prepare"]
+__all__ = ["SweepPlan", "PreparedProblem", "make_plan", "prepare", "concurrent_conflicts"]
 
 RELABELLINGS = ("rcm", "none")
+SCHEMES = ("blocks", "colours")
+
+#: Default number of blocks of the 'blocks' scheme (fewer when the RCM bandwidth is large:
+#: a block holds at least a bandwidth of rows, so graph edges rarely clash). 16 blocks give
+#: each of two threads four blocks per step; bench/RESULTS.md scans 4-64.
+DEFAULT_BLOCKS = 16
+
+#: Fewest rows of a block when the block count is chosen automatically (small problems):
+#: below this a block step is mostly parallel overhead.
+MIN_BLOCK_ROWS = 256
+
+
+def chunk_bounds(n: int) -> np.ndarray:
+    """0, SUM_BLOCK, 2 SUM_BLOCK, ..., n: the blocks of the 'colours' scheme."""
+    return np.unique(np.append(np.arange(0, n, SUM_BLOCK, dtype=np.int64), n))
 
 
 @dataclass(frozen=True)
 class SweepPlan:
-    """Relabelling and colouring of one problem.
+    """Relabelling, blocks and colouring of one problem.
 
     Attributes
     ----------
@@ -36,11 +73,14 @@ class SweepPlan:
     rank_of : (n,) int64
         Inverse of ``order``: internal row of original point i.
     colour : (n,) int64
-        Colour of each internal row.
+        Colour (sweep step) of each internal row.
     colour_ptr : (n_colours + 1,) int64
     colour_rows : (n,) int64
         Internal rows sorted by (colour, row); colour c is
         ``colour_rows[colour_ptr[c]:colour_ptr[c + 1]]``.
+    block_ptr : (n_blocks + 1,) int64
+        Block boundaries in internal order (0 first, n last). Default: :func:`chunk_bounds`.
+    scheme : {'blocks', 'colours'}
     """
 
     order: np.ndarray
@@ -48,16 +88,41 @@ class SweepPlan:
     colour: np.ndarray
     colour_ptr: np.ndarray
     colour_rows: np.ndarray
+    block_ptr: np.ndarray | None = None
+    scheme: str = "colours"
+    _units: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.block_ptr is None:
+            object.__setattr__(self, "block_ptr", chunk_bounds(self.order.shape[0]))
+
+    @property
+    def n_points(self) -> int:
+        return int(self.order.shape[0])
 
     @property
     def n_colours(self) -> int:
         return int(self.colour_ptr.shape[0] - 1)
 
+    @property
+    def n_blocks(self) -> int:
+        return int(self.block_ptr.shape[0] - 1)
+
     def rows_of(self, c: int) -> np.ndarray:
         return self.colour_rows[self.colour_ptr[c]: self.colour_ptr[c + 1]]
 
+    def units(self, c: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(rows, ptr)``: the rows of colour c (ascending) and the bounds of its non-empty
+        units, unit u being ``rows[ptr[u]:ptr[u + 1]]`` (the rows of c in one block)."""
+        got = self._units.get(c)
+        if got is None:
+            rows = self.rows_of(c)
+            ptr = np.unique(np.searchsorted(rows, self.block_ptr)).astype(np.int64)
+            got = self._units[c] = (rows, ptr)
+        return got
+
     def colour_order(self, rng: np.random.Generator) -> np.ndarray:
-        """The seeded random colour order of one sweep."""
+        """The seeded random colour (step) order of one sweep."""
         return rng.permutation(self.n_colours)
 
 
@@ -98,12 +163,38 @@ def _split(L: sp.csr_matrix):
     return off, diag
 
 
-def make_plan(problem: NPKLProblem, relabel: str = "rcm") -> SweepPlan:
-    """Relabel and colour a problem (pure; cheap relative to a fit)."""
-    if relabel not in RELABELLINGS:
-        from ._errors import ValidationError
+def _check_int(name, value, low):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValidationError(f"{name}: expected an integer >= {low}, got {fmt_value(value)}")
+    return int(value)
 
+
+def make_plan(problem: NPKLProblem, relabel: str = "rcm", scheme: str = "blocks",
+              n_blocks: int | None = None, align: int = SUM_BLOCK) -> SweepPlan:
+    """Relabel, cut into blocks and colour a problem (pure; cheap relative to a fit).
+
+    Parameters
+    ----------
+    problem : NPKLProblem
+    relabel : {'rcm', 'none'}
+    scheme : {'blocks', 'colours'}
+        See the module docstring; 'colours' is the reference scheme.
+    n_blocks : int, optional
+        'blocks' scheme: number of blocks. Default ``clip(n // max(bandwidth, align,
+        MIN_BLOCK_ROWS), 2, DEFAULT_BLOCKS)``, bandwidth that of L in the relabelled order.
+    align : int
+        'blocks' scheme: interior block boundaries are multiples of ``align`` (1 when
+        n < 2 align). The Dask executor cuts its row blocks at block boundaries that are
+        multiples of its own alignment (SUM_BLOCK, or a run's checkpoint shard height), so
+        a plan meant for a run store is made with ``align`` = that shard height.
+    """
+    if relabel not in RELABELLINGS:
         raise ValidationError(f"relabel: {relabel!r} is not one of {RELABELLINGS}")
+    if scheme not in SCHEMES:
+        raise ValidationError(f"scheme: {scheme!r} is not one of {SCHEMES}")
+    align = _check_int("align", align, 1)
+    if n_blocks is not None:
+        n_blocks = _check_int("n_blocks", n_blocks, 1)
     n = problem.n_points
     L = problem.L
     if relabel == "rcm":
@@ -114,14 +205,53 @@ def make_plan(problem: NPKLProblem, relabel: str = "rcm") -> SweepPlan:
     rank_of[order] = np.arange(n, dtype=np.int64)
     Lp = L[order][:, order].tocsr()
     Lp.sort_indices()
+    indptr, indices = Lp.indptr.astype(np.int64), Lp.indices.astype(np.int64)
     cptr, cidx, _ = _constraint_lists(problem, rank_of)
     colour = np.empty(n, np.int64)
-    n_colours = greedy_colouring(n, Lp.indptr.astype(np.int64), Lp.indices.astype(np.int64),
-                                 cptr, cidx, colour)
+    if scheme == "colours":
+        block_ptr = chunk_bounds(n)
+        greedy_colouring(n, indptr, indices, cptr, cidx, np.ones(n, np.bool_), colour)
+    else:
+        src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+        bandwidth = int(np.abs(src - indices).max()) if indices.size else 0
+        block_ptr = _block_bounds(n, bandwidth, n_blocks, align)
+        block = np.repeat(np.arange(block_ptr.shape[0] - 1, dtype=np.int64),
+                          np.diff(block_ptr))
+        deferred = np.empty(n, np.bool_)
+        block_deferral(n, indptr, indices, cptr, cidx, block, deferred)
+        greedy_colouring(n, indptr, indices, cptr, cidx, deferred, colour)
+        colour = np.where(deferred, colour + 2, block % 2)
+        # drop empty colours (e.g. every row of the odd blocks deferred)
+        colour = np.unique(colour, return_inverse=True)[1].astype(np.int64)
+    n_colours = int(colour.max()) + 1
     colour_rows = np.lexsort((np.arange(n), colour)).astype(np.int64)
     colour_ptr = np.zeros(n_colours + 1, np.int64)
     np.cumsum(np.bincount(colour, minlength=n_colours), out=colour_ptr[1:])
-    return SweepPlan(order, rank_of, colour, colour_ptr, colour_rows)
+    return SweepPlan(order, rank_of, colour, colour_ptr, colour_rows, block_ptr, scheme)
+
+
+def _block_bounds(n: int, bandwidth: int, n_blocks: int | None, align: int) -> np.ndarray:
+    if n < 2 * align:
+        align = 1
+    if n_blocks is None:
+        n_blocks = int(np.clip(n // max(bandwidth, align, MIN_BLOCK_ROWS), 2, DEFAULT_BLOCKS))
+    n_units = -(-n // align)
+    n_blocks = max(1, min(n_blocks, n_units))
+    cuts = np.rint(np.arange(n_blocks + 1) * (n_units / n_blocks)).astype(np.int64) * align
+    return np.unique(np.minimum(cuts, n))
+
+
+def concurrent_conflicts(plan: SweepPlan, prep: "PreparedProblem") -> np.ndarray:
+    """Conflict edges (manifold edges and constraint pairs, internal rows) joining two rows
+    that a sweep may update concurrently: same colour, different blocks. (k, 2) int64; a
+    valid plan has none."""
+    n = plan.n_points
+    block = np.repeat(np.arange(plan.n_blocks, dtype=np.int64), np.diff(plan.block_ptr))
+    a = np.concatenate([np.repeat(np.arange(n, dtype=np.int64), np.diff(prep.indptr)),
+                        prep.pi])
+    b = np.concatenate([prep.indices, prep.pj])
+    bad = (plan.colour[a] == plan.colour[b]) & (block[a] != block[b])
+    return np.stack([a[bad], b[bad]], axis=1)
 
 
 def _constraint_lists(problem, rank_of):

@@ -14,7 +14,9 @@ from npkl_dist.executors import InProcessExecutor
 
 import distributed  # noqa: E402 - a test dependency: missing means a broken install, not a skip
 
-from npkl_dist.executors._dask import DaskExecutor, build_blocks, partition_rows  # noqa: E402
+from npkl_dist.executors._dask import (  # noqa: E402
+    DaskExecutor, build_blocks, partition_plan, partition_rows,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
 
@@ -76,17 +78,40 @@ def test_block_specs_route_every_halo_row():
         assert got == need
 
 
+def test_partition_plan_cuts_at_aligned_plan_blocks():
+    p = make_problem(0, n=5000)
+    plan = nk.make_plan(p, n_blocks=4)
+    assert plan.n_blocks == 4 and np.all(plan.block_ptr[1:-1] % 1024 == 0)
+    for k in (1, 2, 3, 4, 9):
+        starts = partition_plan(plan, k)
+        assert starts[0] == 0 and starts[-1] == 5000 and len(starts) - 1 == min(k, 4)
+        assert set(starts.tolist()) <= set(plan.block_ptr.tolist())
+    # a plan cut at another alignment: only its aligned boundaries are used
+    odd = nk.make_plan(p, n_blocks=5, align=1)
+    starts = partition_plan(odd, 5)
+    assert all(s % 1024 == 0 for s in starts[:-1])
+    assert set(starts.tolist()) <= set(odd.block_ptr.tolist())
+
+
 @pytest.mark.parametrize("workers", [1, 2, 3])
 @pytest.mark.parametrize("blocks", [1, 2, 3])
 @pytest.mark.parametrize("loss", ["hinge", "square", "linear"])
-def test_bcd_equals_inprocess_bitwise(clusters, global_random_seed, workers, blocks, loss):
+@pytest.mark.parametrize("scheme", ["blocks", "colours"])
+def test_bcd_equals_inprocess_bitwise(clusters, global_random_seed, workers, blocks, loss,
+                                      scheme):
+    """Both sweep schemes; the block plan has 3 blocks (n = 3000, boundaries at 1024 and
+    2048), so up to 3 Dask blocks each run whole plan blocks, deferred rows included."""
     p = make_problem(global_random_seed, loss)
-    ref = nk.fit_bcd(p, max_sweeps=4, tol=0.0, executor=InProcessExecutor(1))
+    plan = nk.make_plan(p, scheme=scheme, n_blocks=3)
+    if scheme == "blocks":
+        assert plan.n_blocks == 3 and plan.n_colours > 2
+    ref = nk.fit_bcd(p, max_sweeps=4, tol=0.0, plan=plan, executor=InProcessExecutor(1))
     ex = DaskExecutor(clusters(workers), blocks=blocks)
-    got = nk.fit_bcd(p, max_sweeps=4, tol=0.0, executor=ex)
+    got = nk.fit_bcd(p, max_sweeps=4, tol=0.0, plan=plan, executor=ex)
     np.testing.assert_array_equal(got.V, ref.V)
     assert got.objective_trace == ref.objective_trace
     assert got.change_trace == ref.change_trace
+    assert len(partition_plan(plan, blocks)) - 1 == blocks  # every Dask block was used
 
 
 @pytest.mark.parametrize("workers, blocks", [(1, 1), (2, 3), (3, 2)])

@@ -65,9 +65,10 @@ def check_permutation(plan, n):
 @HYP
 @given(small_problems(), st.sampled_from(["rcm", "none"]))
 def test_plan_colouring_proper_and_partition(case, relabel):
+    """The reference 'colours' scheme: a proper colouring of the conflict graph."""
     problem, S, pairs = case
     n = problem.n_points
-    plan = make_plan(problem, relabel=relabel)
+    plan = make_plan(problem, relabel=relabel, scheme="colours")
     check_permutation(plan, n)
     if relabel == "none":
         assert np.array_equal(plan.order, np.arange(n))
@@ -94,6 +95,94 @@ def test_plan_colouring_proper_and_partition(case, relabel):
         assert np.all(np.diff(rows) > 0)
         seen.extend(rows.tolist())
     assert sorted(seen) == list(range(n))
+
+
+def check_schedule(plan, S, pairs):
+    """Brute force over every conflict edge (original indices): two rows that one step may
+    update concurrently -- same colour, different blocks -- are never coupled; and the
+    plan's rows, colours, blocks and units partition the rows exactly."""
+    n = plan.n_points
+    check_permutation(plan, n)
+    bp = plan.block_ptr
+    assert bp[0] == 0 and bp[-1] == n and np.all(np.diff(bp) > 0)
+    block = np.searchsorted(bp, np.arange(n), side="right") - 1
+    for a, b in conflict_edges(S, pairs):
+        qa, qb = plan.rank_of[a], plan.rank_of[b]
+        assert not (plan.colour[qa] == plan.colour[qb] and block[qa] != block[qb]), (a, b)
+    ptr = plan.colour_ptr
+    assert ptr[0] == 0 and ptr[-1] == n and np.all(np.diff(ptr) > 0)  # no empty colour
+    assert np.array_equal(np.sort(plan.colour_rows), np.arange(n))
+    for c in range(plan.n_colours):
+        rows, uptr = plan.units(c)
+        assert np.array_equal(rows, np.flatnonzero(plan.colour == c))
+        assert uptr[0] == 0 and uptr[-1] == rows.size and np.all(np.diff(uptr) > 0)
+        for u in range(uptr.size - 1):  # a unit = the colour's rows in exactly one block
+            assert np.unique(block[rows[uptr[u]:uptr[u + 1]]]).size == 1
+        assert np.unique(block[rows]).size == uptr.size - 1
+
+
+@HYP
+@given(small_problems(), st.sampled_from(["rcm", "none"]), st.integers(1, 8),
+       st.sampled_from([1, 2, 3]))
+def test_block_plan_schedule_is_valid(case, relabel, n_blocks, align):
+    """Blocks scheme on random graphs and constraints, any block count and alignment:
+    deferral leaves no conflict between rows of one step in different blocks."""
+    problem, S, pairs = case
+    plan = make_plan(problem, relabel=relabel, scheme="blocks", n_blocks=n_blocks,
+                     align=align)
+    assert plan.scheme == "blocks"
+    check_schedule(plan, S, pairs)
+    n = problem.n_points
+    eff = align if n >= 2 * align else 1
+    assert plan.n_blocks <= min(n_blocks, -(-n // eff))
+    assert np.all(plan.block_ptr[1:-1] % eff == 0)
+
+
+@HYP
+@given(small_problems(), st.sampled_from(["rcm", "none"]))
+def test_colour_plan_schedule_is_valid(case, relabel):
+    problem, S, pairs = case
+    check_schedule(make_plan(problem, relabel=relabel, scheme="colours"), S, pairs)
+
+
+@pytest.mark.parametrize("n_blocks", [2, 3, 8, 16])
+def test_block_plan_on_long_range_graph(rng, n_blocks):
+    """A kNN graph plus random long edges (RCM bandwidth ~ n) and random pairs: many graph
+    edges clash and are deferred too; the schedule stays valid, most rows stay in blocks,
+    and the block steps come first (colour 0 = even blocks, colour 1 = odd blocks)."""
+    n = 600
+    X = rng.normal(size=(n, 2))
+    S = knn_graph(X, 5, warn=False).S.tolil()
+    for a, b in rng.integers(0, n, size=(15, 2)):
+        if a != b:
+            S[a, b] = S[b, a] = 0.5
+    S = S.tocsr()
+    labels = rng.integers(0, 3, n)
+    c = sample_constraints(labels, 60, 60, seed=1)
+    problem = NPKLProblem.build(laplacian(S), c, rank=2)
+    plan = make_plan(problem, n_blocks=n_blocks, align=1)
+    pairs = list(zip(c.i.tolist(), c.j.tolist()))
+    check_schedule(plan, S.toarray(), pairs)
+    assert plan.n_blocks == n_blocks
+    block = np.searchsorted(plan.block_ptr, np.arange(n), side="right") - 1
+    kept = plan.colour < 2
+    assert np.all(plan.colour[kept] == block[kept] % 2)
+    assert kept.mean() > 0.5
+    if n_blocks <= 2:
+        assert kept.all()  # two blocks: nothing can clash
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"scheme": "stripes"}, "scheme"), ({"scheme": None}, "scheme"),
+    ({"n_blocks": 0}, "n_blocks"), ({"n_blocks": 2.5}, "n_blocks"),
+    ({"n_blocks": True}, "n_blocks"),
+    ({"align": 0}, "align"), ({"align": "1024"}, "align"),
+])
+def test_make_plan_bad_scheme_arguments(kwargs, match):
+    c = Constraints.from_arrays([0], [1], [1], 4)
+    problem = NPKLProblem.build(laplacian(sp.csr_matrix(np.ones((4, 4)) - np.eye(4))), c, rank=1)
+    with pytest.raises(ValidationError, match=match):
+        make_plan(problem, **kwargs)
 
 
 @HYP

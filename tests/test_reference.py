@@ -219,18 +219,33 @@ def kernel_column(prep, V, i):
     return out
 
 
+def schedule(plan, colour_order):
+    """The rows of one sweep in the order the reference updates them, read from the plan's
+    arrays: colours in the given order; within a colour its blocks in *reverse* order (so a
+    dependence between blocks of one step would show), each block's rows of that colour in
+    ascending order (Gauss-Seidel: this order is part of the scheme)."""
+    block = np.searchsorted(plan.block_ptr, np.arange(plan.n_points), side="right") - 1
+    out = []
+    for c in colour_order:
+        mine = np.flatnonzero(plan.colour == c)
+        for b in np.unique(block[mine])[::-1]:
+            out.extend(mine[block[mine] == b].tolist())
+    return out
+
+
 def reference_sweep(problem, plan, V, colour_order):
-    """One Gauss-Seidel sweep in pure numpy/scipy: colours in the given order, the rows of each
-    colour one by one in *reverse* order (so an improper colouring would show)."""
+    """One Gauss-Seidel sweep in pure numpy/scipy in the order of ``schedule``; each new row
+    is rounded to V's dtype, as the kernels store it."""
+    dtype = np.asarray(V).dtype
     V = np.array(V, dtype=np.float64)
     oracle = ColumnOracle(problem, plan)
-    for c in colour_order:
-        for i in plan.rows_of(int(c))[::-1]:
-            Lii, g, A = oracle.data(V, i)
-            if problem.loss in ("square", "linear"):
-                V[i] = closed_form_column(problem.loss, Lii, g, A, problem.gamma, problem.bound)
-            else:
-                V[i] = reference_column(problem.loss, Lii, g, A, problem.gamma, problem.bound)[0]
+    for i in schedule(plan, colour_order):
+        Lii, g, A = oracle.data(V, i)
+        if problem.loss in ("square", "linear"):
+            v = closed_form_column(problem.loss, Lii, g, A, problem.gamma, problem.bound)
+        else:
+            v = reference_column(problem.loss, Lii, g, A, problem.gamma, problem.bound)[0]
+        V[i] = v.astype(dtype)
     return V
 
 
@@ -452,33 +467,52 @@ def test_objective_dense_sparse_executor_agree(loss, dtype, global_random_seed):
 # --------------------------------------------------------------------------------------------
 
 
+PLANS = {
+    "colours": {"scheme": "colours"},
+    "blocks": {"scheme": "blocks"},  # the default: 2 blocks at this size
+    "blocks4": {"scheme": "blocks", "n_blocks": 4, "align": 1},  # with deferred rows
+}
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("plan_kw", list(PLANS))
 @pytest.mark.parametrize("loss", LOSSES)
-def test_reference_sweep_matches_kernel_sweep(loss, global_random_seed):
-    """One kernel sweep (colours in a seeded order) equals a readable numpy/scipy Gauss-Seidel
-    sweep over the same colours, rows reversed inside each colour, to 1e-10. The plan's
-    colouring is checked to be proper (no L edge, no constraint inside a colour)."""
-    problem = blob_problem(global_random_seed, loss, n=40, rank=4, gamma=2.0)
-    plan = make_plan(problem)
+def test_reference_sweep_matches_kernel_sweep(loss, plan_kw, dtype, global_random_seed):
+    """Two kernel sweeps (colours in a seeded order) equal a readable numpy/scipy
+    Gauss-Seidel sweep doing the same row updates in the same order (``schedule``), for both
+    schemes, to 1e-10 (float64) / 2e-5 (float32: the kernels form w * v_k in float32).
+    The 'colours' plan's colouring is checked to be proper (no L edge, no constraint inside
+    a colour); the 4-block plan really defers rows."""
+    problem = blob_problem(global_random_seed, loss, n=60, rank=4, gamma=2.0, dtype=dtype)
+    plan = make_plan(problem, **PLANS[plan_kw])
     prep = prepare(problem, plan)
     n = problem.n_points
-    # proper colouring of manifold edges U constraint pairs, in internal order
-    Lp = problem.L[plan.order][:, plan.order].tocoo()
-    off = Lp.row != Lp.col
-    assert np.all(plan.colour[Lp.row[off]] != plan.colour[Lp.col[off]])
     c = problem.constraints
-    assert np.all(plan.colour[plan.rank_of[c.i]] != plan.colour[plan.rank_of[c.j]])
+    if plan_kw == "colours":
+        # proper colouring of manifold edges U constraint pairs, in internal order
+        Lp = problem.L[plan.order][:, plan.order].tocoo()
+        off = Lp.row != Lp.col
+        assert np.all(plan.colour[Lp.row[off]] != plan.colour[Lp.col[off]])
+        assert np.all(plan.colour[plan.rank_of[c.i]] != plan.colour[plan.rank_of[c.j]])
+    elif plan_kw == "blocks4":
+        assert plan.n_blocks == 4 and plan.n_colours > 2
     assert sorted(plan.colour_rows.tolist()) == list(range(n))
 
     rng = np.random.default_rng(global_random_seed)
-    V0 = np.ascontiguousarray(random_V(rng, n, problem.rank))
-    order = plan.colour_order(rng)
-    V_ref = reference_sweep(problem, plan, V0, order)
-    V = V0.copy()
-    delta2, norm2 = InProcessExecutor(n_threads=1).sweep(prep, plan, V, order)
-    np.testing.assert_allclose(V, V_ref, rtol=1e-10, atol=1e-10 * np.abs(V_ref).max())
-    assert delta2 == pytest.approx(np.sum((V_ref - V0) ** 2), rel=1e-9)
-    assert norm2 == pytest.approx(np.sum(V_ref**2), rel=1e-10)
-    assert not np.allclose(V, V0)  # the sweep did something
+    V0 = np.ascontiguousarray(random_V(rng, n, problem.rank)).astype(dtype)
+    V, V_ref = V0.copy(), V0
+    tol = 1e-10 if dtype == "float64" else 2e-5
+    for _ in range(2):
+        order = plan.colour_order(rng)
+        V_prev = V_ref
+        V_ref = reference_sweep(problem, plan, V_prev, order)
+        delta2, norm2 = InProcessExecutor(n_threads=1).sweep(prep, plan, V, order)
+        assert V.dtype == dtype
+        np.testing.assert_allclose(V, V_ref, rtol=tol, atol=tol * np.abs(V_ref).max())
+        assert delta2 == pytest.approx(np.sum((V_ref - V_prev) ** 2), rel=1e3 * tol)
+        assert norm2 == pytest.approx(np.sum(V_ref**2), rel=tol)
+        V_ref = V.copy()  # next sweep from the kernel's V (no drift)
+    assert not np.allclose(V, V0)  # the sweeps did something
 
 
 # --------------------------------------------------------------------------------------------
@@ -487,12 +521,20 @@ def test_reference_sweep_matches_kernel_sweep(loss, global_random_seed):
 
 
 @ignore_convergence
+@pytest.mark.parametrize("plan_kw", ["default", "blocks6", "colours"])
 @pytest.mark.parametrize("loss", LOSSES)
-def test_objective_never_increases(loss, global_random_seed):
+def test_objective_never_increases(loss, plan_kw, global_random_seed):
     """f(V(t)) is non-increasing over 40 sweeps (each column step is an exact minimisation),
-    up to 1e-12 |f| rounding; the trace also matches ``objective`` of the returned V."""
+    up to 1e-12 |f| rounding; the trace also matches ``objective`` of the returned V. Plans:
+    the default, 6 blocks with deferred rows, and the reference colour scheme."""
     problem = blob_problem(global_random_seed, loss, n=300, rank=6)
-    res = fit_bcd(problem, max_sweeps=40, tol=0, executor=InProcessExecutor(n_threads=1))
+    kw = {"default": {}, "blocks6": {"n_blocks": 6, "align": 1},
+          "colours": {"scheme": "colours"}}[plan_kw]
+    plan = make_plan(problem, **kw)
+    if plan_kw == "blocks6":
+        assert plan.n_colours > 2  # some rows deferred
+    res = fit_bcd(problem, max_sweeps=40, tol=0, plan=plan,
+                  executor=InProcessExecutor(n_threads=1))
     trace = np.array([res.objective_initial] + res.objective_trace)
     assert trace.size == 41 and np.all(np.isfinite(trace))
     steps = np.diff(trace)
@@ -509,28 +551,28 @@ def test_objective_never_increases(loss, global_random_seed):
 
 
 def python_sweep(prep, plan, V, colour_order):
-    """Row-by-row sweep through the numba column kernel; rows of a colour in reverse order."""
-    for c in colour_order:
-        for i in plan.rows_of(int(c))[::-1]:
-            V[i] = kernel_column(prep, V, i)
+    """Row-by-row sweep through the numba column kernel, in the order of ``schedule``."""
+    for i in schedule(plan, colour_order):
+        V[i] = kernel_column(prep, V, i)
 
 
 @ignore_convergence
+@pytest.mark.parametrize("scheme", ["blocks", "colours"])
 @pytest.mark.parametrize("loss", LOSSES)
-def test_parallel_equals_sequential(loss, global_random_seed):
-    """Colour-parallel sweeps equal sequential ones bitwise, on 6000 points whose largest
-    colours hold > 2*CHUNK = 1024 rows (the executor runs a colour on threads only above that
-    size; each such colour is split into >= 3 chunks of 512 rows).
+def test_parallel_equals_sequential(loss, scheme, global_random_seed):
+    """Parallel sweeps equal sequential ones bitwise, on 6000 points whose steps hold
+    > 2*CHUNK = 1024 rows in >= 2 units (the executor runs a step on threads only then).
 
     * fit_bcd with InProcessExecutor(n_threads=2) == n_threads=1: V, objective and change
       traces bitwise equal;
-    * the parallel kernel ``sweep_colour`` on 2 numba threads, called directly on every
-      colour, == a one-row-at-a-time Python loop over ``update_column`` with the rows of each
-      colour in reversed order, bitwise (norm2 checked to 1e-14).
+    * the parallel kernel ``sweep_units`` on 2 numba threads, called directly on every
+      colour, == a one-row-at-a-time Python loop over ``update_column`` in the order of
+      ``schedule`` (blocks of a colour reversed), bitwise; the per-run delta2 / norm2 sum to
+      the sweep's change and norm (1e-12).
     """
     import numba
 
-    from npkl_dist._kernels import sweep_colour
+    from npkl_dist._kernels import sweep_units
 
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("numba has a single thread here")
@@ -541,12 +583,13 @@ def test_parallel_equals_sequential(loss, global_random_seed):
     C = sample_constraints(labels, n // 5, n // 5, seed=global_random_seed)
     L = laplacian(knn_graph(X, k=5, warn=False).S)
     problem = NPKLProblem.build(L, C, loss=loss, rank=8, seed=global_random_seed)
-    plan = make_plan(problem)
-    sizes = np.diff(plan.colour_ptr)
-    assert np.count_nonzero(sizes > 2 * CHUNK) >= 2, sizes  # threaded colour steps do run
+    plan = make_plan(problem, scheme=scheme)
+    big = [c for c in range(plan.n_colours)
+           if plan.units(c)[0].size > 2 * CHUNK and plan.units(c)[1].size > 2]
+    assert len(big) >= 2, np.diff(plan.colour_ptr)  # threaded steps do run
 
-    fits = [fit_bcd(problem, max_sweeps=3, tol=0, executor=InProcessExecutor(n_threads=k))
-            for k in (1, 2)]
+    fits = [fit_bcd(problem, max_sweeps=3, tol=0, plan=plan,
+                    executor=InProcessExecutor(n_threads=k)) for k in (1, 2)]
     np.testing.assert_array_equal(fits[0].V, fits[1].V)
     assert fits[0].objective_trace == fits[1].objective_trace
     assert fits[0].change_trace == fits[1].change_trace
@@ -560,15 +603,18 @@ def test_parallel_equals_sequential(loss, global_random_seed):
     numba.set_num_threads(2)
     try:
         for c in order:
-            sweep_colour(plan.rows_of(int(c)), prep.indptr, prep.indices, prep.data, prep.diag,
-                         prep.cptr, prep.cidx, prep.csgn, V_par, prep.loss_code, prep.gamma,
-                         prep.bound, prep.pmax, d2, n2)
+            rows, ptr = plan.units(int(c))
+            sweep_units(rows, ptr, 0, prep.indptr, prep.indices, prep.data, prep.diag,
+                        prep.cptr, prep.cidx, prep.csgn, V_par, prep.loss_code, prep.gamma,
+                        prep.bound, prep.pmax, d2, n2)
     finally:
         numba.set_num_threads(previous)
     python_sweep(prep, plan, V_seq, order)
     np.testing.assert_array_equal(V_par, V_seq)
-    np.testing.assert_allclose(n2, np.sum(V_seq**2, axis=1), rtol=1e-14)
-    assert np.all(np.isfinite(d2)) and not np.array_equal(V_par, V0)
+    assert np.all(np.isfinite(d2)) and np.all(np.isfinite(n2))
+    assert d2.sum() == pytest.approx(np.sum((V_seq - V0) ** 2), rel=1e-12)
+    assert n2.sum() == pytest.approx(np.sum(V_seq**2), rel=1e-12)
+    assert not np.array_equal(V_par, V0)
 
 
 # --------------------------------------------------------------------------------------------

@@ -89,7 +89,7 @@ def _graph(seed=0, n=40, dtype=np.float64):
     return S
 
 
-def _plan(seed=0, n=40, n_colours=5):
+def _plan(seed=0, n=40, n_colours=5, scheme="colours"):
     rng = np.random.default_rng(seed)
     order = rng.permutation(n).astype(np.int64)
     rank_of = np.empty(n, np.int64)
@@ -98,7 +98,10 @@ def _plan(seed=0, n=40, n_colours=5):
     colour_rows = np.lexsort((np.arange(n), colour)).astype(np.int64)
     colour_ptr = np.zeros(n_colours + 1, np.int64)
     np.cumsum(np.bincount(colour, minlength=n_colours), out=colour_ptr[1:])
-    return SweepPlan(order, rank_of, colour, colour_ptr, colour_rows)
+    if scheme == "colours":
+        return SweepPlan(order, rank_of, colour, colour_ptr, colour_rows)
+    block_ptr = np.array([0, 7, 19, 30, n], np.int64)
+    return SweepPlan(order, rank_of, colour, colour_ptr, colour_rows, block_ptr, scheme)
 
 
 def _commit(rs, step, V, row_block, *, rng_seed=0, order=None):
@@ -149,7 +152,7 @@ class StoreConformance:
             assert r.config == CONFIG
             assert r.url == store.url
             attrs = dict(r._group().attrs)
-        assert attrs["format_version"] == FORMAT_VERSION == 1
+        assert attrs["format_version"] == FORMAT_VERSION == 2
         assert attrs["config"] == CONFIG
         assert {"created", "npkl_version"} <= set(attrs)
 
@@ -171,13 +174,17 @@ class StoreConformance:
         assert "-missing" in str(info.value) and "RunStore.create" in str(info.value)
 
     @pytest.mark.parametrize("mode", ["r", "a"])
-    def test_other_format_version_refused(self, store, url, storage_options, mode):
-        store._group().update_attributes({"format_version": 2})
+    @pytest.mark.parametrize("other", [1, 3])
+    def test_other_format_version_refused(self, store, url, storage_options, mode, other):
+        """Format 1 (colour-scheme plans without blocks, before the block sweep) and any
+        future format are refused, naming both versions."""
+        store._group().update_attributes({"format_version": other})
         store.close()
         with pytest.raises(StoreVersionError) as info:
             RunStore.open(url, mode, storage_options=storage_options)
         msg = str(info.value)
-        assert "format version 2" in msg and "format version 1" in msg
+        assert f"format version {other}" in msg and "format version 2" in msg
+        assert "start a new run" in msg
         assert isinstance(info.value, StoreError) and isinstance(info.value, OSError)
 
     def test_read_only_store_refuses_writes(self, store, url, storage_options):
@@ -251,15 +258,22 @@ class StoreConformance:
         with pytest.raises(StoreError, match="different content"):
             store.write_graph(S * 2, row_block=7)
 
+    @pytest.mark.parametrize("scheme", ["colours", "blocks"])
     @pytest.mark.parametrize("with_partition", [True, False])
-    def test_plan_round_trip(self, store, with_partition):
-        plan = _plan()
+    def test_plan_round_trip(self, store, with_partition, scheme):
+        plan = _plan(scheme=scheme)
         part = np.arange(40) // 10 if with_partition else None
         store.write_plan(plan, part)
         got, gpart = store.read_plan()
-        for f in ("order", "rank_of", "colour", "colour_ptr", "colour_rows"):
+        for f in ("order", "rank_of", "colour", "colour_ptr", "colour_rows", "block_ptr"):
             assert np.array_equal(getattr(got, f), getattr(plan, f))
-        assert got.n_colours == plan.n_colours
+        assert got.n_colours == plan.n_colours and got.scheme == plan.scheme
+        store.write_plan(plan, part)  # the same plan again: no-op
+        other = SweepPlan(plan.order, plan.rank_of, plan.colour, plan.colour_ptr,
+                          plan.colour_rows, plan.block_ptr,
+                          "colours" if scheme == "blocks" else "blocks")
+        with pytest.raises(StoreError, match="different content"):
+            store.write_plan(other, part)  # the scheme is part of the plan's identity
         if with_partition:
             assert np.array_equal(gpart, part)
         else:
@@ -304,7 +318,7 @@ class StoreConformance:
         assert (manifest["n"], manifest["r"], manifest["row_block"]) == (23, 4, 5)
         assert manifest["objective"] == float(np.sum(V * V))
         assert manifest["parameters"] == {"gamma": 0.5}
-        assert manifest["format_version"] == 1 and "numpy" in manifest["versions"]
+        assert manifest["format_version"] == 2 and "numpy" in manifest["versions"]
         assert {"created", "committed"} <= set(manifest)
         assert len(manifest["hashes"]["blocks"]) == 5
         # the RNG state restores the generator exactly

@@ -1,11 +1,14 @@
-"""Dask executor: colour-parallel BCD and KL-ADMM on Dask workers.
+"""Dask executor: block/colour-parallel BCD and KL-ADMM on Dask workers.
 
 Rows (internal, locality-relabelled order) are split into contiguous blocks whose
-boundaries are multiples of ``SUM_BLOCK``. Each block lives in one Dask *actor* on a worker,
+boundaries are multiples of ``SUM_BLOCK`` (of the executor's ``align``) and, for BCD, also
+boundaries of the plan's blocks, so that every unit of a sweep step (the rows of one colour
+in one plan block, updated sequentially) lies in one Dask block. Each block lives in one Dask
+*actor* on a worker,
 holding its rows of V followed by its *halo* -- the rows of other blocks that its rows read
 (manifold neighbours and constraint partners) -- in one local array, and its part of L and
 of the constraint lists renumbered into that local array with the entries in their global
-order. A colour step updates the block's rows of that colour in place with the same numba
+order. A colour step updates the block's units of that colour in place with the same numba
 kernel as the in-process executor, so every row gets bitwise the same arithmetic, and
 returns only the updated rows other blocks hold as halo; the driver forwards them with the
 next step. V therefore stays in worker memory across colours and sweeps; per colour step
@@ -28,7 +31,8 @@ import numpy as np
 from .._errors import NpklError, ValidationError, fmt_value
 from ._inprocess import SUM_BLOCK, chunked_sums, ordered_total
 
-__all__ = ["DaskExecutor", "WorkerLostError", "partition_rows", "build_blocks"]
+__all__ = ["DaskExecutor", "WorkerLostError", "partition_rows", "partition_plan",
+           "build_blocks"]
 
 
 class WorkerLostError(NpklError, RuntimeError):
@@ -44,6 +48,24 @@ def partition_rows(n: int, n_blocks: int, align: int = SUM_BLOCK) -> np.ndarray:
     cuts = [round(k * units / n_blocks) * align for k in range(n_blocks)] + [n]
     starts = np.unique(np.minimum(np.asarray(cuts, dtype=np.int64), n))
     return starts
+
+
+def partition_plan(plan, n_blocks: int, align: int = SUM_BLOCK) -> np.ndarray:
+    """Block boundaries for BCD: at most ``n_blocks`` blocks cut at those boundaries of the
+    plan's blocks that are multiples of ``align``, each cut the one nearest an even split.
+
+    A plan whose blocks are not aligned (small n, or made with another ``align``) gives fewer
+    Dask blocks, down to one: still exact, less parallel."""
+    if n_blocks < 1:
+        raise ValidationError(f"blocks: expected a positive integer, got {fmt_value(n_blocks)}")
+    n = plan.n_points
+    cand = plan.block_ptr[(plan.block_ptr % align == 0) & (plan.block_ptr > 0)
+                          & (plan.block_ptr < n)]
+    cuts = []
+    if cand.size:
+        for k in range(1, n_blocks):
+            cuts.append(int(cand[np.argmin(np.abs(cand - k * n / n_blocks))]))
+    return np.unique(np.asarray([0, *cuts, n], dtype=np.int64))
 
 
 @dataclass
@@ -62,6 +84,7 @@ class BlockSpec:
     cidx: np.ndarray
     csgn: np.ndarray
     colour_rows: list         # per colour: local rows of that colour (sorted)
+    unit_ptr: list            # per colour: bounds of its units in colour_rows
     send: list                # per colour: list of (target block, local rows to send)
     recv: list                # per colour: list of (source block, local halo positions)
     send_all: list            # all halo-relevant own rows: (target, local rows), for ADMM
@@ -111,14 +134,18 @@ def build_blocks(prep, plan, starts) -> list:
         clo, chi = prep.cptr[s], prep.cptr[e]
         cptr = (prep.cptr[s:e + 1] - clo).astype(np.int64)
         cidx = to_local(prep.cidx[clo:chi])
-        own_colour = colour[s:e]
-        colour_rows = [np.flatnonzero(own_colour == c).astype(np.int64) for c in range(n_colours)]
+        colour_rows, unit_ptr = [], []
+        for c in range(n_colours):
+            rows, ptr = plan.units(c)
+            first, last = np.searchsorted(rows, [s, e])
+            colour_rows.append((rows[first:last] - s).astype(np.int64))
+            unit_ptr.append(np.unique(np.clip(ptr, first, last) - first).astype(np.int64))
         # pairs owned by this block: the first index (pi) lies in it
         mine = (prep.pi >= s) & (prep.pi < e)
         specs.append(BlockSpec(
             b=b, start=s, stop=e, halo=halo, indptr=indptr, indices=indices,
             data=prep.data[lo:hi].copy(), diag=prep.diag[s:e].copy(), cptr=cptr, cidx=cidx,
-            csgn=prep.csgn[clo:chi].copy(), colour_rows=colour_rows,
+            csgn=prep.csgn[clo:chi].copy(), colour_rows=colour_rows, unit_ptr=unit_ptr,
             send=[[] for _ in range(n_colours)], recv=[[] for _ in range(n_colours)],
             send_all=[], recv_all=[],
             pair_own=(prep.pi[mine] - s).astype(np.int64),
@@ -172,18 +199,18 @@ class BlockActor:
     # -- BCD ---------------------------------------------------------------------------
     def bcd_step(self, colour, incoming):
         """Apply the halo rows sent after the previous colour step, update this colour's
-        rows, return the rows other blocks hold as halo: [(target block, rows)]."""
-        from .._kernels import sweep_colour, sweep_colour_serial
+        units, return the rows other blocks hold as halo: [(target block, rows)]."""
+        from .._kernels import sweep_units, sweep_units_serial
 
         spec = self.spec
         for pos, rows in incoming:
             self.X[pos] = rows
-        rows = spec.colour_rows[colour]
+        rows, ptr = spec.colour_rows[colour], spec.unit_ptr[colour]
         if rows.shape[0]:
-            kernel = sweep_colour if self.threads > 1 else sweep_colour_serial
-            kernel(rows, spec.indptr, spec.indices, spec.data, spec.diag, spec.cptr, spec.cidx,
-                   spec.csgn, self.X, self.loss_code, self.gamma, self.bound, spec.pmax,
-                   self.delta2, self.norm2)
+            kernel = sweep_units if self.threads > 1 and ptr.shape[0] > 2 else sweep_units_serial
+            kernel(rows, ptr, spec.start, spec.indptr, spec.indices, spec.data, spec.diag,
+                   spec.cptr, spec.cidx, spec.csgn, self.X, self.loss_code, self.gamma,
+                   self.bound, spec.pmax, self.delta2, self.norm2)
         return [(t, self.X[local]) for t, local in spec.send[colour]]
 
     def bcd_apply(self, incoming):
@@ -295,7 +322,10 @@ class DaskExecutor:
     threads : int
         Threads per worker, also numba's thread count inside each block (default 1).
     blocks : int, optional
-        Row blocks (default: one per worker).
+        Row blocks (default: one per worker). For BCD they are cut only at the plan's block
+        boundaries that are multiples of ``align`` (see :func:`partition_plan`), so a plan
+        with fewer such boundaries runs on fewer blocks: make plans for Dask with
+        ``make_plan(..., align=executor.align)`` (the run store's job does).
     """
 
     name = "dask"
@@ -375,7 +405,7 @@ class _DaskBCDSession:
     def __init__(self, ex: DaskExecutor, prep, plan, V):
         self.ex = ex
         self.gamma = prep.gamma
-        self.starts = partition_rows(V.shape[0], ex.blocks, ex.align)
+        self.starts = partition_plan(plan, ex.blocks, ex.align)
         self.specs = build_blocks(prep, plan, self.starts)
         self.actors = ex._actors(
             self.specs,
@@ -445,7 +475,7 @@ class _DaskADMMSession:
         self.ex = ex
         self.n = V.shape[0]
         self.starts = partition_rows(self.n, ex.blocks, ex.align)
-        self.specs = build_blocks(prep, _NoColour(prep), self.starts)
+        self.specs = build_blocks(prep, _no_colour(prep), self.starts)
         self.actors = ex._actors(
             self.specs,
             lambda sp: (V[sp.start:sp.stop], 2, prep.gamma, prep.bound, ex.threads,
@@ -509,10 +539,11 @@ def _recv_all_positions(spec: BlockSpec, source: int):
     raise AssertionError("halo route missing")
 
 
-class _NoColour:
-    """ADMM needs no colouring: one colour holding every row."""
+def _no_colour(prep):
+    """ADMM needs no colouring: a plan whose one colour holds every row."""
+    from .._plan import SweepPlan
 
-    def __init__(self, prep):
-        self.colour = np.zeros(prep.n_points, np.int64)
-        self.n_colours = 1
+    n = prep.n_points
+    rows = np.arange(n, dtype=np.int64)
+    return SweepPlan(rows, rows, np.zeros(n, np.int64), np.array([0, n], np.int64), rows)
 

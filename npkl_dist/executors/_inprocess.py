@@ -1,4 +1,4 @@
-"""In-process executor: numba kernels on one machine, threads inside a colour step."""
+"""In-process executor: numba kernels on one machine, threads across the units of a step."""
 
 from __future__ import annotations
 
@@ -8,22 +8,18 @@ import numpy as np
 from .._errors import ValidationError, fmt_value
 from .._kernels import (
     CHUNK,
+    SUM_BLOCK,
     admm_diag_terms,
     admm_half_step,
     admm_pair_terms,
     admm_rows,
     pair_terms,
     smooth_terms,
-    sweep_colour,
-    sweep_colour_serial,
+    sweep_units,
+    sweep_units_serial,
 )
 
 __all__ = ["InProcessExecutor", "chunked_sums", "SUM_BLOCK"]
-
-#: Reductions over rows are summed in fixed chunks of SUM_BLOCK rows, chunk partials then
-#: added in row order. Every executor does the same (its row blocks are multiples of
-#: SUM_BLOCK), so sums -- and the stopping decisions made from them -- are bitwise identical.
-SUM_BLOCK = 1024
 
 
 def chunked_sums(values) -> list:
@@ -44,7 +40,7 @@ class InProcessExecutor:
     Parameters
     ----------
     n_threads : int, optional
-        Threads per colour step; default all of numba's threads. Set explicitly per call,
+        Threads per sweep step; default all of numba's threads. Set explicitly per call,
         never as an import side effect.
     """
 
@@ -65,10 +61,14 @@ class InProcessExecutor:
     def sweep(self, prep, plan, V, colour_order):
         """One Gauss-Seidel sweep in the given colour order, in place.
 
+        Each colour step runs the colour's units (see :class:`~npkl_dist._plan.SweepPlan`)
+        on the executor's threads; the units are independent, so the result does not depend
+        on the thread count.
+
         Returns
         -------
         delta2, norm2 : float
-            ||V_new - V_old||_F^2 and ||V_new||_F^2.
+            ||V_new - V_old||_F^2 and ||V_new||_F^2 (chunked canonical sums).
         """
         n = V.shape[0]
         delta2 = np.empty(n)
@@ -77,13 +77,13 @@ class InProcessExecutor:
         numba.set_num_threads(self.n_threads)
         try:
             for c in colour_order:
-                rows = plan.rows_of(int(c))
+                rows, ptr = plan.units(int(c))
                 # a parallel region costs more than it saves below a few chunks of rows
-                kernel = (sweep_colour if self.n_threads > 1 and rows.shape[0] > 2 * CHUNK
-                          else sweep_colour_serial)
-                kernel(rows, prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr,
-                       prep.cidx, prep.csgn, V, prep.loss_code, prep.gamma, prep.bound,
-                       prep.pmax, delta2, norm2)
+                kernel = (sweep_units if self.n_threads > 1 and ptr.shape[0] > 2
+                          and rows.shape[0] > 2 * CHUNK else sweep_units_serial)
+                kernel(rows, ptr, 0, prep.indptr, prep.indices, prep.data, prep.diag,
+                       prep.cptr, prep.cidx, prep.csgn, V, prep.loss_code, prep.gamma,
+                       prep.bound, prep.pmax, delta2, norm2)
         finally:
             numba.set_num_threads(previous)
         return ordered_total(chunked_sums(delta2)), ordered_total(chunked_sums(norm2))

@@ -1,7 +1,7 @@
 """The run store: one Zarr group per run, with checkpoints committed through a pointer.
 
 The layout, the commit protocol and the failure semantics are specified in storage/SPEC.md;
-this module implements format version 1. In short:
+this module implements format version 2. In short:
 
 - inputs, graph, plan and results are written once each by the orchestrating process (the
   writer-lock holder); completion is recorded in the small JSON object ``_npkl/stages.json``
@@ -39,7 +39,7 @@ from ._objects import WriterLock, objects_for, utc_now
 
 __all__ = ["FORMAT_VERSION", "DEFAULT_ROOT", "RunStore", "resolve_run"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 DEFAULT_ROOT = "storage/runs"
 DEFAULT_RETENTION = 2
 
@@ -794,10 +794,11 @@ class RunStore:
             return np.asarray(self._group("graph")["degrees"][...])
 
     # ------------------------------------------------------------------ plan
-    _PLAN_FIELDS = ("order", "rank_of", "colour", "colour_ptr", "colour_rows")
+    _PLAN_FIELDS = ("order", "rank_of", "colour", "colour_ptr", "colour_rows", "block_ptr")
 
     def write_plan(self, plan: SweepPlan, partition: np.ndarray | None = None) -> None:
-        """Write the sweep plan (relabelling, colouring) and an optional row partition (n,)."""
+        """Write the sweep plan (relabelling, blocks, colouring, scheme) and an optional row
+        partition (n,)."""
         self._require_writer("write_plan")
         if not isinstance(plan, SweepPlan):
             raise ValidationError(
@@ -814,11 +815,12 @@ class RunStore:
                 )
             arrays["partition"] = part.astype(np.int64)
         with self._io("writing the plan"):
-            sha = _sha_arrays(*arrays.values(), extra=sorted(arrays))
+            sha = _sha_arrays(*arrays.values(), extra=[*sorted(arrays), plan.scheme])
             if not self._plan_items("plan", {"plan": sha}):
                 return
             group = self._replace_group("plan", {
                 "n_points": int(n), "n_colours": int(plan.n_colours),
+                "n_blocks": int(plan.n_blocks), "scheme": plan.scheme,
                 "has_partition": partition is not None})
             for name, arr in arrays.items():
                 _put_array(group, name, arr, _chunks_1d(arr.shape[0], 8))
@@ -830,7 +832,8 @@ class RunStore:
         with self._io("reading the plan"):
             self._stage_items("plan", "write_plan")
             g = self._group("plan")
-            plan = SweepPlan(*(np.asarray(g[f][...]) for f in self._PLAN_FIELDS))
+            plan = SweepPlan(*(np.asarray(g[f][...]) for f in self._PLAN_FIELDS),
+                             scheme=g.attrs["scheme"])
             part = np.asarray(g["partition"][...]) if g.attrs.get("has_partition") else None
             return plan, part
 
