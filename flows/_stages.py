@@ -407,9 +407,17 @@ def extend_points(store, cfg, Q, *, cache=None):
             f"features: new points have {Q.shape[1]} features, the run was trained on {d}; "
             f"pass rows with the same {d} columns"
         )
-    index = index_for(store, cfg, cache)
     k = cfg["graph"]["knn"]
-    idx, dist = index.query(Q, k)
+    if ginfo.get("method") == "exact":
+        idx, dist = index_for(store, cfg, cache).query(Q, k)
+    else:
+        # large n: best-first search on the training graph (pynndescent's own query would
+        # compile a search closure per index and prepare a search graph: minutes at 1e6)
+        from npkl_dist._extend import graph_knn
+
+        X = cache["X"] if cache is not None and "X" in cache else \
+            store.read_inputs()["features"]
+        idx, dist = graph_knn(X, store.read_graph(), Q, k, seed=cfg["model"]["seed"])
     w = extension_weights(dist, sigma=ginfo.get("sigma"), weighting=ginfo.get("weighting",
                                                                               "gaussian"))
     V_new = extend_embedding(V, store.read_degrees(), idx, w, delta=cfg["graph"]["delta"])
@@ -433,17 +441,18 @@ def extend(ctx: Context) -> dict:
     path = ctx.cfg["extend"]["features"]
     out: dict = {}
     with measure(out):
-        if path is None:
-            return _finish(ctx, "extend", {**out, "n_new": 0})
-        from npkl_dist._io import read_features
+        n_new = 0
+        if path is not None:
+            from npkl_dist._io import read_features
 
-        Q = read_features(path)
-        V_new, lab = extend_points(ctx.store, ctx.cfg, Q, cache=ctx.cache)
-        items = {"extended_embedding": np.ascontiguousarray(V_new)}
-        if lab is not None:
-            items["extended_clusters"] = lab
-        ctx.store.write_results(**items)
-    return _finish(ctx, "extend", {**out, "n_new": int(V_new.shape[0])})
+            Q = read_features(path)
+            V_new, lab = extend_points(ctx.store, ctx.cfg, Q, cache=ctx.cache)
+            items = {"extended_embedding": np.ascontiguousarray(V_new)}
+            if lab is not None:
+                items["extended_clusters"] = lab
+            ctx.store.write_results(**items)
+            n_new = int(V_new.shape[0])
+    return _finish(ctx, "extend", {**out, "n_new": n_new})
 
 
 # ------------------------------------------------------------------------------ report
@@ -459,6 +468,8 @@ def report(ctx: Context, timings: dict | None = None) -> dict:
     embedding.png (2-D kernel PCA of V, coloured by cluster), embedding.npy, clusters.npy."""
     import json
 
+    if (info := ctx.done("report")) is not None:
+        return _skip("report", info)
     out: dict = {}
     with measure(out):
         stages = ctx.store.stages()

@@ -333,7 +333,8 @@ def _print_pipeline(res, args):
         return
     st = res["stages"]
     for name, info in st.items():
-        how = "skipped (done before)" if info.get("skipped") else \
+        how = ("cached (Prefect)" if info.get("cached") else "skipped (done before)") \
+            if info.get("skipped") else \
             f"{info.get('seconds', 0):.1f}s, peak {info.get('peak_rss_mb', 0):.0f} MB"
         print(f"  {name:<9} {how}")
     learn = st.get("learn", {})
@@ -423,7 +424,8 @@ def _cmd_resume(args) -> int:
         pcfg = dict(cfg["pipeline"])
         from npkl_dist import store as st
 
-        pcfg["run"] = st.resolve_run(args.run)  # wherever the run is now
+        pcfg["run"] = st.RunStore.open(st.resolve_run(args.run), mode="r",
+                                       storage_options=so).url  # wherever the run is now
         if so:
             pcfg["storage"] = {**pcfg["storage"], "options": so}
         res = run_pipeline(pcfg, resume=True, quiet=args.quiet)

@@ -83,7 +83,8 @@ def _mark_crashed(store, current_id, log):
     return marked
 
 
-@flow(name="npkl-pipeline", persist_result=False, log_prints=True)
+# log_prints must stay off: it patches builtins.print, which numba then cannot compile
+@flow(name="npkl-pipeline", persist_result=False, log_prints=False)
 def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> dict:
     """Run (or resume) a whole npkl pipeline.
 
@@ -141,10 +142,18 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
                               log=lambda m: (logger.warning(m), print(m, file=sys.stderr)))
         _CONTEXTS[url] = ctx
         created = store._attrs.get("created", "")
-        key_base = f"{url}|{created}|{_stages.config_hash(cfg)}|{_stages.code_version()}"
-        results = {"run": url, "flow_run": flow_run_id, "stages": {}}
+        # the run's identity: its store URL and creation stamp; the configuration without
+        # where the run is (a resume may name it differently); the code
+        same = {k: v for k, v in cfg.items() if k not in ("run", "storage")}
+        key_base = (f"{store.url}|{created}|{_stages.config_hash(same)}|"
+                    f"{_stages.code_version()}")
+        results = {"run": store.url, "flow_run": flow_run_id, "stages": {}}
         for name, t in _TASKS:
-            results["stages"][name] = t(url, key_base)
+            state = t(url, key_base, return_state=True)
+            info = state.result()
+            if state.name == "Cached":
+                info = {**info, "skipped": True, "cached": True}
+            results["stages"][name] = info
         return results
     finally:
         _CONTEXTS.pop(url, None)

@@ -130,3 +130,149 @@ def extend_embedding_dense(S, V, idx, weights, *, delta: float = 1e-3) -> np.nda
         v = np.linalg.solve(L[n:, n:], -L[n:, :n] @ np.asarray(V, np.float64))
         out.append(v[0])
     return np.array(out)
+
+
+# ------------------------------------------------------------------ approximate neighbours
+def _search_kernels():
+    """Compiled lazily (numba); cached on disk after the first compilation."""
+    from numba import njit
+
+    @njit(cache=True, nogil=True)
+    def _sqdist(X, i, q):
+        s = 0.0
+        for t in range(q.shape[0]):
+            z = X[i, t] - q[t]
+            s += z * z
+        return s
+
+    @njit(cache=True, nogil=True)
+    def _heap_push(hd, hi, size, d, i):
+        # min-heap on hd
+        pos = size
+        hd[pos] = d
+        hi[pos] = i
+        while pos > 0:
+            parent = (pos - 1) // 2
+            if hd[parent] <= hd[pos]:
+                break
+            hd[parent], hd[pos] = hd[pos], hd[parent]
+            hi[parent], hi[pos] = hi[pos], hi[parent]
+            pos = parent
+        return size + 1
+
+    @njit(cache=True, nogil=True)
+    def _heap_pop(hd, hi, size):
+        d, i = hd[0], hi[0]
+        size -= 1
+        hd[0], hi[0] = hd[size], hi[size]
+        pos = 0
+        while True:
+            a = 2 * pos + 1
+            if a >= size:
+                break
+            b = a + 1
+            m = b if (b < size and hd[b] < hd[a]) else a
+            if hd[pos] <= hd[m]:
+                break
+            hd[pos], hd[m] = hd[m], hd[pos]
+            hi[pos], hi[m] = hi[m], hi[pos]
+            pos = m
+        return d, i, size
+
+    @njit(cache=True, nogil=True)
+    def graph_search(X, indptr, indices, Q, entries, k, ef, out_idx, out_d2):
+        # IN: X (n, d) training rows; indptr/indices the training graph (CSR, symmetric);
+        # Q (m, d) queries; entries (m, e) start points. OUT: out_idx, out_d2 (m, k).
+        n = X.shape[0]
+        stamp = np.zeros(n, np.int64)
+        cap = n + 1
+        cd = np.empty(cap, np.float64)  # candidates: min-heap
+        ci = np.empty(cap, np.int64)
+        wd = np.empty(ef + 1, np.float64)  # results: sorted ascending, at most ef
+        wi = np.empty(ef + 1, np.int64)
+        for qi in range(Q.shape[0]):
+            q = Q[qi]
+            tag = qi + 1
+            csize = 0
+            wsize = 0
+            for e in range(entries.shape[1]):
+                s = entries[qi, e]
+                if stamp[s] == tag:
+                    continue
+                stamp[s] = tag
+                d = _sqdist(X, s, q)
+                csize = _heap_push(cd, ci, csize, d, s)
+                # insert into the sorted result list
+                p = wsize
+                while p > 0 and wd[p - 1] > d:
+                    wd[p] = wd[p - 1]
+                    wi[p] = wi[p - 1]
+                    p -= 1
+                wd[p] = d
+                wi[p] = s
+                if wsize < ef:
+                    wsize += 1
+            while csize > 0:
+                d, c, csize = _heap_pop(cd, ci, csize)
+                if wsize == ef and d > wd[wsize - 1]:
+                    break
+                for t in range(indptr[c], indptr[c + 1]):
+                    nb = indices[t]
+                    if stamp[nb] == tag:
+                        continue
+                    stamp[nb] = tag
+                    dn = _sqdist(X, nb, q)
+                    if wsize < ef or dn < wd[wsize - 1]:
+                        csize = _heap_push(cd, ci, csize, dn, nb)
+                        p = wsize
+                        while p > 0 and wd[p - 1] > dn:
+                            wd[p] = wd[p - 1]
+                            wi[p] = wi[p - 1]
+                            p -= 1
+                        wd[p] = dn
+                        wi[p] = nb
+                        if wsize < ef:
+                            wsize += 1
+            for t in range(k):
+                out_idx[qi, t] = wi[t]
+                out_d2[qi, t] = wd[t]
+
+    return graph_search
+
+
+_GRAPH_SEARCH = None
+
+
+def graph_knn(X, S, Q, k: int, *, ef: int | None = None, n_entries: int = 256, seed=0):
+    """Approximate k nearest training rows of new points by best-first search on the
+    training graph (the kNN graph S), from the nearest of ``n_entries`` random training rows.
+
+    O(m * ef * degree * d) work and no index beyond S, so it suits large n where an exact
+    search costs O(m n d). Tested against the exact neighbours (recall bound).
+
+    Returns
+    -------
+    idx : ndarray of int64, shape (m, k); dist : ndarray of float64, shape (m, k), ascending
+    """
+    global _GRAPH_SEARCH
+    if _GRAPH_SEARCH is None:
+        _GRAPH_SEARCH = _search_kernels()
+    X = np.ascontiguousarray(X, np.float64)
+    Q = np.ascontiguousarray(Q, np.float64)
+    n = X.shape[0]
+    if not 1 <= k <= n:
+        raise ValidationError(f"knn: expected an integer in [1, {n}], got {fmt_value(k)}")
+    ef = max(int(ef or 0), 4 * k, 40)
+    ef = min(ef, n)
+    rng = np.random.default_rng(seed)
+    piv = np.sort(rng.choice(n, min(n, n_entries), replace=False))
+    P = X[piv]
+    d2 = (Q ** 2).sum(1)[:, None] - 2 * Q @ P.T + (P ** 2).sum(1)[None, :]
+    ne = min(4, piv.size)
+    entries = piv[np.argsort(d2, axis=1)[:, :ne]].astype(np.int64)
+    S = S.tocsr()
+    out_idx = np.empty((Q.shape[0], k), np.int64)
+    out_d2 = np.empty((Q.shape[0], k), np.float64)
+    _GRAPH_SEARCH(X, S.indptr.astype(np.int64), S.indices.astype(np.int64), Q, entries, k,
+                  ef, out_idx, out_d2)
+    return out_idx, np.sqrt(np.maximum(out_d2, 0.0))

@@ -79,3 +79,21 @@ def test_bad_input_names_argument():
         extend_embedding(V, deg, idx + 1000, w)
     with pytest.raises(ValidationError, match="sigma"):
         extension_weights(np.ones((2, 3)), sigma=None)
+
+
+def test_graph_search_recall_against_exact(global_random_seed):
+    from npkl_dist._extend import graph_knn
+
+    rng = np.random.default_rng(global_random_seed)
+    centres = rng.normal(scale=3, size=(5, 8))
+    lab = rng.integers(0, 5, 3000)
+    X = centres[lab] + rng.normal(size=(3000, 8))
+    Q = centres[rng.integers(0, 5, 200)] + rng.normal(size=(200, 8))
+    g = knn_graph(X, 10, method="exact")
+    idx, dist = graph_knn(X, g.S, Q, 10, seed=global_random_seed)
+    ex_idx, ex_dist = build_knn_index(X, 10, method="exact").query(Q, 10)
+    recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(idx, ex_idx)])
+    assert recall >= 0.95, recall
+    assert np.all(np.diff(dist, axis=1) >= 0)
+    # distances are true distances of the returned rows
+    np.testing.assert_allclose(dist, np.linalg.norm(X[idx] - Q[:, None, :], axis=2), rtol=1e-10)
