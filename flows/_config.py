@@ -56,6 +56,7 @@ _INT, _FLOAT, _STR, _BOOL, _DICT = int, float, str, bool, dict
 #: section -> key -> (type, default, choices or None, is a path)
 SECTIONS: dict[str, dict[str, tuple]] = {
     "input": {
+        "dataset": (_STR, None, ("digits", "iris", "wine", "breast_cancer"), False),
         "features": (_STR, None, None, True),
         "edges": (_STR, None, None, True),
         "n_points": (_INT, None, None, False),
@@ -193,6 +194,16 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
                 sec[key] = s[1]
         out[section] = sec
     inp = out["input"]
+    if inp["dataset"] is not None:
+        if inp["features"] is not None or inp["edges"] is not None:
+            raise ValidationError(
+                f"{source} [input]: dataset = {inp['dataset']!r} brings its own features; drop "
+                f"features / edges, or drop dataset")
+        if inp["constraints"] is None and inp["labels"] is None:
+            inp["labels"] = f"dataset:{inp['dataset']}"
+        if inp["eval_labels"] is None:
+            inp["eval_labels"] = f"dataset:{inp['dataset']}"
+        inp["features"] = f"dataset:{inp['dataset']}"
     if (inp["features"] is None) == (inp["edges"] is None):
         raise ValidationError(
             f"{source} [input]: give exactly one of features = \"X.npy\" (feature rows; a kNN "
@@ -205,7 +216,8 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
         )
     for key in ("features", "edges", "constraints", "labels", "eval_labels"):
         path = inp[key]
-        if path is not None and "://" not in path and not Path(path).is_file():
+        if path is not None and "://" not in path and not path.startswith("dataset:") \
+                and not Path(path).is_file():
             raise ValidationError(
                 f"{source} [input]: {key} = {path!r} does not exist; check the path (relative "
                 f"paths are taken from the config file's directory)"
@@ -217,7 +229,7 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
                 f"{source} [extend]: features = {ext!r} needs a graph built from features; a "
                 f"run on a given graph (edges) cannot place new points: drop [extend]"
             )
-        if not Path(ext).is_file():
+        if not ext.startswith("dataset:") and not Path(ext).is_file():
             raise ValidationError(f"{source} [extend]: features = {ext!r} does not exist")
     if out["model"]["solver"] == "admm" and out["model"]["loss"] != "square":
         raise ValidationError(
@@ -225,6 +237,12 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
             f"{out['model']['loss']!r}; set loss = \"square\" or solver = \"bcd\""
         )
     ex = out["execution"]
+    if ex["dask"] is not None and not (ex["dask"] == "slurm" or "://" in ex["dask"]
+                                       or ":" in ex["dask"]):
+        raise ValidationError(
+            f"{source} [execution]: dask = {ex['dask']!r} is neither a scheduler address "
+            f"(tcp://host:8786) nor \"slurm\" (a dask-jobqueue SLURMCluster from the Dask "
+            f"configuration, see deploy/jobqueue.yaml)")
     if ex["dask"] is not None and ex["executor"] == "inprocess":
         raise ValidationError(
             f"{source} [execution]: dask = {ex['dask']!r} with executor = 'inprocess'; use "
@@ -237,6 +255,33 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
             f"local; drop [storage] options or use a URL such as s3://bucket/runs/x"
         )
     return out
+
+
+def read_input(path: str, what: str):
+    """Read a configured input file, or ``dataset:NAME`` (scikit-learn's bundled data sets,
+    features standardised) for ``what`` in features / labels."""
+    from npkl_dist._io import read_features, read_labels
+
+    if path.startswith("dataset:"):
+        import numpy as np
+        import sklearn.datasets as skd
+        from sklearn.preprocessing import StandardScaler
+
+        X, y = getattr(skd, f"load_{path.split(':', 1)[1]}")(return_X_y=True)
+        return StandardScaler().fit_transform(X) if what == "features" else \
+            np.asarray(y, np.int64)
+    return read_features(path) if what == "features" else read_labels(path)
+
+
+def expand_run(run: str, flow_run_name: str | None = None) -> str:
+    """``{date}`` (UTC, YYYYmmdd-HHMMSS) and ``{flow_run}`` in a run name: scheduled
+    deployments get a new run each time."""
+    from datetime import datetime, timezone
+
+    if "{" not in run:
+        return run
+    return run.replace("{date}", datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")) \
+        .replace("{flow_run}", flow_run_name or "local")
 
 
 def load_config(path) -> dict:

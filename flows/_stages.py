@@ -135,17 +135,21 @@ def ingest(ctx: Context) -> dict:
     """Features (chunked by rows), constraints (given or sampled) and labels into the store."""
     if (info := ctx.done("ingest")) is not None:
         return _skip("ingest", info)
-    from npkl_dist._io import read_features, read_labels
+    import dataclasses
+
     from npkl_dist._job import load_constraints
 
-    from ._config import fit_config
+    from ._config import fit_config, read_input
 
     cfg, fc = ctx.cfg, fit_config(ctx.cfg)
     out: dict = {}
     with measure(out):
         X = None
+        lab = cfg["input"]["labels"]
+        if lab is not None and lab.startswith("dataset:"):
+            fc = dataclasses.replace(fc, labels=None, y_constraints=read_input(lab, "labels"))
         if cfg["input"]["features"] is not None:
-            X = np.asarray(read_features(cfg["input"]["features"]), np.float64)
+            X = np.asarray(read_input(cfg["input"]["features"], "features"), np.float64)
             from npkl_dist._graph import _check_features
 
             X = _check_features(X)
@@ -153,7 +157,8 @@ def ingest(ctx: Context) -> dict:
         else:
             n = cfg["input"]["n_points"] or _edge_count_points(cfg["input"]["edges"])
         cons = load_constraints(fc, n)
-        y_eval = read_labels(cfg["input"]["eval_labels"]) if cfg["input"]["eval_labels"] else None
+        y_eval = read_input(cfg["input"]["eval_labels"], "labels") \
+            if cfg["input"]["eval_labels"] else None
         if y_eval is not None and y_eval.shape[0] != n:
             raise ValidationError(
                 f"eval_labels: {y_eval.shape[0]} labels for {n} points; give one label per "
@@ -443,9 +448,9 @@ def extend(ctx: Context) -> dict:
     with measure(out):
         n_new = 0
         if path is not None:
-            from npkl_dist._io import read_features
+            from ._config import read_input
 
-            Q = read_features(path)
+            Q = read_input(path, "features")
             V_new, lab = extend_points(ctx.store, ctx.cfg, Q, cache=ctx.cache)
             items = {"extended_embedding": np.ascontiguousarray(V_new)}
             if lab is not None:

@@ -112,6 +112,10 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
     else:
         cfg = validate_config(config) if "input" not in config or \
             not isinstance(config.get("execution"), dict) else config
+    from ._config import expand_run
+
+    if not resume and "{" in cfg["run"]:
+        cfg = {**cfg, "run": expand_run(cfg["run"], get_run_context().flow_run.name)}
     url = st.resolve_run(cfg["run"], root=cfg["storage"]["root"])
     so = cfg["storage"]["options"]
     if resume:
@@ -125,7 +129,7 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
                                                 "fit": config_dict(fit_config(cfg)),
                                                 "run": dict(cfg["execution"])},
                                    storage_options=so)
-    client = None
+    client = cluster = None
     try:
         flow_run_id = str(get_run_context().flow_run.id)
         runs = (store.stages().get("flow", {}).get("info", {}) or {}).get("flow_runs", [])
@@ -134,11 +138,24 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
         if crashed:
             logger.warning(f"marked {len(crashed)} earlier flow run(s) of this run crashed")
         ex = cfg["execution"]
+        run_cfg = cfg
         if ex["dask"] and ex["executor"] in ("auto", "dask"):
             from distributed import Client
 
-            client = Client(ex["dask"])
-        ctx = _stages.Context(store, cfg, quiet=quiet, client=client,
+            address = ex["dask"]
+            if address == "slurm":
+                # workers as SLURM jobs, configured by the Dask configuration (jobqueue.slurm,
+                # deploy/jobqueue.yaml); they stop with this flow run
+                from dask_jobqueue import SLURMCluster
+
+                cluster = SLURMCluster()
+                cluster.scale(jobs=ex["workers"])
+                address = cluster.scheduler_address
+                run_cfg = {**cfg, "execution": {**ex, "dask": address}}
+            client = Client(address)
+            if cluster is not None:
+                client.wait_for_workers(1, timeout=600)
+        ctx = _stages.Context(store, run_cfg, quiet=quiet, client=client,
                               log=lambda m: (logger.warning(m), print(m, file=sys.stderr)))
         _CONTEXTS[url] = ctx
         created = store._attrs.get("created", "")
@@ -159,6 +176,8 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
         _CONTEXTS.pop(url, None)
         if client is not None:
             client.close()
+        if cluster is not None:
+            cluster.close()
         store.close()
 
 

@@ -1,0 +1,292 @@
+"""The pipeline: configuration validation, the stages over a run store, status and extend.
+
+The stages run here without Prefect (they are plain functions); the Prefect flow itself, a
+crash and a resume run in tests/test_e2e.py (heavy).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("zarr")
+
+from npkl_dist import ValidationError  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _data(tmp_path, n=400, n_new=30, seed=0):
+    from sklearn.datasets import load_digits
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_digits(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    rng = np.random.default_rng(seed)
+    pick = rng.permutation(X.shape[0])[: n + n_new]
+    np.save(tmp_path / "X.npy", X[pick[:n]])
+    np.save(tmp_path / "y.npy", y[pick[:n]].astype(np.int64))
+    np.save(tmp_path / "Xnew.npy", X[pick[n:]])
+    return X[pick[:n]], y[pick[:n]], X[pick[n:]]
+
+
+def _raw(tmp_path, **over):
+    raw = {"run": str(tmp_path / "run"),
+           "input": {"features": "X.npy", "labels": "y.npy", "eval_labels": "y.npy"},
+           "model": {"max_sweeps": 15, "seed": 3},
+           "execution": {"checkpoint_every": 4},
+           "output": {"out": str(tmp_path / "report")},
+           "extend": {"features": "Xnew.npy"}}
+    for k, v in over.items():
+        raw[k] = {**raw.get(k, {}), **v} if isinstance(v, dict) else v
+    return raw
+
+
+def _cfg(tmp_path, **over):
+    from flows._config import validate_config
+
+    return validate_config(_raw(tmp_path, **over), base_dir=str(tmp_path))
+
+
+# ------------------------------------------------------------------ configuration
+def test_config_defaults_and_paths(tmp_path):
+    _data(tmp_path)
+    cfg = _cfg(tmp_path)
+    assert cfg["input"]["features"] == str(tmp_path / "X.npy")
+    assert cfg["graph"]["knn"] == 5 and cfg["model"]["solver"] == "bcd"
+    assert cfg["execution"]["executor"] == "auto"
+
+
+@pytest.mark.parametrize("over, match", [
+    ({"model": {"los": "square"}}, r"\[model\]: unknown key 'los'; did you mean 'loss'"),
+    ({"model": {"loss": "sqare"}}, r"loss = 'sqare' is not one of .*did you mean 'square'"),
+    ({"model": {"max_sweeps": "ten"}}, r"max_sweeps = 'ten' has type str; expected int"),
+    ({"model": {"max_sweeps": 0}}, r"max_sweeps = 0; expected an integer >= 1"),
+    ({"graph": {"delta": -1.0}}, r"delta = -1.0; expected a number > 0"),
+    ({"input": {"features": "missing.npy"}}, r"features = '.*missing.npy' does not exist"),
+    ({"input": {"edges": "X.npy"}}, r"exactly one of features"),
+    ({"input": {"constraints": "y.npy"}}, r"exactly one of constraints"),
+    ({"execution": {"executor": "inprocess", "dask": "tcp://h:8786"}}, r"executor = \"dask\""),
+    ({"execution": {"dask": "nonsense"}}, r"neither a scheduler address"),
+    ({"model": {"solver": "admm", "loss": "hinge"}}, r"fits the square loss only"),
+    ({"storage": {"options": {"anon": True}}}, r"options apply to store URLs only"),
+    ({"colour": {}}, r"unknown top-level key 'colour'"),
+])
+def test_config_errors_name_key_value_and_fix(tmp_path, over, match):
+    from flows._config import validate_config
+
+    _data(tmp_path)
+    with pytest.raises(ValidationError, match=match):
+        validate_config(_raw(tmp_path, **over), source="p.toml", base_dir=str(tmp_path))
+
+
+def test_config_needs_run_and_reads_toml(tmp_path):
+    from flows._config import load_config, validate_config
+
+    with pytest.raises(ValidationError, match=r"missing run = "):
+        validate_config({"input": {"dataset": "iris"}})
+    (tmp_path / "c.toml").write_text('run = "x"\n[input]\ndataset = "iris"\n[model]\nseed = 2\n')
+    cfg = load_config(tmp_path / "c.toml")
+    assert cfg["input"]["features"] == "dataset:iris" and cfg["model"]["seed"] == 2
+    (tmp_path / "bad.toml").write_text("run = \n")
+    with pytest.raises(ValidationError, match="not valid TOML"):
+        load_config(tmp_path / "bad.toml")
+
+
+def test_expand_run():
+    from flows._config import expand_run
+
+    assert expand_run("a") == "a"
+    got = expand_run("runs/a-{date}-{flow_run}", "brave-owl")
+    assert got.startswith("runs/a-20") and got.endswith("-brave-owl")
+
+
+# ------------------------------------------------------------------ stages
+def _run_stages(cfg, create=True):
+    from flows import _stages
+    from npkl_dist import store as st
+
+    url = st.resolve_run(cfg["run"])
+    if create:
+        rs = st.RunStore.create(url, config={"pipeline": cfg})
+    else:
+        rs = st.RunStore.open(url, mode="a")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _stages.run_stages(_stages.Context(rs, cfg, quiet=True))
+    finally:
+        rs.close()
+
+
+def test_stages_match_the_library_and_skip_when_done(tmp_path):
+    from npkl_dist import store as st
+    from npkl_dist._job import FitConfig, run_fit
+
+    X, y, Xnew = _data(tmp_path)
+    cfg = _cfg(tmp_path)
+    res = _run_stages(cfg)
+    assert all(not v["skipped"] for v in res.values())
+    assert set(res) == {"ingest", "graph", "plan", "learn", "evaluate", "extend", "report"}
+    for v in res.values():
+        assert v["seconds"] >= 0 and v["peak_rss_mb"] > 0
+    with st.RunStore.open(cfg["run"], mode="r") as rs:
+        out = rs.read_results()
+    # the same fit through the library's one-shot path
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        summary, V, clusters = run_fit(FitConfig(X=X, y_constraints=y, y_eval=y, seed=3,
+                                                 max_sweeps=15))
+    np.testing.assert_allclose(out["embedding"], V, rtol=1e-10, atol=1e-12)
+    assert out["extended_embedding"].shape == (30, V.shape[1])
+    assert out["extended_clusters"].shape == (30,)
+    assert res["evaluate"]["metrics"]["rand_accuracy"] > 0.8
+    rep = tmp_path / "report"
+    for f in ("summary.json", "objective.png", "embedding.png", "embedding.npy",
+              "extended_embedding.npy"):
+        assert (rep / f).is_file(), f
+    s = json.loads((rep / "summary.json").read_text())
+    assert s["n_sweeps"] == 15 and set(s["stages"]) == set(res) - {"report"}
+    again = _run_stages(cfg, create=False)
+    assert all(v["skipped"] for v in again.values())
+
+
+def test_learn_resumes_from_checkpoint_bitwise(tmp_path):
+    """Learning interrupted after a checkpoint (here: stopped at 8 of 15 sweeps by running it
+    with max_sweeps=8 in the same store, then continued) ends equal to an uninterrupted run."""
+    from flows import _stages
+    from npkl_dist import store as st
+
+    _data(tmp_path)
+    full = _cfg(tmp_path, run=str(tmp_path / "full"), extend={"features": None})
+    _run_stages(full)
+    part = _cfg(tmp_path, run=str(tmp_path / "part"), extend={"features": None})
+    rs = st.RunStore.create(part["run"], config={"pipeline": part})
+    ctx = _stages.Context(rs, part, quiet=True)
+    for f in (_stages.ingest, _stages.build_graph, _stages.colour):
+        f(ctx)
+    # a learn that dies after sweep 8's checkpoint: stop the checkpointer's writer there
+    from npkl_dist.store import StoreCheckpointer
+
+    orig = StoreCheckpointer.on_sweep
+
+    class Killed(Exception):
+        pass
+
+    def dying(self, state, session):
+        orig(self, state, session)
+        if state["sweep"] == 8:
+            raise Killed
+
+    StoreCheckpointer.on_sweep = dying
+    try:
+        with pytest.raises(Killed), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _stages.learn(ctx)
+    finally:
+        StoreCheckpointer.on_sweep = orig
+    rs.close()
+    res = _run_stages(part, create=False)
+    assert res["learn"]["resumed_from"] == 8
+    with st.RunStore.open(full["run"]) as a, st.RunStore.open(part["run"]) as b:
+        ra, rb = a.read_results(), b.read_results()
+    assert np.array_equal(ra["embedding"], rb["embedding"])
+    assert np.array_equal(ra["clusters"], rb["clusters"])
+
+
+def test_edge_list_pipeline(tmp_path):
+    from npkl_dist import knn_graph
+
+    X, y, _ = _data(tmp_path, n=200)
+    S = knn_graph(X, 5, warn=False).S.tocoo()
+    up = S.row < S.col
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    pacsv.write_csv(pa.table({"i": S.row[up], "j": S.col[up], "w": S.data[up]}),
+                    tmp_path / "edges.csv")
+    cfg = _cfg(tmp_path, input={"features": None, "edges": "edges.csv"},
+               extend={"features": None})
+    res = _run_stages(cfg)
+    assert res["graph"]["source"] == "edges" and res["graph"]["n_edges"] == int(up.sum())
+    assert res["evaluate"]["metrics"]["rand_accuracy"] > 0.7
+
+
+def _cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "flows.cli", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": ROOT}, **kw)
+
+
+def test_status_and_extend_commands(tmp_path):
+    X, y, Xnew = _data(tmp_path)
+    cfg = _cfg(tmp_path)
+    _run_stages(cfg)
+    p = _cli("status", cfg["run"], "--json")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert s["stage"] == "finished" and s["sweep"] == 15 and "eta_seconds" not in s
+    p = _cli("status", cfg["run"])
+    assert "stage     finished" in p.stdout and "sweep     15/15" in p.stdout
+    p = _cli("extend", cfg["run"], "--features", tmp_path / "Xnew.npy", "--out", tmp_path / "ext")
+    assert p.returncode == 0, p.stderr
+    from npkl_dist import store as st
+
+    with st.RunStore.open(cfg["run"]) as rs:
+        stored = rs.read_results()["extended_embedding"]
+    assert np.array_equal(np.load(tmp_path / "ext" / "extended_embedding.npy"), stored)
+    p = _cli("extend", cfg["run"], "--features", tmp_path / "y.npy", "--out", tmp_path / "e2")
+    assert p.returncode == 2 and "new points have 1 features, the run was trained on 64" in \
+        p.stderr
+
+
+def test_status_while_learning_reports_eta(tmp_path):
+    """A run stopped inside learn: status names the stage, the sweep and the time left."""
+    from flows import _stages
+    from flows._status import format_status, run_status
+    from npkl_dist import store as st
+
+    _data(tmp_path)
+    cfg = _cfg(tmp_path, model={"max_sweeps": 40}, execution={"checkpoint_every": 2})
+    rs = st.RunStore.create(cfg["run"], config={"pipeline": cfg})
+    ctx = _stages.Context(rs, cfg, quiet=True)
+    for f in (_stages.ingest, _stages.build_graph, _stages.colour):
+        f(ctx)
+    from npkl_dist.store import StoreCheckpointer
+
+    orig = StoreCheckpointer.on_sweep
+
+    def dying(self, state, session):
+        orig(self, state, session)
+        if state["sweep"] == 6:
+            s = run_status(cfg["run"])  # from the same process, while the writer holds the lock
+            assert s["stage"] == "learn" and s["sweep"] == 6
+            assert s["writer"]["alive"] is True
+            assert s["sweeps_left_at_most"] == 34 and s["eta_seconds"] > 0
+            assert "time left at most" in format_status(s)
+            raise KeyboardInterrupt
+
+    StoreCheckpointer.on_sweep = dying
+    try:
+        with pytest.raises(KeyboardInterrupt), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _stages.learn(ctx)
+    finally:
+        StoreCheckpointer.on_sweep = orig
+        rs.close()
+    s = run_status(cfg["run"])
+    assert s["stage"] == "learn" and "writer" not in s
+    assert "`npkl resume` continues it" in format_status(s)
+
+
+def test_run_command_rejects_bad_config(tmp_path):
+    (tmp_path / "c.toml").write_text('run = "x"\n[input]\ndataset = "iris"\n[model]\nlos = 1\n')
+    p = _cli("run", tmp_path / "c.toml")
+    assert p.returncode == 2
+    assert "c.toml [model]: unknown key 'los'; did you mean 'loss'?" in p.stderr
