@@ -22,7 +22,7 @@ import sys
 from prefect import flow, get_run_logger, task
 from prefect.context import get_run_context
 
-from . import _stages
+from flows import _stages  # absolute: Prefect may load this file by path
 
 __all__ = ["pipeline", "run_pipeline"]
 
@@ -104,7 +104,7 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
     """
     from npkl_dist import store as st
 
-    from ._config import load_config, validate_config
+    from flows._config import load_config, validate_config
 
     logger = get_run_logger()
     if isinstance(config, str):
@@ -112,7 +112,7 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
     else:
         cfg = validate_config(config) if "input" not in config or \
             not isinstance(config.get("execution"), dict) else config
-    from ._config import expand_run
+    from flows._config import expand_run
 
     if not resume and "{" in cfg["run"]:
         cfg = {**cfg, "run": expand_run(cfg["run"], get_run_context().flow_run.name)}
@@ -122,7 +122,7 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
         store = st.RunStore.open(url, mode="a", storage_options=so)
         cfg = store.config.get("pipeline") or cfg
     else:
-        from ._config import fit_config
+        from flows._config import fit_config
         from npkl_dist._job import config_dict
 
         store = st.RunStore.create(url, config={"pipeline": cfg,
