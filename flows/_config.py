@@ -195,7 +195,8 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
         out[section] = sec
     inp = out["input"]
     if inp["dataset"] is not None:
-        if inp["features"] is not None or inp["edges"] is not None:
+        mark = f"dataset:{inp['dataset']}"
+        if inp["features"] not in (None, mark) or inp["edges"] is not None:
             raise ValidationError(
                 f"{source} [input]: dataset = {inp['dataset']!r} brings its own features; drop "
                 f"features / edges, or drop dataset")

@@ -60,9 +60,13 @@ def run_status(url: str, storage_options=None) -> dict:
                              "since": holder.get("since"),
                              "alive": alive if holder.get("host") == socket.gethostname()
                              else None}
-        pointer = store._read_pointer()
-        manifests = [m for m in (_manifest(store, c) for c in pointer.get("committed", []))
-                     if m]
+        # a fast writer may prune the checkpoints the pointer named while we read: re-read
+        for _ in range(20):
+            pointer = store._read_pointer()
+            manifests = [m for m in (_manifest(store, c) for c in pointer.get("committed", []))
+                         if m]
+            if manifests or not pointer.get("committed"):
+                break
         if manifests:
             m = manifests[0]
             state = m.get("state", {})

@@ -290,3 +290,10 @@ def test_run_command_rejects_bad_config(tmp_path):
     p = _cli("run", tmp_path / "c.toml")
     assert p.returncode == 2
     assert "c.toml [model]: unknown key 'los'; did you mean 'loss'?" in p.stderr
+
+
+def test_validated_config_validates_again_unchanged(tmp_path):
+    from flows._config import validate_config
+
+    cfg = validate_config({"run": "x", "input": {"dataset": "digits"}})
+    assert validate_config(cfg) == cfg
