@@ -180,6 +180,18 @@ def _search_kernels():
         return d, i, size
 
     @njit(cache=True, nogil=True)
+    def _insert(wd, wi, wsize, ef, d, i):
+        # insert (d, i) into the ascending result list of at most ef entries
+        p = wsize
+        while p > 0 and wd[p - 1] > d:
+            wd[p] = wd[p - 1]
+            wi[p] = wi[p - 1]
+            p -= 1
+        wd[p] = d
+        wi[p] = i
+        return wsize + 1 if wsize < ef else wsize
+
+    @njit(cache=True, nogil=True)
     def graph_search(X, indptr, indices, Q, entries, k, ef, out_idx, out_d2):
         # IN: X (n, d) training rows; indptr/indices the training graph (CSR, symmetric);
         # Q (m, d) queries; entries (m, e) start points. OUT: out_idx, out_d2 (m, k).
@@ -202,16 +214,7 @@ def _search_kernels():
                 stamp[s] = tag
                 d = _sqdist(X, s, q)
                 csize = _heap_push(cd, ci, csize, d, s)
-                # insert into the sorted result list
-                p = wsize
-                while p > 0 and wd[p - 1] > d:
-                    wd[p] = wd[p - 1]
-                    wi[p] = wi[p - 1]
-                    p -= 1
-                wd[p] = d
-                wi[p] = s
-                if wsize < ef:
-                    wsize += 1
+                wsize = _insert(wd, wi, wsize, ef, d, s)
             while csize > 0:
                 d, c, csize = _heap_pop(cd, ci, csize)
                 if wsize == ef and d > wd[wsize - 1]:
@@ -224,15 +227,7 @@ def _search_kernels():
                     dn = _sqdist(X, nb, q)
                     if wsize < ef or dn < wd[wsize - 1]:
                         csize = _heap_push(cd, ci, csize, dn, nb)
-                        p = wsize
-                        while p > 0 and wd[p - 1] > dn:
-                            wd[p] = wd[p - 1]
-                            wi[p] = wi[p - 1]
-                            p -= 1
-                        wd[p] = dn
-                        wi[p] = nb
-                        if wsize < ef:
-                            wsize += 1
+                        wsize = _insert(wd, wi, wsize, ef, dn, nb)
             for t in range(k):
                 out_idx[qi, t] = wi[t]
                 out_d2[qi, t] = wd[t]

@@ -19,7 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 
 from ._errors import GraphError, InputFileError, ValidationError, fmt_value
 from ._graph import (
@@ -30,6 +29,8 @@ from ._graph import (
     _finish,
     _int_seed,
     _max_duplicates,
+    _n_points,
+    graph_from_neighbours,
 )
 
 __all__ = [
@@ -161,33 +162,15 @@ def assemble_knn_graph(blocks, k: int, *, weighting: str = "gaussian", warn=True
 
     Same definition as :func:`~npkl_dist.knn_graph`: sigma is half the mean distance to the
     10 nearest neighbours, S_ij = exp(-d_ij^2 / 2 sigma^2) on the union of both kNN
-    directions (``'gaussian'``), or 1 on mutual neighbours (``'mutual'``). Partial sums are
-    reduced in block order, so the result does not depend on which worker ran which block.
+    directions (``'gaussian'``), or 1 on mutual neighbours (``'mutual'``). Blocks are joined in
+    row order, so the result does not depend on which worker ran which block.
     """
     if weighting not in ("gaussian", "mutual"):
         raise ValidationError(f"weighting: {weighting!r} is not one of 'gaussian', 'mutual'")
     blocks = list(blocks)
     idx = np.concatenate([b[0] for b in blocks])
     dist = np.concatenate([b[1] for b in blocks])
-    n, kq = idx.shape
-    rows = np.repeat(np.arange(n), k)
-    cols = idx[:, :k].ravel()
-    sigma = None
-    if weighting == "gaussian":
-        ns = min(SIGMA_NEIGHBOURS, kq)
-        sigma = 0.5 * float(dist[:, :ns].mean())
-        if sigma <= 0:
-            raise GraphError(
-                "X: all points coincide with their neighbours (sigma = 0); remove duplicate "
-                "rows or use weighting='mutual'"
-            )
-        w = np.exp(-(dist[:, :k].ravel() ** 2) / (2.0 * sigma * sigma))
-        A = sp.csr_matrix((w, (rows, cols)), shape=(n, n))
-        S = A.maximum(A.T)
-    else:
-        A = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
-        S = A.minimum(A.T)
-    return _finish(S, sigma, warn=warn)
+    return graph_from_neighbours(idx, dist, k, weighting=weighting, warn=warn)
 
 
 def knn_graph_blocked(X, k: int = 5, *, weighting: str = "gaussian", method: str = "auto",
@@ -332,13 +315,7 @@ def graph_from_edge_batches(batches, n_points: int | None = None, *, warn=True) 
             held = parts[0][0].size
     if seen == 0:
         raise GraphError("edges: the edge list is empty; pass at least one edge")
-    if n_points is None:
-        n_points = top
-    elif n_points < top:
-        raise GraphError(
-            f"n_points: {n_points} is smaller than the largest node index + 1 ({top}); pass "
-            f"n_points >= {top} or fix the edge list"
-        )
+    n_points = _n_points(n_points, top)
     lo, hi, w = (np.concatenate(c) for c in zip(*parts)) if parts else (
         np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
     A = _max_duplicates(lo, hi, w, n_points)

@@ -6,6 +6,7 @@ crash and a resume run in tests/test_e2e.py (heavy).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -108,6 +109,32 @@ def test_expand_run():
 
 
 # ------------------------------------------------------------------ stages
+
+@contextlib.contextmanager
+def _learn_dies_at(sweep, exc, check=None):
+    """Patch the store checkpointer so that learning stops (raises ``exc``) right after the
+    checkpoint of ``sweep`` is committed, like a process killed there; ``check(state)`` runs
+    first."""
+    from npkl_dist.store import StoreCheckpointer
+
+    orig = StoreCheckpointer.on_sweep
+
+    def dying(self, state, session):
+        orig(self, state, session)
+        if state["sweep"] == sweep:
+            if check is not None:
+                check(state)
+            raise exc
+
+    StoreCheckpointer.on_sweep = dying
+    try:
+        with pytest.raises(exc), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        StoreCheckpointer.on_sweep = orig
+
+
 def _run_stages(cfg, create=True):
     from flows import _stages
     from npkl_dist import store as st
@@ -171,26 +198,12 @@ def test_learn_resumes_from_checkpoint_bitwise(tmp_path):
     ctx = _stages.Context(rs, part, quiet=True)
     for f in (_stages.ingest, _stages.build_graph, _stages.colour):
         f(ctx)
-    # a learn that dies after sweep 8's checkpoint: stop the checkpointer's writer there
-    from npkl_dist.store import StoreCheckpointer
-
-    orig = StoreCheckpointer.on_sweep
-
+    # a learn that dies right after sweep 8's checkpoint
     class Killed(Exception):
         pass
 
-    def dying(self, state, session):
-        orig(self, state, session)
-        if state["sweep"] == 8:
-            raise Killed
-
-    StoreCheckpointer.on_sweep = dying
-    try:
-        with pytest.raises(Killed), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            _stages.learn(ctx)
-    finally:
-        StoreCheckpointer.on_sweep = orig
+    with _learn_dies_at(8, Killed):
+        _stages.learn(ctx)
     rs.close()
     res = _run_stages(part, create=False)
     assert res["learn"]["resumed_from"] == 8
@@ -258,27 +271,17 @@ def test_status_while_learning_reports_eta(tmp_path):
     ctx = _stages.Context(rs, cfg, quiet=True)
     for f in (_stages.ingest, _stages.build_graph, _stages.colour):
         f(ctx)
-    from npkl_dist.store import StoreCheckpointer
+    def check(state):
+        s = run_status(cfg["run"])  # from the same process, while the writer holds the lock
+        assert s["stage"] == "learn" and s["sweep"] == 6
+        assert s["writer"]["alive"] is True
+        assert s["sweeps_left_at_most"] == 34 and s["eta_seconds"] > 0
+        assert "time left at most" in format_status(s)
 
-    orig = StoreCheckpointer.on_sweep
-
-    def dying(self, state, session):
-        orig(self, state, session)
-        if state["sweep"] == 6:
-            s = run_status(cfg["run"])  # from the same process, while the writer holds the lock
-            assert s["stage"] == "learn" and s["sweep"] == 6
-            assert s["writer"]["alive"] is True
-            assert s["sweeps_left_at_most"] == 34 and s["eta_seconds"] > 0
-            assert "time left at most" in format_status(s)
-            raise KeyboardInterrupt
-
-    StoreCheckpointer.on_sweep = dying
     try:
-        with pytest.raises(KeyboardInterrupt), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with _learn_dies_at(6, KeyboardInterrupt, check):
             _stages.learn(ctx)
     finally:
-        StoreCheckpointer.on_sweep = orig
         rs.close()
     s = run_status(cfg["run"])
     assert s["stage"] == "learn" and "writer" not in s
