@@ -46,7 +46,7 @@ seed = 11
 
 [execution]
 executor = "{executor}"
-{dask}checkpoint_every = 2
+{dask}checkpoint_every = 3
 
 [output]
 out = "{out}"
@@ -117,7 +117,7 @@ def test_pipeline_survives_worker_and_driver_kills(tmp_path, prefect_server, das
     address, procs = dask_cluster
     env = {**os.environ, **prefect_server, "PYTHONPATH": ROOT, "NUMBA_NUM_THREADS": "1"}
     so = {"endpoint_url": s3_endpoint}
-    sweeps = 120
+    sweeps = 180
 
     # the uninterrupted reference: in-process, local store (bitwise equal to Dask by design)
     ref_cfg = tmp_path / "ref.toml"
