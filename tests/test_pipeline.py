@@ -300,3 +300,28 @@ def test_validated_config_validates_again_unchanged(tmp_path):
 
     cfg = validate_config({"run": "x", "input": {"dataset": "digits"}})
     assert validate_config(cfg) == cfg
+
+
+def test_progress_bar_only_on_a_terminal():
+    import io
+
+    from flows._progress import Bar, progress_enabled
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert not progress_enabled(stream=io.StringIO())
+    assert not progress_enabled(quiet=True, stream=Tty())
+    assert progress_enabled(stream=Tty())
+    out = Tty()
+    bar = Bar("learn", 10, stream=out)
+    cb = bar.sweep_callback()
+    for s in range(1, 11):
+        cb(s, 1.0 / s, 0.1, 0.01)
+    bar.close()
+    text = out.getvalue()
+    assert "learn  [########################] 10/10" in text and text.endswith("\n")
+    silent = io.StringIO()
+    Bar("graph", 3, enabled=False, stream=silent).update(3)
+    assert silent.getvalue() == ""
