@@ -325,3 +325,20 @@ def test_progress_bar_only_on_a_terminal():
     silent = io.StringIO()
     Bar("graph", 3, enabled=False, stream=silent).update(3)
     assert silent.getvalue() == ""
+
+
+def test_admm_pipeline_matches_library(tmp_path):
+    from npkl_dist import store as st
+    from npkl_dist._job import FitConfig, run_fit
+
+    X, y, _ = _data(tmp_path, n=250)
+    cfg = _cfg(tmp_path, model={"solver": "admm", "max_sweeps": 10}, extend={"features": None})
+    res = _run_stages(cfg)
+    assert res["learn"]["n_sweeps"] == 10
+    with st.RunStore.open(cfg["run"]) as rs:
+        V = rs.read_results()["embedding"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, ref, _ = run_fit(FitConfig(X=X, y_constraints=y, solver="admm", seed=3,
+                                      max_sweeps=10))
+    np.testing.assert_allclose(V, ref, rtol=1e-10, atol=1e-12)
