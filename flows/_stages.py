@@ -367,13 +367,12 @@ def evaluate(ctx: Context) -> dict:
 
 
 # ------------------------------------------------------------------------------ extend
-def index_for(ctx_or_store, cfg, cache=None):
+def index_for(store, cfg, cache=None):
     """The kNN index of the training features (reused when this process built it)."""
     from npkl_dist._graph_blocks import build_knn_index
 
     if cache is not None and cache.get("index") is not None:
         return cache["index"]
-    store = ctx_or_store
     X = store.read_inputs()["features"]
     info = store.stages()["graph"]["info"]
     return build_knn_index(X, cfg["graph"]["knn"], method=info.get("method", "auto"),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import sys
 
 from prefect import flow, get_run_logger, task
 from prefect.context import get_run_context
@@ -156,7 +155,7 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
             if cluster is not None:
                 client.wait_for_workers(1, timeout=600)
         ctx = _stages.Context(store, run_cfg, quiet=quiet, client=client,
-                              log=lambda m: (logger.warning(m), print(m, file=sys.stderr)))
+                              log=logger.warning)  # to stderr and to the Prefect API
         _CONTEXTS[url] = ctx
         created = store._attrs.get("created", "")
         # the run's identity: its store URL and creation stamp; the configuration without

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
