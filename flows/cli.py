@@ -325,6 +325,24 @@ def _prefect_env():
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
+def _quiet_npkl_tracebacks():
+    """Our own errors end the command with one line naming the fix (exit status 2); drop
+    Prefect's tracebacks of them from the terminal (other exceptions keep theirs, and the
+    Prefect API still receives every log)."""
+    import logging
+
+    from npkl_dist import NpklError
+
+    class DropNpklTracebacks(logging.Filter):
+        def filter(self, record):
+            exc = record.exc_info[1] if record.exc_info else None
+            return not isinstance(exc, NpklError)
+
+    # Prefect's console handler sits on the root logger; its API handlers keep everything
+    for h in logging.root.handlers:
+        h.addFilter(DropNpklTracebacks())
+
+
 def _print_pipeline(res, args):
     if args.json:
         sys.stdout.write(json.dumps(res) + "\n")
@@ -360,8 +378,10 @@ def _cmd_run(args) -> int:
             raw["execution"] = {**cfg["execution"], "dask": args.dask}
         cfg = validate_config(raw, source=args.config)
     _prefect_env()
-    from flows.pipeline import run_pipeline
+    from flows.pipeline import check_new_run, run_pipeline
 
+    check_new_run(cfg)  # before Prefect starts: a clear error, no flow run
+    _quiet_npkl_tracebacks()
     res = run_pipeline(cfg, quiet=args.quiet)
     _print_pipeline(res, args)
     return 0
@@ -421,6 +441,7 @@ def _cmd_resume(args) -> int:
         _prefect_env()
         from flows.pipeline import run_pipeline
 
+        _quiet_npkl_tracebacks()
         pcfg = dict(cfg["pipeline"])
         from npkl_dist import store as st
 

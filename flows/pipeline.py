@@ -82,6 +82,49 @@ def _mark_crashed(store, current_id, log):
     return marked
 
 
+def open_run(cfg: dict, resume: bool):
+    """The run store of a pipeline, created (a new run) or opened for writing (resume).
+
+    Returns ``(store, cfg)``; on resume ``cfg`` is the run's stored configuration.
+    """
+    from npkl_dist import store as st
+
+    url = st.resolve_run(cfg["run"], root=cfg["storage"]["root"])
+    so = cfg["storage"]["options"]
+    if resume:
+        store = st.RunStore.open(url, mode="a", storage_options=so)
+        return store, store.config.get("pipeline") or cfg
+    from flows._config import fit_config
+    from npkl_dist._job import config_dict
+
+    check_new_run(cfg)
+    store = st.RunStore.create(url, config={"pipeline": cfg,
+                                            "fit": config_dict(fit_config(cfg)),
+                                            "run": dict(cfg["execution"])},
+                               storage_options=so)
+    return store, cfg
+
+
+def check_new_run(cfg: dict) -> None:
+    """Refuse a new run where one exists, naming `npkl resume` and `npkl status`."""
+    from npkl_dist import store as st
+
+    if "{" in cfg["run"]:
+        return  # expanded to a new name when the flow starts
+    url = st.resolve_run(cfg["run"], root=cfg["storage"]["root"])
+    try:
+        with st.RunStore.open(url, mode="r", storage_options=cfg["storage"]["options"]):
+            exists = True
+    except st.StoreError:
+        exists = False
+    if exists:
+        raise st.StoreError(
+            f"run: {cfg['run']!r} already exists at {url}; continue it with `npkl resume "
+            f"{cfg['run']}` (a deployment: resume=true), look at it with `npkl status "
+            f"{cfg['run']}`, or choose another run id (run = \"name-{{date}}\" makes a new one "
+            f"each time)")
+
+
 # log_prints must stay off: it patches builtins.print, which numba then cannot compile
 @flow(name="npkl-pipeline", persist_result=False, log_prints=False)
 def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> dict:
@@ -101,8 +144,6 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
     dict
         Per-stage info (seconds, peak memory, skipped or not) and the run URL.
     """
-    from npkl_dist import store as st
-
     from flows._config import load_config, validate_config
 
     logger = get_run_logger()
@@ -115,19 +156,8 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
 
     if not resume and "{" in cfg["run"]:
         cfg = {**cfg, "run": expand_run(cfg["run"], get_run_context().flow_run.name)}
-    url = st.resolve_run(cfg["run"], root=cfg["storage"]["root"])
-    so = cfg["storage"]["options"]
-    if resume:
-        store = st.RunStore.open(url, mode="a", storage_options=so)
-        cfg = store.config.get("pipeline") or cfg
-    else:
-        from flows._config import fit_config
-        from npkl_dist._job import config_dict
-
-        store = st.RunStore.create(url, config={"pipeline": cfg,
-                                                "fit": config_dict(fit_config(cfg)),
-                                                "run": dict(cfg["execution"])},
-                                   storage_options=so)
+    store, cfg = open_run(cfg, resume)
+    url = store.url
     client = cluster = None
     try:
         flow_run_id = str(get_run_context().flow_run.id)

@@ -231,10 +231,10 @@ def test_edge_list_pipeline(tmp_path):
     assert res["evaluate"]["metrics"]["rand_accuracy"] > 0.7
 
 
-def _cli(*args, **kw):
+def _cli(*args, env=None):
     return subprocess.run([sys.executable, "-m", "flows.cli", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": ROOT}, **kw)
+                          env={**(env or os.environ), "PYTHONPATH": ROOT})
 
 
 def test_status_and_extend_commands(tmp_path):
@@ -342,3 +342,50 @@ def test_admm_pipeline_matches_library(tmp_path):
         _, ref, _ = run_fit(FitConfig(X=X, y_constraints=y, solver="admm", seed=3,
                                       max_sweeps=10))
     np.testing.assert_allclose(V, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_new_run_over_an_existing_one_names_resume(tmp_path):
+    pytest.importorskip("prefect")
+    from flows.pipeline import open_run
+    from npkl_dist.store import StoreError
+
+    _data(tmp_path)
+    cfg = _cfg(tmp_path)
+    store, _ = open_run(cfg, resume=False)
+    store.close()
+    with pytest.raises(StoreError, match=r"already exists .*`npkl resume .*`npkl status"):
+        open_run(cfg, resume=False)
+    store, got = open_run(cfg, resume=True)
+    store.close()
+    assert got == cfg
+
+
+def test_run_and_resume_through_prefect(tmp_path_factory, tmp_path):
+    """The CLI's Prefect flow (temporary local server): a run, a resume that only reuses
+    cached stages, and an input error that ends in one line naming the fix."""
+    pytest.importorskip("prefect")
+    home = tmp_path_factory.mktemp("prefect-home")
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    (tmp_path / "c.toml").write_text(
+        f'run = "{tmp_path / "run"}"\n[input]\ndataset = "iris"\n[model]\nmax_sweeps = 5\n'
+        f'[output]\nout = "{tmp_path / "out"}"\nplots = false\n')
+    p = _cli("run", tmp_path / "c.toml", "--json", env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads(p.stdout)
+    assert not any(v["skipped"] for v in res["stages"].values())
+    assert res["stages"]["learn"]["n_sweeps"] == 5
+    p = _cli("resume", tmp_path / "run", "--json", env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    again = json.loads(p.stdout)
+    assert all(v.get("cached") for v in again["stages"].values())
+    assert again["stages"]["learn"]["objective"] == res["stages"]["learn"]["objective"]
+    p = _cli("run", tmp_path / "c.toml", env=env)
+    assert p.returncode == 2 and "already exists" in p.stderr and "npkl resume" in p.stderr
+    np.save(tmp_path / "y.npy", np.zeros(10, np.int64))
+    (tmp_path / "bad.toml").write_text(
+        f'run = "{tmp_path / "bad"}"\n[input]\ndataset = "iris"\nlabels = "y.npy"\n')
+    p = _cli("run", tmp_path / "bad.toml", env=env)
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert "npkl run: error: labels: 10 labels for 150 points" in p.stderr
+    assert "Traceback" not in p.stderr
