@@ -484,27 +484,14 @@ def main(argv=None) -> int:
     from npkl_dist import NpklError
 
     args = build_parser().parse_args(argv)
+    commands = {"fit": _cmd_fit, "demo": _cmd_demo, "resume": _cmd_resume,
+                "export": _cmd_export, "bench": _cmd_bench, "run": _cmd_run,
+                "status": _cmd_status, "extend": _cmd_extend}
     try:
-        if args.command == "fit":
-            return _cmd_fit(args)
-        if args.command == "demo":
-            return _cmd_demo(args)
-        if args.command == "resume":
-            return _cmd_resume(args)
-        if args.command == "export":
-            return _cmd_export(args)
-        if args.command == "bench":
-            return _cmd_bench(args)
-        if args.command == "run":
-            return _cmd_run(args)
-        if args.command == "status":
-            return _cmd_status(args)
-        if args.command == "extend":
-            return _cmd_extend(args)
+        return commands[args.command](args)
     except NpklError as exc:
         sys.stderr.write(f"npkl {args.command}: error: {exc}\n")
         return 2
-    return 1
 
 
 if __name__ == "__main__":
