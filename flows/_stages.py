@@ -173,35 +173,57 @@ def ingest(ctx: Context) -> dict:
 
 
 # ------------------------------------------------------------------------------ graph
-def _mapper(ctx: Context, bar):
-    """Run kNN row blocks on the Dask cluster when there is one, else in a loop here."""
-    if ctx.client is None:
-        return None
+KNN_GROUP = "graph_knn"
 
-    def run(fn, index, spans):
-        fut_index = ctx.client.scatter(index, broadcast=True)
-        futs = [ctx.client.submit(fn, fut_index, s, e, pure=False) for s, e in spans]
+
+def knn_block_to_store(index, store, start: int, stop: int) -> int:
+    """One task (driver or Dask worker): neighbours of rows [start, stop) written into the
+    run store as one row block of ``graph_knn/idx`` and ``graph_knn/dist``."""
+    from npkl_dist._graph_blocks import knn_rows
+    from npkl_dist.store._rows import write_row_block
+
+    idx, dist = knn_rows(index, start, stop)
+    write_row_block(store, f"{KNN_GROUP}/idx", start, idx)
+    write_row_block(store, f"{KNN_GROUP}/dist", start, dist)
+    return stop - start
+
+
+def _run_blocks(ctx: Context, index, spans, bar, exact: bool):
+    """kNN row blocks as Dask tasks on the cluster (exact index: small, shipped once to
+    every worker), else in a loop here (the pynndescent index holds the neighbour graph
+    already; shipping it would cost more than slicing it)."""
+    done = 0
+    if ctx.client is not None and exact and spans:
         from distributed import as_completed
 
-        done = 0
+        fut_index = ctx.client.scatter(index, broadcast=True)
+        futs = [ctx.client.submit(knn_block_to_store, fut_index, ctx.store, s, e, pure=False)
+                for s, e in spans]
         for _ in as_completed(futs):
             done += 1
             bar.update(done)
-        return ctx.client.gather(futs)
-
-    return run
+        ctx.client.gather(futs)  # re-raises a task's error
+        return
+    for s, e in spans:
+        knn_block_to_store(index, ctx.store, s, e)
+        done += 1
+        bar.update(done)
 
 
 def build_graph(ctx: Context) -> dict:
-    """The manifold graph: kNN in row blocks (one index), or the edge list in batches."""
+    """The manifold graph: kNN from one index, its row blocks written into the run store by
+    independent tasks (a rerun computes only missing blocks); or the edge list in batches."""
     if (info := ctx.done("graph")) is not None and "seconds" in info:
         return _skip("graph", info)
+    from npkl_dist._graph import EXACT_KNN_MAX_POINTS, SIGMA_NEIGHBOURS
     from npkl_dist._graph_blocks import (
+        assemble_knn_graph,
+        build_knn_index,
         graph_from_edge_batches,
         iter_edge_batches,
-        knn_graph_blocked,
         row_blocks,
     )
+    from npkl_dist.store._rows import create_row_arrays, read_row_arrays, row_blocks_present
 
     g, inp = ctx.cfg["graph"], ctx.cfg["input"]
     out: dict = {}
@@ -210,21 +232,29 @@ def build_graph(ctx: Context) -> dict:
             X = ctx.cache.get("X")
             if X is None:
                 X = ctx.store.read_inputs()["features"]
-            n = X.shape[0]
-            spans = row_blocks(n, g["block"])
-            bar = ctx.bar("graph", len(spans))
+            n, k, block = X.shape[0], g["knn"], g["block"]
             method = g["knn_method"]
-            exact = method == "exact" or (method == "auto" and n <= 50_000)
-            bar.update(0, "building the neighbour index", force=True)
-            graph, index = knn_graph_blocked(
-                X, g["knn"], weighting=g["weighting"], method=g["knn_method"],
-                seed=ctx.cfg["model"]["seed"], block=g["block"],
-                mapper=_mapper(ctx, bar) if exact else None,
-                progress=lambda d, t: bar.update(d))
+            if method == "auto":
+                method = "exact" if n <= EXACT_KNN_MAX_POINTS else "pynndescent"
+            kq = max(k, min(SIGMA_NEIGHBOURS, n - 1))
+            spans = row_blocks(n, block)
+            create_row_arrays(ctx.store, KNN_GROUP, {"idx": (kq, "int64"),
+                                                     "dist": (kq, "float64")}, n, block)
+            have = (row_blocks_present(ctx.store, f"{KNN_GROUP}/idx", n, block)
+                    & row_blocks_present(ctx.store, f"{KNN_GROUP}/dist", n, block))
+            todo = [sp for b, sp in enumerate(spans) if b not in have]
+            bar = ctx.bar("graph", len(todo))
+            if todo:
+                bar.update(0, f"building the {method} neighbour index", force=True)
+                index = build_knn_index(X, k, method=method, seed=ctx.cfg["model"]["seed"])
+                ctx.cache["index"] = index
+                _run_blocks(ctx, index, todo, bar, exact=method == "exact")
             bar.close()
-            ctx.cache["index"] = index
-            meta = {"source": "features", "knn": g["knn"], "weighting": g["weighting"],
-                    "method": index.method, "sigma": graph.sigma, "n_blocks": len(spans)}
+            nb = read_row_arrays(ctx.store, KNN_GROUP, ("idx", "dist"))
+            graph = assemble_knn_graph([(nb["idx"], nb["dist"])], k, weighting=g["weighting"])
+            meta = {"source": "features", "knn": k, "weighting": g["weighting"],
+                    "method": method, "sigma": graph.sigma, "n_blocks": len(spans),
+                    "blocks_reused": len(spans) - len(todo)}
         else:
             n_pts = ctx.store.stages()["ingest"]["info"]["n_points"]
             graph = graph_from_edge_batches(iter_edge_batches(inp["edges"]), n_pts)

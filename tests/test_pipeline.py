@@ -389,3 +389,38 @@ def test_run_and_resume_through_prefect(tmp_path_factory, tmp_path):
     assert p.returncode == 2, p.stderr[-3000:]
     assert "npkl run: error: labels: 10 labels for 150 points" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_graph_blocks_resume_after_a_crash(tmp_path, monkeypatch):
+    """kNN row blocks land in the store one by one; a build that died after 3 blocks
+    computes only the other 5 and gives the graph of an uninterrupted build."""
+    from flows import _stages
+    from npkl_dist import knn_graph
+    from npkl_dist import store as st
+
+    X, _, _ = _data(tmp_path)
+    cfg = _cfg(tmp_path, graph={"block": 50}, extend={"features": None})
+    rs = st.RunStore.create(cfg["run"], config={"pipeline": cfg})
+    ctx = _stages.Context(rs, cfg, quiet=True)
+    _stages.ingest(ctx)
+    real = _stages.knn_block_to_store
+    calls = []
+
+    def dies_after_three(index, store, s, e):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(s)
+        return real(index, store, s, e)
+
+    monkeypatch.setattr(_stages, "knn_block_to_store", dies_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        _stages.build_graph(ctx)
+    monkeypatch.setattr(_stages, "knn_block_to_store", real)
+    rs.close()
+    rs = st.RunStore.open(cfg["run"], mode="a")
+    info = _stages.build_graph(_stages.Context(rs, cfg, quiet=True))
+    assert info["n_blocks"] == 8 and info["blocks_reused"] == 3
+    S = rs.read_graph()
+    rs.close()
+    ref = knn_graph(X, 5, method="exact", warn=False).S
+    assert (S != ref).nnz == 0
