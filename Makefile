@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 # re-install whenever pyproject.toml changes
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test test-heavy test-all bench install clean
+.PHONY: demo test test-heavy test-all bench bench-pipeline install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ test-all: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/bench_sweep.py --n 100000 1000000 --rank 16 64 128 --dtype float32 float64
+
+# the whole pipeline on 1e6 synthetic points (bench/RESULTS.md)
+bench-pipeline: $(STAMP)
+	$(PY) bench/bench_pipeline.py --n 1000000 --d 16 --knn 10 --rank 32 --constrained 0.01
 
 clean:
 	rm -rf $(VENV) demo_out build *.egg-info .pytest_cache .hypothesis

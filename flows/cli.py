@@ -1,5 +1,10 @@
 """``npkl``: the command line of npkl-dist.
 
+    npkl run CONFIG.toml          # the whole pipeline as one Prefect flow
+    npkl status RUN               # stage, sweep, objective, time left (while it runs, too)
+    npkl resume RUN               # after a crash: finished stages are skipped
+    npkl extend RUN --features NEW.npy --out DIR
+    npkl export RUN --out DIR
     npkl fit  --features X.npy --labels y.npy --clusters 10 --json --out out/
     npkl demo --out demo_out/
 """
@@ -160,23 +165,55 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--loss", default="square", help="loss (default: square)")
     demo.add_argument("--seed", type=_nonneg_int, default=0)
     demo.add_argument("--max-sweeps", type=_positive_int, default=200)
+    so_help = ("fsspec options of a store URL as JSON, e.g. '{\"endpoint_url\": "
+               "\"http://127.0.0.1:9000\"}' (credentials come from the usual AWS variables)")
+    run = sub.add_parser(
+        "run", help="the whole pipeline (Prefect flow) from a TOML configuration",
+        description="Run ingest, graph, colouring, learning, evaluation, extension and report "
+                    "as one Prefect flow into a run store. Without PREFECT_API_URL Prefect "
+                    "starts a temporary local server for this run; with it, the flow run is "
+                    "recorded on that server. See README 'Pipelines'.")
+    run.add_argument("config", metavar="CONFIG.toml", help="pipeline configuration (TOML)")
+    run.add_argument("--run", metavar="RUN", help="override the config's run id / URL")
+    run.add_argument("--dask", metavar="ADDRESS",
+                     help="an existing Dask scheduler (overrides [execution] dask)")
+    run.add_argument("--json", action="store_true", help="print the stage results as JSON")
+    run.add_argument("--quiet", action="store_true", help="no progress bars")
     resume = sub.add_parser("resume", help="continue a run from its last complete checkpoint",
-                            description="Continue a run written by `npkl fit --run RUN`: "
-                                        "finished stages are read back, learning restarts from "
-                                        "the newest complete checkpoint.")
+                            description="Continue a run written by `npkl run` or `npkl fit "
+                                        "--run RUN`: finished stages are skipped, learning "
+                                        "restarts from the newest complete checkpoint.")
     resume.add_argument("run", metavar="RUN", help="run id, path or store URL")
     resume.add_argument("--json", action="store_true", help="print the summary as JSON")
     resume.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    resume.add_argument("--storage-options", metavar="JSON", help=so_help)
+    status = sub.add_parser("status", help="stage, sweep, objective and time left of a run",
+                            description="Read a run's progress from its store (no lock; works "
+                                        "while it runs).")
+    status.add_argument("run", metavar="RUN", help="run id, path or store URL")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument("--storage-options", metavar="JSON", help=so_help)
+    extend = sub.add_parser("extend", help="embed new points into a finished run",
+                            description="Place points not seen in training from their kNN in "
+                                        "the training set (bcdkl-tnnls2015 III-E), without "
+                                        "retraining; writes extended_embedding.npy (and "
+                                        "extended_clusters.npy) into --out.")
+    extend.add_argument("run", metavar="RUN", help="run id, path or store URL")
+    extend.add_argument("--features", required=True, metavar="PATH",
+                        help="new feature rows (.npy, .csv, .parquet), same columns as training")
+    extend.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    extend.add_argument("--storage-options", metavar="JSON", help=so_help)
     export = sub.add_parser("export", help="write a finished run's embedding and clusters",
                             description="Write embedding.npy (n x r, original point order), "
                                         "clusters.npy and summary.json of a finished run.")
     export.add_argument("run", metavar="RUN", help="run id, path or store URL")
     export.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    export.add_argument("--storage-options", metavar="JSON", help=so_help)
     bench = sub.add_parser(
-        "bench", help="benchmarks from a checkout: `paper` (replication) or `sweep`",
+        "bench", help="benchmarks from a checkout: `paper`, `sweep` or `pipeline`",
         description="Run a benchmark under bench/ (needs a source checkout). "
-                    "`npkl bench paper --help` and `npkl bench sweep --help` list their options.")
-    bench.add_argument("name", choices=("paper", "sweep"), help="which benchmark")
+                    "`npkl bench NAME --help` lists its options.")
+    bench.add_argument("name", choices=("paper", "sweep", "pipeline"), help="which benchmark")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="options of that benchmark")
     return parser
 
@@ -198,8 +235,9 @@ def _cmd_bench(args) -> int:
         from bench.paper.run import main as paper_main
 
         return paper_main(args.args)
-    sys.argv = ["bench/bench_sweep.py", *args.args]
-    runpy.run_path(str(root / "bench" / "bench_sweep.py"), run_name="__main__")
+    script = {"sweep": "bench_sweep.py", "pipeline": "bench_pipeline.py"}[args.name]
+    sys.argv = [f"bench/{script}", *args.args]
+    runpy.run_path(str(root / "bench" / script), run_name="__main__")
     return 0
 
 
@@ -276,11 +314,162 @@ def _cmd_fit(args) -> int:
     return 0
 
 
+def _storage_options(args):
+    raw = getattr(args, "storage_options", None)
+    if not raw:
+        return None
+    from npkl_dist import ValidationError
+
+    try:
+        so = json.loads(raw)
+    except ValueError as exc:
+        raise ValidationError(
+            f"--storage-options: {raw!r} is not JSON ({exc}); pass e.g. "
+            f"'{{\"endpoint_url\": \"http://127.0.0.1:9000\"}}'") from None
+    if not isinstance(so, dict):
+        raise ValidationError(f"--storage-options: expected a JSON object, got {raw!r}")
+    return so
+
+
+def _prefect_env():
+    """Quiet Prefect's own INFO logs unless the user configured them."""
+    import os
+
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
+def _quiet_npkl_tracebacks():
+    """Our own errors end the command with one line naming the fix (exit status 2); drop
+    Prefect's tracebacks of them from the terminal (other exceptions keep theirs, and the
+    Prefect API still receives every log)."""
+    import logging
+
+    from npkl_dist import NpklError
+
+    class DropNpklTracebacks(logging.Filter):
+        def filter(self, record):
+            exc = record.exc_info[1] if record.exc_info else None
+            return not isinstance(exc, NpklError)
+
+    # Prefect's console handler sits on the root logger; its API handlers keep everything
+    for h in logging.root.handlers:
+        h.addFilter(DropNpklTracebacks())
+
+
+def _print_pipeline(res, args):
+    if args.json:
+        sys.stdout.write(json.dumps(res) + "\n")
+        return
+    if args.quiet:
+        return
+    st = res["stages"]
+    for name, info in st.items():
+        how = ("cached (Prefect)" if info.get("cached") else "skipped (done before)") \
+            if info.get("skipped") else \
+            f"{info.get('seconds', 0):.1f}s, peak {info.get('peak_rss_mb', 0):.0f} MB"
+        print(f"  {name:<9} {how}")
+    learn = st.get("learn", {})
+    line = f"run {res['run']}: objective {learn.get('objective', float('nan')):.6g} after " \
+           f"{learn.get('n_sweeps')} sweeps"
+    m = st.get("evaluate", {}).get("metrics")
+    if m:
+        line += (f"; pairwise accuracy {m['rand_accuracy']:.4f}, ARI {m['ari']:.4f}, "
+                 f"NMI {m['nmi']:.4f}")
+    print(line)
+    print(f"report in {st.get('report', {}).get('dir')}")
+
+
+def _cmd_run(args) -> int:
+    from flows._config import load_config, validate_config
+
+    cfg = load_config(args.config)
+    if args.run or args.dask:
+        raw = {k: v for k, v in cfg.items()}
+        if args.run:
+            raw["run"] = args.run
+        if args.dask:
+            raw["execution"] = {**cfg["execution"], "dask": args.dask}
+        cfg = validate_config(raw, source=args.config)
+    _prefect_env()
+    from flows.pipeline import check_new_run, run_pipeline
+
+    check_new_run(cfg)  # before Prefect starts: a clear error, no flow run
+    _quiet_npkl_tracebacks()
+    res = run_pipeline(cfg, quiet=args.quiet)
+    _print_pipeline(res, args)
+    return 0
+
+
+def _stored_config(run, so):
+    from npkl_dist import store as st
+
+    with st.RunStore.open(st.resolve_run(run), mode="r", storage_options=so) as rs:
+        return rs.config
+
+
+def _cmd_status(args) -> int:
+    from flows._status import format_status, run_status
+    from npkl_dist import store as st
+
+    s = run_status(st.resolve_run(args.run), storage_options=_storage_options(args))
+    print(json.dumps(s) if args.json else format_status(s))
+    return 0
+
+
+def _cmd_extend(args) -> int:
+    from flows._stages import extend_points
+    from npkl_dist import store as st
+    from npkl_dist._io import read_features
+
+    so = _storage_options(args)
+    with st.RunStore.open(st.resolve_run(args.run), mode="r", storage_options=so) as rs:
+        cfg = rs.config.get("pipeline")
+        if cfg is None:
+            from npkl_dist import ValidationError
+
+            raise ValidationError(
+                f"RUN: {rs.url} was written by `npkl fit`, which keeps no kNN metadata; "
+                f"extend runs made with `npkl run CONFIG.toml`")
+        V_new, lab = extend_points(rs, cfg, read_features(args.features))
+    from pathlib import Path
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    np_save = __import__("numpy").save
+    np_save(out / "extended_embedding.npy", V_new)
+    msg = f"wrote {out / 'extended_embedding.npy'} ({V_new.shape[0]} x {V_new.shape[1]})"
+    if lab is not None:
+        np_save(out / "extended_clusters.npy", lab)
+        msg += f" and {out / 'extended_clusters.npy'}"
+    print(msg)
+    return 0
+
+
 def _cmd_resume(args) -> int:
     from npkl_dist._job import run_fit_in_store
 
+    so = _storage_options(args)
+    cfg = _stored_config(args.run, so)
+    if "pipeline" in cfg:
+        _prefect_env()
+        from flows.pipeline import run_pipeline
+
+        _quiet_npkl_tracebacks()
+        pcfg = dict(cfg["pipeline"])
+        from npkl_dist import store as st
+
+        pcfg["run"] = st.RunStore.open(st.resolve_run(args.run), mode="r",
+                                       storage_options=so).url  # wherever the run is now
+        if so:
+            pcfg["storage"] = {**pcfg["storage"], "options": so}
+        res = run_pipeline(pcfg, resume=True, quiet=args.quiet)
+        _print_pipeline(res, args)
+        return 0
+
     progress = _Progress(0, enabled=not args.quiet)
-    summary, V, clusters = run_fit_in_store(None, args.run, resume=True, callback=progress)
+    summary, V, clusters = run_fit_in_store(None, args.run, resume=True, callback=progress,
+                                            storage_options=so)
     progress.close()
     if args.json:
         sys.stdout.write(json.dumps(summary) + "\n")
@@ -293,7 +482,7 @@ def _cmd_resume(args) -> int:
 def _cmd_export(args) -> int:
     from npkl_dist._job import export_run
 
-    out = export_run(args.run, args.out)
+    out = export_run(args.run, args.out, storage_options=_storage_options(args))
     print(f"wrote {out / 'embedding.npy'} and {out / 'clusters.npy'}")
     return 0
 
@@ -309,21 +498,14 @@ def main(argv=None) -> int:
     from npkl_dist import NpklError
 
     args = build_parser().parse_args(argv)
+    commands = {"fit": _cmd_fit, "demo": _cmd_demo, "resume": _cmd_resume,
+                "export": _cmd_export, "bench": _cmd_bench, "run": _cmd_run,
+                "status": _cmd_status, "extend": _cmd_extend}
     try:
-        if args.command == "fit":
-            return _cmd_fit(args)
-        if args.command == "demo":
-            return _cmd_demo(args)
-        if args.command == "resume":
-            return _cmd_resume(args)
-        if args.command == "export":
-            return _cmd_export(args)
-        if args.command == "bench":
-            return _cmd_bench(args)
+        return commands[args.command](args)
     except NpklError as exc:
         sys.stderr.write(f"npkl {args.command}: error: {exc}\n")
         return 2
-    return 1
 
 
 if __name__ == "__main__":

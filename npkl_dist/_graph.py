@@ -166,6 +166,19 @@ def knn_graph(X, k: int = 5, *, weighting: str = "gaussian", method: str = "auto
         )
     kq = max(k, min(SIGMA_NEIGHBOURS, n - 1))
     idx, dist = knn_neighbours(X, kq, method=method, seed=seed)
+    return graph_from_neighbours(idx, dist, k, weighting=weighting, warn=warn)
+
+
+def graph_from_neighbours(idx, dist, k: int, *, weighting: str = "gaussian",
+                          warn=True) -> Graph:
+    """The symmetric kNN graph from each point's neighbours (self excluded, ascending).
+
+    Parameters
+    ----------
+    idx, dist : ndarray, shape (n, kq), kq >= k
+        Neighbour indices and distances; sigma uses the first min(10, kq) columns.
+    """
+    n, kq = idx.shape
     sigma = None
     rows = np.repeat(np.arange(n), k)
     cols = idx[:, :k].ravel()
@@ -217,13 +230,7 @@ def graph_from_edges(edges, n_points: int | None = None, *, warn=True) -> Graph:
             f"edges: negative node index {int(min(i.min(), j.min()))}; nodes are 0-based"
         )
     top = int(max(i.max(), j.max())) + 1
-    if n_points is None:
-        n_points = top
-    elif n_points < top:
-        raise GraphError(
-            f"n_points: {n_points} is smaller than the largest node index + 1 ({top}); pass "
-            f"n_points >= {top} or fix the edge list"
-        )
+    n_points = _n_points(n_points, top)
     if np.any(w <= 0):
         bad = w[w <= 0][:5].tolist()
         raise GraphError(f"edges: weights must be positive, got e.g. {bad}; drop those edges")
@@ -231,6 +238,18 @@ def graph_from_edges(edges, n_points: int | None = None, *, warn=True) -> Graph:
     A = _max_duplicates(i, j, w, n_points)
     S = A.maximum(A.T)
     return _finish(S, None, warn=warn)
+
+
+def _n_points(n_points, top: int) -> int:
+    """The node count: given (checked against the largest index + 1 = ``top``) or ``top``."""
+    if n_points is None:
+        return top
+    if n_points < top:
+        raise GraphError(
+            f"n_points: {n_points} is smaller than the largest node index + 1 ({top}); pass "
+            f"n_points >= {top} or fix the edge list"
+        )
+    return n_points
 
 
 def _max_duplicates(i, j, w, n):

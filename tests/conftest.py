@@ -26,3 +26,93 @@ def _global_seeds():
 def global_random_seed(request):
     """A seed every random test must pass with; run many with NPKL_TESTS_GLOBAL_RANDOM_SEED."""
     return request.param
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """moto's standalone S3 server on a random loopback port, one bucket, dummy credentials."""
+    pytest.importorskip("s3fs")
+    moto_server = pytest.importorskip("moto.server")
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    mp = pytest.MonkeyPatch()
+    for var, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
+                       ("AWS_SESSION_TOKEN", "testing"), ("AWS_DEFAULT_REGION", "us-east-1")):
+        mp.setenv(var, value)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    import s3fs
+
+    s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True).mkdir("npkl-test")
+    yield endpoint
+    server.stop()
+    mp.undo()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def venv_bin(name: str) -> str:
+    """A console script of this interpreter's environment (prefect, dask), or skip."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    p = Path(sys.executable).parent / name
+    if p.exists():
+        return str(p)
+    found = shutil.which(name)
+    if not found:
+        pytest.skip(f"{name} is not installed next to {sys.executable}")
+    return found
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory):
+    """A real `prefect server start` on SQLite and loopback, its own PREFECT_HOME.
+
+    Yields the environment variables that point a process at it.
+    """
+    pytest.importorskip("prefect")
+    import subprocess
+    import time
+    import urllib.request
+
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "PREFECT_LOGGING_LEVEL": "WARNING", "PREFECT_UI_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    log = open(home / "server.log", "w")
+    proc = subprocess.Popen([venv_bin("prefect"), "server", "start", "--host", "127.0.0.1",
+                             "--port", str(port)], env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    deadline = time.time() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{api}/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            pytest.fail(f"prefect server did not start: {(home / 'server.log').read_text()[-2000:]}")
+        time.sleep(0.5)
+    yield {"PREFECT_API_URL": api, "PREFECT_HOME": str(home),
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING"}
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()

@@ -714,28 +714,7 @@ class TestLocalStore(StoreConformance):
         assert proc.returncode == 0, proc.stderr
 
 
-@pytest.fixture(scope="session")
-def s3_endpoint():
-    """moto's standalone S3 server on a random loopback port, one bucket, dummy credentials."""
-    pytest.importorskip("s3fs")
-    moto_server = pytest.importorskip("moto.server")
-    import logging
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    mp = pytest.MonkeyPatch()
-    for var, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                       ("AWS_SESSION_TOKEN", "testing"), ("AWS_DEFAULT_REGION", "us-east-1")):
-        mp.setenv(var, value)
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    import s3fs
-
-    s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True).mkdir("npkl-test")
-    yield endpoint
-    server.stop()
-    mp.undo()
+# s3_endpoint (moto's S3 server on loopback) lives in conftest.py: the e2e test uses it too
 
 
 class TestS3Store(StoreConformance):

@@ -304,8 +304,10 @@ def _is_worker_loss(exc) -> bool:
 
     names = {"KilledWorker", "CommClosedError", "FutureCancelledError", "StreamClosedError",
              "CancelledError", "WorkerLost"}
+    msg = str(exc).lower()
+    # an actor whose worker process was SIGKILLed: "Unable to contact Actor's worker" (OSError)
     return isinstance(exc, FutureCancelledError) or type(exc).__name__ in names or (
-        "worker" in str(exc).lower() and ("lost" in str(exc).lower() or "died" in str(exc)))
+        "worker" in msg and ("lost" in msg or "died" in msg or "unable to contact" in msg))
 
 
 class DaskExecutor:

@@ -1,0 +1,335 @@
+"""The pipeline's configuration: a TOML file (``npkl run CONFIG.toml``), validated once.
+
+```toml
+run = "digits"                 # run id (under storage/runs), a path, or s3://bucket/runs/x
+
+[input]                        # exactly one of features / edges; one of constraints / labels
+features = "X.npy"
+labels = "y.npy"
+eval_labels = "y.npy"
+
+[graph]
+knn = 5
+weighting = "gaussian"
+knn_method = "auto"
+delta = 1e-3
+
+[model]
+solver = "bcd"
+loss = "square"
+max_sweeps = 100
+seed = 0
+
+[execution]
+executor = "auto"              # auto | inprocess | dask
+dask = "tcp://host:8786"       # an existing scheduler (else a LocalCluster when needed)
+checkpoint_every = 1
+
+[storage]
+options = { endpoint_url = "http://127.0.0.1:9000" }
+
+[output]
+clusters = 10
+out = "report/"                # summary.json, objective.png, embedding.png, embedding.npy
+
+[extend]
+features = "X_new.npy"         # embed points not seen in training (bcdkl-tnnls2015 §III-E)
+```
+
+Relative paths are taken relative to the TOML file's directory. Every error names the
+section and key, the value received and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import fields
+from pathlib import Path
+
+from npkl_dist import ValidationError
+
+__all__ = ["SECTIONS", "load_config", "validate_config", "fit_config", "run_options"]
+
+_INT, _FLOAT, _STR, _BOOL, _DICT = int, float, str, bool, dict
+
+#: section -> key -> (type, default, choices or None, is a path)
+SECTIONS: dict[str, dict[str, tuple]] = {
+    "input": {
+        "dataset": (_STR, None, ("digits", "iris", "wine", "breast_cancer"), False),
+        "features": (_STR, None, None, True),
+        "edges": (_STR, None, None, True),
+        "n_points": (_INT, None, None, False),
+        "constraints": (_STR, None, None, True),
+        "labels": (_STR, None, None, True),
+        "n_must": (_INT, None, None, False),
+        "n_cannot": (_INT, None, None, False),
+        "eval_labels": (_STR, None, None, True),
+    },
+    "graph": {
+        "knn": (_INT, 5, None, False),
+        "weighting": (_STR, "gaussian", ("gaussian", "mutual"), False),
+        "knn_method": (_STR, "auto", ("auto", "exact", "pynndescent"), False),
+        "delta": (_FLOAT, 1e-3, None, False),
+        "block": (_INT, 65536, None, False),
+    },
+    "model": {
+        "solver": (_STR, "bcd", ("bcd", "admm"), False),
+        "loss": (_STR, "square", ("hinge", "squared_hinge", "square", "linear"), False),
+        "rank": (_INT, None, None, False),
+        "gamma": (_FLOAT, 1.0, None, False),
+        "bound": (_FLOAT, 1.0, None, False),
+        "diagonal": (_BOOL, None, None, False),
+        "max_sweeps": (_INT, 100, None, False),
+        "tol": (_FLOAT, 1e-5, None, False),
+        "dtype": (_STR, "float64", ("float32", "float64"), False),
+        "seed": (_INT, 0, None, False),
+    },
+    "execution": {
+        "executor": (_STR, "auto", ("auto", "inprocess", "dask"), False),
+        "workers": (_INT, 2, None, False),
+        "dask": (_STR, None, None, False),
+        "blocks": (_INT, None, None, False),
+        "threads": (_INT, None, None, False),
+        "checkpoint_every": (_INT, 1, None, False),
+    },
+    "storage": {
+        "root": (_STR, "storage/runs", None, False),
+        "options": (_DICT, None, None, False),
+    },
+    "output": {
+        "clusters": (_INT, None, None, False),
+        "out": (_STR, None, None, True),
+        "plots": (_BOOL, True, None, False),
+    },
+    "extend": {
+        "features": (_STR, None, None, True),
+    },
+}
+_TOP = {"run": (_STR, None, None, False), "name": (_STR, None, None, False)}
+_POSITIVE = {"knn", "block", "max_sweeps", "workers", "blocks", "threads", "checkpoint_every",
+             "clusters", "rank", "n_points"}
+_NONNEG = {"seed", "n_must", "n_cannot"}
+
+
+def _suggest(word, options):
+    close = difflib.get_close_matches(word, options, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _check_value(where, key, value, spec):
+    typ, _, choices, _ = spec
+    ok = isinstance(value, typ) and not (typ in (_INT, _FLOAT) and isinstance(value, bool))
+    if typ is _FLOAT and isinstance(value, int) and not isinstance(value, bool):
+        value, ok = float(value), True
+    if not ok:
+        raise ValidationError(
+            f"{where}: {key} = {value!r} has type {type(value).__name__}; expected "
+            f"{typ.__name__}" + (f" (one of {', '.join(map(repr, choices))})" if choices else "")
+        )
+    if choices and value not in choices:
+        raise ValidationError(
+            f"{where}: {key} = {value!r} is not one of {', '.join(map(repr, choices))}"
+            + _suggest(str(value), choices)
+        )
+    if key in _POSITIVE and value < 1:
+        raise ValidationError(f"{where}: {key} = {value!r}; expected an integer >= 1")
+    if key in _NONNEG and value < 0:
+        raise ValidationError(f"{where}: {key} = {value!r}; expected an integer >= 0")
+    if typ is _FLOAT and key in ("delta", "tol", "gamma", "bound") and not value > 0 and \
+            not (key == "tol" and value == 0):
+        raise ValidationError(f"{where}: {key} = {value!r}; expected a number > 0")
+    return value
+
+
+def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict:
+    """A complete, validated configuration (every section, defaults filled in).
+
+    Parameters
+    ----------
+    raw : dict
+        As parsed from TOML (or built in Python).
+    source : str
+        Named in error messages (the file name).
+    base_dir : path, optional
+        Relative paths are made absolute against it.
+    """
+    if not isinstance(raw, dict):
+        raise ValidationError(f"{source}: expected a table of sections, got {type(raw).__name__}")
+    out: dict = {}
+    for key, value in raw.items():
+        if key in SECTIONS:
+            if not isinstance(value, dict):
+                raise ValidationError(
+                    f"{source}: [{key}] must be a table (a [{key}] section), got {value!r}")
+            continue
+        if key not in _TOP:
+            raise ValidationError(
+                f"{source}: unknown top-level key {key!r}{_suggest(key, [*_TOP, *SECTIONS])} "
+                f"(valid: {', '.join(_TOP)} and the sections {', '.join(SECTIONS)})"
+            )
+        out[key] = _check_value(source, key, value, _TOP[key])
+    if "run" not in out:
+        raise ValidationError(
+            f"{source}: missing run = \"...\" (a run id such as \"digits\", a path, or a store "
+            f"URL such as \"s3://bucket/runs/digits\"); add it at the top of the file"
+        )
+    for section, spec in SECTIONS.items():
+        given = raw.get(section, {}) or {}
+        where = f"{source} [{section}]"
+        unknown = [k for k in given if k not in spec]
+        if unknown:
+            k = unknown[0]
+            raise ValidationError(
+                f"{where}: unknown key {k!r}{_suggest(k, spec)} (valid keys: {', '.join(spec)})"
+            )
+        sec = {}
+        for key, s in spec.items():
+            if key in given and given[key] is not None:
+                value = _check_value(where, key, given[key], s)
+                if s[3] and base_dir is not None and "://" not in value:
+                    value = os.path.abspath(os.path.join(base_dir, os.path.expanduser(value)))
+                sec[key] = value
+            else:
+                sec[key] = s[1]
+        out[section] = sec
+    inp = out["input"]
+    if inp["dataset"] is not None:
+        mark = f"dataset:{inp['dataset']}"
+        if inp["features"] not in (None, mark) or inp["edges"] is not None:
+            raise ValidationError(
+                f"{source} [input]: dataset = {inp['dataset']!r} brings its own features; drop "
+                f"features / edges, or drop dataset")
+        if inp["constraints"] is None and inp["labels"] is None:
+            inp["labels"] = f"dataset:{inp['dataset']}"
+        if inp["eval_labels"] is None:
+            inp["eval_labels"] = f"dataset:{inp['dataset']}"
+        inp["features"] = f"dataset:{inp['dataset']}"
+    if (inp["features"] is None) == (inp["edges"] is None):
+        raise ValidationError(
+            f"{source} [input]: give exactly one of features = \"X.npy\" (feature rows; a kNN "
+            f"graph is built) or edges = \"graph.csv\" (a given graph)"
+        )
+    if (inp["constraints"] is None) == (inp["labels"] is None):
+        raise ValidationError(
+            f"{source} [input]: give exactly one of constraints = \"pairs.csv\" (i, j, type) "
+            f"or labels = \"y.npy\" (partial labels, -1 = unknown; pairs are sampled)"
+        )
+    for key in ("features", "edges", "constraints", "labels", "eval_labels"):
+        path = inp[key]
+        if path is not None and "://" not in path and not path.startswith("dataset:") \
+                and not Path(path).is_file():
+            raise ValidationError(
+                f"{source} [input]: {key} = {path!r} does not exist; check the path (relative "
+                f"paths are taken from the config file's directory)"
+            )
+    ext = out["extend"]["features"]
+    if ext is not None:
+        if inp["features"] is None:
+            raise ValidationError(
+                f"{source} [extend]: features = {ext!r} needs a graph built from features; a "
+                f"run on a given graph (edges) cannot place new points: drop [extend]"
+            )
+        if not ext.startswith("dataset:") and not Path(ext).is_file():
+            raise ValidationError(f"{source} [extend]: features = {ext!r} does not exist")
+    if out["model"]["solver"] == "admm" and out["model"]["loss"] != "square":
+        raise ValidationError(
+            f"{source} [model]: solver = 'admm' fits the square loss only, got loss = "
+            f"{out['model']['loss']!r}; set loss = \"square\" or solver = \"bcd\""
+        )
+    ex = out["execution"]
+    if ex["dask"] is not None and not (ex["dask"] == "slurm" or "://" in ex["dask"]
+                                       or ":" in ex["dask"]):
+        raise ValidationError(
+            f"{source} [execution]: dask = {ex['dask']!r} is neither a scheduler address "
+            f"(tcp://host:8786) nor \"slurm\" (a dask-jobqueue SLURMCluster from the Dask "
+            f"configuration, see deploy/jobqueue.yaml)")
+    if ex["dask"] is not None and ex["executor"] == "inprocess":
+        raise ValidationError(
+            f"{source} [execution]: dask = {ex['dask']!r} with executor = 'inprocess'; use "
+            f"executor = \"dask\" (or \"auto\") to run on that cluster, or drop dask"
+        )
+    opts = out["storage"]["options"]
+    if opts is not None and "://" not in out["run"]:
+        raise ValidationError(
+            f"{source} [storage]: options apply to store URLs only, but run = {out['run']!r} is "
+            f"local; drop [storage] options or use a URL such as s3://bucket/runs/x"
+        )
+    return out
+
+
+def read_input(path: str, what: str):
+    """Read a configured input file, or ``dataset:NAME`` (scikit-learn's bundled data sets,
+    features standardised) for ``what`` in features / labels."""
+    from npkl_dist._io import read_features, read_labels
+
+    if path.startswith("dataset:"):
+        import numpy as np
+        import sklearn.datasets as skd
+        from sklearn.preprocessing import StandardScaler
+
+        X, y = getattr(skd, f"load_{path.split(':', 1)[1]}")(return_X_y=True)
+        return StandardScaler().fit_transform(X) if what == "features" else \
+            np.asarray(y, np.int64)
+    return read_features(path) if what == "features" else read_labels(path)
+
+
+def expand_run(run: str, flow_run_name: str | None = None) -> str:
+    """``{date}`` (UTC, YYYYmmdd-HHMMSS) and ``{flow_run}`` in a run name: scheduled
+    deployments get a new run each time."""
+    from datetime import datetime, timezone
+
+    if "{" not in run:
+        return run
+    return run.replace("{date}", datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")) \
+        .replace("{flow_run}", flow_run_name or "local")
+
+
+def load_config(path) -> dict:
+    """Read and validate a TOML configuration file."""
+    import tomllib
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValidationError(f"CONFIG: {str(path)!r} does not exist; pass a TOML file")
+    try:
+        raw = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ValidationError(f"CONFIG: {str(path)!r} is not valid TOML: {exc}") from None
+    return validate_config(raw, source=p.name, base_dir=str(p.resolve().parent))
+
+
+def fit_config(cfg: dict):
+    """The library's FitConfig for a validated pipeline configuration."""
+    from npkl_dist._job import FitConfig
+
+    inp, g, m = cfg["input"], cfg["graph"], cfg["model"]
+    names = {f.name for f in fields(FitConfig)}
+    kw = {k: v for k, v in {**inp, **m}.items() if k in names}
+    kw.update(knn=g["knn"], weighting=g["weighting"], knn_method=g["knn_method"],
+              delta=g["delta"], clusters=cfg["output"]["clusters"],
+              threads=cfg["execution"]["threads"])
+    return FitConfig(**kw)
+
+
+def run_options(cfg: dict, n_points: int | None = None, rank: int | None = None) -> dict:
+    """Executor options for the learn stage; ``executor = "auto"`` chooses by size:
+    an existing cluster when ``dask`` is given, in-process numba when V and the graph take at
+    most a quarter of this machine's memory (the fastest), a local Dask cluster otherwise."""
+    ex = dict(cfg["execution"])
+    if ex["executor"] == "auto":
+        if ex["dask"]:
+            ex["executor"] = "dask"
+        else:
+            ex["executor"] = "inprocess"
+            if n_points is not None:
+                try:
+                    import psutil
+
+                    total = psutil.virtual_memory().total
+                except ImportError:  # pragma: no cover
+                    total = 1 << 40
+                need = 8 * n_points * (3 * (rank or 128) + 3 * cfg["graph"]["knn"])
+                if need > total // 4:
+                    ex["executor"] = "dask"
+    return ex

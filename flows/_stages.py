@@ -1,0 +1,583 @@
+"""The pipeline's stages as plain functions over an open run store (no Prefect here).
+
+Each stage reads what earlier stages left in the run store, writes its own output there,
+records itself in the store's stage record (``_npkl/stages.json``) with its wall time and
+peak memory, and returns a small JSON-able dict. A stage already recorded is skipped, so a
+re-run of the same run id after a crash does only the missing work; the learn stage
+continues from the newest complete checkpoint (bitwise identical to an uninterrupted run).
+
+`flows.pipeline` wraps these in Prefect tasks; `bench/bench_pipeline.py` and the tests can
+call them directly. Heavy arrays never leave the store and the process: stages pass run URLs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from npkl_dist import ValidationError
+
+__all__ = ["STAGES", "Context", "measure", "ingest", "build_graph", "colour", "learn",
+           "evaluate", "extend", "report", "code_version", "config_hash"]
+
+#: Pipeline stages in order; each records ``stages.json[name]`` when done.
+STAGES = ("ingest", "graph", "plan", "learn", "evaluate", "extend", "report")
+
+
+def code_version() -> str:
+    """sha256 (16 hex) of the library's and the flows' Python sources: a change of code
+    invalidates Prefect's cached stage results (the run store's own records stay)."""
+    import npkl_dist
+
+    h = hashlib.sha256()
+    for pkg in (Path(npkl_dist.__file__).parent, Path(__file__).parent):
+        for p in sorted(pkg.rglob("*.py")):
+            h.update(p.relative_to(pkg.parent).as_posix().encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def config_hash(cfg: dict) -> str:
+    import json
+
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@contextmanager
+def measure(out: dict, interval: float = 0.05):
+    """Wall seconds and peak resident memory (sampled) of the enclosed block, into ``out``."""
+    try:
+        import psutil
+
+        proc = psutil.Process()
+    except ImportError:  # pragma: no cover
+        proc = None
+    peak = [proc.memory_info().rss if proc else 0]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.wait(interval):
+            peak[0] = max(peak[0], proc.memory_info().rss)
+
+    th = threading.Thread(target=sample, daemon=True) if proc else None
+    if th:
+        th.start()
+    t0 = time.perf_counter()
+    try:
+        yield out
+    finally:
+        out["seconds"] = time.perf_counter() - t0
+        stop.set()
+        if th:
+            th.join()
+            peak[0] = max(peak[0], proc.memory_info().rss)
+        out["peak_rss_mb"] = round(peak[0] / 2**20, 1)
+
+
+class Context:
+    """What the stages of one run share inside the orchestrating process.
+
+    Attributes
+    ----------
+    store : RunStore (writer)
+    cfg : dict
+        The validated pipeline configuration (:mod:`flows._config`).
+    quiet : bool
+        No progress bars.
+    client : distributed.Client or None
+        For kNN row blocks on an existing Dask cluster.
+    cache : dict
+        In-process objects reused between stages (the kNN index, the problem).
+    """
+
+    def __init__(self, store, cfg: dict, *, quiet: bool = False, client=None, log=None):
+        self.store, self.cfg, self.quiet, self.client = store, cfg, quiet, client
+        self.cache: dict = {}
+        self.log = log or (lambda msg: None)
+
+    def bar(self, label, total):
+        from ._progress import Bar, progress_enabled
+
+        return Bar(label, total, enabled=progress_enabled(self.quiet))
+
+    def done(self, name: str) -> dict | None:
+        entry = self.store.stages().get(name)
+        return entry.get("info", {}) if entry and entry.get("done") else None
+
+
+def _finish(ctx: Context, name: str, info: dict) -> dict:
+    info = {k: v for k, v in info.items()}
+    ctx.store.mark_stage(name, info)
+    return {"stage": name, **info, "skipped": False}
+
+
+def _skip(name, info):
+    return {"stage": name, **info, "skipped": True}
+
+
+# ------------------------------------------------------------------------------ ingest
+def _edge_count_points(path):
+    from npkl_dist._graph_blocks import iter_edge_batches
+
+    top = 0
+    for i, j, _, _ in iter_edge_batches(path):
+        if i.size:
+            top = max(top, int(np.nanmax(i)) + 1, int(np.nanmax(j)) + 1)
+    return top
+
+
+def ingest(ctx: Context) -> dict:
+    """Features (chunked by rows), constraints (given or sampled) and labels into the store."""
+    if (info := ctx.done("ingest")) is not None:
+        return _skip("ingest", info)
+    import dataclasses
+
+    from npkl_dist._job import load_constraints
+
+    from ._config import fit_config, read_input
+
+    cfg, fc = ctx.cfg, fit_config(ctx.cfg)
+    out: dict = {}
+    with measure(out):
+        X = None
+        lab = cfg["input"]["labels"]
+        if lab is not None and lab.startswith("dataset:"):
+            fc = dataclasses.replace(fc, labels=None, y_constraints=read_input(lab, "labels"))
+        if cfg["input"]["features"] is not None:
+            X = np.asarray(read_input(cfg["input"]["features"], "features"), np.float64)
+            from npkl_dist._graph import _check_features
+
+            X = _check_features(X)
+            n = X.shape[0]
+        else:
+            n = cfg["input"]["n_points"] or _edge_count_points(cfg["input"]["edges"])
+        cons = load_constraints(fc, n)
+        y_eval = read_input(cfg["input"]["eval_labels"], "labels") \
+            if cfg["input"]["eval_labels"] else None
+        if y_eval is not None and y_eval.shape[0] != n:
+            raise ValidationError(
+                f"eval_labels: {y_eval.shape[0]} labels for {n} points; give one label per "
+                f"point (-1 for unknown)"
+            )
+        ctx.store.write_inputs(features=X, constraints=cons,
+                               eval_labels=None if y_eval is None else np.asarray(y_eval))
+        if X is not None:
+            ctx.cache["X"] = X
+    return _finish(ctx, "ingest", {**out, "n_points": int(n), "n_constraints": int(cons.m),
+                                   "n_must": int(cons.n_must), "n_cannot": int(cons.n_cannot)})
+
+
+# ------------------------------------------------------------------------------ graph
+KNN_GROUP = "graph_knn"
+
+
+def knn_block_to_store(index, store, start: int, stop: int) -> int:
+    """One task (driver or Dask worker): neighbours of rows [start, stop) written into the
+    run store as one row block of ``graph_knn/idx`` and ``graph_knn/dist``."""
+    from npkl_dist._graph_blocks import knn_rows
+    from npkl_dist.store._rows import write_row_block
+
+    idx, dist = knn_rows(index, start, stop)
+    write_row_block(store, f"{KNN_GROUP}/idx", start, idx)
+    write_row_block(store, f"{KNN_GROUP}/dist", start, dist)
+    return stop - start
+
+
+def _run_blocks(ctx: Context, index, spans, bar, exact: bool):
+    """kNN row blocks as Dask tasks on the cluster (exact index: small, shipped once to
+    every worker), else in a loop here (the pynndescent index holds the neighbour graph
+    already; shipping it would cost more than slicing it)."""
+    done = 0
+    if ctx.client is not None and exact and spans:
+        from distributed import as_completed
+
+        fut_index = ctx.client.scatter(index, broadcast=True)
+        futs = [ctx.client.submit(knn_block_to_store, fut_index, ctx.store, s, e, pure=False)
+                for s, e in spans]
+        for _ in as_completed(futs):
+            done += 1
+            bar.update(done)
+        ctx.client.gather(futs)  # re-raises a task's error
+        return
+    for s, e in spans:
+        knn_block_to_store(index, ctx.store, s, e)
+        done += 1
+        bar.update(done)
+
+
+def build_graph(ctx: Context) -> dict:
+    """The manifold graph: kNN from one index, its row blocks written into the run store by
+    independent tasks (a rerun computes only missing blocks); or the edge list in batches."""
+    if (info := ctx.done("graph")) is not None and "seconds" in info:
+        return _skip("graph", info)
+    from npkl_dist._graph import EXACT_KNN_MAX_POINTS, SIGMA_NEIGHBOURS
+    from npkl_dist._graph_blocks import (
+        assemble_knn_graph,
+        build_knn_index,
+        graph_from_edge_batches,
+        iter_edge_batches,
+        row_blocks,
+    )
+    from npkl_dist.store._rows import create_row_arrays, read_row_arrays, row_blocks_present
+
+    g, inp = ctx.cfg["graph"], ctx.cfg["input"]
+    out: dict = {}
+    with measure(out):
+        if inp["features"] is not None:
+            X = ctx.cache.get("X")
+            if X is None:
+                X = ctx.store.read_inputs()["features"]
+            n, k, block = X.shape[0], g["knn"], g["block"]
+            method = g["knn_method"]
+            if method == "auto":
+                method = "exact" if n <= EXACT_KNN_MAX_POINTS else "pynndescent"
+            kq = max(k, min(SIGMA_NEIGHBOURS, n - 1))
+            spans = row_blocks(n, block)
+            create_row_arrays(ctx.store, KNN_GROUP, {"idx": (kq, "int64"),
+                                                     "dist": (kq, "float64")}, n, block)
+            have = (row_blocks_present(ctx.store, f"{KNN_GROUP}/idx", n, block)
+                    & row_blocks_present(ctx.store, f"{KNN_GROUP}/dist", n, block))
+            todo = [sp for b, sp in enumerate(spans) if b not in have]
+            bar = ctx.bar("graph", len(todo))
+            if todo:
+                bar.update(0, f"building the {method} neighbour index", force=True)
+                index = build_knn_index(X, k, method=method, seed=ctx.cfg["model"]["seed"])
+                ctx.cache["index"] = index
+                _run_blocks(ctx, index, todo, bar, exact=method == "exact")
+            bar.close()
+            nb = read_row_arrays(ctx.store, KNN_GROUP, ("idx", "dist"))
+            graph = assemble_knn_graph([(nb["idx"], nb["dist"])], k, weighting=g["weighting"])
+            meta = {"source": "features", "knn": k, "weighting": g["weighting"],
+                    "method": method, "sigma": graph.sigma, "n_blocks": len(spans),
+                    "blocks_reused": len(spans) - len(todo)}
+        else:
+            n_pts = ctx.store.stages()["ingest"]["info"]["n_points"]
+            graph = graph_from_edge_batches(iter_edge_batches(inp["edges"]), n_pts)
+            meta = {"source": "edges", "weighting": "given", "sigma": None}
+        ctx.store.write_graph(graph.S)
+    return _finish(ctx, "graph", {**out, **meta, "n_edges": int(graph.S.nnz // 2),
+                                  "n_components": graph.n_components,
+                                  "n_isolated": graph.n_isolated})
+
+
+# ------------------------------------------------------------------------------ problem
+def _problem(ctx: Context):
+    if "problem" in ctx.cache:
+        return ctx.cache["problem"]
+    from npkl_dist import NPKLProblem
+    from npkl_dist._graph import laplacian
+
+    m, g = ctx.cfg["model"], ctx.cfg["graph"]
+    inputs = ctx.store.read_inputs()
+    S = ctx.store.read_graph()
+    L = laplacian(S, g["delta"], dtype=m["dtype"])
+    problem = NPKLProblem.build(L, inputs["constraints"], loss=m["loss"], gamma=m["gamma"],
+                                rank=m["rank"], bound=m["bound"], seed=m["seed"],
+                                dtype=m["dtype"])
+    ctx.cache["problem"] = problem
+    ctx.cache["eval_labels"] = inputs.get("eval_labels")
+    return problem
+
+
+def colour(ctx: Context) -> dict:
+    """Relabelling and colouring of the conflict graph (the sweep plan)."""
+    if (info := ctx.done("plan")) is not None and "seconds" in info:
+        return _skip("plan", info)
+    from npkl_dist import make_plan
+
+    out: dict = {}
+    with measure(out):
+        problem = _problem(ctx)
+        plan = make_plan(problem)
+        ctx.store.write_plan(plan)
+    return _finish(ctx, "plan", {**out, "n_colours": int(plan.n_colours),
+                                 "rank": int(problem.rank)})
+
+
+# ------------------------------------------------------------------------------ learn
+def learn(ctx: Context) -> dict:
+    """Learn V with checkpoints every ``checkpoint_every`` sweeps; resumes from the newest."""
+    if (info := ctx.done("learn")) is not None:
+        return _skip("learn", info)
+    from npkl_dist import store as st
+    from npkl_dist._job import _row_block, make_executor
+    from npkl_dist._recovery import fit_with_recovery
+
+    from ._config import run_options
+
+    m = ctx.cfg["model"]
+    out: dict = {}
+    with measure(out):
+        problem = _problem(ctx)
+        plan, _ = ctx.store.read_plan()
+        n, r = problem.n_points, problem.rank
+        opts = run_options(ctx.cfg, n, r)
+        row_block = _row_block(n)
+        executor = make_executor(opts, row_block)
+        width = 3 * r if m["solver"] == "admm" else r
+        params = {"solver": m["solver"], "loss": m["loss"], "gamma": m["gamma"], "rank": r,
+                  "delta": ctx.cfg["graph"]["delta"], "bound": m["bound"], "seed": m["seed"],
+                  "dtype": str(problem.dtype), "tol": m["tol"], "max_sweeps": m["max_sweeps"],
+                  "executor": opts["executor"]}
+        ck = st.StoreCheckpointer(ctx.store, every=int(opts["checkpoint_every"]),
+                                  row_block=row_block, n=n, width=width, dtype=problem.dtype,
+                                  max_sweeps=m["max_sweeps"], extra={"parameters": params})
+        bar = ctx.bar("learn", m["max_sweeps"])
+        latest = ck.load()
+        if latest is not None:
+            ctx.log(f"learn: resuming after sweep {latest[0]['sweep']} (checkpoint)")
+            bar.update(int(latest[0]["sweep"]), "resumed", force=True)
+        try:
+            if m["solver"] == "admm":
+                from npkl_dist import fit_admm
+
+                result = fit_with_recovery(fit_admm, problem, checkpointer=ck, resume=latest,
+                                           executor=executor, plan=plan,
+                                           max_iter=m["max_sweeps"], tol=m["tol"],
+                                           callback=bar.sweep_callback(), log=ctx.log)
+            else:
+                from npkl_dist import fit_bcd
+
+                result = fit_with_recovery(fit_bcd, problem, checkpointer=ck, resume=latest,
+                                           executor=executor, plan=plan,
+                                           max_sweeps=m["max_sweeps"], tol=m["tol"],
+                                           callback=bar.sweep_callback(), log=ctx.log)
+        finally:
+            bar.close()
+            if hasattr(executor, "close"):
+                executor.close()
+        V = np.ascontiguousarray(result.V)
+        ctx.store.write_results(embedding=V)
+        ctx.cache["V"] = V
+    return _finish(ctx, "learn", {
+        **out, "executor": opts["executor"], "n_sweeps": int(result.n_sweeps),
+        "objective": float(result.objective),
+        "objective_initial": float(result.objective_initial),
+        "objective_trace": [float(x) for x in result.objective_trace],
+        "converged": bool(result.converged), "sweep_seconds_total": float(
+            sum(result.sweep_seconds)), "checkpoints_written": int(ck.n_saved),
+        "rank": int(r), "resumed_from": None if latest is None else int(latest[0]["sweep"])})
+
+
+def _V(ctx):
+    if "V" not in ctx.cache:
+        ctx.cache["V"] = ctx.store.read_results()["embedding"]
+    return ctx.cache["V"]
+
+
+# ------------------------------------------------------------------------------ evaluate
+def evaluate(ctx: Context) -> dict:
+    """Kernel k-means on V (k-means on its rows) and, with ground truth, the metrics."""
+    if (info := ctx.done("evaluate")) is not None:
+        return _skip("evaluate", info)
+    from npkl_dist import clustering_metrics, kernel_kmeans
+
+    out: dict = {}
+    with measure(out):
+        V = _V(ctx)
+        y = ctx.cache.get("eval_labels", None)
+        if "eval_labels" not in ctx.cache:
+            y = ctx.store.read_inputs().get("eval_labels")
+        k = ctx.cfg["output"]["clusters"]
+        if k is None and y is not None:
+            k = int(np.unique(y[y >= 0]).size)
+        metrics = None
+        if k is not None:
+            labels = kernel_kmeans(V, k, seed=ctx.cfg["model"]["seed"])
+            ctx.store.write_results(clusters=labels)
+            if y is not None:
+                lab = y >= 0
+                metrics = clustering_metrics(y[lab], labels[lab])
+    return _finish(ctx, "evaluate", {**out, "n_clusters": k, "metrics": metrics})
+
+
+# ------------------------------------------------------------------------------ extend
+def index_for(store, cfg, cache=None):
+    """The kNN index of the training features (reused when this process built it)."""
+    from npkl_dist._graph_blocks import build_knn_index
+
+    if cache is not None and cache.get("index") is not None:
+        return cache["index"]
+    X = store.read_inputs()["features"]
+    info = store.stages()["graph"]["info"]
+    return build_knn_index(X, cfg["graph"]["knn"], method=info.get("method", "auto"),
+                           seed=cfg["model"]["seed"])
+
+
+def extend_points(store, cfg, Q, *, cache=None):
+    """Rows of V (and clusters, when the run has them) for new feature rows Q.
+
+    Returns
+    -------
+    V_new : ndarray (m, r); labels_new : ndarray (m,) of int64 or None
+    """
+    from npkl_dist._extend import extend_embedding, extension_weights
+    from npkl_dist._graph import _check_features
+
+    stages = store.stages()
+    ginfo = stages.get("graph", {}).get("info", {})
+    if ginfo.get("source") != "features":
+        raise ValidationError(
+            f"extend: run {store.url} has a given graph (edges), not one built from features; "
+            f"new points can only be placed in a run whose graph was built with features"
+        )
+    res = store.read_results()
+    if "embedding" not in res:
+        raise ValidationError(
+            f"extend: run {store.url} has no learned embedding yet; finish it with "
+            f"`npkl resume {store.url}` first"
+        )
+    V = res["embedding"]
+    Q = _check_features(Q)
+    d = store.read_inputs()["features"].shape[1] if cache is None or "X" not in cache \
+        else cache["X"].shape[1]
+    if Q.shape[1] != d:
+        raise ValidationError(
+            f"features: new points have {Q.shape[1]} features, the run was trained on {d}; "
+            f"pass rows with the same {d} columns"
+        )
+    k = cfg["graph"]["knn"]
+    if ginfo.get("method") == "exact":
+        idx, dist = index_for(store, cfg, cache).query(Q, k)
+    else:
+        # large n: best-first search on the training graph (pynndescent's own query would
+        # compile a search closure per index and prepare a search graph: minutes at 1e6)
+        from npkl_dist._extend import graph_knn
+
+        X = cache["X"] if cache is not None and "X" in cache else \
+            store.read_inputs()["features"]
+        idx, dist = graph_knn(X, store.read_graph(), Q, k, seed=cfg["model"]["seed"])
+    w = extension_weights(dist, sigma=ginfo.get("sigma"), weighting=ginfo.get("weighting",
+                                                                              "gaussian"))
+    V_new = extend_embedding(V, store.read_degrees(), idx, w, delta=cfg["graph"]["delta"])
+    labels_new = None
+    if "clusters" in res:
+        # a new point joins the cluster of the nearest k-means centre (centres = means of V)
+        lab = res["clusters"]
+        k_cl = int(lab.max()) + 1
+        C = np.zeros((k_cl, V.shape[1]))
+        np.add.at(C, lab, V)
+        C /= np.maximum(np.bincount(lab, minlength=k_cl), 1)[:, None]
+        d2 = ((V_new[:, None, :] - C[None, :, :]) ** 2).sum(-1)
+        labels_new = np.argmin(d2, axis=1).astype(np.int64)
+    return V_new, labels_new
+
+
+def extend(ctx: Context) -> dict:
+    """Embed the configured new points (bcdkl-tnnls2015 §III-E) and store their rows."""
+    if (info := ctx.done("extend")) is not None:
+        return _skip("extend", info)
+    path = ctx.cfg["extend"]["features"]
+    out: dict = {}
+    with measure(out):
+        n_new = 0
+        if path is not None:
+            from ._config import read_input
+
+            Q = read_input(path, "features")
+            V_new, lab = extend_points(ctx.store, ctx.cfg, Q, cache=ctx.cache)
+            items = {"extended_embedding": np.ascontiguousarray(V_new)}
+            if lab is not None:
+                items["extended_clusters"] = lab
+            ctx.store.write_results(**items)
+            n_new = int(V_new.shape[0])
+    return _finish(ctx, "extend", {**out, "n_new": n_new})
+
+
+# ------------------------------------------------------------------------------ report
+def report_dir(cfg: dict, url: str) -> Path:
+    if cfg["output"]["out"]:
+        return Path(cfg["output"]["out"])
+    name = url.rstrip("/").rsplit("/", 1)[-1]
+    return Path("npkl-reports") / name
+
+
+def report(ctx: Context, timings: dict | None = None) -> dict:
+    """summary.json (also stored as the run's ``summary`` result), objective.png and
+    embedding.png (2-D kernel PCA of V, coloured by cluster), embedding.npy, clusters.npy."""
+    import json
+
+    if (info := ctx.done("report")) is not None:
+        return _skip("report", info)
+    out: dict = {}
+    with measure(out):
+        stages = ctx.store.stages()
+        info = {s: stages.get(s, {}).get("info", {}) for s in STAGES if s in stages}
+        learn_i = info.get("learn", {})
+        summary = {
+            "run": ctx.store.url, "config": ctx.cfg,
+            "n_points": info.get("ingest", {}).get("n_points"),
+            "n_constraints": info.get("ingest", {}).get("n_constraints"),
+            "rank": learn_i.get("rank"), "objective": learn_i.get("objective"),
+            "objective_trace": learn_i.get("objective_trace"),
+            "n_sweeps": learn_i.get("n_sweeps"), "converged": learn_i.get("converged"),
+            "metrics": info.get("evaluate", {}).get("metrics"),
+            "n_clusters": info.get("evaluate", {}).get("n_clusters"),
+            "graph": {k: info.get("graph", {}).get(k) for k in
+                      ("source", "knn", "weighting", "method", "sigma", "n_edges",
+                       "n_components", "n_isolated")},
+            "stages": {s: {"seconds": info.get(s, {}).get("seconds"),
+                           "peak_rss_mb": info.get(s, {}).get("peak_rss_mb")}
+                       for s in STAGES if s in info},
+            "code_version": code_version(),
+        }
+        res = ctx.store.read_results()
+        d = report_dir(ctx.cfg, ctx.store.url)
+        d.mkdir(parents=True, exist_ok=True)
+        np.save(d / "embedding.npy", res["embedding"])
+        if "clusters" in res:
+            np.save(d / "clusters.npy", res["clusters"])
+        if "extended_embedding" in res:
+            np.save(d / "extended_embedding.npy", res["extended_embedding"])
+            if "extended_clusters" in res:
+                np.save(d / "extended_clusters.npy", res["extended_clusters"])
+        if ctx.cfg["output"]["plots"]:
+            _plots(d, res, summary)
+        if "summary" not in res:
+            ctx.store.write_results(summary=summary)
+        (d / "summary.json").write_text(json.dumps(summary, indent=2))
+    return _finish(ctx, "report", {**out, "dir": str(d.resolve())})
+
+
+def _plots(d: Path, res: dict, summary: dict):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    trace = summary.get("objective_trace") or []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(np.arange(1, len(trace) + 1), trace, marker=".")
+    ax.set_xlabel("sweep")
+    ax.set_ylabel("objective")
+    ax.set_title(f"objective trace ({summary.get('n_sweeps')} sweeps)")
+    fig.tight_layout()
+    fig.savefig(d / "objective.png", dpi=100)
+    plt.close(fig)
+    V = res["embedding"].astype(np.float64)
+    rng = np.random.default_rng(0)
+    keep = np.sort(rng.choice(V.shape[0], min(V.shape[0], 20_000), replace=False))
+    Vs = V[keep] - V[keep].mean(axis=0)
+    _, _, Wt = np.linalg.svd(Vs, full_matrices=False)
+    Z = Vs @ Wt[:2].T  # top-2 kernel principal components of K = V V'
+    fig, ax = plt.subplots(figsize=(6, 5))
+    c = res["clusters"][keep] if "clusters" in res else None
+    ax.scatter(Z[:, 0], Z[:, 1], c=c, cmap="tab10", s=3)
+    ax.set_title(f"learned kernel, 2-D kernel PCA ({keep.size} of {V.shape[0]} points)")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    fig.tight_layout()
+    fig.savefig(d / "embedding.png", dpi=100)
+    plt.close(fig)
+
+
+def run_stages(ctx: Context, only=None) -> dict:
+    """All stages in order without Prefect (the benchmark's reference, and tests)."""
+    fns = {"ingest": ingest, "graph": build_graph, "plan": colour, "learn": learn,
+           "evaluate": evaluate, "extend": extend, "report": report}
+    return {name: fns[name](ctx) for name in (only or STAGES)}

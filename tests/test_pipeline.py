@@ -1,0 +1,426 @@
+"""The pipeline: configuration validation, the stages over a run store, status and extend.
+
+The stages run here without Prefect (they are plain functions); the Prefect flow itself, a
+crash and a resume run in tests/test_e2e.py (heavy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("zarr")
+
+from npkl_dist import ValidationError  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _data(tmp_path, n=400, n_new=30, seed=0):
+    from sklearn.datasets import load_digits
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_digits(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    rng = np.random.default_rng(seed)
+    pick = rng.permutation(X.shape[0])[: n + n_new]
+    np.save(tmp_path / "X.npy", X[pick[:n]])
+    np.save(tmp_path / "y.npy", y[pick[:n]].astype(np.int64))
+    np.save(tmp_path / "Xnew.npy", X[pick[n:]])
+    return X[pick[:n]], y[pick[:n]], X[pick[n:]]
+
+
+def _raw(tmp_path, **over):
+    raw = {"run": str(tmp_path / "run"),
+           "input": {"features": "X.npy", "labels": "y.npy", "eval_labels": "y.npy"},
+           "model": {"max_sweeps": 15, "seed": 3},
+           "execution": {"checkpoint_every": 4},
+           "output": {"out": str(tmp_path / "report")},
+           "extend": {"features": "Xnew.npy"}}
+    for k, v in over.items():
+        raw[k] = {**raw.get(k, {}), **v} if isinstance(v, dict) else v
+    return raw
+
+
+def _cfg(tmp_path, **over):
+    from flows._config import validate_config
+
+    return validate_config(_raw(tmp_path, **over), base_dir=str(tmp_path))
+
+
+# ------------------------------------------------------------------ configuration
+def test_config_defaults_and_paths(tmp_path):
+    _data(tmp_path)
+    cfg = _cfg(tmp_path)
+    assert cfg["input"]["features"] == str(tmp_path / "X.npy")
+    assert cfg["graph"]["knn"] == 5 and cfg["model"]["solver"] == "bcd"
+    assert cfg["execution"]["executor"] == "auto"
+
+
+@pytest.mark.parametrize("over, match", [
+    ({"model": {"los": "square"}}, r"\[model\]: unknown key 'los'; did you mean 'loss'"),
+    ({"model": {"loss": "sqare"}}, r"loss = 'sqare' is not one of .*did you mean 'square'"),
+    ({"model": {"max_sweeps": "ten"}}, r"max_sweeps = 'ten' has type str; expected int"),
+    ({"model": {"max_sweeps": 0}}, r"max_sweeps = 0; expected an integer >= 1"),
+    ({"graph": {"delta": -1.0}}, r"delta = -1.0; expected a number > 0"),
+    ({"input": {"features": "missing.npy"}}, r"features = '.*missing.npy' does not exist"),
+    ({"input": {"edges": "X.npy"}}, r"exactly one of features"),
+    ({"input": {"constraints": "y.npy"}}, r"exactly one of constraints"),
+    ({"execution": {"executor": "inprocess", "dask": "tcp://h:8786"}}, r"executor = \"dask\""),
+    ({"execution": {"dask": "nonsense"}}, r"neither a scheduler address"),
+    ({"model": {"solver": "admm", "loss": "hinge"}}, r"fits the square loss only"),
+    ({"storage": {"options": {"anon": True}}}, r"options apply to store URLs only"),
+    ({"colour": {}}, r"unknown top-level key 'colour'"),
+])
+def test_config_errors_name_key_value_and_fix(tmp_path, over, match):
+    from flows._config import validate_config
+
+    _data(tmp_path)
+    with pytest.raises(ValidationError, match=match):
+        validate_config(_raw(tmp_path, **over), source="p.toml", base_dir=str(tmp_path))
+
+
+def test_config_needs_run_and_reads_toml(tmp_path):
+    from flows._config import load_config, validate_config
+
+    with pytest.raises(ValidationError, match=r"missing run = "):
+        validate_config({"input": {"dataset": "iris"}})
+    (tmp_path / "c.toml").write_text('run = "x"\n[input]\ndataset = "iris"\n[model]\nseed = 2\n')
+    cfg = load_config(tmp_path / "c.toml")
+    assert cfg["input"]["features"] == "dataset:iris" and cfg["model"]["seed"] == 2
+    (tmp_path / "bad.toml").write_text("run = \n")
+    with pytest.raises(ValidationError, match="not valid TOML"):
+        load_config(tmp_path / "bad.toml")
+
+
+def test_expand_run():
+    from flows._config import expand_run
+
+    assert expand_run("a") == "a"
+    got = expand_run("runs/a-{date}-{flow_run}", "brave-owl")
+    assert got.startswith("runs/a-20") and got.endswith("-brave-owl")
+
+
+# ------------------------------------------------------------------ stages
+
+@contextlib.contextmanager
+def _learn_dies_at(sweep, exc, check=None):
+    """Patch the store checkpointer so that learning stops (raises ``exc``) right after the
+    checkpoint of ``sweep`` is committed, like a process killed there; ``check(state)`` runs
+    first."""
+    from npkl_dist.store import StoreCheckpointer
+
+    orig = StoreCheckpointer.on_sweep
+
+    def dying(self, state, session):
+        orig(self, state, session)
+        if state["sweep"] == sweep:
+            if check is not None:
+                check(state)
+            raise exc
+
+    StoreCheckpointer.on_sweep = dying
+    try:
+        with pytest.raises(exc), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        StoreCheckpointer.on_sweep = orig
+
+
+def _run_stages(cfg, create=True):
+    from flows import _stages
+    from npkl_dist import store as st
+
+    url = st.resolve_run(cfg["run"])
+    if create:
+        rs = st.RunStore.create(url, config={"pipeline": cfg})
+    else:
+        rs = st.RunStore.open(url, mode="a")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return _stages.run_stages(_stages.Context(rs, cfg, quiet=True))
+    finally:
+        rs.close()
+
+
+def test_stages_match_the_library_and_skip_when_done(tmp_path):
+    from npkl_dist import store as st
+    from npkl_dist._job import FitConfig, run_fit
+
+    X, y, Xnew = _data(tmp_path)
+    cfg = _cfg(tmp_path)
+    res = _run_stages(cfg)
+    assert all(not v["skipped"] for v in res.values())
+    assert set(res) == {"ingest", "graph", "plan", "learn", "evaluate", "extend", "report"}
+    for v in res.values():
+        assert v["seconds"] >= 0 and v["peak_rss_mb"] > 0
+    with st.RunStore.open(cfg["run"], mode="r") as rs:
+        out = rs.read_results()
+    # the same fit through the library's one-shot path
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        summary, V, clusters = run_fit(FitConfig(X=X, y_constraints=y, y_eval=y, seed=3,
+                                                 max_sweeps=15))
+    np.testing.assert_allclose(out["embedding"], V, rtol=1e-10, atol=1e-12)
+    assert out["extended_embedding"].shape == (30, V.shape[1])
+    assert out["extended_clusters"].shape == (30,)
+    assert res["evaluate"]["metrics"]["rand_accuracy"] > 0.8
+    rep = tmp_path / "report"
+    for f in ("summary.json", "objective.png", "embedding.png", "embedding.npy",
+              "extended_embedding.npy"):
+        assert (rep / f).is_file(), f
+    s = json.loads((rep / "summary.json").read_text())
+    assert s["n_sweeps"] == 15 and set(s["stages"]) == set(res) - {"report"}
+    again = _run_stages(cfg, create=False)
+    assert all(v["skipped"] for v in again.values())
+
+
+def test_learn_resumes_from_checkpoint_bitwise(tmp_path):
+    """Learning interrupted after a checkpoint (here: stopped at 8 of 15 sweeps by running it
+    with max_sweeps=8 in the same store, then continued) ends equal to an uninterrupted run."""
+    from flows import _stages
+    from npkl_dist import store as st
+
+    _data(tmp_path)
+    full = _cfg(tmp_path, run=str(tmp_path / "full"), extend={"features": None})
+    _run_stages(full)
+    part = _cfg(tmp_path, run=str(tmp_path / "part"), extend={"features": None})
+    rs = st.RunStore.create(part["run"], config={"pipeline": part})
+    ctx = _stages.Context(rs, part, quiet=True)
+    for f in (_stages.ingest, _stages.build_graph, _stages.colour):
+        f(ctx)
+    # a learn that dies right after sweep 8's checkpoint
+    class Killed(Exception):
+        pass
+
+    with _learn_dies_at(8, Killed):
+        _stages.learn(ctx)
+    rs.close()
+    res = _run_stages(part, create=False)
+    assert res["learn"]["resumed_from"] == 8
+    with st.RunStore.open(full["run"]) as a, st.RunStore.open(part["run"]) as b:
+        ra, rb = a.read_results(), b.read_results()
+    assert np.array_equal(ra["embedding"], rb["embedding"])
+    assert np.array_equal(ra["clusters"], rb["clusters"])
+
+
+def test_edge_list_pipeline(tmp_path):
+    from npkl_dist import knn_graph
+
+    X, y, _ = _data(tmp_path, n=200)
+    S = knn_graph(X, 5, warn=False).S.tocoo()
+    up = S.row < S.col
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    pacsv.write_csv(pa.table({"i": S.row[up], "j": S.col[up], "w": S.data[up]}),
+                    tmp_path / "edges.csv")
+    cfg = _cfg(tmp_path, input={"features": None, "edges": "edges.csv"},
+               extend={"features": None})
+    res = _run_stages(cfg)
+    assert res["graph"]["source"] == "edges" and res["graph"]["n_edges"] == int(up.sum())
+    assert res["evaluate"]["metrics"]["rand_accuracy"] > 0.7
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "flows.cli", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600,
+                          env={**(env or os.environ), "PYTHONPATH": ROOT})
+
+
+def test_status_and_extend_commands(tmp_path):
+    X, y, Xnew = _data(tmp_path)
+    cfg = _cfg(tmp_path)
+    _run_stages(cfg)
+    p = _cli("status", cfg["run"], "--json")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert s["stage"] == "finished" and s["sweep"] == 15 and "eta_seconds" not in s
+    p = _cli("status", cfg["run"])
+    assert "stage     finished" in p.stdout and "sweep     15/15" in p.stdout
+    p = _cli("extend", cfg["run"], "--features", tmp_path / "Xnew.npy", "--out", tmp_path / "ext")
+    assert p.returncode == 0, p.stderr
+    from npkl_dist import store as st
+
+    with st.RunStore.open(cfg["run"]) as rs:
+        stored = rs.read_results()["extended_embedding"]
+    assert np.array_equal(np.load(tmp_path / "ext" / "extended_embedding.npy"), stored)
+    p = _cli("extend", cfg["run"], "--features", tmp_path / "y.npy", "--out", tmp_path / "e2")
+    assert p.returncode == 2 and "new points have 1 features, the run was trained on 64" in \
+        p.stderr
+
+
+def test_status_while_learning_reports_eta(tmp_path):
+    """A run stopped inside learn: status names the stage, the sweep and the time left."""
+    from flows import _stages
+    from flows._status import format_status, run_status
+    from npkl_dist import store as st
+
+    _data(tmp_path)
+    cfg = _cfg(tmp_path, model={"max_sweeps": 40}, execution={"checkpoint_every": 2})
+    rs = st.RunStore.create(cfg["run"], config={"pipeline": cfg})
+    ctx = _stages.Context(rs, cfg, quiet=True)
+    for f in (_stages.ingest, _stages.build_graph, _stages.colour):
+        f(ctx)
+    def check(state):
+        s = run_status(cfg["run"])  # from the same process, while the writer holds the lock
+        assert s["stage"] == "learn" and s["sweep"] == 6
+        assert s["writer"]["alive"] is True
+        assert s["sweeps_left_at_most"] == 34 and s["eta_seconds"] > 0
+        assert "time left at most" in format_status(s)
+
+    try:
+        with _learn_dies_at(6, KeyboardInterrupt, check):
+            _stages.learn(ctx)
+    finally:
+        rs.close()
+    s = run_status(cfg["run"])
+    assert s["stage"] == "learn" and "writer" not in s
+    assert "`npkl resume` continues it" in format_status(s)
+
+
+def test_run_command_rejects_bad_config(tmp_path):
+    (tmp_path / "c.toml").write_text('run = "x"\n[input]\ndataset = "iris"\n[model]\nlos = 1\n')
+    p = _cli("run", tmp_path / "c.toml")
+    assert p.returncode == 2
+    assert "c.toml [model]: unknown key 'los'; did you mean 'loss'?" in p.stderr
+
+
+def test_validated_config_validates_again_unchanged(tmp_path):
+    from flows._config import validate_config
+
+    cfg = validate_config({"run": "x", "input": {"dataset": "digits"}})
+    assert validate_config(cfg) == cfg
+
+
+def test_progress_bar_only_on_a_terminal():
+    import io
+
+    from flows._progress import Bar, progress_enabled
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    assert not progress_enabled(stream=io.StringIO())
+    assert not progress_enabled(quiet=True, stream=Tty())
+    assert progress_enabled(stream=Tty())
+    out = Tty()
+    bar = Bar("learn", 10, stream=out)
+    cb = bar.sweep_callback()
+    for s in range(1, 11):
+        cb(s, 1.0 / s, 0.1, 0.01)
+    bar.close()
+    text = out.getvalue()
+    assert "learn  [########################] 10/10" in text and text.endswith("\n")
+    silent = io.StringIO()
+    Bar("graph", 3, enabled=False, stream=silent).update(3)
+    assert silent.getvalue() == ""
+
+
+def test_admm_pipeline_matches_library(tmp_path):
+    from npkl_dist import store as st
+    from npkl_dist._job import FitConfig, run_fit
+
+    X, y, _ = _data(tmp_path, n=250)
+    cfg = _cfg(tmp_path, model={"solver": "admm", "max_sweeps": 10}, extend={"features": None})
+    res = _run_stages(cfg)
+    assert res["learn"]["n_sweeps"] == 10
+    with st.RunStore.open(cfg["run"]) as rs:
+        V = rs.read_results()["embedding"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, ref, _ = run_fit(FitConfig(X=X, y_constraints=y, solver="admm", seed=3,
+                                      max_sweeps=10))
+    np.testing.assert_allclose(V, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_new_run_over_an_existing_one_names_resume(tmp_path):
+    pytest.importorskip("prefect")
+    from flows.pipeline import open_run
+    from npkl_dist.store import StoreError
+
+    _data(tmp_path)
+    cfg = _cfg(tmp_path)
+    store, _ = open_run(cfg, resume=False)
+    store.close()
+    with pytest.raises(StoreError, match=r"already exists .*`npkl resume .*`npkl status"):
+        open_run(cfg, resume=False)
+    store, got = open_run(cfg, resume=True)
+    store.close()
+    assert got == cfg
+
+
+def test_run_and_resume_through_prefect(tmp_path_factory, tmp_path):
+    """The CLI's Prefect flow (temporary local server): a run, a resume that only reuses
+    cached stages, and an input error that ends in one line naming the fix."""
+    pytest.importorskip("prefect")
+    home = tmp_path_factory.mktemp("prefect-home")
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    (tmp_path / "c.toml").write_text(
+        f'run = "{tmp_path / "run"}"\n[input]\ndataset = "iris"\n[model]\nmax_sweeps = 5\n'
+        f'[output]\nout = "{tmp_path / "out"}"\nplots = false\n')
+    p = _cli("run", tmp_path / "c.toml", "--json", env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads(p.stdout)
+    assert not any(v["skipped"] for v in res["stages"].values())
+    assert res["stages"]["learn"]["n_sweeps"] == 5
+    p = _cli("resume", tmp_path / "run", "--json", env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    again = json.loads(p.stdout)
+    assert all(v.get("cached") for v in again["stages"].values())
+    assert again["stages"]["learn"]["objective"] == res["stages"]["learn"]["objective"]
+    p = _cli("run", tmp_path / "c.toml", env=env)
+    assert p.returncode == 2 and "already exists" in p.stderr and "npkl resume" in p.stderr
+    np.save(tmp_path / "y.npy", np.zeros(10, np.int64))
+    (tmp_path / "bad.toml").write_text(
+        f'run = "{tmp_path / "bad"}"\n[input]\ndataset = "iris"\nlabels = "y.npy"\n')
+    p = _cli("run", tmp_path / "bad.toml", env=env)
+    assert p.returncode == 2, p.stderr[-3000:]
+    assert "npkl run: error: labels: 10 labels for 150 points" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_graph_blocks_resume_after_a_crash(tmp_path, monkeypatch):
+    """kNN row blocks land in the store one by one; a build that died after 3 blocks
+    computes only the other 5 and gives the graph of an uninterrupted build."""
+    from flows import _stages
+    from npkl_dist import knn_graph
+    from npkl_dist import store as st
+
+    X, _, _ = _data(tmp_path)
+    cfg = _cfg(tmp_path, graph={"block": 50}, extend={"features": None})
+    rs = st.RunStore.create(cfg["run"], config={"pipeline": cfg})
+    ctx = _stages.Context(rs, cfg, quiet=True)
+    _stages.ingest(ctx)
+    real = _stages.knn_block_to_store
+    calls = []
+
+    def dies_after_three(index, store, s, e):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(s)
+        return real(index, store, s, e)
+
+    monkeypatch.setattr(_stages, "knn_block_to_store", dies_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        _stages.build_graph(ctx)
+    monkeypatch.setattr(_stages, "knn_block_to_store", real)
+    rs.close()
+    rs = st.RunStore.open(cfg["run"], mode="a")
+    info = _stages.build_graph(_stages.Context(rs, cfg, quiet=True))
+    assert info["n_blocks"] == 8 and info["blocks_reused"] == 3
+    S = rs.read_graph()
+    rs.close()
+    ref = knn_graph(X, 5, method="exact", warn=False).S
+    assert (S != ref).nnz == 0
