@@ -131,7 +131,10 @@ def _spectral_start(problem: NPKLProblem, X0: np.ndarray) -> np.ndarray:
     if n <= 5 * r:  # LOBPCG needs n >> r; a dense eigensolve is cheap here
         E = np.linalg.eigh(L.toarray())[1][:, :r]
     else:
-        M = pyamg.smoothed_aggregation_solver(L, symmetry="hermitian").aspreconditioner()
+        from ._blocksolve import seeded_global_random
+
+        with seeded_global_random():
+            M = pyamg.smoothed_aggregation_solver(L, symmetry="hermitian").aspreconditioner()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # LOBPCG's own tolerance chatter
             _, E = lobpcg(L, X0, M=M, largest=False, tol=1e-4, maxiter=200)

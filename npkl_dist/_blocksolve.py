@@ -22,6 +22,7 @@ residual cheap: the gradient on U is -2R, and tr(V'LV) = -<V_U, R> + sum_{i in C
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numba
@@ -272,6 +273,19 @@ def _colsum(part):
 # preconditioners (symmetric positive definite, act on all columns at once)
 # --------------------------------------------------------------------------------------------
 
+@contextmanager
+def seeded_global_random(seed: int = 0):
+    """pyamg draws from numpy's global generator (spectral-radius estimates, LOBPCG's
+    preconditioner set-up): seed it for the block and restore the caller's state, so that
+    fits are reproducible bit for bit."""
+    saved = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(saved)
+
+
 class JacobiPreconditioner:
     """Z = D^{-1} R."""
 
@@ -309,9 +323,7 @@ class AMGPreconditioner:
         # pyamg estimates spectral radii from np.random's global generator: seed it for the
         # set-up (restoring the caller's state) so that the hierarchy, and with it every fit
         # and every resume, is reproducible bit for bit.
-        saved = np.random.get_state()
-        np.random.seed(0)
-        try:
+        with seeded_global_random():
             if smooth == "jacobi":
                 # local (row-sum) weights instead of a power-iteration spectral radius:
                 # same hierarchy quality here at a fraction of the set-up time
@@ -320,8 +332,6 @@ class AMGPreconditioner:
                                                    max_coarse=max_coarse, smooth=smooth,
                                                    max_levels=max_levels, keep=False)
             self._setup_levels(ml, cho_factor, A)
-        finally:
-            np.random.set_state(saved)
         self.setup_seconds = time.perf_counter() - t0
 
     def _setup_levels(self, ml, cho_factor, A):

@@ -351,6 +351,16 @@ def test_spectral_start_is_scaled_bottom_eigenvectors():
                                                               np.random.default_rng(0)))
 
 
+def test_spectral_start_is_reproducible():
+    """pyamg draws from numpy's global generator; the start must not depend on it."""
+    problem = sparse_constrained_problem(4, "square", n=600, rank=4)
+    np.random.seed(1)
+    a = initial_V(problem, np.random.default_rng(0), "spectral")
+    np.random.seed(2)
+    b = initial_V(problem, np.random.default_rng(0), "spectral")
+    assert np.array_equal(a, b)
+
+
 def test_propagate_start_zero_off_the_constrained_rows():
     problem = sparse_constrained_problem(4, "square")
     V = initial_V(problem, np.random.default_rng(0), "propagate")

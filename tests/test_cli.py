@@ -13,7 +13,8 @@ FIT_OPTIONS = [
     "--n-cannot", "--diagonal", "--no-diagonal", "--solver", "--loss", "--rank", "--gamma", "--bound", "--capacity", "--knn", "--weighting",
     "--knn-method", "--delta", "--max-sweeps", "--tol", "--dtype", "--seed", "--threads",
     "--clusters", "--eval-labels", "--out", "--json", "--quiet", "--run", "--executor",
-    "--workers", "--dask", "--blocks", "--checkpoint-every",
+    "--workers", "--dask", "--blocks", "--checkpoint-every", "--method", "--start",
+    "--tol-objective", "--tol-kkt",
 ]
 
 
@@ -56,6 +57,25 @@ def test_help_documents_every_option(capsys):
     fit = build_parser()._subparsers._group_actions[0].choices["fit"]
     declared = {s for a in fit._actions for s in a.option_strings if s.startswith("--")}
     assert declared - {"--help"} == set(FIT_OPTIONS)
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+@pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")
+def test_fit_block_method_json(iris_files, capsys):
+    d, X, y = iris_files
+    s = run_json(capsys, ["fit", "--features", str(d / "X.npy"), "--labels", str(d / "y.npy"),
+                          "--n-must", "10", "--n-cannot", "10", "--max-sweeps", "300",
+                          "--method", "block", "--start", "spectral", "--tol", "1",
+                          "--tol-kkt", "1e-4"])
+    assert s["method"] == "block" and s["start"] == "spectral"
+    assert s["converged"] and s["kkt"] < 1e-4 and s["kkt"] == s["kkt_trace"][-1]
+    assert len(s["cg_iterations"]) == s["n_sweeps"] == len(s["kkt_trace"])
+    tr = s["objective_trace"]
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(tr, tr[1:]))
+    # auto picks sweeps for 150 points and says so
+    s = run_json(capsys, ["fit", "--features", str(d / "X.npy"), "--labels", str(d / "y.npy"),
+                          "--max-sweeps", "5"])
+    assert s["method"] == "sweeps" and len(s["kkt_trace"]) == s["n_sweeps"]
 
 
 @pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
