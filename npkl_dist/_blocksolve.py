@@ -173,6 +173,22 @@ def _post_smooth(indptr, indices, data, diag, w, b, x, out):
 
 
 @njit(nogil=True, cache=True, parallel=True)
+def _csr_mm(indptr, indices, data, X, out, accumulate):
+    """out (+)= M X for a CSR matrix M (rows in parallel): the multigrid transfers P, P'."""
+    n = indptr.shape[0] - 1
+    r = X.shape[1]
+    for i in prange(n):
+        if not accumulate:
+            for c in range(r):
+                out[i, c] = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            k = indices[p]
+            v = data[p]
+            for c in range(r):
+                out[i, c] += v * X[k, c]
+
+
+@njit(nogil=True, cache=True, parallel=True)
 def _norms(R, part_rr):
     n, r = R.shape
     n_ch = (n + RB - 1) // RB
@@ -273,6 +289,14 @@ def _colsum(part):
 # preconditioners (symmetric positive definite, act on all columns at once)
 # --------------------------------------------------------------------------------------------
 
+def _int64_csr(M):
+    M = sp.csr_matrix(M, dtype=np.float64)
+    M.sort_indices()
+    M.indptr = M.indptr.astype(np.int64)
+    M.indices = M.indices.astype(np.int64)
+    return M
+
+
 @contextmanager
 def seeded_global_random(seed: int = 0):
     """pyamg draws from numpy's global generator (spectral-radius estimates, LOBPCG's
@@ -347,7 +371,7 @@ class AMGPreconditioner:
             self.levels.append({
                 "indptr": off.indptr.astype(np.int64), "indices": off.indices.astype(np.int64),
                 "data": off.data, "diag": d, "w": (4.0 / (3.0 * rho)) / d,
-                "P": sp.csr_matrix(lev.P), "R": sp.csr_matrix(lev.P.T),
+                "P": _int64_csr(lev.P), "R": _int64_csr(lev.P.T),
             })
         coarse = ml.levels[-1].A.toarray()
         self.coarse = cho_factor(coarse)
@@ -365,7 +389,10 @@ class AMGPreconditioner:
         x = np.empty_like(b)
         res = np.empty_like(b)
         _pre_smooth(*args, b, x, res)  # x = w b (one Jacobi step from 0), res = b - A x
-        x += lev["P"] @ self._cycle(k + 1, lev["R"] @ res)
+        R_, P_ = lev["R"], lev["P"]
+        coarse_b = np.empty((R_.shape[0], b.shape[1]))
+        _csr_mm(R_.indptr, R_.indices, R_.data, res, coarse_b, False)
+        _csr_mm(P_.indptr, P_.indices, P_.data, self._cycle(k + 1, coarse_b), x, True)
         _post_smooth(*args, b, x, res)  # res = x + w (b - A x)
         return res
 
