@@ -761,7 +761,7 @@ class BlockSession:
     precond : {'amg', 'jacobi'}
     """
 
-    def __init__(self, prep, layout, V, n_threads, precond="amg", extrapolate=True):
+    def __init__(self, prep, layout, V, n_threads, precond="amg-plain", extrapolate=True):
         if precond not in PRECONDITIONERS:
             raise ValidationError(
                 f"precond: {precond!r} is not one of {', '.join(PRECONDITIONERS)}"
