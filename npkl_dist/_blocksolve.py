@@ -113,6 +113,20 @@ def block_layout(problem, plan) -> BlockLayout:
 # compiled kernels (rows of the U block; reductions per RB-row chunk)
 # --------------------------------------------------------------------------------------------
 
+@njit(nogil=True, cache=True, inline="always")
+def _row_times(i, indptr, indices, data, diag, X, q):
+    """q = (A X)_i for A = diag + off-diagonal CSR (float64 accumulation)."""
+    r = X.shape[1]
+    d = np.float64(diag[i])
+    for c in range(r):
+        q[c] = d * X[i, c]
+    for p in range(indptr[i], indptr[i + 1]):
+        k = indices[p]
+        w = np.float64(data[p])
+        for c in range(r):
+            q[c] += w * X[k, c]
+
+
 @njit(nogil=True, cache=True, parallel=True)
 def _matvec_dot(indptr, indices, data, diag, P, Q, part):
     """Q = A P (A = diag + off-diagonal CSR); part[ch, c] = sum over chunk rows of P*Q."""
@@ -122,14 +136,7 @@ def _matvec_dot(indptr, indices, data, diag, P, Q, part):
         acc = np.zeros(r)
         q = np.empty(r)
         for i in range(ch * RB, min((ch + 1) * RB, n)):
-            d = diag[i]
-            for c in range(r):
-                q[c] = d * P[i, c]
-            for p in range(indptr[i], indptr[i + 1]):
-                k = indices[p]
-                w = data[p]
-                for c in range(r):
-                    q[c] += w * P[k, c]
+            _row_times(i, indptr, indices, data, diag, P, q)
             for c in range(r):
                 Q[i, c] = q[c]
                 acc[c] += P[i, c] * q[c]
@@ -144,32 +151,24 @@ def _pre_smooth(indptr, indices, data, diag, w, b, x, res):
     for i in prange(n):
         for c in range(r):
             x[i, c] = w[i] * b[i, c]
-    for i in prange(n):
-        d = diag[i]
-        for c in range(r):
-            res[i, c] = b[i, c] - d * x[i, c]
-        for p in range(indptr[i], indptr[i + 1]):
-            k = indices[p]
-            v = data[p]
+    for ch in prange((n + RB - 1) // RB):
+        q = np.empty(r)
+        for i in range(ch * RB, min((ch + 1) * RB, n)):
+            _row_times(i, indptr, indices, data, diag, x, q)
             for c in range(r):
-                res[i, c] -= v * x[k, c]
+                res[i, c] = b[i, c] - q[c]
 
 
 @njit(nogil=True, cache=True, parallel=True)
 def _post_smooth(indptr, indices, data, diag, w, b, x, out):
     """out = x + w (b - A x)."""
     n, r = b.shape
-    for i in prange(n):
-        d = diag[i]
-        for c in range(r):
-            out[i, c] = b[i, c] - d * x[i, c]
-        for p in range(indptr[i], indptr[i + 1]):
-            k = indices[p]
-            v = data[p]
+    for ch in prange((n + RB - 1) // RB):
+        q = np.empty(r)
+        for i in range(ch * RB, min((ch + 1) * RB, n)):
+            _row_times(i, indptr, indices, data, diag, x, q)
             for c in range(r):
-                out[i, c] -= v * x[k, c]
-        for c in range(r):
-            out[i, c] = x[i, c] + w[i] * out[i, c]
+                out[i, c] = x[i, c] + w[i] * (b[i, c] - q[c])
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -548,14 +547,7 @@ def _direction_LD(indptr, indices, data, diag, V, Vprev, D, LD, part_a, part_b):
         b = 0.0
         q = np.empty(r)
         for i in range(ch * RB, min((ch + 1) * RB, n)):
-            d = np.float64(diag[i])
-            for c in range(r):
-                q[c] = d * D[i, c]
-            for p in range(indptr[i], indptr[i + 1]):
-                k = indices[p]
-                w = np.float64(data[p])
-                for c in range(r):
-                    q[c] += w * D[k, c]
+            _row_times(i, indptr, indices, data, diag, D, q)
             for c in range(r):
                 LD[i, c] = q[c]
                 a += q[c] * np.float64(V[i, c])
