@@ -31,16 +31,23 @@ import scipy.sparse as sp
 from numba import njit, prange
 
 from ._errors import ValidationError
-from ._kernels import CHUNK, greedy_colouring, pair_terms, sweep_units, sweep_units_serial
+from ._kernels import (CHUNK, SUM_BLOCK, greedy_colouring, pair_terms, sweep_units,
+                       sweep_units_serial)
 from ._kkt import kkt_row_terms
+from .executors._inprocess import chunked_sums, ordered_total
+
+
+def _canonical_sum(values) -> float:
+    """Sum in fixed SUM_BLOCK-row chunks, added in order (thread-count independent)."""
+    return ordered_total(chunked_sums(values))
 
 __all__ = ["BlockLayout", "block_layout", "AMGPreconditioner", "JacobiPreconditioner",
-           "block_pcg", "PRECONDITIONERS"]
+           "block_pcg", "PRECONDITIONERS", "BlockSession", "seeded_global_random"]
 
 PRECONDITIONERS = ("amg", "amg-plain", "jacobi")
 
 #: rows per reduction chunk (partial sums in a fixed order: thread-count independent)
-RB = 1024
+RB = SUM_BLOCK
 
 
 # --------------------------------------------------------------------------------------------
@@ -256,26 +263,6 @@ def _direction(P, Z, beta):
             P[i, c] = Z[i, c] + beta[c] * P[i, c]
 
 
-@njit(nogil=True, cache=True, parallel=True)
-def _smooth_part(X, R, dinv, part_xr, part_g, part_x):
-    """Chunk sums of X*R (tr term), ||R_i dinv_i||^2 (KKT on U) and ||X_i||^2."""
-    n, r = X.shape
-    n_ch = (n + RB - 1) // RB
-    for ch in prange(n_ch):
-        a = 0.0
-        b = 0.0
-        x2 = 0.0
-        for i in range(ch * RB, min((ch + 1) * RB, n)):
-            s = dinv[i]
-            for c in range(r):
-                a += X[i, c] * R[i, c]
-                b += (s * R[i, c]) * (s * R[i, c])
-                x2 += X[i, c] * X[i, c]
-        part_xr[ch] = a
-        part_g[ch] = b
-        part_x[ch] = x2
-
-
 def _colsum(part):
     """Column totals of chunk partials, added in chunk order."""
     tot = np.zeros(part.shape[1:]) if part.ndim > 1 else 0.0
@@ -403,17 +390,6 @@ class AMGPreconditioner:
 # --------------------------------------------------------------------------------------------
 # block PCG
 # --------------------------------------------------------------------------------------------
-
-@dataclass
-class CGState:
-    """CG on A X = B for all columns; R = B - A X is kept up to date by the caller."""
-
-    X: np.ndarray
-    R: np.ndarray
-    Z: np.ndarray
-    P: np.ndarray
-    Q: np.ndarray
-
 
 def block_pcg(A_off, A_diag, M, X, R, B_norm, *, rtol: float, maxiter: int, work=None):
     """Warm-started PCG on every column of A X = B, given the residual R = B - A X.
@@ -855,8 +831,8 @@ class BlockSession:
             kernel(rows, ptr, 0, p.indptr, p.indices, p.data, p.diag, p.cptr, p.cidx, p.csgn,
                    V, p.loss_code, p.gamma, p.bound, p.pmax, delta2, norm2)
         c = self.c_rows
-        d2 += float(_ordered(delta2[c]))
-        n2 += float(_ordered(norm2[c]))
+        d2 += float(_canonical_sum(delta2[c]))
+        n2 += float(_canonical_sum(norm2[c]))
         if self.extrapolate:
             d2, n2 = self._extrapolate(d2, n2)  # ends with the exact residual
         else:
@@ -919,9 +895,9 @@ class BlockSession:
         g = np.empty(c.shape[0])
         kkt_row_terms(c, p.indptr, p.indices, p.data, p.diag, p.cptr, p.cidx, p.csgn, V,
                       p.loss_code, p.gamma, p.bound, p.pmax, g)
-        obj = -self._xr + float(_ordered(sm)) + p.gamma * float(_ordered(pairs))
-        vn = float(_ordered(np.einsum("ij,ij->i", V, V, dtype=np.float64)))
-        num = self._gU + float(_ordered(g))
+        obj = -self._xr + float(_canonical_sum(sm)) + p.gamma * float(_canonical_sum(pairs))
+        vn = float(_canonical_sum(np.einsum("ij,ij->i", V, V, dtype=np.float64)))
+        num = self._gU + float(_canonical_sum(g))
         kkt = float(np.sqrt(num / vn)) if vn > 0 else float(np.sqrt(num))
         return obj, kkt
 
@@ -939,11 +915,3 @@ class BlockSession:
 
     def close(self):
         pass
-
-
-def _ordered(values):
-    """Sum in fixed RB-row chunks, chunk totals added in order (thread-count independent)."""
-    total = 0.0
-    for s in range(0, values.shape[0], RB):
-        total += float(values[s:s + RB].sum())
-    return total

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._kernels import _gather, box_qp
+from ._kernels import CHUNK, _gather, box_qp
 
 __all__ = ["kkt_row_terms", "kkt_residual", "KINK_TOL"]
 
@@ -106,7 +106,7 @@ def kkt_row_terms(rows, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, 
     n_rows = rows.shape[0]
     r = V.shape[1]
     pm = max(pmax, 1)
-    n_chunks = (n_rows + 511) // 512
+    n_chunks = (n_rows + CHUNK - 1) // CHUNK
     for ch in prange(n_chunks):
         g = np.empty(r)
         A = np.empty((pm, r))
@@ -117,7 +117,7 @@ def kkt_row_terms(rows, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, 
         grad = np.empty(pm)
         wy = np.empty(pm)
         free = np.empty(pm, np.int64)
-        for q in range(ch * 512, min((ch + 1) * 512, n_rows)):
+        for q in range(ch * CHUNK, min((ch + 1) * CHUNK, n_rows)):
             out[q] = _row_kkt(rows[q], indptr, indices, data, diag, cptr, cidx, csgn, V, loss,
                               gamma, bound, g, A, H, qv, alpha, grad, M, wy, free)
 
