@@ -410,6 +410,8 @@ def test_auto_choice():
         supports_block = False
 
     assert choose_method(big, NoBlock()) == "sweeps"
+    with pytest.raises(ValidationError, match="does not run block solves"):
+        fit_bcd(chain_problem(200), method="block", executor=NoBlock())
     res = _fit(chain_problem(AUTO_MIN_POINTS), method="auto", max_sweeps=2)
     assert res.method == "block"
 
