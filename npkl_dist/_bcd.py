@@ -28,6 +28,8 @@ __all__ = ["FitResult", "fit_bcd", "initial_V", "choose_method", "METHODS", "STA
 AUTO_MIN_POINTS = 20_000
 AUTO_MAX_CONSTRAINED = 0.25
 METHODS = ("auto", "sweeps", "block")
+#: Hinge loss: at most this many sweeps between two joint-move attempts (``joint``).
+JOINT_MAX_WAIT = 16
 STARTS = ("random", "propagate", "spectral")
 
 
@@ -56,6 +58,8 @@ class FitResult:
     objective_seconds : list of float
     cg_iterations : list of int
         Method 'block': conjugate-gradient iterations of each outer iteration.
+    joint_moves : list of int
+        Hinge loss: the sweeps after which a joint move (``npkl_dist._joint``) was taken.
     fit_seconds : float
         Whole fit, including relabelling, colouring and set-up.
     converged : bool
@@ -74,6 +78,7 @@ class FitResult:
     objective_seconds: list = field(default_factory=list)
     kkt_trace: list = field(default_factory=list)
     cg_iterations: list = field(default_factory=list)
+    joint_moves: list = field(default_factory=list)
     kkt: float = float("nan")
     fit_seconds: float = 0.0
     setup_seconds: float = 0.0
@@ -191,7 +196,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
             resume=None, on_sweep=None, method: str = "auto", start: str = "random",
             tol_objective: float | None = None, tol_kkt: float | None = None,
             precond: str = "amg-plain", inner_rtol: float = 0.01, inner_maxiter: int = 1,
-            extrapolate: bool = True, scheme: str = "blocks") -> FitResult:
+            extrapolate: bool = True, scheme: str = "blocks",
+            joint: bool = True) -> FitResult:
     """Fit an NPKL problem by block coordinate descent.
 
     Parameters
@@ -248,6 +254,14 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         Method 'block': after each outer iteration, the objective is minimised exactly over
         the plane spanned by this outer step and the previous one (a conjugate-gradient-like
         momentum, accepted only where it lowers the objective).
+
+    joint : bool
+        Hinge loss: when the sweeps (or outer iterations) meet the stopping criteria, take a
+        joint move of all rows along the least-norm subgradient with one multiplier per pair
+        (``npkl_dist._joint``) and go on; the fit stops when that move lowers the objective
+        by less than ``tol`` relative (hinge row updates alone can stop at coordinatewise
+        minima that are not stationary). The final ``kkt`` of a hinge fit is the joint
+        residual. Other losses are smooth and ignore it.
 
     Returns
     -------
@@ -320,7 +334,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
                            objective_initial=state["objective_initial"],
                            n_colours=layout.n_colours, method=method, start=start)
         for key in ("objective_trace", "change_trace", "sweep_seconds", "objective_seconds",
-                    "kkt_trace", "cg_iterations"):
+                    "kkt_trace", "cg_iterations", "joint_moves"):
             getattr(result, key).extend(state.get(key, []))
         result.converged = bool(state.get("converged", False))
         first = int(state["sweep"]) + 1
@@ -346,6 +360,10 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
     else:
         session = executor.bcd_session(prep, plan, V)
     track_kkt = method == "block" or hasattr(session, "kkt")
+    use_joint = bool(joint) and problem.loss == "hinge"
+    # joint-move schedule (hinge); checkpointed so that a resumed fit takes the same moves
+    joint_wait, joint_next = (1, 0) if resume is None else (
+        int(resume[0].get("joint_wait", 1)), int(resume[0].get("joint_next", 0)))
     try:
         if result is None:
             obj0 = session.objective_kkt()[0] if method == "block" else session.objective()
@@ -382,14 +400,28 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
                 ok = ok and abs(prev - obj) <= tol_objective * max(abs(obj), 1e-300)
             if tol_kkt is not None:
                 ok = ok and kkt is not None and kkt < tol_kkt
+            if use_joint and (ok or sweep >= joint_next):
+                gain = _joint_step(session, prep, problem, result, sweep, obj, tol)
+                ok = ok and gain == 0.0
+                # cost-benefit schedule (a move costs about a sweep plus a small QP): try
+                # again after the next sweep while a move gains more than a sweep did, else
+                # wait twice as long as last time (at most JOINT_MAX_WAIT sweeps)
+                joint_wait = 1 if gain > prev - obj else min(2 * joint_wait, JOINT_MAX_WAIT)
+                joint_next = sweep + joint_wait
             result.converged = bool(ok)
             stop = callback is not None and callback(sweep, obj, change, t1 - t0) is True
             if on_sweep is not None:
-                on_sweep(_state(result, sweep, rng), session)
+                state = _state(result, sweep, rng)
+                state.update(joint_wait=joint_wait, joint_next=joint_next)
+                on_sweep(state, session)
             if stop:
                 break
         V = session.gather()
-        if result.kkt_trace:
+        if use_joint:
+            from ._joint import joint_kkt
+
+            result.kkt = joint_kkt(prep, V)
+        elif result.kkt_trace:
             result.kkt = result.kkt_trace[-1]
         else:
             from ._kkt import kkt_residual
@@ -414,6 +446,22 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
     return result
 
 
+def _joint_step(session, prep, problem, result, sweep, obj, tol) -> float:
+    """Hinge loss: take the joint move if it lowers the objective by more than ``tol``
+    relative (and by more than the problem dtype's rounding); return the decrease of the
+    objective it made (0.0 when it was not taken)."""
+    from ._joint import hinge_joint_move
+
+    V = session.gather()
+    move = hinge_joint_move(prep, V)
+    eps = float(np.finfo(problem.dtype).eps)
+    if -move.decrease <= max(tol, 100.0 * eps) * max(abs(obj), 1e-300):
+        return 0.0
+    session.assign(move.apply(V))
+    result.joint_moves.append(int(sweep))
+    return -move.decrease
+
+
 def _state(result: FitResult, sweep: int, rng: np.random.Generator) -> dict:
     """Everything but V needed to resume after ``sweep`` (JSON-able)."""
     return {
@@ -428,6 +476,7 @@ def _state(result: FitResult, sweep: int, rng: np.random.Generator) -> dict:
         "objective_seconds": list(result.objective_seconds),
         "kkt_trace": list(result.kkt_trace),
         "cg_iterations": list(result.cg_iterations),
+        "joint_moves": list(result.joint_moves),
         "method": result.method,
         "converged": bool(result.converged),
     }

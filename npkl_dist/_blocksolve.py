@@ -904,6 +904,20 @@ class BlockSession:
     def gather(self):
         return self.V
 
+    def assign(self, V):
+        """Replace V (internal order): a joint move. The momentum restarts (S = 0), the
+        residual is recomputed exactly."""
+        self.V[...] = V
+        nf = self.n_free
+        if nf:
+            if self.X.base is not self.V:
+                self.X[...] = self.V[:nf]
+            self.Xold[...] = self.X
+        if self.extrapolate:
+            self.S[...] = 0
+            self.LS[...] = 0
+        self._threads(self._residual)
+
     def checkpoint_array(self):
         """V and the state arrays side by side: what a checkpoint stores."""
         return np.hstack([self.V] + self.state_arrays()) if self.extrapolate else self.V

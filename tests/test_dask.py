@@ -93,6 +93,20 @@ def test_partition_plan_cuts_at_aligned_plan_blocks():
     assert set(starts.tolist()) <= set(odd.block_ptr.tolist())
 
 
+def test_hinge_joint_moves_equal_inprocess_bitwise(clusters, global_random_seed):
+    """Hinge fits take joint moves (npkl_dist._joint) on the driver and write them back to
+    every block, own rows and halo: the fit stays bitwise equal to in-process."""
+    p = make_problem(global_random_seed, "hinge")
+    plan = nk.make_plan(p, n_blocks=3)
+    ref = nk.fit_bcd(p, max_sweeps=25, tol=0.0, plan=plan, executor=InProcessExecutor(1))
+    got = nk.fit_bcd(p, max_sweeps=25, tol=0.0, plan=plan,
+                     executor=DaskExecutor(clusters(2), blocks=3))
+    assert len(ref.joint_moves) >= 2
+    assert got.joint_moves == ref.joint_moves
+    np.testing.assert_array_equal(got.V, ref.V)
+    assert got.objective_trace == ref.objective_trace
+
+
 @pytest.mark.parametrize("workers", [1, 2, 3])
 @pytest.mark.parametrize("blocks", [1, 2, 3])
 @pytest.mark.parametrize("loss", ["hinge", "square", "linear"])

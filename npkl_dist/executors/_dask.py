@@ -451,6 +451,14 @@ class _DaskBCDSession:
         self._flush()
         return np.concatenate(self.ex._gather(lambda: [a.own() for a in self.actors]))
 
+    def assign(self, V):
+        """Replace V (internal order) in every block, own rows and halo: a joint move."""
+        self._flush()
+        self.pending = [[(np.arange(sp.n_own + sp.halo.shape[0]),
+                          np.concatenate([V[sp.start:sp.stop], V[sp.halo]]))]
+                        for sp in self.specs]
+        self._flush()
+
     def write_checkpoint_blocks(self, store, ckpt_id, row_block):
         self._flush()
         if any(sp.start % row_block for sp in self.specs):

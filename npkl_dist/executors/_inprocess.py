@@ -203,6 +203,10 @@ class _BCDSession:
     def gather(self) -> np.ndarray:
         return self.V
 
+    def assign(self, V):
+        """Replace V (internal order) in place: a joint move."""
+        self.V[...] = V
+
     def write_checkpoint_blocks(self, store, ckpt_id, row_block):
         _write_blocks(store, ckpt_id, self.V, row_block)
 
