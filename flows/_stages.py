@@ -150,6 +150,24 @@ def _edge_count_points(path):
     return top
 
 
+def _ingest_features(store, source: str, chunk_rows: int | None = None) -> int:
+    """Stream a feature table into the store in row chunks (never whole in this process);
+    ``dataset:NAME`` (a small bundled table) is cut into the same chunks. Returns n."""
+    if source.startswith("dataset:"):
+        from npkl_dist._graph import _check_features
+
+        from ._config import read_input
+
+        X = _check_features(read_input(source, "features"))
+        step = chunk_rows or X.shape[0]
+        chunks = (X[a: a + step] for a in range(0, X.shape[0], step))
+        return store.write_features_chunks(chunks, n_features=X.shape[1], n_rows=X.shape[0])
+    from npkl_dist._io import FeatureChunks
+
+    fc = FeatureChunks(source, chunk_rows)
+    return store.write_features_chunks(fc, n_features=fc.n_features, n_rows=fc.n_rows)
+
+
 def ingest(ctx: Context) -> dict:
     """Features (chunked by rows), constraints (given or sampled) and labels into the store."""
     if (info := ctx.done("ingest")) is not None:
@@ -163,16 +181,12 @@ def ingest(ctx: Context) -> dict:
     cfg, fc = ctx.cfg, fit_config(ctx.cfg)
     out: dict = {}
     with measure(out):
-        X = None
         lab = cfg["input"]["labels"]
         if lab is not None and lab.startswith("dataset:"):
             fc = dataclasses.replace(fc, labels=None, y_constraints=read_input(lab, "labels"))
-        if cfg["input"]["features"] is not None:
-            X = np.asarray(read_input(cfg["input"]["features"], "features"), np.float64)
-            from npkl_dist._graph import _check_features
-
-            X = _check_features(X)
-            n = X.shape[0]
+        feats = cfg["input"]["features"]
+        if feats is not None:
+            n = _ingest_features(ctx.store, feats)
         else:
             n = cfg["input"]["n_points"] or _edge_count_points(cfg["input"]["edges"])
         cons = load_constraints(fc, n)
@@ -183,10 +197,8 @@ def ingest(ctx: Context) -> dict:
                 f"eval_labels: {y_eval.shape[0]} labels for {n} points; give one label per "
                 f"point (-1 for unknown)"
             )
-        ctx.store.write_inputs(features=X, constraints=cons,
+        ctx.store.write_inputs(constraints=cons,
                                eval_labels=None if y_eval is None else np.asarray(y_eval))
-        if X is not None:
-            ctx.cache["X"] = X
     return _finish(ctx, "ingest", {**out, "n_points": int(n), "n_constraints": int(cons.m),
                                    "n_must": int(cons.n_must), "n_cannot": int(cons.n_cannot),
                                    "n_duplicates_merged": int(cons.n_duplicates),
@@ -258,9 +270,8 @@ def build_graph(ctx: Context) -> dict:
     out: dict = {}
     with measure(out):
         if inp["features"] is not None:
-            X = ctx.cache.get("X")
-            if X is None:
-                X = ctx.store.read_inputs()["features"]
+            X = ctx.store.read_inputs()["features"]  # the index holds every row anyway
+            ctx.cache["X"] = X
             n, k, block = X.shape[0], g["knn"], g["block"]
             method = g["knn_method"]
             if method == "auto":
@@ -275,8 +286,11 @@ def build_graph(ctx: Context) -> dict:
             bar = ctx.bar("graph", len(todo))
             if todo:
                 bar.update(0, f"building the {method} neighbour index", force=True)
-                index = build_knn_index(X, k, method=method, seed=ctx.cfg["model"]["seed"])
-                ctx.cache["index"] = index
+                index = ctx.cache.get("index")  # one index per run (reused by extend)
+                if index is None or (index.method, index.k_query, index.n_points) != \
+                        (method, kq, n):
+                    index = build_knn_index(X, k, method=method, seed=ctx.cfg["model"]["seed"])
+                    ctx.cache["index"] = index
                 _run_blocks(ctx, index, todo, bar)
             bar.close()
             nb = read_row_arrays(ctx.store, KNN_GROUP, ("idx", "dist"))
