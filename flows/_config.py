@@ -13,12 +13,17 @@ knn = 5
 weighting = "gaussian"
 knn_method = "auto"
 delta = 1e-3
+block = 65536                  # rows per kNN task (one row block of the store each)
+exact_max_points = 50000       # knn_method "auto": exact search up to here, pynndescent above
 
 [model]
-solver = "bcd"
+solver = "bcd"                 # bcd | admm | simplenpkl
 loss = "square"
 max_sweeps = 100
 seed = 0
+method = "auto"                # bcd: auto | sweeps | block (see `npkl fit --help`)
+start = "random"               # bcd: random | propagate | spectral
+# tol_objective, tol_kkt: bcd's extra stopping criteria; capacity: simplenpkl's tr(K^2) <= B
 
 [execution]
 executor = "auto"              # auto | inprocess | dask
@@ -31,6 +36,8 @@ options = { endpoint_url = "http://127.0.0.1:9000" }
 [output]
 clusters = 10
 out = "report/"                # summary.json, objective.png, embedding.png, embedding.npy
+plots = true
+files = true                   # false: the summary stays in the run store only
 
 [extend]
 features = "X_new.npy"         # embed points not seen in training (bcdkl-tnnls2015 §III-E)

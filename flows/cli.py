@@ -405,8 +405,9 @@ def _cmd_extend(args) -> int:
             from npkl_dist import ValidationError
 
             raise ValidationError(
-                f"RUN: {rs.url} was written by `npkl fit`, which keeps no kNN metadata; "
-                f"extend runs made with `npkl run CONFIG.toml`")
+                f"RUN: {rs.url} was written by an `npkl fit` older than its pipeline stages, "
+                f"which kept no kNN metadata; extend runs made with `npkl run CONFIG.toml` or "
+                f"a current `npkl fit --run`")
         V_new, lab = extend_points(rs, cfg, read_features(args.features))
     from pathlib import Path
 

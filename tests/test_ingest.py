@@ -107,7 +107,8 @@ def test_streaming_holds_one_chunk_not_the_table(tmp_path):
                                           r"data row\(s\) \[1\].*impute or drop"),
     ("empty.csv", "a,b\n1,2\n3,\n", r"empty cell in data row\(s\) \[1\]"),
     ("text.csv", "a,b\n1,2\n3,x\n", r"cannot read '.*text.csv'.*numeric columns"),
-    ("ragged.csv", "a,b\n1,2\n3,4,5\n", r"cannot read '.*ragged.csv'.*Expected 2 columns, got 3.*same numeric"),
+    ("ragged.csv", "a,b\n1,2\n3,4,5\n",
+     r"cannot read '.*ragged.csv'.*Expected 2 columns, got 3.*same numeric"),
     ("x.txt", "1,2\n", r"extension '.txt'; expected one of .npy, .csv, .parquet"),
     ("missing.npy", None, r"file '.*missing.npy' does not exist; check the path"),
 ])

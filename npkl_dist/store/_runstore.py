@@ -722,8 +722,6 @@ class RunStore:
             The number of rows (points).
         """
         self._require_writer("write_features_chunks")
-        import zarr
-
         d = _positive_int(int(n_features), "n_features")
         dtype = np.dtype("<f8")
         rows = max(1, _TARGET_CHUNK_BYTES // (d * dtype.itemsize))
