@@ -13,12 +13,17 @@ knn = 5
 weighting = "gaussian"
 knn_method = "auto"
 delta = 1e-3
+block = 65536                  # rows per kNN task (one row block of the store each)
+exact_max_points = 50000       # knn_method "auto": exact search up to here, pynndescent above
 
 [model]
-solver = "bcd"
+solver = "bcd"                 # bcd | admm | simplenpkl
 loss = "square"
 max_sweeps = 100
 seed = 0
+method = "auto"                # bcd: auto | sweeps | block (see `npkl fit --help`)
+start = "random"               # bcd: random | propagate | spectral
+# tol_objective, tol_kkt: bcd's extra stopping criteria; capacity: simplenpkl's tr(K^2) <= B
 
 [execution]
 executor = "auto"              # auto | inprocess | dask
@@ -31,6 +36,8 @@ options = { endpoint_url = "http://127.0.0.1:9000" }
 [output]
 clusters = 10
 out = "report/"                # summary.json, objective.png, embedding.png, embedding.npy
+plots = true
+files = true                   # false: the summary stays in the run store only
 
 [extend]
 features = "X_new.npy"         # embed points not seen in training (bcdkl-tnnls2015 §III-E)
@@ -49,7 +56,8 @@ from pathlib import Path
 
 from npkl_dist import ValidationError
 
-__all__ = ["SECTIONS", "load_config", "validate_config", "fit_config", "run_options"]
+__all__ = ["SECTIONS", "load_config", "validate_config", "with_defaults", "fit_config",
+           "run_options"]
 
 _INT, _FLOAT, _STR, _BOOL, _DICT = int, float, str, bool, dict
 
@@ -72,9 +80,10 @@ SECTIONS: dict[str, dict[str, tuple]] = {
         "knn_method": (_STR, "auto", ("auto", "exact", "pynndescent"), False),
         "delta": (_FLOAT, 1e-3, None, False),
         "block": (_INT, 65536, None, False),
+        "exact_max_points": (_INT, 50_000, None, False),
     },
     "model": {
-        "solver": (_STR, "bcd", ("bcd", "admm"), False),
+        "solver": (_STR, "bcd", ("bcd", "admm", "simplenpkl"), False),
         "loss": (_STR, "square", ("hinge", "squared_hinge", "square", "linear"), False),
         "rank": (_INT, None, None, False),
         "gamma": (_FLOAT, 1.0, None, False),
@@ -84,6 +93,11 @@ SECTIONS: dict[str, dict[str, tuple]] = {
         "tol": (_FLOAT, 1e-5, None, False),
         "dtype": (_STR, "float64", ("float32", "float64"), False),
         "seed": (_INT, 0, None, False),
+        "method": (_STR, "auto", ("auto", "sweeps", "block"), False),
+        "start": (_STR, "random", ("random", "propagate", "spectral"), False),
+        "tol_objective": (_FLOAT, None, None, False),
+        "tol_kkt": (_FLOAT, None, None, False),
+        "capacity": (_FLOAT, None, None, False),
     },
     "execution": {
         "executor": (_STR, "auto", ("auto", "inprocess", "dask"), False),
@@ -101,14 +115,15 @@ SECTIONS: dict[str, dict[str, tuple]] = {
         "clusters": (_INT, None, None, False),
         "out": (_STR, None, None, True),
         "plots": (_BOOL, True, None, False),
+        "files": (_BOOL, True, None, False),
     },
     "extend": {
         "features": (_STR, None, None, True),
     },
 }
 _TOP = {"run": (_STR, None, None, False), "name": (_STR, None, None, False)}
-_POSITIVE = {"knn", "block", "max_sweeps", "workers", "blocks", "threads", "checkpoint_every",
-             "clusters", "rank", "n_points"}
+_POSITIVE = {"knn", "block", "exact_max_points", "max_sweeps", "workers", "blocks", "threads",
+             "checkpoint_every", "clusters", "rank", "n_points"}
 _NONNEG = {"seed", "n_must", "n_cannot"}
 
 
@@ -136,9 +151,11 @@ def _check_value(where, key, value, spec):
         raise ValidationError(f"{where}: {key} = {value!r}; expected an integer >= 1")
     if key in _NONNEG and value < 0:
         raise ValidationError(f"{where}: {key} = {value!r}; expected an integer >= 0")
-    if typ is _FLOAT and key in ("delta", "tol", "gamma", "bound") and not value > 0 and \
-            not (key == "tol" and value == 0):
+    if typ is _FLOAT and key in ("delta", "tol", "gamma", "bound", "capacity") and \
+            not value > 0 and not (key == "tol" and value == 0):
         raise ValidationError(f"{where}: {key} = {value!r}; expected a number > 0")
+    if typ is _FLOAT and key in ("tol_objective", "tol_kkt") and not value >= 0:
+        raise ValidationError(f"{where}: {key} = {value!r}; expected a number >= 0")
     return value
 
 
@@ -255,6 +272,15 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
             f"{source} [storage]: options apply to store URLs only, but run = {out['run']!r} is "
             f"local; drop [storage] options or use a URL such as s3://bucket/runs/x"
         )
+    return out
+
+
+def with_defaults(cfg: dict) -> dict:
+    """A validated configuration with the keys added since it was stored filled in with their
+    defaults (runs written by an earlier version resume unchanged)."""
+    out = dict(cfg)
+    for section, spec in SECTIONS.items():
+        out[section] = {**{k: s[1] for k, s in spec.items()}, **(cfg.get(section) or {})}
     return out
 
 

@@ -93,10 +93,17 @@ class Context:
         For kNN row blocks on an existing Dask cluster.
     cache : dict
         In-process objects reused between stages (the kNN index, the problem).
+    throwaway : bool
+        The store is deleted after the run (``npkl fit`` without ``--run``): learning is not
+        checkpointed (nothing could resume from it) and the summary names no run.
     """
 
-    def __init__(self, store, cfg: dict, *, quiet: bool = False, client=None, log=None):
-        self.store, self.cfg, self.quiet, self.client = store, cfg, quiet, client
+    def __init__(self, store, cfg: dict, *, quiet: bool = False, client=None, log=None,
+                 throwaway: bool = False):
+        from ._config import with_defaults
+
+        self.store, self.cfg, self.quiet, self.client = store, with_defaults(cfg), quiet, client
+        self.throwaway = throwaway
         self.cache: dict = {}
         self.log = log or (lambda msg: None)
 
@@ -110,8 +117,20 @@ class Context:
         return entry.get("info", {}) if entry and entry.get("done") else None
 
 
+def _finite(value):
+    """JSON-safe (the store's records are strict JSON): non-finite floats become None
+    (e.g. the KKT residual, NaN for solvers that do not compute it)."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, (float, np.floating)) and not np.isfinite(value):
+        return None
+    return value
+
+
 def _finish(ctx: Context, name: str, info: dict) -> dict:
-    info = {k: v for k, v in info.items()}
+    info = _finite(info)
     ctx.store.mark_stage(name, info)
     return {"stage": name, **info, "skipped": False}
 
@@ -131,6 +150,24 @@ def _edge_count_points(path):
     return top
 
 
+def _ingest_features(store, source: str, chunk_rows: int | None = None) -> int:
+    """Stream a feature table into the store in row chunks (never whole in this process);
+    ``dataset:NAME`` (a small bundled table) is cut into the same chunks. Returns n."""
+    if source.startswith("dataset:"):
+        from npkl_dist._graph import _check_features
+
+        from ._config import read_input
+
+        X = _check_features(read_input(source, "features"))
+        step = chunk_rows or X.shape[0]
+        chunks = (X[a: a + step] for a in range(0, X.shape[0], step))
+        return store.write_features_chunks(chunks, n_features=X.shape[1], n_rows=X.shape[0])
+    from npkl_dist._io import FeatureChunks
+
+    fc = FeatureChunks(source, chunk_rows)
+    return store.write_features_chunks(fc, n_features=fc.n_features, n_rows=fc.n_rows)
+
+
 def ingest(ctx: Context) -> dict:
     """Features (chunked by rows), constraints (given or sampled) and labels into the store."""
     if (info := ctx.done("ingest")) is not None:
@@ -144,16 +181,12 @@ def ingest(ctx: Context) -> dict:
     cfg, fc = ctx.cfg, fit_config(ctx.cfg)
     out: dict = {}
     with measure(out):
-        X = None
         lab = cfg["input"]["labels"]
         if lab is not None and lab.startswith("dataset:"):
             fc = dataclasses.replace(fc, labels=None, y_constraints=read_input(lab, "labels"))
-        if cfg["input"]["features"] is not None:
-            X = np.asarray(read_input(cfg["input"]["features"], "features"), np.float64)
-            from npkl_dist._graph import _check_features
-
-            X = _check_features(X)
-            n = X.shape[0]
+        feats = cfg["input"]["features"]
+        if feats is not None:
+            n = _ingest_features(ctx.store, feats)
         else:
             n = cfg["input"]["n_points"] or _edge_count_points(cfg["input"]["edges"])
         cons = load_constraints(fc, n)
@@ -164,12 +197,12 @@ def ingest(ctx: Context) -> dict:
                 f"eval_labels: {y_eval.shape[0]} labels for {n} points; give one label per "
                 f"point (-1 for unknown)"
             )
-        ctx.store.write_inputs(features=X, constraints=cons,
+        ctx.store.write_inputs(constraints=cons,
                                eval_labels=None if y_eval is None else np.asarray(y_eval))
-        if X is not None:
-            ctx.cache["X"] = X
     return _finish(ctx, "ingest", {**out, "n_points": int(n), "n_constraints": int(cons.m),
-                                   "n_must": int(cons.n_must), "n_cannot": int(cons.n_cannot)})
+                                   "n_must": int(cons.n_must), "n_cannot": int(cons.n_cannot),
+                                   "n_duplicates_merged": int(cons.n_duplicates),
+                                   "diagonal_targets": bool(cons.diagonal)})
 
 
 # ------------------------------------------------------------------------------ graph
@@ -188,21 +221,29 @@ def knn_block_to_store(index, store, start: int, stop: int) -> int:
     return stop - start
 
 
-def _run_blocks(ctx: Context, index, spans, bar, exact: bool):
-    """kNN row blocks as Dask tasks on the cluster (exact index: small, shipped once to
-    every worker), else in a loop here (the pynndescent index holds the neighbour graph
-    already; shipping it would cost more than slicing it)."""
+def _run_blocks(ctx: Context, index, spans, bar):
+    """kNN row blocks as Dask tasks when the stage has a Dask client, else in a loop here.
+
+    The index is built once (here) and shipped once to every worker (``scatter``,
+    broadcast): an exact index carries its training rows, a pynndescent one the neighbour
+    graph its build produced for every training row (the answer to a training row's query;
+    the search structure, which only new points need, stays here). Each task answers the
+    queries of one row block and writes that block into the run store itself; the driver
+    only collects completion. Same index, same rows -> the same neighbours either way."""
     done = 0
-    if ctx.client is not None and exact and spans:
+    if ctx.client is not None and spans:
         from distributed import as_completed
 
-        fut_index = ctx.client.scatter(index, broadcast=True)
+        fut_index = ctx.client.scatter(index, broadcast=True, hash=False)
         futs = [ctx.client.submit(knn_block_to_store, fut_index, ctx.store, s, e, pure=False)
                 for s, e in spans]
-        for _ in as_completed(futs):
-            done += 1
-            bar.update(done)
-        ctx.client.gather(futs)  # re-raises a task's error
+        try:
+            for _ in as_completed(futs):
+                done += 1
+                bar.update(done)
+            ctx.client.gather(futs)  # re-raises a task's error
+        finally:
+            ctx.client.cancel([*futs, fut_index])
         return
     for s, e in spans:
         knn_block_to_store(index, ctx.store, s, e)
@@ -215,7 +256,7 @@ def build_graph(ctx: Context) -> dict:
     independent tasks (a rerun computes only missing blocks); or the edge list in batches."""
     if (info := ctx.done("graph")) is not None and "seconds" in info:
         return _skip("graph", info)
-    from npkl_dist._graph import EXACT_KNN_MAX_POINTS, SIGMA_NEIGHBOURS
+    from npkl_dist._graph import SIGMA_NEIGHBOURS
     from npkl_dist._graph_blocks import (
         assemble_knn_graph,
         build_knn_index,
@@ -229,13 +270,12 @@ def build_graph(ctx: Context) -> dict:
     out: dict = {}
     with measure(out):
         if inp["features"] is not None:
-            X = ctx.cache.get("X")
-            if X is None:
-                X = ctx.store.read_inputs()["features"]
+            X = ctx.store.read_inputs()["features"]  # the index holds every row anyway
+            ctx.cache["X"] = X
             n, k, block = X.shape[0], g["knn"], g["block"]
             method = g["knn_method"]
             if method == "auto":
-                method = "exact" if n <= EXACT_KNN_MAX_POINTS else "pynndescent"
+                method = "exact" if n <= g["exact_max_points"] else "pynndescent"
             kq = max(k, min(SIGMA_NEIGHBOURS, n - 1))
             spans = row_blocks(n, block)
             create_row_arrays(ctx.store, KNN_GROUP, {"idx": (kq, "int64"),
@@ -246,9 +286,12 @@ def build_graph(ctx: Context) -> dict:
             bar = ctx.bar("graph", len(todo))
             if todo:
                 bar.update(0, f"building the {method} neighbour index", force=True)
-                index = build_knn_index(X, k, method=method, seed=ctx.cfg["model"]["seed"])
-                ctx.cache["index"] = index
-                _run_blocks(ctx, index, todo, bar, exact=method == "exact")
+                index = ctx.cache.get("index")  # one index per run (reused by extend)
+                if index is None or (index.method, index.k_query, index.n_points) != \
+                        (method, kq, n):
+                    index = build_knn_index(X, k, method=method, seed=ctx.cfg["model"]["seed"])
+                    ctx.cache["index"] = index
+                _run_blocks(ctx, index, todo, bar)
             bar.close()
             nb = read_row_arrays(ctx.store, KNN_GROUP, ("idx", "dist"))
             graph = assemble_knn_graph([(nb["idx"], nb["dist"])], k, weighting=g["weighting"])
@@ -289,24 +332,42 @@ def colour(ctx: Context) -> dict:
     if (info := ctx.done("plan")) is not None and "seconds" in info:
         return _skip("plan", info)
     from npkl_dist import make_plan
+    from npkl_dist._job import _row_block
 
     out: dict = {}
     with measure(out):
         problem = _problem(ctx)
-        plan = make_plan(problem)
+        # blocks aligned to the checkpoint shards (where the Dask executor may cut)
+        plan = make_plan(problem, align=_row_block(problem.n_points))
         ctx.store.write_plan(plan)
     return _finish(ctx, "plan", {**out, "n_colours": int(plan.n_colours),
                                  "rank": int(problem.rank)})
 
 
 # ------------------------------------------------------------------------------ learn
+class _NoCheckpoints:
+    """The checkpointer of a throw-away store: nothing is saved, nothing resumes."""
+
+    n_saved = 0
+
+    def on_sweep(self, state, session):
+        pass
+
+    def load(self):
+        return None
+
+
 def learn(ctx: Context) -> dict:
-    """Learn V with checkpoints every ``checkpoint_every`` sweeps; resumes from the newest."""
+    """Learn V with checkpoints every ``checkpoint_every`` sweeps; resumes from the newest.
+
+    BCD (plain sweeps or block solves) and KL-ADMM checkpoint into the store; SimpleNPKL
+    (an eigensolver iteration) does not, so a resumed run repeats its learning."""
     if (info := ctx.done("learn")) is not None:
         return _skip("learn", info)
     from npkl_dist import store as st
-    from npkl_dist._job import _row_block, make_executor
-    from npkl_dist._recovery import fit_with_recovery
+    from npkl_dist._bcd import checkpoint_width, choose_method
+    from npkl_dist._job import _row_block, make_executor, result_summary
+    from npkl_dist._recovery import MemoryCheckpointer, fit_with_recovery
 
     from ._config import run_options
 
@@ -319,34 +380,49 @@ def learn(ctx: Context) -> dict:
         opts = run_options(ctx.cfg, n, r)
         row_block = _row_block(n)
         executor = make_executor(opts, row_block)
-        width = 3 * r if m["solver"] == "admm" else r
+        method = m["method"]
+        if m["solver"] == "bcd" and method == "auto":
+            method = choose_method(problem, executor)
+        width = 3 * r if m["solver"] == "admm" else checkpoint_width(r, method)
         params = {"solver": m["solver"], "loss": m["loss"], "gamma": m["gamma"], "rank": r,
                   "delta": ctx.cfg["graph"]["delta"], "bound": m["bound"], "seed": m["seed"],
                   "dtype": str(problem.dtype), "tol": m["tol"], "max_sweeps": m["max_sweeps"],
                   "executor": opts["executor"]}
-        ck = st.StoreCheckpointer(ctx.store, every=int(opts["checkpoint_every"]),
-                                  row_block=row_block, n=n, width=width, dtype=problem.dtype,
-                                  max_sweeps=m["max_sweeps"], extra={"parameters": params})
+        if m["solver"] == "bcd":
+            params["method"] = method
+        if ctx.throwaway:
+            # a lost Dask worker still resumes from the newest sweep held in memory
+            ck = MemoryCheckpointer() if opts["executor"] == "dask" else _NoCheckpoints()
+        else:
+            ck = st.StoreCheckpointer(ctx.store, every=int(opts["checkpoint_every"]),
+                                      row_block=row_block, n=n, width=width,
+                                      dtype=problem.dtype, max_sweeps=m["max_sweeps"],
+                                      extra={"parameters": params})
         bar = ctx.bar("learn", m["max_sweeps"])
         latest = ck.load()
         if latest is not None:
             ctx.log(f"learn: resuming after sweep {latest[0]['sweep']} (checkpoint)")
             bar.update(int(latest[0]["sweep"]), "resumed", force=True)
+        common = dict(executor=executor, plan=plan, tol=m["tol"],
+                      callback=bar.sweep_callback(), log=ctx.log)
         try:
-            if m["solver"] == "admm":
+            if m["solver"] == "simplenpkl":
+                from npkl_dist import fit_simplenpkl
+
+                result = fit_simplenpkl(problem, B=m["capacity"], max_iter=m["max_sweeps"],
+                                        tol=m["tol"], callback=common["callback"])
+            elif m["solver"] == "admm":
                 from npkl_dist import fit_admm
 
                 result = fit_with_recovery(fit_admm, problem, checkpointer=ck, resume=latest,
-                                           executor=executor, plan=plan,
-                                           max_iter=m["max_sweeps"], tol=m["tol"],
-                                           callback=bar.sweep_callback(), log=ctx.log)
+                                           max_iter=m["max_sweeps"], **common)
             else:
                 from npkl_dist import fit_bcd
 
                 result = fit_with_recovery(fit_bcd, problem, checkpointer=ck, resume=latest,
-                                           executor=executor, plan=plan,
-                                           max_sweeps=m["max_sweeps"], tol=m["tol"],
-                                           callback=bar.sweep_callback(), log=ctx.log)
+                                           max_sweeps=m["max_sweeps"], method=method,
+                                           start=m["start"], tol_objective=m["tol_objective"],
+                                           tol_kkt=m["tol_kkt"], **common)
         finally:
             bar.close()
             if hasattr(executor, "close"):
@@ -355,13 +431,12 @@ def learn(ctx: Context) -> dict:
         ctx.store.write_results(embedding=V)
         ctx.cache["V"] = V
     return _finish(ctx, "learn", {
-        **out, "executor": opts["executor"], "n_sweeps": int(result.n_sweeps),
-        "objective": float(result.objective),
-        "objective_initial": float(result.objective_initial),
-        "objective_trace": [float(x) for x in result.objective_trace],
-        "converged": bool(result.converged), "sweep_seconds_total": float(
-            sum(result.sweep_seconds)), "checkpoints_written": int(ck.n_saved),
-        "rank": int(r), "resumed_from": None if latest is None else int(latest[0]["sweep"])})
+        **out, "executor": opts["executor"], "solver": m["solver"], "loss": m["loss"],
+        "gamma": m["gamma"], "rank": int(r), "dtype": str(problem.dtype), "seed": m["seed"],
+        **result_summary(m["solver"], result),
+        "sweep_seconds_total": float(sum(result.sweep_seconds)),
+        "checkpoints_written": int(ck.n_saved),
+        "resumed_from": None if latest is None else int(latest[0]["sweep"])})
 
 
 def _V(ctx):
@@ -490,11 +565,54 @@ def extend(ctx: Context) -> dict:
 
 
 # ------------------------------------------------------------------------------ report
-def report_dir(cfg: dict, url: str) -> Path:
+def report_dir(cfg: dict, url: str) -> Path | None:
+    """Where the report files go; None with ``[output] files = false``."""
+    if not cfg["output"].get("files", True):
+        return None
     if cfg["output"]["out"]:
         return Path(cfg["output"]["out"])
     name = url.rstrip("/").rsplit("/", 1)[-1]
     return Path("npkl-reports") / name
+
+
+#: fields of the learn stage's record copied into the summary (the ``npkl fit --json``
+#: contract: npkl_dist._job.run_fit's summary has the same keys)
+_LEARN_FIELDS = (
+    "solver", "loss", "gamma", "rank", "dtype", "seed", "objective", "objective_initial",
+    "objective_trace", "change_trace", "n_sweeps", "converged", "n_colours", "sweep_seconds",
+    "objective_seconds", "fit_seconds", "method", "start", "kkt", "kkt_trace",
+    "cg_iterations", "primal_residual_trace", "dual_residual_trace", "rho_trace", "B",
+    "dual_trace", "duality_gap", "polished", "n_eigsolves", "executor", "checkpoints_written",
+)
+
+
+def summarise(store, cfg: dict) -> dict:
+    """The run's summary from its stage record: what ``summary.json`` and ``npkl fit --json``
+    show (the fit's fields, the graph, per-stage seconds and peak memory)."""
+    stages = store.stages()
+    info = {s: stages.get(s, {}).get("info", {}) for s in STAGES if s in stages}
+    ing, learn_i = info.get("ingest", {}), info.get("learn", {})
+    ev = info.get("evaluate", {})
+    summary = {
+        "run": store.url, "config": cfg,
+        **{k: ing.get(k) for k in ("n_points", "n_constraints", "n_must", "n_cannot",
+                                   "n_duplicates_merged", "diagonal_targets")},
+        **{k: learn_i[k] for k in _LEARN_FIELDS if k in learn_i},
+        "rank": learn_i.get("rank"), "objective": learn_i.get("objective"),
+        "objective_trace": learn_i.get("objective_trace"),
+        "n_sweeps": learn_i.get("n_sweeps"), "converged": learn_i.get("converged"),
+        "metrics": ev.get("metrics"), "n_clusters": ev.get("n_clusters"),
+        "graph": {k: info.get("graph", {}).get(k) for k in
+                  ("source", "knn", "weighting", "method", "sigma", "n_edges",
+                   "n_components", "n_isolated")},
+        "graph_seconds": info.get("graph", {}).get("seconds"),
+        "cluster_seconds": ev.get("seconds"),
+        "stages": {s: {"seconds": info.get(s, {}).get("seconds"),
+                       "peak_rss_mb": info.get(s, {}).get("peak_rss_mb")}
+                   for s in STAGES if s in info},
+        "code_version": code_version(),
+    }
+    return summary
 
 
 def report(ctx: Context, timings: dict | None = None) -> dict:
@@ -502,46 +620,29 @@ def report(ctx: Context, timings: dict | None = None) -> dict:
     embedding.png (2-D kernel PCA of V, coloured by cluster), embedding.npy, clusters.npy."""
     import json
 
+    from npkl_dist._job import write_outputs
+
     if (info := ctx.done("report")) is not None:
         return _skip("report", info)
     out: dict = {}
     with measure(out):
-        stages = ctx.store.stages()
-        info = {s: stages.get(s, {}).get("info", {}) for s in STAGES if s in stages}
-        learn_i = info.get("learn", {})
-        summary = {
-            "run": ctx.store.url, "config": ctx.cfg,
-            "n_points": info.get("ingest", {}).get("n_points"),
-            "n_constraints": info.get("ingest", {}).get("n_constraints"),
-            "rank": learn_i.get("rank"), "objective": learn_i.get("objective"),
-            "objective_trace": learn_i.get("objective_trace"),
-            "n_sweeps": learn_i.get("n_sweeps"), "converged": learn_i.get("converged"),
-            "metrics": info.get("evaluate", {}).get("metrics"),
-            "n_clusters": info.get("evaluate", {}).get("n_clusters"),
-            "graph": {k: info.get("graph", {}).get(k) for k in
-                      ("source", "knn", "weighting", "method", "sigma", "n_edges",
-                       "n_components", "n_isolated")},
-            "stages": {s: {"seconds": info.get(s, {}).get("seconds"),
-                           "peak_rss_mb": info.get(s, {}).get("peak_rss_mb")}
-                       for s in STAGES if s in info},
-            "code_version": code_version(),
-        }
+        summary = summarise(ctx.store, ctx.cfg)
+        if ctx.throwaway:
+            summary["run"] = None
         res = ctx.store.read_results()
-        d = report_dir(ctx.cfg, ctx.store.url)
-        d.mkdir(parents=True, exist_ok=True)
-        np.save(d / "embedding.npy", res["embedding"])
-        if "clusters" in res:
-            np.save(d / "clusters.npy", res["clusters"])
-        if "extended_embedding" in res:
-            np.save(d / "extended_embedding.npy", res["extended_embedding"])
-            if "extended_clusters" in res:
-                np.save(d / "extended_clusters.npy", res["extended_clusters"])
-        if ctx.cfg["output"]["plots"]:
-            _plots(d, res, summary)
         if "summary" not in res:
             ctx.store.write_results(summary=summary)
-        (d / "summary.json").write_text(json.dumps(summary, indent=2))
-    return _finish(ctx, "report", {**out, "dir": str(d.resolve())})
+        d = report_dir(ctx.cfg, ctx.store.url)
+        if d is not None:
+            write_outputs(d, res["embedding"], res.get("clusters"))
+            if "extended_embedding" in res:
+                np.save(d / "extended_embedding.npy", res["extended_embedding"])
+                if "extended_clusters" in res:
+                    np.save(d / "extended_clusters.npy", res["extended_clusters"])
+            if ctx.cfg["output"]["plots"]:
+                _plots(d, res, summary)
+            (d / "summary.json").write_text(json.dumps(summary, indent=2))
+    return _finish(ctx, "report", {**out, "dir": None if d is None else str(d.resolve())})
 
 
 def _plots(d: Path, res: dict, summary: dict):

@@ -267,37 +267,13 @@ class _Progress:
 
 
 def _cmd_fit(args) -> int:
-    from npkl_dist._job import FitConfig, run_fit, write_outputs
+    """The pipeline's stages in this process (flows._fit), not Prefect."""
+    from flows._fit import fit, fit_pipeline_config
 
-    cfg = FitConfig(
-        features=args.features, edges=args.edges, n_points=args.n_points,
-        constraints=args.constraints, labels=args.labels, n_must=args.n_must,
-        n_cannot=args.n_cannot, diagonal=args.diagonal, solver=args.solver, loss=args.loss, rank=args.rank,
-        gamma=args.gamma, knn=args.knn, weighting=args.weighting, knn_method=args.knn_method,
-        delta=args.delta, bound=args.bound, capacity=args.capacity, max_sweeps=args.max_sweeps, tol=args.tol,
-        method=args.method, start=args.start, tol_objective=args.tol_objective,
-        tol_kkt=args.tol_kkt, dtype=args.dtype, seed=args.seed, threads=args.threads, clusters=args.clusters,
-        eval_labels=args.eval_labels,
-    )
-    progress = _Progress(args.max_sweeps, enabled=not args.quiet)
-    if args.run:
-        from npkl_dist._job import run_fit_in_store
-
-        opts = {"executor": args.executor, "workers": args.workers, "dask": args.dask,
-                "threads": args.threads, "checkpoint_every": args.checkpoint_every,
-                "blocks": args.blocks}
-        summary, V, clusters = run_fit_in_store(cfg, args.run, opts=opts, callback=progress)
-    elif args.executor == "dask":
-        from npkl_dist._job import make_executor
-
-        summary, V, clusters = run_fit(cfg, callback=progress, executor=make_executor(
-            {"executor": "dask", "workers": args.workers, "dask": args.dask,
-             "threads": args.threads, "blocks": args.blocks}, 1024))
-    else:
-        summary, V, clusters = run_fit(cfg, callback=progress)
-    progress.close()
+    summary, V, clusters = fit(lambda run: fit_pipeline_config(args, run), run=args.run,
+                               quiet=args.quiet)
     if args.out:
-        write_outputs(args.out, V, clusters, summary)
+        # the report stage wrote embedding.npy, clusters.npy and summary.json there
         if clusters is None and not args.quiet:
             sys.stderr.write("note: no --clusters or --eval-labels, so clusters.npy was not "
                              "written\n")
@@ -429,8 +405,9 @@ def _cmd_extend(args) -> int:
             from npkl_dist import ValidationError
 
             raise ValidationError(
-                f"RUN: {rs.url} was written by `npkl fit`, which keeps no kNN metadata; "
-                f"extend runs made with `npkl run CONFIG.toml`")
+                f"RUN: {rs.url} was written by an `npkl fit` older than its pipeline stages, "
+                f"which kept no kNN metadata; extend runs made with `npkl run CONFIG.toml` or "
+                f"a current `npkl fit --run`")
         V_new, lab = extend_points(rs, cfg, read_features(args.features))
     from pathlib import Path
 
@@ -451,6 +428,16 @@ def _cmd_resume(args) -> int:
 
     so = _storage_options(args)
     cfg = _stored_config(args.run, so)
+    if "pipeline" in cfg and cfg.get("command") == "fit":
+        # a run of `npkl fit --run`: its stages continue here, as they ran (no Prefect)
+        from flows._fit import run_fit_stages
+        from npkl_dist import store as st
+
+        pcfg = {**cfg["pipeline"], "run": st.resolve_run(args.run)}
+        summary, _, _ = run_fit_stages(pcfg, resume=True, quiet=args.quiet,
+                                       storage_options=so)
+        _print_fit_resume(summary, args)
+        return 0
     if "pipeline" in cfg:
         _prefect_env()
         from flows.pipeline import run_pipeline
@@ -467,16 +454,21 @@ def _cmd_resume(args) -> int:
         _print_pipeline(res, args)
         return 0
 
+    # a run written by `npkl fit --run` before fit ran on the pipeline's stages
     progress = _Progress(0, enabled=not args.quiet)
     summary, V, clusters = run_fit_in_store(None, args.run, resume=True, callback=progress,
                                             storage_options=so)
     progress.close()
+    _print_fit_resume(summary, args)
+    return 0
+
+
+def _print_fit_resume(summary, args):
     if args.json:
         sys.stdout.write(json.dumps(summary) + "\n")
     elif not args.quiet:
         print(f"run {summary['run']}: objective {summary['objective']:.6g} after "
               f"{summary['n_sweeps']} sweeps")
-    return 0
 
 
 def _cmd_export(args) -> int:

@@ -12,7 +12,11 @@ import numpy as np
 
 from ._errors import InputFileError
 
-__all__ = ["read_features", "read_edges", "read_constraints", "read_labels"]
+__all__ = ["read_features", "iter_feature_chunks", "FeatureChunks", "read_edges",
+           "read_constraints", "read_labels"]
+
+#: rows per chunk of a streamed feature table: about 8 MiB of float64 (the store's chunks)
+CHUNK_BYTES = 8 << 20
 
 
 def _path(path, what) -> Path:
@@ -78,6 +82,141 @@ def read_features(path) -> np.ndarray:
     if X.ndim == 1:
         X = X.reshape(-1, 1)
     return X
+
+
+class FeatureChunks:
+    """A feature table read in row chunks, never whole: ``for start, X in FeatureChunks(p)``.
+
+    ``.npy`` is memory-mapped and sliced; ``.csv`` is streamed by pyarrow's incremental CSV
+    reader (header optional, every column parsed as float64); ``.parquet`` by record batches.
+    Each chunk is a float64 array of at most ``chunk_rows`` rows, checked on arrival: errors
+    name the file, the rows and the fix.
+
+    Attributes
+    ----------
+    path : str
+    n_features : int
+        Columns (known on opening).
+    n_rows : int or None
+        Rows, when the format says so before reading (``.npy``, ``.parquet``); None for CSV.
+    chunk_rows : int
+    """
+
+    def __init__(self, path, chunk_rows: int | None = None):
+        self._p = _path(path, "features")
+        self.path = str(path)
+        self._kind = _suffix(self._p, "features", (".npy", ".csv", ".parquet"))
+        self.n_rows = None
+        if self._kind == ".npy":
+            try:
+                X = np.load(self._p, mmap_mode="r", allow_pickle=False)
+            except ValueError as exc:  # object arrays, a damaged header
+                raise InputFileError(
+                    f"features: cannot read {self.path!r} as a numeric .npy array ({exc}); "
+                    f"save the features with np.save(path, X.astype(np.float64))") from None
+            if X.ndim not in (1, 2) or X.dtype.kind not in "fiub":
+                raise InputFileError(
+                    f"features: {self.path!r} holds a {X.ndim}-D array of dtype {X.dtype}; "
+                    f"expected numeric rows (n, d): save a 2-D float array")
+            self._X = X.reshape(-1, 1) if X.ndim == 1 else X
+            self.n_rows, self.n_features = (int(v) for v in self._X.shape)
+        elif self._kind == ".parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            try:
+                self._pf = pq.ParquetFile(self._p)
+            except (pa.ArrowInvalid, OSError) as exc:
+                raise InputFileError(f"features: cannot read {self.path!r}: {exc}") from None
+            schema = self._pf.schema_arrow
+            _numeric_columns(self.path, schema)
+            self.n_rows, self.n_features = self._pf.metadata.num_rows, len(schema.names)
+        else:
+            self._csv_open()
+        if chunk_rows is None:
+            chunk_rows = CHUNK_BYTES // (8 * max(1, self.n_features))
+        self.chunk_rows = max(1, int(chunk_rows))
+
+    def _csv_open(self):
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+
+        try:
+            with pacsv.open_csv(self._p) as r:  # only the first block: the column names
+                names = r.schema.names
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InputFileError(
+                f"features: cannot read {self.path!r}: {exc}; every row needs the same "
+                f"numeric columns (header optional)") from None
+        self._header = not _looks_numeric(names)
+        self.n_features = len(names)
+        self._names = names if self._header else [f"f{k}" for k in range(len(names))]
+
+    def _batches(self):
+        import pyarrow as pa
+
+        if self._kind == ".parquet":
+            yield from self._pf.iter_batches(batch_size=self.chunk_rows)
+            return
+        import pyarrow.csv as pacsv
+
+        ro = pacsv.ReadOptions(
+            block_size=max(1 << 16, min(1 << 26, self.chunk_rows * self.n_features * 24)),
+            **({} if self._header else {"column_names": self._names}))
+        co = pacsv.ConvertOptions(column_types={c: pa.float64() for c in self._names})
+        with pacsv.open_csv(self._p, read_options=ro, convert_options=co) as reader:
+            yield from reader
+
+    def __iter__(self):
+        if self._kind == ".npy":
+            for a in range(0, self.n_rows, self.chunk_rows):
+                yield a, self._check(np.asarray(self._X[a: a + self.chunk_rows],
+                                                dtype=np.float64), a)
+            return
+        import pyarrow as pa
+
+        start = 0
+        try:
+            for batch in self._batches():
+                cols = [batch.column(k).to_numpy(zero_copy_only=False)
+                        for k in range(batch.num_columns)]
+                B = np.column_stack([np.asarray(c, dtype=np.float64) for c in cols]) \
+                    if batch.num_rows else np.zeros((0, self.n_features))
+                for a in range(0, B.shape[0], self.chunk_rows):
+                    part = np.ascontiguousarray(B[a: a + self.chunk_rows])
+                    yield start, self._check(part, start)
+                    start += part.shape[0]
+        except pa.ArrowInvalid as exc:
+            raise InputFileError(
+                f"features: cannot read {self.path!r} after data row {start}: {exc}; every "
+                f"row needs the same {self.n_features} numeric columns (encode or drop "
+                f"non-numeric ones, fill empty cells)") from None
+
+    def _check(self, X, start):
+        bad = ~np.all(np.isfinite(X), axis=1)
+        if bad.any():
+            rows = (start + np.flatnonzero(bad)).tolist()
+            raise InputFileError(
+                f"features: {self.path!r} holds NaN, inf or an empty cell in data row(s) "
+                f"{rows[:10]} (0-based, header not counted); impute or drop them before "
+                f"learning a kernel")
+        return X
+
+
+def _numeric_columns(path, schema):
+    import pyarrow as pa
+
+    bad = [f.name for f in schema if not (pa.types.is_integer(f.type) or
+                                          pa.types.is_floating(f.type) or
+                                          pa.types.is_boolean(f.type))]
+    if bad:
+        raise InputFileError(
+            f"features: non-numeric column(s) {bad[:5]} in {str(path)!r}; encode or drop them")
+
+
+def iter_feature_chunks(path, chunk_rows: int | None = None):
+    """``(first_row, X_chunk)`` pairs of a feature file (see :class:`FeatureChunks`)."""
+    return iter(FeatureChunks(path, chunk_rows))
 
 
 def read_edges(path) -> np.ndarray:

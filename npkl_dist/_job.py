@@ -108,6 +108,33 @@ def _bcd_summary(result) -> dict:
             "kkt_trace": result.kkt_trace, "cg_iterations": result.cg_iterations}
 
 
+def result_summary(solver: str, result) -> dict:
+    """The JSON fields of a fit result (the learning part of the ``npkl fit --json``
+    contract), for any solver."""
+    out = {
+        "objective": float(result.objective),
+        "objective_initial": float(result.objective_initial),
+        "objective_trace": [float(x) for x in result.objective_trace],
+        "change_trace": [float(x) for x in result.change_trace],
+        "n_sweeps": int(result.n_sweeps),
+        "converged": bool(result.converged),
+        "n_colours": int(result.n_colours),
+        "sweep_seconds": [float(x) for x in result.sweep_seconds],
+        "objective_seconds": [float(x) for x in result.objective_seconds],
+        "fit_seconds": float(result.fit_seconds),
+    }
+    out.update(_bcd_summary(result))
+    if solver == "admm":
+        out["primal_residual_trace"] = result.primal_trace
+        out["dual_residual_trace"] = result.dual_trace
+        out["rho_trace"] = result.rho_trace
+    if solver == "simplenpkl":
+        out.update({"B": float(result.B), "dual_trace": list(map(float, result.dual_trace)),
+                    "duality_gap": float(result.duality_gap),
+                    "polished": bool(result.polished), "n_eigsolves": int(result.n_eigsolves)})
+    return out
+
+
 def _check_constraint_source(cfg: FitConfig):
     if (cfg.constraints is not None) == (cfg.labels is not None or cfg.y_constraints is not None):
         raise ValidationError(
@@ -195,33 +222,15 @@ def run_fit(cfg: FitConfig, callback=None, executor=None
         "n_must": cons.n_must,
         "n_cannot": cons.n_cannot,
         "n_duplicates_merged": cons.n_duplicates,
+        "diagonal_targets": cons.diagonal,
         "graph": {"n_edges": int(graph.S.nnz // 2), "n_components": graph.n_components,
                   "n_isolated": graph.n_isolated, "sigma": graph.sigma, "knn": cfg.knn,
                   "weighting": cfg.weighting if X is not None else "given"},
-        "objective": result.objective,
-        "objective_initial": result.objective_initial,
-        "objective_trace": result.objective_trace,
-        "change_trace": result.change_trace,
-        "n_sweeps": result.n_sweeps,
-        "converged": result.converged,
-        "n_colours": result.n_colours,
-        "diagonal_targets": cons.diagonal,
-        "sweep_seconds": result.sweep_seconds,
-        "objective_seconds": result.objective_seconds,
-        "fit_seconds": result.fit_seconds,
+        **result_summary(cfg.solver, result),
         "graph_seconds": t_graph,
         "cluster_seconds": t_cluster,
         "n_clusters": k,
     }
-    summary.update(_bcd_summary(result))
-    if cfg.solver == "admm":
-        summary["primal_residual_trace"] = result.primal_trace
-        summary["dual_residual_trace"] = result.dual_trace
-        summary["rho_trace"] = result.rho_trace
-    if cfg.solver == "simplenpkl":
-        summary.update({"B": float(result.B), "dual_trace": list(map(float, result.dual_trace)),
-                        "duality_gap": float(result.duality_gap),
-                        "polished": bool(result.polished), "n_eigsolves": int(result.n_eigsolves)})
     if y_eval is not None and clusters is not None:
         labelled = y_eval >= 0
         summary["metrics"] = clustering_metrics(y_eval[labelled], clusters[labelled])
@@ -412,4 +421,4 @@ def export_run(run: str, out_dir, storage_options=None):
         res = store.read_results()
     finally:
         store.close()
-    return write_outputs(out_dir, res["embedding"], res.get("clusters"), res["summary"])
+    return write_outputs(out_dir, res["embedding"], res.get("clusters"), res.get("summary"))

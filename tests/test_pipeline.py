@@ -424,3 +424,53 @@ def test_graph_blocks_resume_after_a_crash(tmp_path, monkeypatch):
     rs.close()
     ref = knn_graph(X, 5, method="exact", warn=False).S
     assert (S != ref).nnz == 0
+
+
+@pytest.mark.parametrize("threshold, method, processes", [
+    (50_000, "exact", False),  # threads: fast
+    # worker processes (the index pickled and shipped); pynndescent compiles for 35-70 s
+    pytest.param(100, "pynndescent", True, marks=pytest.mark.heavy)])
+def test_knn_blocks_as_dask_tasks_equal_in_process(tmp_path, threshold, method, processes):
+    """One index (above the exact-search threshold, lowered here to 100 points: one
+    pynndescent index), built once and shipped to two Dask worker processes; each task
+    answers the queries of one row block and writes it into the store. Same index, same
+    rows: the same neighbours and graph as the in-process loop, which is also the fallback
+    without a Dask client."""
+    distributed = pytest.importorskip("distributed")
+    from flows import _stages
+    from npkl_dist import store as st
+    from npkl_dist.store._rows import read_row_arrays
+
+    _data(tmp_path, n=400)
+    cfg = _cfg(tmp_path, graph={"exact_max_points": threshold, "block": 64},
+               extend={"features": None})
+
+    def build(name, client=None, index=None):
+        c = {**cfg, "run": str(tmp_path / name)}
+        rs = st.RunStore.create(c["run"], config={"pipeline": c})
+        ctx = _stages.Context(rs, c, quiet=True, client=client)
+        if index is not None:
+            ctx.cache["index"] = index
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                _stages.ingest(ctx)
+                info = _stages.build_graph(ctx)
+            nb = read_row_arrays(rs, _stages.KNN_GROUP, ("idx", "dist"))
+            return info, nb, rs.read_graph(), ctx.cache["index"]
+        finally:
+            rs.close()
+
+    info, nb, S, index = build("local")
+    assert info["method"] == method and info["n_blocks"] == 7
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=processes,
+                                  dashboard_address=":0") as cluster, \
+            distributed.Client(cluster) as client:
+        info2, nb2, S2, _ = build("dask", client=client, index=index)
+        ran = client.run_on_scheduler(
+            lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
+    assert "knn_block_to_store" in ran
+    assert info2["method"] == method and info2["blocks_reused"] == 0
+    np.testing.assert_array_equal(nb2["idx"], nb["idx"])
+    np.testing.assert_array_equal(nb2["dist"], nb["dist"])
+    assert (S2 != S).nnz == 0 and info2["sigma"] == info["sigma"]

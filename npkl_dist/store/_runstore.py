@@ -698,6 +698,103 @@ class RunStore:
                     "inputs", {k: {"sha256": v, "kind": k} for k, v in todo.items()}, info
                 )
 
+    def write_features_chunks(self, chunks, *, n_features: int, n_rows: int | None = None
+                              ) -> int:
+        """Write ``inputs/features`` from row chunks, holding at most one store chunk.
+
+        Same array, chunking and item hash as ``write_inputs(features=X)`` for the
+        concatenated chunks (storage/SPEC.md §5), so a retry is a no-op and different
+        content is refused. Chunks are re-cut into whole store chunks (one write each).
+
+        Parameters
+        ----------
+        chunks : iterable of ``(first_row, X)`` or of ``X``
+            float64 arrays (m, n_features) in row order (e.g. :class:`npkl_dist._io.
+            FeatureChunks`), already checked for NaN/inf.
+        n_features : int
+        n_rows : int, optional
+            Total rows when known before reading (``.npy``, ``.parquet``): the hash is then
+            computed on the way; otherwise the written array is read back once to hash it.
+
+        Returns
+        -------
+        int
+            The number of rows (points).
+        """
+        self._require_writer("write_features_chunks")
+        d = _positive_int(int(n_features), "n_features")
+        dtype = np.dtype("<f8")
+        rows = max(1, _TARGET_CHUNK_BYTES // (d * dtype.itemsize))
+        with self._io("writing the features"):
+            recorded = self._read_stages().get("inputs", {}).get("items", {}).get("features")
+            group = self._group("inputs")
+            if recorded is not None:  # hash only, against the recorded array's shape
+                n_hdr, a = int(group["features"].shape[0]), None
+            else:
+                n_hdr = n_rows
+                if n_rows is not None:
+                    rows = max(1, min(int(n_rows), rows))
+                a = group.create_array(
+                    "features", shape=(int(n_rows or 0), d), dtype=dtype, chunks=(rows, d),
+                    fill_value=0, overwrite=True, config={"write_empty_chunks": True},
+                    chunk_key_encoding=_KEY_ENCODING)
+            h = hashlib.sha256(f"{dtype.str}{(n_hdr, d)};".encode()) \
+                if n_hdr is not None else None
+            n, pending, held = 0, [], 0
+
+            def flush(block):
+                nonlocal n
+                if h is not None:
+                    h.update(_le(block).reshape(-1).view(np.uint8))
+                if a is not None:
+                    if n_rows is None:
+                        a.append(block, axis=0)
+                    else:
+                        a[n: n + block.shape[0]] = block
+                n += block.shape[0]
+
+            for item in chunks:
+                X = item[1] if isinstance(item, tuple) else item
+                X = np.asarray(X, dtype=dtype)
+                if X.ndim != 2 or X.shape[1] != d:
+                    raise ValidationError(
+                        f"features: a chunk of shape {X.shape} after row {n + held}; every "
+                        f"chunk must have the same {d} columns")
+                pending.append(X)
+                held += X.shape[0]
+                while held >= rows:  # whole store chunks: one writer, one write each
+                    buf = np.concatenate(pending) if len(pending) > 1 else pending[0]
+                    flush(buf[:rows])
+                    rest = buf[rows:]
+                    pending, held = ([rest] if rest.shape[0] else []), rest.shape[0]
+            if held:
+                flush(np.concatenate(pending) if len(pending) > 1 else pending[0])
+            if n == 0:
+                raise ValidationError("features: the table has no rows; pass at least 2 points")
+            if n_rows is not None and n != n_rows:
+                raise ValidationError(
+                    f"features: {n} rows read where the file announced {n_rows}; the file "
+                    f"changed while it was read or is damaged: read it again")
+            if h is None:  # rows unknown before reading: hash the written array back
+                h = hashlib.sha256(f"{dtype.str}{(n, d)};".encode())
+                for s0 in range(0, n, rows):
+                    h.update(_le(np.asarray(a[s0: s0 + rows])).reshape(-1).view(np.uint8))
+            if recorded is not None and n != n_hdr:
+                h = hashlib.sha256(f"{dtype.str}{(n, d)};".encode())  # differs: refused
+            todo = self._plan_items("inputs", {"features": h.hexdigest()})
+            if todo:
+                recorded_n = self._read_stages().get("inputs", {}).get("info", {}).get(
+                    "n_points")
+                if recorded_n is not None and recorded_n != n:
+                    raise ValidationError(
+                        f"write_features_chunks: {n} feature rows, but the run's other "
+                        f"inputs describe {recorded_n} points; every input must describe "
+                        f"the same n points")
+                self._record_items("inputs", {"features": {"sha256": todo["features"],
+                                                           "kind": "features"}},
+                                   {"n_points": n})
+            return n
+
     def read_inputs(self) -> dict:
         """The inputs written so far: keys among features, constraints, labels, eval_labels."""
         with self._io("reading the inputs"):
