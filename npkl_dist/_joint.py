@@ -70,9 +70,12 @@ class JointMove:
 
 
 def _L_times(prep, X):
-    n = prep.diag.shape[0]
-    off = sp.csr_matrix((prep.data.astype(np.float64), prep.indices, prep.indptr), shape=(n, n))
-    return off @ X + prep.diag.astype(np.float64)[:, None] * X
+    """L X in float64 (rows in parallel threads)."""
+    from ._blocksolve import _csr_mm
+
+    out = prep.diag.astype(np.float64)[:, None] * X
+    _csr_mm(prep.indptr, prep.indices, prep.data, X, out, True)
+    return out
 
 
 def _subgradient(prep, V, kink_rtol):
