@@ -248,14 +248,17 @@ def split_folds(constraints: Constraints, folds: int, seed: int) -> list:
     """
     rng = np.random.default_rng(seed)
     parts = [[] for _ in range(folds)]
-    for kind, name in ((constraints.t > 0, "must-link"), (constraints.t < 0, "cannot-link")):
-        idx = np.flatnonzero(kind)
-        if idx.size < 2:
+    types = ((constraints.t > 0, "must-link"), (constraints.t < 0, "cannot-link"))
+    for kind, name in types:
+        have = int(np.count_nonzero(kind))
+        if have < 2:
             raise ValidationError(
-                f"constraints: {idx.size} {name} pair(s); cross-validation needs at least 2 "
+                f"constraints: {have} {name} pair(s); cross-validation needs at least 2 "
                 f"of each type (one held out per fold, folds >= 2); add {name} constraints "
                 f"or pass gamma yourself"
             )
+    for kind, name in types:
+        idx = np.flatnonzero(kind)
         if idx.size < folds:
             raise ValidationError(
                 f"folds: {folds} folds need at least {folds} {name} pairs (one held out per "
