@@ -177,3 +177,48 @@ def test_unconverged_fits_are_summarised_in_one_warning(inputs):
     assert len(rec) == 1
     assert "select_gamma: 4 of 4 cross-validation fits stopped" in str(rec[0].message)
     assert sel.n_unconverged.sum() == 4 and sel.to_dict()["n_unconverged"] == 4
+
+
+@pytest.fixture
+def pair_files(tmp_path):
+    """Features and a pairs file: the fit below gets no labels at all."""
+    X, y = _blobs()
+    c = nk.sample_constraints(y, 24, 24, seed=1)
+    np.save(tmp_path / "X.npy", X)
+    rows = ["i,j,type"] + [f"{i},{j},{'must' if t > 0 else 'cannot'}"
+                           for i, j, t in zip(c.i, c.j, c.t)]
+    (tmp_path / "pairs.csv").write_text("\n".join(rows) + "\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("extra, score", [(["--clusters", "3"], "clusters"), ([], "auc")])
+def test_cli_gamma_cv(pair_files, capsys, extra, score):
+    import json
+
+    from flows.cli import main
+
+    d = pair_files
+    code = main(["fit", "--features", str(d / "X.npy"), "--constraints", str(d / "pairs.csv"),
+                 "--loss", "linear", "--gamma", "cv", "--max-sweeps", "2000", "--tol", "1e-4",
+                 "--json", "--quiet", *extra])
+    assert code == 0
+    s = json.loads(capsys.readouterr().out)
+    sel = s["gamma_selection"]
+    assert s["gamma"] == sel["gamma"] and s["gamma"] in (0.1, 1.0, 10.0, 100.0)
+    assert sel["score"] == score and sel["folds"] == 3 and len(sel["scores"]) == 3
+    assert "metrics" not in s
+
+
+def test_cli_gamma_rejects_words_and_run(pair_files, capsys, tmp_path):
+    from flows.cli import main
+
+    d = pair_files
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", "--features", str(d / "X.npy"), "--constraints", str(d / "pairs.csv"),
+              "--gamma", "auto"])
+    assert exc.value.code == 2
+    assert "expected a number or 'cv', got 'auto'" in capsys.readouterr().err
+    code = main(["fit", "--features", str(d / "X.npy"), "--constraints", str(d / "pairs.csv"),
+                 "--gamma", "cv", "--run", str(tmp_path / "run"), "--quiet"])
+    assert code == 2
+    assert "gamma: 'cv' is not available with --run" in capsys.readouterr().err
