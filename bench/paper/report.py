@@ -13,6 +13,7 @@ HERE = Path(__file__).resolve().parent
 BEGIN = "<!-- paper-replication:begin -->"
 END = "<!-- paper-replication:end -->"
 NPKL_PREFIXES = ("BCD", "KL-ADMM", "SimpleNPKL")
+SMALL = "chessboard dbl-spiral glass heart iris sonar soybean wine breast-cancer"
 #: Display names of methods whose key is terse for the command line.
 LABELS = {"BCD-linear-cv": "BCD-linear (γ by CV)", "KL-ADMM-cv": "KL-ADMM (γ by CV)"}
 
@@ -125,9 +126,11 @@ def markdown(agg, names, methods, wall_seconds, reps, command):
         f"Latest invocation: `{command}` ({reps} repetitions, {wall_seconds:.0f} s). The "
         f"tables cover every result in `bench/paper/results.jsonl` (finished tasks are cached "
         f"there and skipped on re-runs; `--fresh` recomputes everything). Run time of the "
-        f"nine small data sets at 20 repetitions, 2 processes: 469 s "
-        f"(`npkl bench paper --datasets chessboard dbl-spiral glass heart iris sonar soybean "
-        f"wine breast-cancer --reps 20`).",
+        f"nine small data sets at 20 repetitions, 2 processes: 469 s for the fixed-γ methods "
+        f"and the peers (`npkl bench paper --datasets {SMALL} --reps 20`), and 1370 s more for "
+        f"the two \"γ by CV\" methods (`npkl bench paper --datasets {SMALL} --reps 20 "
+        f"--methods BCD-linear-cv KL-ADMM-cv`, 13 fits each per repetition; other benchmarks "
+        f"shared the two cores).",
         "",
         "Pairwise (Rand) accuracy in %, mean ± std over repetitions; fit time in seconds "
         "(kernel learning, or the peer's whole fit; for the \"γ by CV\" methods the "

@@ -216,7 +216,8 @@ def main(argv=None):
     run(names, args.reps, args.methods, args.results, args.workers)
     from bench.paper.report import write_report
 
-    write_report(load_results(args.results), names, args.methods, args.report,
+    # every method in the results is reported, in the canonical order whatever --methods says
+    write_report(load_results(args.results), names, NPKL_METHODS + PEER_METHODS, args.report,
                  wall_seconds=time.perf_counter() - t0, reps=args.reps,
                  command="npkl bench paper " + " ".join(argv or sys.argv[1:]))
     return 0
