@@ -9,8 +9,9 @@ true number of classes; pairwise (Rand) accuracy. gamma = 1 and b = 1 for every 
 data set (not tuned), except the "-cv" methods: they choose gamma from (0.1, 1, 10, 100) per
 repetition by ``npkl_dist.select_gamma`` (3-fold cross-validation on that repetition's
 constraints only, scored by the held-out pairs kernel k-means satisfies; labels are never
-used), then fit all constraints with it; their fit time includes the selection. BCD: at most 1000 sweeps (800 on adult), tol 1e-5; KL-ADMM: rho = 100,
-at most 500 iterations (100 on adult); SimpleNPKL: B = 100 (100n on adult).
+used), then fit all constraints with it; their fit time includes the selection. BCD: at
+most 1000 sweeps (800 on adult), tol 1e-5; KL-ADMM: rho = 100, at most 500 iterations (100 on
+adult); SimpleNPKL: B = 100 (100n on adult).
 
 Each (data set, repetition) is one task; results are appended to a JSON-lines file as they
 finish, so an interrupted run resumes where it stopped.
