@@ -134,6 +134,12 @@ def _suggest(word, options):
 
 def _check_value(where, key, value, spec):
     typ, _, choices, _ = spec
+    if key == "gamma" and isinstance(value, str):
+        if value.strip().lower() == "cv":
+            return "cv"  # chosen by cross-validation on held-out constraints (learn stage)
+        raise ValidationError(
+            f"{where}: gamma = {value!r}; expected a number > 0 or 'cv' (chosen by "
+            f"cross-validation on held-out constraints)")
     ok = isinstance(value, typ) and not (typ in (_INT, _FLOAT) and isinstance(value, bool))
     if typ is _FLOAT and isinstance(value, int) and not isinstance(value, bool):
         value, ok = float(value), True

@@ -319,7 +319,9 @@ def _problem(ctx: Context):
     inputs = ctx.store.read_inputs()
     S = ctx.store.read_graph()
     L = laplacian(S, g["delta"], dtype=m["dtype"])
-    problem = NPKLProblem.build(L, inputs["constraints"], loss=m["loss"], gamma=m["gamma"],
+    # gamma = 'cv': 1 until the learn stage has chosen it (_gamma); the plan ignores gamma
+    problem = NPKLProblem.build(L, inputs["constraints"], loss=m["loss"],
+                                gamma=1.0 if m["gamma"] == "cv" else m["gamma"],
                                 rank=m["rank"], bound=m["bound"], seed=m["seed"],
                                 dtype=m["dtype"])
     ctx.cache["problem"] = problem
@@ -345,6 +347,27 @@ def colour(ctx: Context) -> dict:
 
 
 # ------------------------------------------------------------------------------ learn
+def _gamma(ctx: Context, problem, executor):
+    """The problem with the model's gamma. With ``gamma = 'cv'`` it is chosen by
+    cross-validation on held-out constraints (:func:`npkl_dist.select_gamma`; never the
+    labels) and recorded in the run store (record 'gamma'), so that a resumed run learns with
+    the same value without choosing again. Returns (problem, selection record or None)."""
+    m = ctx.cfg["model"]
+    if m["gamma"] != "cv":
+        return problem, None
+    from dataclasses import replace
+
+    from npkl_dist._job import _select_gamma
+
+    from ._config import fit_config
+
+    if (info := ctx.done("gamma")) is None:
+        ctx.log("learn: choosing gamma by cross-validation on held-out constraints")
+        sel = _select_gamma(fit_config(ctx.cfg), problem, executor)
+        info = _finish(ctx, "gamma", {"gamma": float(sel.gamma), "selection": sel.to_dict()})
+    return replace(problem, gamma=float(info["gamma"])), info["selection"]
+
+
 class _NoCheckpoints:
     """The checkpointer of a throw-away store: nothing is saved, nothing resumes."""
 
@@ -384,7 +407,8 @@ def learn(ctx: Context) -> dict:
         if m["solver"] == "bcd" and method == "auto":
             method = choose_method(problem, executor)
         width = 3 * r if m["solver"] == "admm" else checkpoint_width(r, method)
-        params = {"solver": m["solver"], "loss": m["loss"], "gamma": m["gamma"], "rank": r,
+        problem, selection = _gamma(ctx, problem, executor)
+        params = {"solver": m["solver"], "loss": m["loss"], "gamma": problem.gamma, "rank": r,
                   "delta": ctx.cfg["graph"]["delta"], "bound": m["bound"], "seed": m["seed"],
                   "dtype": str(problem.dtype), "tol": m["tol"], "max_sweeps": m["max_sweeps"],
                   "executor": opts["executor"]}
@@ -432,7 +456,8 @@ def learn(ctx: Context) -> dict:
         ctx.cache["V"] = V
     return _finish(ctx, "learn", {
         **out, "executor": opts["executor"], "solver": m["solver"], "loss": m["loss"],
-        "gamma": m["gamma"], "rank": int(r), "dtype": str(problem.dtype), "seed": m["seed"],
+        "gamma": problem.gamma, "rank": int(r), "dtype": str(problem.dtype), "seed": m["seed"],
+        **({} if selection is None else {"gamma_selection": selection}),
         **result_summary(m["solver"], result),
         "sweep_seconds_total": float(sum(result.sweep_seconds)),
         "checkpoints_written": int(ck.n_saved),
@@ -583,6 +608,7 @@ _LEARN_FIELDS = (
     "objective_seconds", "fit_seconds", "method", "start", "kkt", "kkt_trace",
     "cg_iterations", "primal_residual_trace", "dual_residual_trace", "rho_trace", "B",
     "dual_trace", "duality_gap", "polished", "n_eigsolves", "executor", "checkpoints_written",
+    "gamma_selection", "joint_moves",
 )
 
 

@@ -39,6 +39,16 @@ def _nonneg_int(text):
     return v
 
 
+def _gamma(text):
+    """A number (validated by the library) or 'cv' (chosen by cross-validation)."""
+    if text.strip().lower() == "cv":
+        return "cv"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'cv', got {text!r}") from None
+
+
 def _add_fit_options(p: argparse.ArgumentParser):
     from npkl_dist import LOSSES
     from npkl_dist._job import SOLVERS
@@ -76,8 +86,10 @@ def _add_fit_options(p: argparse.ArgumentParser):
     m.add_argument("--loss", choices=LOSSES, default="square", help="loss (default: square)")
     m.add_argument("--rank", type=_positive_int, metavar="R",
                    help="rank r of K = V'V (default: largest r with r(r+1)/2 <= m, capped at 128)")
-    m.add_argument("--gamma", type=float, default=1.0,
-                   help="weight of the constraint loss (default: 1.0)")
+    m.add_argument("--gamma", type=_gamma, default=1.0,
+                   help="weight of the constraint loss (default: 1.0), or 'cv': chosen from "
+                        "0.1, 1, 10, 100 by 3-fold cross-validation on held-out constraints "
+                        "(never labels; scored by k-means with --clusters K, else by AUC)")
     m.add_argument("--bound", type=float, default=1.0,
                    help="b of the linear loss, ||v_i|| <= b (default: 1.0; not used by "
                         "simplenpkl, which bounds tr(K^2) instead)")

@@ -23,6 +23,7 @@ from ._plan import PreparedProblem, SweepPlan, make_plan, prepare
 from ._problem import LOSSES, RANK_CAP, NPKLProblem, default_rank
 from ._admm import ADMMResult, admm_objective, fit_admm
 from ._simplenpkl import SimpleNPKLResult, fit_simplenpkl, simplenpkl_objective
+from ._select import GammaSelection, select_gamma
 
 __version__ = "0.1.0"
 
@@ -34,5 +35,5 @@ __all__ = [
     "graph_from_edges", "initial_V", "kernel_kmeans", "knn_graph", "laplacian", "make_plan",
     "objective", "objective_dense", "prepare", "sample_constraints", "__version__",
     "ADMMResult", "admm_objective", "fit_admm", "SimpleNPKLResult", "fit_simplenpkl",
-    "simplenpkl_objective",
+    "simplenpkl_objective", "GammaSelection", "select_gamma",
 ]

@@ -40,7 +40,7 @@ class FitConfig:
     solver: str = "bcd"
     loss: str = "square"
     rank: int | None = None
-    gamma: float = 1.0
+    gamma: float | str = 1.0  # or "cv": chosen by npkl_dist.select_gamma
     knn: int = 5
     weighting: str = "gaussian"
     knn_method: str = "auto"
@@ -80,18 +80,44 @@ def load_graph(cfg: FitConfig):
 
 def _learn(cfg: FitConfig, problem: NPKLProblem, executor, callback):
     """Stage: learn the kernel with the configured solver."""
+    fit, options = _solver(cfg, executor)
+    return fit(problem, callback=callback, **options)
+
+
+def _solver(cfg: FitConfig, executor):
+    """The configured solver function and its options (all but the problem and callback)."""
     if cfg.solver == "admm":
         from ._admm import fit_admm
 
-        return fit_admm(problem, max_iter=cfg.max_sweeps, tol=cfg.tol, executor=executor,
-                        callback=callback)
+        return fit_admm, {"max_iter": cfg.max_sweeps, "tol": cfg.tol, "executor": executor}
     if cfg.solver == "simplenpkl":
         from ._simplenpkl import fit_simplenpkl
 
-        return fit_simplenpkl(problem, B=cfg.capacity, max_iter=cfg.max_sweeps, tol=cfg.tol,
-                              callback=callback)
-    return fit_bcd(problem, max_sweeps=cfg.max_sweeps, tol=cfg.tol, executor=executor,
-                   callback=callback, **bcd_options(cfg))
+        return fit_simplenpkl, {"B": cfg.capacity, "max_iter": cfg.max_sweeps, "tol": cfg.tol}
+    return fit_bcd, {"max_sweeps": cfg.max_sweeps, "tol": cfg.tol, "executor": executor,
+                     **bcd_options(cfg)}
+
+
+def _select_gamma(cfg: FitConfig, problem: NPKLProblem, executor):
+    """``gamma = 'cv'``: choose gamma by cross-validation on held-out constraints (never the
+    labels; the 'clusters' score when ``clusters`` is given, else 'auc')."""
+    from ._select import select_gamma
+
+    _, options = _solver(cfg, executor)
+    return select_gamma(problem, folds=3, seed=cfg.seed, solver=cfg.solver,
+                        n_clusters=cfg.clusters, fit_options=options)
+
+
+def _cv_gamma(cfg: FitConfig) -> bool:
+    """True for ``gamma='cv'``; other strings are refused here with the fix."""
+    if isinstance(cfg.gamma, str):
+        if cfg.gamma.strip().lower() == "cv":
+            return True
+        raise ValidationError(
+            f"gamma: expected a number > 0 or 'cv' (choose it by cross-validation on "
+            f"held-out constraints), got {cfg.gamma!r}"
+        )
+    return False
 
 
 def bcd_options(cfg: FitConfig) -> dict:
@@ -105,7 +131,8 @@ def _bcd_summary(result) -> dict:
     if not hasattr(result, "kkt_trace"):
         return {}
     return {"method": result.method, "start": result.start, "kkt": result.kkt,
-            "kkt_trace": result.kkt_trace, "cg_iterations": result.cg_iterations}
+            "kkt_trace": result.kkt_trace, "cg_iterations": result.cg_iterations,
+            "joint_moves": list(getattr(result, "joint_moves", []))}
 
 
 def result_summary(solver: str, result) -> dict:
@@ -191,13 +218,18 @@ def run_fit(cfg: FitConfig, callback=None, executor=None
             f"eval labels: {y_eval.shape[0]} labels for {n} points; give one label per point"
         )
     L = graph.laplacian(cfg.delta, dtype=cfg.dtype)
-    problem = NPKLProblem.build(L, cons, loss=cfg.loss, gamma=cfg.gamma, rank=cfg.rank,
-                                bound=cfg.bound, seed=cfg.seed, dtype=cfg.dtype)
+    cv = _cv_gamma(cfg)
+    problem = NPKLProblem.build(L, cons, loss=cfg.loss, gamma=1.0 if cv else cfg.gamma,
+                                rank=cfg.rank, bound=cfg.bound, seed=cfg.seed, dtype=cfg.dtype)
     from .executors import InProcessExecutor
 
     own_executor = executor is None
     executor = executor or InProcessExecutor(cfg.threads)
+    selection = None
     try:
+        if cv:
+            selection = _select_gamma(cfg, problem, executor)
+            problem = selection.problem
         result = _learn(cfg, problem, executor, callback)
     finally:
         if not own_executor and hasattr(executor, "close"):
@@ -213,7 +245,7 @@ def run_fit(cfg: FitConfig, callback=None, executor=None
     summary = {
         "solver": cfg.solver,
         "loss": cfg.loss,
-        "gamma": cfg.gamma,
+        "gamma": problem.gamma,
         "rank": problem.rank,
         "dtype": str(problem.dtype),
         "seed": cfg.seed,
@@ -231,6 +263,8 @@ def run_fit(cfg: FitConfig, callback=None, executor=None
         "cluster_seconds": t_cluster,
         "n_clusters": k,
     }
+    if selection is not None:
+        summary["gamma_selection"] = selection.to_dict()
     if y_eval is not None and clusters is not None:
         labelled = y_eval >= 0
         summary["metrics"] = clustering_metrics(y_eval[labelled], clusters[labelled])
@@ -334,6 +368,11 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
         from ._graph import laplacian
 
         L = laplacian(S, cfg.delta, dtype=cfg.dtype)
+        if _cv_gamma(cfg):
+            raise ValidationError(
+                "gamma: 'cv' is not available with --run yet; choose gamma by running the "
+                "same fit without --run (its JSON has the chosen 'gamma'), then pass that value"
+            )
         problem = NPKLProblem.build(L, cons, loss=cfg.loss, gamma=cfg.gamma, rank=cfg.rank,
                                     bound=cfg.bound, seed=cfg.seed, dtype=cfg.dtype)
         n, r = problem.n_points, problem.rank

@@ -1,5 +1,6 @@
 """Evidence for the replication notes: KL-ADMM's accuracy against gamma, which the paper
-does not state. Not used to pick gamma: the harness keeps gamma = 1 everywhere.
+does not state. Chosen by test accuracy, so never used to pick gamma: the harness keeps
+gamma = 1, except its "-cv" methods, which pick it from constraints only (select_gamma).
 
     python -m bench.paper.gamma_sensitivity --datasets glass chessboard --reps 5
 """
