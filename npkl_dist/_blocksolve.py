@@ -262,6 +262,31 @@ def _colsum(part):
     return tot
 
 
+@njit(nogil=True, cache=True)
+def _cholesky_solve_block(Lc, Uc, b, x):
+    """x = (Lc Lc')^{-1} b for a lower Cholesky factor Lc (Uc = Lc', row-major for the
+    backward pass), every column of b."""
+    n, r = b.shape
+    for i in range(n):  # forward: Lc y = b
+        for c in range(r):
+            x[i, c] = b[i, c]
+        for k in range(i):
+            w = Lc[i, k]
+            for c in range(r):
+                x[i, c] -= w * x[k, c]
+        d = Lc[i, i]
+        for c in range(r):
+            x[i, c] /= d
+    for i in range(n - 1, -1, -1):  # backward: Lc' x = y
+        for k in range(i + 1, n):
+            w = Uc[i, k]
+            for c in range(r):
+                x[i, c] -= w * x[k, c]
+        d = Lc[i, i]
+        for c in range(r):
+            x[i, c] /= d
+
+
 class _Kernels:
     """The parallel kernels of a block solve, or their serial compilations (Dask actors)."""
 
@@ -387,16 +412,22 @@ class AMGPreconditioner:
                 "P": _int64_csr(lev.P), "R": _int64_csr(lev.P.T),
             })
         coarse = ml.levels[-1].A.toarray()
-        self.coarse = cho_factor(coarse)
+        # lower Cholesky factor; solved by a compiled substitution, not LAPACK: a threaded
+        # BLAS on a busy machine (or from Dask actor threads) made it 30x slower
+        from threadpoolctl import threadpool_limits  # a scikit-learn dependency
+
+        with threadpool_limits(limits=1, user_api="blas"):  # tiny: threads only contend
+            Lc = np.tril(cho_factor(coarse, lower=True)[0])
+        self.coarse = (np.ascontiguousarray(Lc), np.ascontiguousarray(Lc.T))
         self.dinv = 1.0 / A.diagonal()
         self.operator_complexity = float(ml.operator_complexity())
         self.n_levels = len(ml.levels)
 
     def _cycle(self, k, b):
-        from scipy.linalg import cho_solve
-
         if k == len(self.levels):
-            return cho_solve(self.coarse, b)
+            x = np.empty_like(b)
+            _cholesky_solve_block(*self.coarse, b, x)
+            return x
         lev = self.levels[k]
         args = (lev["indptr"], lev["indices"], lev["data"], lev["diag"], lev["w"])
         K = self.K
