@@ -102,20 +102,25 @@ def test_block_jacobi_amg_objective_never_increases(client, global_random_seed, 
     assert len(res.kkt_trace) == res.n_sweeps == len(res.cg_iterations)
 
 
-@pytest.mark.parametrize("loss", ["square", "squared_hinge"])
-def test_dask_block_fit_reaches_the_inprocess_optimum(client, global_random_seed, loss):
+@pytest.mark.parametrize("loss, n, kkt", [
+    ("square", 3000, 1e-6),
+    pytest.param("squared_hinge", 5000, 1e-7, marks=pytest.mark.heavy),
+    pytest.param("hinge", 5000, 1e-7, marks=pytest.mark.heavy),
+])
+def test_dask_block_fit_reaches_the_inprocess_optimum(client, global_random_seed, loss, n,
+                                                      kkt):
     """Two blocks with local AMG (different iterates: both blocks hold U rows) and the
-    in-process AMG, both run to a
-    scaled KKT residual below 1e-7: objectives within 1e-6 (relative), kernels within 1e-4
-    of the largest entry (V itself is determined only up to a rotation)."""
-    p = make_problem(global_random_seed, loss, n=5000, rank=4)
-    kw = dict(method="block", max_sweeps=3000, tol=1.0, tol_kkt=1e-7, inner_rtol=1e-6,
+    in-process AMG, both run to a small scaled KKT residual: objectives within 1e-6
+    (relative), kernels within 1e-4 of the largest entry (V itself is determined only up
+    to a rotation). The default case takes ~20 s (about 2000 actor round trips)."""
+    p = make_problem(global_random_seed, loss, n=n, rank=4)
+    kw = dict(method="block", max_sweeps=3000, tol=1.0, tol_kkt=kkt, inner_rtol=1e-6,
               inner_maxiter=10)
     ref = nk.fit_bcd(p, executor=InProcessExecutor(1), **kw)
     ex = DaskExecutor(client, blocks=2)
     got = nk.fit_bcd(p, executor=ex, **kw)
     assert ref.converged and got.converged
-    assert got.kkt < 1e-7 and ref.kkt < 1e-7
+    assert got.kkt < kkt and ref.kkt < kkt
     assert abs(got.objective - ref.objective) <= 1e-6 * abs(ref.objective)
     Kg, Kr = got.V @ got.V.T, ref.V @ ref.V.T
     assert np.abs(Kg - Kr).max() < 1e-4 * np.abs(Kr).max()
@@ -137,7 +142,7 @@ def test_dask_block_resume_is_bitwise(client, global_random_seed):
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore.create(f"{tmp}/run", config={"test": True})
         try:
-            ck = StoreCheckpointer(store, every=3, row_block=1024, n=n,
+            ck = StoreCheckpointer(store, every=3, row_block=1024, n=n, max_sweeps=4,
                                    width=nk._bcd.checkpoint_width(r, "block"), dtype=p.dtype)
             part = fit_with_recovery(nk.fit_bcd, p, checkpointer=ck, max_sweeps=4, **kw)
             assert ck.n_saved == 2 and part.n_sweeps == 4

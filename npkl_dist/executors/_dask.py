@@ -311,7 +311,8 @@ def _is_worker_loss(exc) -> bool:
 
 
 class DaskExecutor:
-    """Runs BCD sweeps and KL-ADMM iterations on a Dask cluster.
+    """Runs BCD sweeps, block-exact BCD (``method='block'``, see ``_dask_block``) and KL-ADMM
+    iterations on a Dask cluster.
 
     Parameters
     ----------
