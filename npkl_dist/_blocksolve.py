@@ -838,11 +838,13 @@ class BlockPart:
 
     Rows [base, base + n_own) of the U-first layout, local ``0..n_own``; their first
     ``n_free`` are unconstrained (U), the rest constrained (C). ``V`` holds the own rows
-    followed by the halo rows (rows of other parts that the own rows read), ``indptr``...
-    the own rows' part of L's off-diagonal in that local numbering (entries in their global
-    order), ``cptr/cidx/csgn`` their constraint lists; ``n_free_halo`` halo rows (a prefix of
-    the halo, which is sorted by global row) are unconstrained. In-process the one part is
-    the whole problem and has no halo.
+    followed by the halo rows (rows of other parts that the own rows read);
+    ``indptr/indices/data`` are the own rows' part of L's off-diagonal in that local
+    numbering (entries in their global order), ``cptr/cidx/csgn`` their constraint lists,
+    ``colour_rows/unit_ptr`` the own C rows of each colour cut into units, ``pair_*`` the
+    pairs whose first point is an own row. The first ``n_free_halo`` halo rows (the halo is
+    sorted by global row) are unconstrained. In-process the one part is the whole problem
+    and has no halo.
 
     The preconditioner is built on the part's own diagonal block of L_UU: with several
     parts it is block-Jacobi (additive Schwarz without overlap) with a local AMG cycle or
