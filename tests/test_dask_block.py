@@ -105,7 +105,9 @@ def test_block_jacobi_amg_objective_never_increases(client, global_random_seed, 
 @pytest.mark.parametrize("loss, n, kkt", [
     ("square", 3000, 1e-6),
     pytest.param("squared_hinge", 5000, 1e-7, marks=pytest.mark.heavy),
-    pytest.param("hinge", 5000, 1e-7, marks=pytest.mark.heavy),
+    # not 'hinge': nonsmooth coupled terms -- runs along different paths can stop at
+    # different block-wise fixed points (both with a small KKT residual; at n = 5000 they
+    # ended 0.9% apart), see test_reference's xfail on block-wise exactness
 ])
 def test_dask_block_fit_reaches_the_inprocess_optimum(client, global_random_seed, loss, n,
                                                       kkt):
