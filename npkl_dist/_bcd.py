@@ -166,7 +166,8 @@ def choose_method(problem: NPKLProblem, executor=None) -> str:
     Plain sweeps move information one graph hop per sweep, so on large graphs whose
     constrained points are sparse they need hundreds of sweeps; the block solve couples every
     unconstrained row at once. Block solves need a loss without row constraints (not
-    'linear') and an executor that runs them.
+    'linear') and an executor that runs them (``supports_block``: the in-process and the
+    Dask executors).
     """
     n = problem.n_points
     if problem.loss == "linear" or n < AUTO_MIN_POINTS:
@@ -249,7 +250,9 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         Method 'block': plain (unsmoothed) aggregation AMG (default), smoothed-aggregation
         AMG, or Jacobi. At n = 1e6 (8-D kNN graph) smoothed aggregation took 55 s to set up
         and 1.9 s per outer iteration, plain aggregation 8 s and 1.1 s, for about as many
-        outer iterations (31 vs 33 at n = 2e4).
+        outer iterations (31 vs 33 at n = 2e4). On the Dask executor the preconditioner is
+        block-Jacobi over its row blocks, each block with this preconditioner on its own
+        part of L_UU (one block, or 'jacobi': the in-process iterates bitwise).
     extrapolate : bool
         Method 'block': after each outer iteration, the objective is minimised exactly over
         the plane spanned by this outer step and the previous one (a conjugate-gradient-like

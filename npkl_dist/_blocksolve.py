@@ -22,6 +22,7 @@ residual cheap: the gradient on U is -2R, and tr(V'LV) = -<V_U, R> + sum_{i in C
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -42,7 +43,8 @@ def _canonical_sum(values) -> float:
     return ordered_total(chunked_sums(values))
 
 __all__ = ["BlockLayout", "block_layout", "AMGPreconditioner", "JacobiPreconditioner",
-           "block_pcg", "PRECONDITIONERS", "BlockSession", "seeded_global_random"]
+           "block_pcg", "pcg_loop", "PRECONDITIONERS", "BlockPart", "BlockSession",
+           "seeded_global_random"]
 
 PRECONDITIONERS = ("amg", "amg-plain", "jacobi")
 
@@ -136,8 +138,10 @@ def _row_times(i, indptr, indices, data, diag, X, q):
 
 @njit(nogil=True, cache=True, parallel=True)
 def _matvec_dot(indptr, indices, data, diag, P, Q, part):
-    """Q = A P (A = diag + off-diagonal CSR); part[ch, c] = sum over chunk rows of P*Q."""
-    n, r = P.shape
+    """Q = A P (A = diag + off-diagonal CSR); part[ch, c] = sum over chunk rows of P*Q.
+
+    Q's rows are computed; P may hold further (halo) rows that A's columns reach."""
+    n, r = Q.shape
     n_ch = (n + RB - 1) // RB
     for ch in prange(n_ch):
         acc = np.zeros(r)
@@ -192,19 +196,6 @@ def _csr_mm(indptr, indices, data, X, out, accumulate):
             v = data[p]
             for c in range(r):
                 out[i, c] += v * X[k, c]
-
-
-@njit(nogil=True, cache=True, parallel=True)
-def _norms(R, part_rr):
-    n, r = R.shape
-    n_ch = (n + RB - 1) // RB
-    for ch in prange(n_ch):
-        b = np.zeros(r)
-        for i in range(ch * RB, min((ch + 1) * RB, n)):
-            for c in range(r):
-                b[c] += R[i, c] * R[i, c]
-        for c in range(r):
-            part_rr[ch, c] = b[c]
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -271,6 +262,60 @@ def _colsum(part):
     return tot
 
 
+@njit(nogil=True, cache=True)
+def _cholesky_solve_block(Lc, Uc, b, x):
+    """x = (Lc Lc')^{-1} b for a lower Cholesky factor Lc (Uc = Lc', row-major for the
+    backward pass), every column of b."""
+    n, r = b.shape
+    for i in range(n):  # forward: Lc y = b
+        for c in range(r):
+            x[i, c] = b[i, c]
+        for k in range(i):
+            w = Lc[i, k]
+            for c in range(r):
+                x[i, c] -= w * x[k, c]
+        d = Lc[i, i]
+        for c in range(r):
+            x[i, c] /= d
+    for i in range(n - 1, -1, -1):  # backward: Lc' x = y
+        for k in range(i + 1, n):
+            w = Uc[i, k]
+            for c in range(r):
+                x[i, c] -= w * x[k, c]
+        d = Lc[i, i]
+        for c in range(r):
+            x[i, c] /= d
+
+
+class _Kernels:
+    """The parallel kernels of a block solve, or their serial compilations (Dask actors)."""
+
+    NAMES = ("_matvec_dot", "_pre_smooth", "_post_smooth", "_csr_mm", "_cg_update", "_dots",
+             "_jacobi_dots", "_direction", "_neg_residual_rows", "_copy_delta",
+             "_direction_LD", "_dots_S", "_subspace_step", "_save")
+
+    def __init__(self, serial: bool):
+        from ._kernels import pair_terms_serial, serial_variant
+
+        g = globals()
+        for name in self.NAMES:
+            setattr(self, name.lstrip("_"),
+                    serial_variant(g[name]) if serial else g[name])
+        self.kkt_row_terms = serial_variant(kkt_row_terms) if serial else kkt_row_terms
+        self.pair_terms = pair_terms_serial if serial else pair_terms
+        self.serial = serial
+
+
+_KERNELS = {}
+
+
+def kernels(serial: bool = False) -> _Kernels:
+    """The kernel set (built once per process: serial ones compile on first use)."""
+    if serial not in _KERNELS:
+        _KERNELS[serial] = _Kernels(serial)
+    return _KERNELS[serial]
+
+
 # --------------------------------------------------------------------------------------------
 # preconditioners (symmetric positive definite, act on all columns at once)
 # --------------------------------------------------------------------------------------------
@@ -283,17 +328,22 @@ def _int64_csr(M):
     return M
 
 
+_GLOBAL_RANDOM_LOCK = threading.RLock()
+
+
 @contextmanager
 def seeded_global_random(seed: int = 0):
     """pyamg draws from numpy's global generator (spectral-radius estimates, LOBPCG's
     preconditioner set-up): seed it for the block and restore the caller's state, so that
-    fits are reproducible bit for bit."""
-    saved = np.random.get_state()
-    np.random.seed(seed)
-    try:
-        yield
-    finally:
-        np.random.set_state(saved)
+    fits are reproducible bit for bit. Holds a process-wide lock meanwhile: Dask actors
+    sharing a worker process build their preconditioners on concurrent threads."""
+    with _GLOBAL_RANDOM_LOCK:
+        saved = np.random.get_state()
+        np.random.seed(seed)
+        try:
+            yield
+        finally:
+            np.random.set_state(saved)
 
 
 class JacobiPreconditioner:
@@ -301,12 +351,13 @@ class JacobiPreconditioner:
 
     name = "jacobi"
 
-    def __init__(self, A_diag):
+    def __init__(self, A_diag, serial: bool = False):
         self.dinv = 1.0 / np.asarray(A_diag, np.float64)
         self.setup_seconds = 0.0
+        self.K = kernels(serial)
 
     def apply_dots(self, R, Z, part_rz, part_rr):
-        _jacobi_dots(R, self.dinv, Z, part_rz, part_rr)
+        self.K.jacobi_dots(R, self.dinv, Z, part_rz, part_rr)
 
 
 class AMGPreconditioner:
@@ -322,13 +373,14 @@ class AMGPreconditioner:
     name = "amg"
 
     def __init__(self, A: sp.csr_matrix, max_coarse: int = 500, max_levels: int = 10,
-                 smooth="jacobi"):
+                 smooth="jacobi", serial: bool = False):
         import time
 
         import pyamg
         from scipy.linalg import cho_factor
 
         t0 = time.perf_counter()
+        self.K = kernels(serial)
         A = sp.csr_matrix(A, dtype=np.float64)
         # pyamg estimates spectral radii from np.random's global generator: seed it for the
         # set-up (restoring the caller's state) so that the hierarchy, and with it every fit
@@ -360,36 +412,76 @@ class AMGPreconditioner:
                 "P": _int64_csr(lev.P), "R": _int64_csr(lev.P.T),
             })
         coarse = ml.levels[-1].A.toarray()
-        self.coarse = cho_factor(coarse)
+        # lower Cholesky factor; solved by a compiled substitution, not LAPACK: a threaded
+        # BLAS on a busy machine (or from Dask actor threads) made it 30x slower
+        from threadpoolctl import threadpool_limits  # a scikit-learn dependency
+
+        with threadpool_limits(limits=1, user_api="blas"):  # tiny: threads only contend
+            Lc = np.tril(cho_factor(coarse, lower=True)[0])
+        self.coarse = (np.ascontiguousarray(Lc), np.ascontiguousarray(Lc.T))
         self.dinv = 1.0 / A.diagonal()
         self.operator_complexity = float(ml.operator_complexity())
         self.n_levels = len(ml.levels)
 
     def _cycle(self, k, b):
-        from scipy.linalg import cho_solve
-
         if k == len(self.levels):
-            return cho_solve(self.coarse, b)
+            x = np.empty_like(b)
+            _cholesky_solve_block(*self.coarse, b, x)
+            return x
         lev = self.levels[k]
         args = (lev["indptr"], lev["indices"], lev["data"], lev["diag"], lev["w"])
+        K = self.K
         x = np.empty_like(b)
         res = np.empty_like(b)
-        _pre_smooth(*args, b, x, res)  # x = w b (one Jacobi step from 0), res = b - A x
+        K.pre_smooth(*args, b, x, res)  # x = w b (one Jacobi step from 0), res = b - A x
         R_, P_ = lev["R"], lev["P"]
         coarse_b = np.empty((R_.shape[0], b.shape[1]))
-        _csr_mm(R_.indptr, R_.indices, R_.data, res, coarse_b, False)
-        _csr_mm(P_.indptr, P_.indices, P_.data, self._cycle(k + 1, coarse_b), x, True)
-        _post_smooth(*args, b, x, res)  # res = x + w (b - A x)
+        K.csr_mm(R_.indptr, R_.indices, R_.data, res, coarse_b, False)
+        K.csr_mm(P_.indptr, P_.indices, P_.data, self._cycle(k + 1, coarse_b), x, True)
+        K.post_smooth(*args, b, x, res)  # res = x + w (b - A x)
         return res
 
     def apply_dots(self, R, Z, part_rz, part_rr):
         Z[...] = self._cycle(0, R)
-        _dots(R, Z, part_rz, part_rr)
+        self.K.dots(R, Z, part_rz, part_rr)
 
 
 # --------------------------------------------------------------------------------------------
 # block PCG
 # --------------------------------------------------------------------------------------------
+
+def pcg_loop(precondition, matvec, update, B_norm, *, rtol: float, maxiter: int) -> int:
+    """Warm-started PCG on every column at once, written against three operations so that
+    one loop serves the in-process solve and the partitioned (Dask) one:
+
+    precondition() -> (rz, rr)        Z = M R; per-column R'Z and R'R
+    matvec(beta) -> pq                P = Z (beta None) or Z + beta P; Q = A P; per-column P'Q
+    update(alpha, precondition) -> (rz, rr) or None
+                                      X += alpha P, R -= alpha Q, then (if asked) Z = M R
+
+    Stops when every column has ||R_c|| <= rtol ||B_c|| (``B_norm`` None: the initial
+    residual's norms) or after ``maxiter`` iterations. Returns the number of iterations.
+    """
+    rz, rr = precondition()
+    target = rtol * (np.sqrt(rr) if B_norm is None else B_norm)
+    if np.all(np.sqrt(rr) <= target):
+        return 0
+    it = 0
+    beta = None
+    while it < maxiter:
+        it += 1
+        pq = matvec(beta)
+        alpha = np.where(pq > 0, rz / np.where(pq > 0, pq, 1.0), 0.0)
+        if it == maxiter:  # no next iteration: skip the preconditioner
+            update(alpha, False)
+            break
+        rz_new, rr = update(alpha, True)
+        if np.all(np.sqrt(rr) <= target):
+            break
+        beta = np.where(rz > 0, rz_new / np.where(rz > 0, rz, 1.0), 0.0)
+        rz = rz_new
+    return it
+
 
 def block_pcg(A_off, A_diag, M, X, R, B_norm, *, rtol: float, maxiter: int, work=None):
     """Warm-started PCG on every column of A X = B, given the residual R = B - A X.
@@ -404,32 +496,24 @@ def block_pcg(A_off, A_diag, M, X, R, B_norm, *, rtol: float, maxiter: int, work
     Z, P, Q = work
     part_a = np.empty((n_ch, r))
     part_b = np.empty((n_ch, r))
-    target = rtol * B_norm
-    M.apply_dots(R, Z, part_a, part_b)
-    rz = _colsum(part_a)
-    rr = _colsum(part_b)
-    if np.all(np.sqrt(rr) <= target):
-        return 0
-    P[...] = Z
-    it = 0
-    while it < maxiter:
-        it += 1
-        _matvec_dot(A_off.indptr, A_off.indices, A_off.data, A_diag, P, Q, part_a)
-        pq = _colsum(part_a)
-        alpha = np.where(pq > 0, rz / np.where(pq > 0, pq, 1.0), 0.0)
-        _cg_update(X, R, P, Q, alpha)
-        if it == maxiter:  # no next iteration: skip the preconditioner
-            _norms(R, part_b)
-            break
+
+    def precondition():
         M.apply_dots(R, Z, part_a, part_b)
-        rz_new = _colsum(part_a)
-        rr = _colsum(part_b)
-        if np.all(np.sqrt(rr) <= target):
-            break
-        beta = np.where(rz > 0, rz_new / np.where(rz > 0, rz, 1.0), 0.0)
-        rz = rz_new
-        _direction(P, Z, beta)
-    return it
+        return _colsum(part_a), _colsum(part_b)
+
+    def matvec(beta):
+        if beta is None:
+            P[...] = Z
+        else:
+            _direction(P, Z, beta)
+        _matvec_dot(A_off.indptr, A_off.indices, A_off.data, A_diag, P, Q, part_a)
+        return _colsum(part_a)
+
+    def update(alpha, again):
+        _cg_update(X, R, P, Q, alpha)
+        return precondition() if again else None
+
+    return pcg_loop(precondition, matvec, update, B_norm, rtol=rtol, maxiter=maxiter)
 
 
 def check_method_loss(loss: str):
@@ -511,12 +595,13 @@ def _rows_smooth(rows, indptr, indices, data, diag, V, out):
 
 @njit(nogil=True, cache=True, parallel=True)
 def _direction_LD(indptr, indices, data, diag, V, Vprev, D, LD, part_a, part_b):
-    """D = V - Vprev (float64), then (second pass) LD = L D with chunk sums of <LD, V>
-    and <LD, D>."""
-    n, r = V.shape
-    for i in prange(n):
+    """D = V - Vprev (float64, every row held, halo included), then (second pass) LD = L D
+    for LD's rows (the own rows) with chunk sums of <LD, V> and <LD, D>."""
+    n_all, r = V.shape
+    for i in prange(n_all):
         for c in range(r):
             D[i, c] = np.float64(V[i, c]) - Vprev[i, c]
+    n = LD.shape[0]
     n_ch = (n + RB - 1) // RB
     for ch in prange(n_ch):
         a = 0.0
@@ -534,8 +619,8 @@ def _direction_LD(indptr, indices, data, diag, V, Vprev, D, LD, part_a, part_b):
 
 @njit(nogil=True, cache=True, parallel=True)
 def _dots_S(V, LD, S, LS, part):
-    """Chunk sums of <LS, V>, <LD, S>, <LS, S> (part[:, 0..2])."""
-    n, r = V.shape
+    """Chunk sums of <LS, V>, <LD, S>, <LS, S> (part[:, 0..2]) over LD's (the own) rows."""
+    n, r = LD.shape
     n_ch = (n + RB - 1) // RB
     for ch in prange(n_ch):
         a = 0.0
@@ -557,8 +642,15 @@ def _dots_S(V, LD, S, LS, part):
 def _subspace_step(V, D, LD, S, LS, s1, s2, part):
     """V += s1 D + s2 S; then the outer iteration's whole step S <- (1 + s1) D + s2 S and
     LS <- (1 + s1) LD + s2 LS (stored in V's dtype, so a resumed fit reproduces them), with
-    chunk sums of ||S||^2 and ||V||^2."""
-    n, r = V.shape
+    chunk sums of ||S||^2 and ||V||^2 over the own rows (LD's). Halo rows (beyond LD's) get
+    the same V and S updates, so a partition's copies stay equal to their owners' rows."""
+    n_all, r = V.shape
+    n = LD.shape[0]
+    for i in prange(n, n_all):
+        for c in range(r):
+            sc = np.float64(S[i, c])
+            V[i, c] = np.float64(V[i, c]) + s1 * D[i, c] + s2 * sc
+            S[i, c] = (1.0 + s1) * D[i, c] + s2 * sc
     n_ch = (n + RB - 1) // RB
     for ch in prange(n_ch):
         a = 0.0
@@ -717,8 +809,234 @@ def line_search(a, b, c0, c1, c2, gamma, loss_code, base=None, phi=None):
     return (s, v) if v < 0.0 else (0.0, 0.0)
 
 
+def colour_units(layout, c):
+    """Rows of C's colour ``c`` and the bounds of its units: the rows of a colour are
+    independent, cut into fixed units of CHUNK rows (a fixed grouping of the change sums)."""
+    rows = layout.rows_of(c)
+    return rows, np.append(np.arange(0, rows.shape[0], CHUNK), rows.shape[0]).astype(np.int64)
+
+
+def free_operator(indptr, indices, data, n_free_own, n_own, n_free_halo):
+    """The block of L_UU that a partition's own U rows (local 0..n_free_own) need, as CSR
+    over the U-local numbering: own U rows, then the U rows of the halo (local
+    ``n_own + k`` becomes ``n_free_own + k``, k < n_free_halo). Entries keep their order.
+
+    Returns (indptr, indices, data) with int64 indices and float64 data."""
+    nu = int(n_free_own)
+    end = int(indptr[nu])
+    cols = np.asarray(indices[:end], np.int64)
+    keep = (cols < nu) | ((cols >= n_own) & (cols < n_own + n_free_halo))
+    rows = np.repeat(np.arange(nu, dtype=np.int64), np.diff(indptr[:nu + 1]))
+    ptr = np.zeros(nu + 1, np.int64)
+    np.cumsum(np.bincount(rows[keep], minlength=nu), out=ptr[1:])
+    idx = np.where(cols < nu, cols, cols - n_own + nu)[keep]
+    return ptr, idx, np.asarray(data[:end], np.float64)[keep]
+
+
+class BlockPart:
+    """The rows of V that one executor block updates in a block solve, with their halo.
+
+    Rows [base, base + n_own) of the U-first layout, local ``0..n_own``; their first
+    ``n_free`` are unconstrained (U), the rest constrained (C). ``V`` holds the own rows
+    followed by the halo rows (rows of other parts that the own rows read);
+    ``indptr/indices/data`` are the own rows' part of L's off-diagonal in that local
+    numbering (entries in their global order), ``cptr/cidx/csgn`` their constraint lists,
+    ``colour_rows/unit_ptr`` the own C rows of each colour cut into units, ``pair_*`` the
+    pairs whose first point is an own row. The first ``n_free_halo`` halo rows (the halo is
+    sorted by global row) are unconstrained. In-process the one part is the whole problem
+    and has no halo.
+
+    The preconditioner is built on the part's own diagonal block of L_UU: with several
+    parts it is block-Jacobi (additive Schwarz without overlap) with a local AMG cycle or
+    Jacobi in each block -- symmetric positive definite, so PCG stays PCG. Every method
+    returns per-chunk partial sums (RB rows, chunks aligned when ``base`` is a multiple of
+    RB) or per-row values; the driver (:class:`BlockSession`) adds them in a fixed order.
+    """
+
+    def __init__(self, *, V, n_own, n_free, n_free_halo, base, indptr, indices, data, diag,
+                 cptr, cidx, csgn, pmax, colour_rows, unit_ptr, pair_own, pair_other, pair_t,
+                 loss_code, gamma, bound, precond="amg-plain", extrapolate=True,
+                 serial=False):
+        self.K = kernels(serial)
+        self.V = V
+        n_loc, r = V.shape
+        self.n_own, self.nu, self.base = int(n_own), int(n_free), int(base)
+        self.indptr, self.indices, self.data, self.diag = indptr, indices, data, diag
+        self.cptr, self.cidx, self.csgn, self.pmax = cptr, cidx, csgn, int(pmax)
+        self.colour_rows, self.unit_ptr = colour_rows, unit_ptr
+        self.pair_own, self.pair_other, self.pair_t = pair_own, pair_other, pair_t
+        self.loss_code, self.gamma, self.bound = loss_code, gamma, bound
+        nu, nw = self.nu, self.nu + int(n_free_halo)
+        self.A_ptr, self.A_idx, self.A_data = free_operator(indptr, indices, data, nu,
+                                                            self.n_own, int(n_free_halo))
+        self.A_diag = np.asarray(diag[:nu], np.float64)
+        self.dinv = 1.0 / self.A_diag
+        self.precond_setup(precond, serial)
+        self.X = V[:nu] if V.dtype == np.float64 else V[:nu].astype(np.float64)
+        self.Xold = self.X.copy()
+        self.R = np.empty((nu, r))
+        self.Z = np.zeros((nw, r))  # own rows, then the U halo (for the next direction)
+        self.P = np.zeros((nw, r))
+        self.Q = np.empty((nu, r))
+        self.delta2 = np.zeros(self.n_own)
+        self.norm2 = np.zeros(self.n_own)
+        self.extrapolate = bool(extrapolate)
+        if self.extrapolate:
+            self.Vprev = np.empty((n_loc, r))
+            self.D = np.empty((n_loc, r))
+            self.LD = np.empty((self.n_own, r))
+            # the previous outer iteration's whole step (halo rows too) and L times it (own
+            # rows), in V's dtype: checkpointed with V so that a resume continues bitwise
+            self.S = np.zeros((n_loc, r), V.dtype)
+            self.LS = np.zeros((self.n_own, r), V.dtype)
+
+    @classmethod
+    def whole(cls, prep, layout, V, precond="amg-plain", extrapolate=True):
+        """The one part of an in-process solve: every row, no halo."""
+        n = V.shape[0]
+        units = [colour_units(layout, c) for c in range(layout.n_colours)]
+        rows, ptrs = [u[0] for u in units], [u[1] for u in units]
+        return cls(V=V, n_own=n, n_free=layout.n_free, n_free_halo=0, base=0,
+                   indptr=prep.indptr, indices=prep.indices, data=prep.data, diag=prep.diag,
+                   cptr=prep.cptr, cidx=prep.cidx, csgn=prep.csgn, pmax=prep.pmax,
+                   colour_rows=rows, unit_ptr=ptrs, pair_own=prep.pi, pair_other=prep.pj,
+                   pair_t=prep.pt, loss_code=prep.loss_code, gamma=prep.gamma,
+                   bound=prep.bound, precond=precond, extrapolate=extrapolate)
+
+    def precond_setup(self, precond, serial):
+        nu = self.nu
+        if precond.startswith("amg") and nu > 0:
+            own = self.A_idx < nu
+            rows = np.repeat(np.arange(nu), np.diff(self.A_ptr))
+            A = sp.csr_matrix((self.A_data[own], (rows[own], self.A_idx[own])), shape=(nu, nu))
+            self.M = AMGPreconditioner((A + sp.diags(self.A_diag)).tocsr(), serial=serial,
+                                       smooth=None if precond == "amg-plain" else "jacobi")
+        else:
+            self.M = JacobiPreconditioner(self.A_diag, serial=serial)
+
+    def _chunks(self, n, width=None):
+        n_ch = (n + RB - 1) // RB
+        return np.zeros(n_ch) if width is None else np.zeros((n_ch, width))
+
+    # -- the unconstrained block ----------------------------------------------------------
+    def residual(self):
+        """R = -(L V)_U for the own U rows; chunk sums of X*R and ||dinv R||^2."""
+        pxr, pg = self._chunks(self.nu), self._chunks(self.nu)
+        if self.nu:
+            self.K.neg_residual_rows(self.nu, self.indptr, self.indices, self.data, self.diag,
+                                     self.V, self.X, self.R, self.dinv, pxr, pg)
+        return pxr, pg
+
+    def save(self):
+        if self.extrapolate:
+            self.K.save(self.V, self.Vprev)
+
+    def pcg_precondition(self):
+        r = self.R.shape[1]
+        pa, pb = self._chunks(self.nu, r), self._chunks(self.nu, r)
+        self.M.apply_dots(self.R, self.Z[:self.nu], pa, pb)
+        return pa, pb
+
+    def pcg_matvec(self, beta):
+        if beta is None:
+            self.P[...] = self.Z
+        else:
+            self.K.direction(self.P, self.Z, beta)
+        part = self._chunks(self.nu, self.R.shape[1])
+        self.K.matvec_dot(self.A_ptr, self.A_idx, self.A_data, self.A_diag, self.P, self.Q,
+                          part)
+        return part
+
+    def pcg_update(self, alpha, precondition):
+        self.K.cg_update(self.X, self.R, self.P, self.Q, alpha)
+        return self.pcg_precondition() if precondition else None
+
+    def finish_block(self):
+        """V_U = X (rounded to V's dtype); chunk sums of ||X||^2 and ||X - Xold||^2."""
+        pn, pd = self._chunks(self.nu), self._chunks(self.nu)
+        self.K.copy_delta(self.X, self.Xold, self.V, pn, pd)
+        return pn, pd
+
+    # -- the constrained rows -------------------------------------------------------------
+    def colour_step(self, c):
+        rows, ptr = self.colour_rows[c], self.unit_ptr[c]
+        if rows.shape[0]:
+            kernel = (sweep_units if not self.K.serial and numba.get_num_threads() > 1
+                      and rows.shape[0] > 2 * CHUNK else sweep_units_serial)
+            kernel(rows, ptr, self.base, self.indptr, self.indices, self.data, self.diag,
+                   self.cptr, self.cidx, self.csgn, self.V, self.loss_code, self.gamma,
+                   self.bound, self.pmax, self.delta2, self.norm2)
+
+    def c_change(self):
+        """Per-row change and norm sums of the own C rows (see ``sweep_rows``)."""
+        return self.delta2[self.nu:].copy(), self.norm2[self.nu:].copy()
+
+    # -- subspace search ------------------------------------------------------------------
+    def direction(self):
+        """D = V - Vprev, LD = L D; chunk sums of <LD, V>, <LD, D>, <LS, V>, <LD, S>,
+        <LS, S>; the pair coefficients of the owned pairs."""
+        K, n = self.K, self.n_own
+        pa, pb, part = self._chunks(n), self._chunks(n), self._chunks(n, 3)
+        K.direction_LD(self.indptr, self.indices, self.data, self.diag, self.V, self.Vprev,
+                       self.D, self.LD, pa, pb)
+        K.dots_S(self.V, self.LD, self.S, self.LS, part)
+        coeffs = np.empty((self.pair_own.shape[0], 6))
+        _pair_coeffs2(self.pair_own, self.pair_other, self.pair_t, self.V, self.D, self.S,
+                      coeffs)
+        return pa, pb, part, coeffs
+
+    def subspace_step(self, s1, s2):
+        """V += s1 D + s2 S (halo rows included), S and LS become this outer step; then the
+        exact residual. Returns chunk sums of ||S||^2, ||V||^2 and the residual's."""
+        part = self._chunks(self.n_own, 2)
+        self.K.subspace_step(self.V, self.D, self.LD, self.S, self.LS, s1, s2, part)
+        if self.nu:
+            if self.X.base is not self.V:
+                self.X[...] = self.V[:self.nu]
+            self.Xold[...] = self.X
+        return part, self.residual()
+
+    # -- by-products, state -------------------------------------------------------------------
+    def objective_parts(self):
+        """Per own C row: v_i'(LV)_i and the KKT term; per owned pair: its loss; chunk sums of
+        ||v_i||^2 over the own rows."""
+        V = self.V
+        c = np.arange(self.nu, self.n_own, dtype=np.int64)
+        sm = np.empty(c.shape[0])
+        _rows_smooth(c, self.indptr, self.indices, self.data, self.diag, V, sm)
+        pairs = np.empty(self.pair_own.shape[0])
+        self.K.pair_terms(self.pair_own, self.pair_other, self.pair_t, V, self.loss_code,
+                          pairs)
+        g = np.empty(c.shape[0])
+        self.K.kkt_row_terms(c, self.indptr, self.indices, self.data, self.diag, self.cptr,
+                             self.cidx, self.csgn, V, self.loss_code, self.gamma, self.bound,
+                             self.pmax, g)
+        vn = chunked_sums(np.einsum("ij,ij->i", V[:self.n_own], V[:self.n_own],
+                                    dtype=np.float64))
+        return sm, g, pairs, vn
+
+    def own(self):
+        return self.V[:self.n_own]
+
+    def state_arrays(self):
+        """Own rows of S and LS (empty without extrapolation)."""
+        return [self.S[:self.n_own], self.LS] if self.extrapolate else []
+
+    def load_state(self, S, LS):
+        """S for the own and halo rows, LS for the own rows."""
+        if self.extrapolate:
+            self.S[...] = S
+            self.LS[...] = LS
+
+
 class BlockSession:
     """State of a block-exact fit on one machine: V (internal U-first order) updated in place.
+
+    The algorithm (one :meth:`step`) is written against parts (:class:`BlockPart`) and
+    reductions of their partial sums: in-process one part holds everything; the Dask
+    executor subclasses this with one part per worker block and halo exchanges
+    (``npkl_dist.executors._dask``). The driver adds partial sums in row order, so the
+    stopping decisions are those of the sums, not of the partitioning.
 
     Parameters
     ----------
@@ -726,55 +1044,33 @@ class BlockSession:
     layout : BlockLayout
     V : (n, r) array, the factor (its dtype is the problem's)
     n_threads : int
-    precond : {'amg', 'jacobi'}
+    precond : {'amg-plain', 'amg', 'jacobi'}
+    extrapolate : bool
     """
 
-    def __init__(self, prep, layout, V, n_threads, precond="amg-plain", extrapolate=True):
-        if precond not in PRECONDITIONERS:
-            raise ValidationError(
-                f"precond: {precond!r} is not one of {', '.join(PRECONDITIONERS)}"
-            )
-        self.prep, self.layout, self.V = prep, layout, V
+    def __init__(self, prep, layout, V, n_threads=1, precond="amg-plain", extrapolate=True):
+        check_precond(precond)
+        self.prep, self.layout = prep, layout
         self.n_threads = int(n_threads)
-        n, r = V.shape
-        nf = layout.n_free
-        self.n_free = nf
-        off = sp.csr_matrix((prep.data.astype(np.float64), prep.indices, prep.indptr),
-                            shape=(n, n))
-        A_off = off[:nf, :nf].tocsr()
-        A_off.sort_indices()
-        A_off.indptr = A_off.indptr.astype(np.int64)
-        A_off.indices = A_off.indices.astype(np.int64)
-        self.A_off = A_off
-        self.A_diag = prep.diag[:nf].astype(np.float64)
-        self.dinv = 1.0 / self.A_diag
-        self.c_rows = np.arange(nf, n, dtype=np.int64)
-        self._threads(self._build_precond, precond)
-        self.X = V[:nf] if V.dtype == np.float64 else V[:nf].astype(np.float64)
-        self.Xold = self.X.copy()
-        self.R = np.empty((nf, r))
-        self.work = (np.empty((nf, r)), np.empty((nf, r)), np.empty((nf, r)))
-        self.cg_iterations = []
+        self.n_free = layout.n_free
         self.extrapolate = bool(extrapolate)
+        self.cg_iterations = []
         self.steps_taken = []
-        if self.extrapolate:
-            self.Vprev = np.empty((n, r))
-            self.D = np.empty((n, r))
-            self.LD = np.empty((n, r))
-            # the previous outer iteration's whole step and L times it (V's dtype: they are
-            # checkpointed with V so that a resume continues bitwise)
-            self.S = np.zeros((n, r), V.dtype)
-            self.LS = np.zeros((n, r), V.dtype)
-        self._residual()
+        self._threads(self._setup, prep, layout, V, precond)
+        self._threads(self._residual)
 
-    def _build_precond(self, precond):
-        if precond.startswith("amg") and self.n_free > 0:
-            A = sp.csr_matrix((self.A_off.data, self.A_off.indices, self.A_off.indptr),
-                              shape=self.A_off.shape) + sp.diags(self.A_diag)
-            self.M = AMGPreconditioner(A.tocsr(),
-                                       smooth=None if precond == "amg-plain" else "jacobi")
-        else:
-            self.M = JacobiPreconditioner(self.A_diag)
+    def _setup(self, prep, layout, V, precond):
+        self.V = V
+        self.parts = [BlockPart.whole(prep, layout, V, precond=precond,
+                                      extrapolate=self.extrapolate)]
+        self.pair_index = [np.arange(prep.pi.shape[0])]
+
+    # -- how parts are called (overridden by the partitioned session) ------------------------
+    def _call(self, name, *args, send=None):
+        """``part.name(*args)`` on every part, results in part order. ``send`` names the
+        rows to pass on to the other parts' halos ('Z' or ('V', route)): nothing to do with
+        one part."""
+        return [getattr(p, name)(*args) for p in self.parts]
 
     def _threads(self, fn, *args):
         previous = numba.get_num_threads()
@@ -784,18 +1080,20 @@ class BlockSession:
         finally:
             numba.set_num_threads(previous)
 
+    @staticmethod
+    def _total(parts):
+        """Chunk partials of every part, in order, added in order."""
+        parts = [np.asarray(p) for p in parts]
+        shape = next((p.shape[1:] for p in parts if p.ndim), ())
+        return _colsum(np.concatenate([p.reshape((-1,) + shape) for p in parts]))
+
     def _residual(self):
-        """Exact R = -(L V)_U from the current V, with its by-products."""
-        nf = self.n_free
-        n_ch = max((nf + RB - 1) // RB, 1)
-        pxr = np.zeros(n_ch)
-        pg = np.zeros(n_ch)
-        p = self.prep
-        if nf:
-            _neg_residual_rows(nf, p.indptr, p.indices, p.data, p.diag, self.V, self.X, self.R,
-                               self.dinv, pxr, pg)
-        self._xr = float(_colsum(pxr))
-        self._gU = float(_colsum(pg))
+        res = self._call("residual")
+        self._set_residual(res)
+
+    def _set_residual(self, res):
+        self._xr = float(self._total([x[0] for x in res]))
+        self._gU = float(self._total([x[1] for x in res]))
 
     # -- one outer iteration ------------------------------------------------------------------
     def step(self, colour_order, rtol, maxiter):
@@ -804,81 +1102,69 @@ class BlockSession:
         Returns (delta2, norm2, cg_iterations)."""
         return self._threads(self._step, colour_order, rtol, maxiter)
 
+    def _pcg(self, rtol, maxiter):
+        tot = self._total
+
+        def precondition():
+            res = self._call("pcg_precondition", send="Z")
+            return tot([x[0] for x in res]), tot([x[1] for x in res])
+
+        def matvec(beta):
+            return tot(self._call("pcg_matvec", beta))
+
+        def update(alpha, again):
+            res = self._call("pcg_update", alpha, again, send="Z" if again else None)
+            return (tot([x[0] for x in res]), tot([x[1] for x in res])) if again else None
+
+        return pcg_loop(precondition, matvec, update, None, rtol=rtol, maxiter=maxiter)
+
     def _step(self, colour_order, rtol, maxiter):
-        nf = self.n_free
-        V, p = self.V, self.prep
-        n, r = V.shape
-        if self.extrapolate:
-            _save(V, self.Vprev)
+        self._call("save")
         it = 0
         d2 = n2 = 0.0
-        if nf:
-            r0 = np.sqrt(np.einsum("ij,ij->j", self.R, self.R))
-            it = block_pcg(self.A_off, self.A_diag, self.M, self.X, self.R, r0, rtol=rtol,
-                           maxiter=maxiter, work=self.work)
-            n_ch = (nf + RB - 1) // RB
-            pn, pd = np.empty(n_ch), np.empty(n_ch)
-            _copy_delta(self.X, self.Xold, V, pn, pd)
-            n2, d2 = float(_colsum(pn)), float(_colsum(pd))
-        delta2 = np.zeros(n)
-        norm2 = np.zeros(n)
+        if self.n_free:
+            it = self._pcg(rtol, maxiter)
+            res = self._call("finish_block", send=("V", self.layout.n_colours))
+            n2 = float(self._total([x[0] for x in res]))
+            d2 = float(self._total([x[1] for x in res]))
         for c in colour_order:
-            rows = self.layout.rows_of(int(c))
-            # the rows of a colour are independent: fixed units of CHUNK rows
-            ptr = np.append(np.arange(0, rows.shape[0], CHUNK), rows.shape[0]).astype(np.int64)
-            kernel = (sweep_units if self.n_threads > 1 and rows.shape[0] > 2 * CHUNK
-                      else sweep_units_serial)
-            kernel(rows, ptr, 0, p.indptr, p.indices, p.data, p.diag, p.cptr, p.cidx, p.csgn,
-                   V, p.loss_code, p.gamma, p.bound, p.pmax, delta2, norm2)
-        c = self.c_rows
-        d2 += float(_canonical_sum(delta2[c]))
-        n2 += float(_canonical_sum(norm2[c]))
+            self._call("colour_step", int(c), send=("V", int(c)))
+        res = self._call("c_change")
+        d2 += float(_canonical_sum(np.concatenate([x[0] for x in res])))
+        n2 += float(_canonical_sum(np.concatenate([x[1] for x in res])))
         if self.extrapolate:
-            d2, n2 = self._extrapolate(d2, n2)  # ends with the exact residual
+            d2, n2 = self._extrapolate()  # ends with the exact residual
         else:
             self._residual()
         self.cg_iterations.append(it)
         return d2, n2, it
 
-    def _extrapolate(self, d2, n2):
+    def _extrapolate(self):
         """Exact minimisation of the objective over V + s1 D + s2 S, D = this outer step and
         S = the previous outer iteration's whole step (a conjugate-gradient-like momentum);
         accepted only where it lowers the objective, so the fit stays monotone."""
-        p, V = self.prep, self.V
-        n = V.shape[0]
-        n_ch = (n + RB - 1) // RB
-        pa, pb = np.empty(n_ch), np.empty(n_ch)
-        _direction_LD(p.indptr, p.indices, p.data, p.diag, V, self.Vprev, self.D, self.LD,
-                      pa, pb)
-        part = np.empty((n_ch, 3))
-        _dots_S(V, self.LD, self.S, self.LS, part)
-        tot = _colsum(part)
-        a = np.array([float(_colsum(pa)), tot[0]])
-        B = np.array([[float(_colsum(pb)), tot[1]], [tot[1], tot[2]]])
-        m = p.pi.shape[0]
-        coeffs = np.empty((m, 6))
-        _pair_coeffs2(p.pi, p.pj, p.pt, V, self.D, self.S, coeffs)
+        p = self.prep
+        res = self._call("direction")
+        tot = self._total([x[2] for x in res])
+        a = np.array([float(self._total([x[0] for x in res])), tot[0]])
+        B = np.array([[float(self._total([x[1] for x in res])), tot[1]], [tot[1], tot[2]]])
+        coeffs = np.empty((p.pi.shape[0], 6))
+        for idx, x in zip(self.pair_index, res):
+            coeffs[idx] = x[3]
         s1, s2, _ = subspace_search(a, B, coeffs, p.gamma, p.loss_code)
         self.steps_taken.append((s1, s2))
-        part2 = np.empty((n_ch, 2))
-        _subspace_step(V, self.D, self.LD, self.S, self.LS, s1, s2, part2)
-        tot2 = _colsum(part2)
-        nf = self.n_free
-        if nf:
-            if self.X.base is not V:
-                self.X[...] = V[:nf]
-            self.Xold[...] = self.X
-        self._residual()
+        res = self._call("subspace_step", s1, s2)
+        tot2 = self._total([x[0] for x in res])
+        self._set_residual([x[1] for x in res])
         return float(tot2[0]), float(tot2[1])
 
     def state_arrays(self):
         """Arrays beyond V that a checkpoint must hold to resume bitwise."""
-        return [self.S, self.LS] if self.extrapolate else []
+        return self.parts[0].state_arrays()
 
     def load_state_arrays(self, arrays):
         if self.extrapolate:
-            self.S[...] = arrays[0]
-            self.LS[...] = arrays[1]
+            self.parts[0].load_state(arrays[0], arrays[1])
 
     # -- by-products ----------------------------------------------------------------------------
     def objective_kkt(self):
@@ -886,17 +1172,15 @@ class BlockSession:
         return self._threads(self._objective_kkt)
 
     def _objective_kkt(self):
-        p, V = self.prep, self.V
-        c = self.c_rows
-        sm = np.empty(c.shape[0])
-        _rows_smooth(c, p.indptr, p.indices, p.data, p.diag, V, sm)
+        p = self.prep
+        res = self._call("objective_parts")
+        sm = np.concatenate([x[0] for x in res])
+        g = np.concatenate([x[1] for x in res])
         pairs = np.empty(p.pi.shape[0])
-        pair_terms(p.pi, p.pj, p.pt, V, p.loss_code, pairs)
-        g = np.empty(c.shape[0])
-        kkt_row_terms(c, p.indptr, p.indices, p.data, p.diag, p.cptr, p.cidx, p.csgn, V,
-                      p.loss_code, p.gamma, p.bound, p.pmax, g)
+        for idx, x in zip(self.pair_index, res):
+            pairs[idx] = x[2]
+        vn = ordered_total([v for x in res for v in x[3]])
         obj = -self._xr + float(_canonical_sum(sm)) + p.gamma * float(_canonical_sum(pairs))
-        vn = float(_canonical_sum(np.einsum("ij,ij->i", V, V, dtype=np.float64)))
         num = self._gU + float(_canonical_sum(g))
         kkt = float(np.sqrt(num / vn)) if vn > 0 else float(np.sqrt(num))
         return obj, kkt
@@ -920,7 +1204,8 @@ class BlockSession:
 
     def checkpoint_array(self):
         """V and the state arrays side by side: what a checkpoint stores."""
-        return np.hstack([self.V] + self.state_arrays()) if self.extrapolate else self.V
+        return np.hstack([self.gather()] + self.state_arrays()) if self.extrapolate \
+            else self.gather()
 
     def write_checkpoint_blocks(self, store, ckpt_id, row_block):
         W = self.checkpoint_array()
@@ -929,3 +1214,10 @@ class BlockSession:
 
     def close(self):
         pass
+
+
+def check_precond(precond):
+    if precond not in PRECONDITIONERS:
+        raise ValidationError(
+            f"precond: {precond!r} is not one of {', '.join(PRECONDITIONERS)}"
+        )

@@ -750,10 +750,30 @@ def admm_diag_terms(V, out):
         out[i] = (d - 1.0) * (d - 1.0)
 
 
-# Serial compilations of the parallel reductions (prange runs as range): for callers that
-# parallelise at a coarser level, e.g. Dask block actors with one thread each -- an OpenMP
-# parallel region started from a worker's actor thread gains nothing and can stall.
-smooth_terms_serial = njit(nogil=True, cache=True)(smooth_terms.py_func)
-pair_terms_serial = njit(nogil=True, cache=True)(pair_terms.py_func)
-admm_pair_terms_serial = njit(nogil=True, cache=True)(admm_pair_terms.py_func)
-admm_diag_terms_serial = njit(nogil=True, cache=True)(admm_diag_terms.py_func)
+def serial_variant(kernel):
+    """``kernel`` (an ``@njit(parallel=True)`` dispatcher) compiled without ``parallel``:
+    prange runs as range, the arithmetic is the same.
+
+    For callers that parallelise at a coarser level, e.g. Dask block actors with one thread
+    each -- an OpenMP parallel region started from a worker's actor thread gains nothing and
+    can stall. The copy gets its own qualified name: numba's on-disk cache keys an entry by
+    the function's name and bytecode, not by its compile flags, so a plain
+    ``njit(kernel.py_func)`` shares the parallel kernel's cache entry and whichever compiles
+    first is loaded for both.
+    """
+    import types
+
+    f = kernel.py_func
+    g = types.FunctionType(f.__code__, f.__globals__, f.__name__ + "_serial", f.__defaults__,
+                           f.__closure__)
+    g.__qualname__ = f.__qualname__ + "_serial"
+    g.__module__ = f.__module__
+    g.__doc__ = f.__doc__
+    return njit(nogil=True, cache=True)(g)
+
+
+# Serial compilations of the parallel reductions (see serial_variant).
+smooth_terms_serial = serial_variant(smooth_terms)
+pair_terms_serial = serial_variant(pair_terms)
+admm_pair_terms_serial = serial_variant(admm_pair_terms)
+admm_diag_terms_serial = serial_variant(admm_diag_terms)

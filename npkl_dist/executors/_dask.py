@@ -311,7 +311,8 @@ def _is_worker_loss(exc) -> bool:
 
 
 class DaskExecutor:
-    """Runs BCD sweeps and KL-ADMM iterations on a Dask cluster.
+    """Runs BCD sweeps, block-exact BCD (``method='block'``, see ``_dask_block``) and KL-ADMM
+    iterations on a Dask cluster.
 
     Parameters
     ----------
@@ -331,6 +332,7 @@ class DaskExecutor:
     """
 
     name = "dask"
+    supports_block = True
 
     def __init__(self, client=None, *, address=None, workers: int = 2, threads: int = 1,
                  blocks: int | None = None, processes: bool = True):
@@ -372,12 +374,13 @@ class DaskExecutor:
         self.close()
 
     # -- helpers -----------------------------------------------------------------------
-    def _actors(self, specs, make_args):
+    def _actors(self, specs, make_args, cls=None):
         workers = list(self.client.scheduler_info()["workers"])
         futs = []
         with self.client.as_current():  # actor handles bind to the current client
             for k, spec in enumerate(specs):
-                futs.append(self.client.submit(BlockActor, spec, *make_args(spec), actor=True,
+                futs.append(self.client.submit(cls or BlockActor, spec, *make_args(spec),
+                                               actor=True,
                                                workers=[workers[k % len(workers)]],
                                                allow_other_workers=True, pure=False))
             return [f.result() for f in futs]
@@ -401,6 +404,15 @@ class DaskExecutor:
 
     def admm_session(self, prep, V, U, Lam):
         return _DaskADMMSession(self, prep, V, U, Lam)
+
+    def block_session(self, prep, layout, V, precond="amg-plain", extrapolate=True):
+        """A block-exact BCD fit's state in the workers (``npkl_dist.executors._dask_block``):
+        distributed products with halo exchange, PCG with global reductions on the driver
+        and a block-Jacobi preconditioner (``precond`` per block: local AMG or Jacobi)."""
+        from ._dask_block import DaskBlockSession
+
+        return DaskBlockSession(self, prep, layout, V, precond=precond,
+                                extrapolate=extrapolate)
 
 
 class _DaskBCDSession:
