@@ -1028,6 +1028,19 @@ class BlockPart:
             self.S[...] = S
             self.LS[...] = LS
 
+    def assign(self, V_local):
+        """Replace V (own and halo rows): a joint move. The momentum restarts (S = 0);
+        returns the exact residual's partial sums (as :meth:`residual`)."""
+        self.V[...] = V_local
+        if self.nu:
+            if self.X.base is not self.V:
+                self.X[...] = self.V[:self.nu]
+            self.Xold[...] = self.X
+        if self.extrapolate:
+            self.S[...] = 0
+            self.LS[...] = 0
+        return self.residual()
+
 
 class BlockSession:
     """State of a block-exact fit on one machine: V (internal U-first order) updated in place.
@@ -1189,18 +1202,12 @@ class BlockSession:
         return self.V
 
     def assign(self, V):
-        """Replace V (internal order): a joint move. The momentum restarts (S = 0), the
-        residual is recomputed exactly."""
-        self.V[...] = V
-        nf = self.n_free
-        if nf:
-            if self.X.base is not self.V:
-                self.X[...] = self.V[:nf]
-            self.Xold[...] = self.X
-        if self.extrapolate:
-            self.S[...] = 0
-            self.LS[...] = 0
-        self._threads(self._residual)
+        """Replace V (internal order): a joint move (``npkl_dist._joint``). The momentum
+        restarts, the residual is recomputed exactly."""
+        self._set_residual(self._threads(self._assign_parts, V))
+
+    def _assign_parts(self, V):
+        return [self.parts[0].assign(V)]
 
     def checkpoint_array(self):
         """V and the state arrays side by side: what a checkpoint stores."""

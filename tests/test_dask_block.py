@@ -69,6 +69,19 @@ def test_jacobi_block_fit_equals_inprocess_bitwise(client, global_random_seed, b
     _same(got, ref)
 
 
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_hinge_joint_moves_equal_inprocess_bitwise(client, global_random_seed, blocks):
+    """Hinge block fits take joint moves (npkl_dist._joint): the driver's move is written
+    back into every block's own and halo rows, and the residual recomputed there."""
+    p = make_problem(global_random_seed, "hinge")
+    kw = dict(method="block", max_sweeps=12, tol=0, precond="jacobi", inner_maxiter=3)
+    ref = nk.fit_bcd(p, executor=InProcessExecutor(1), **kw)
+    got = nk.fit_bcd(p, executor=DaskExecutor(client, blocks=blocks), **kw)
+    assert len(ref.joint_moves) >= 2
+    assert got.joint_moves == ref.joint_moves
+    _same(got, ref)
+
+
 @pytest.mark.parametrize("precond", ["amg-plain", "amg"])
 def test_one_block_amg_equals_inprocess_bitwise(client, global_random_seed, precond):
     """One block: its local AMG is the in-process preconditioner, so the iterates agree

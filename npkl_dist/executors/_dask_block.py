@@ -102,6 +102,9 @@ class BlockSolveActor:
         self.part.load_state(S, LS)
         return True
 
+    def assign(self, V_local):
+        return self.part.assign(V_local)
+
     def write_blocks(self, url, ckpt_id, row_block, storage_options=None):
         from ..store import RunStore
 
@@ -158,6 +161,12 @@ class DaskBlockSession(BlockSession):
 
     def gather(self):
         return np.concatenate(self.ex._gather(lambda: [a.own() for a in self.actors]))
+
+    def _assign_parts(self, V):
+        self.pending = [[] for _ in self.specs]  # every own and halo row is overwritten
+        return self.ex._gather(lambda: [
+            a.assign(np.concatenate([V[s.start:s.stop], V[s.halo]]))
+            for a, s in zip(self.actors, self.specs)])
 
     def checkpoint_array(self):
         return np.concatenate(self.ex._gather(
