@@ -259,12 +259,13 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         momentum, accepted only where it lowers the objective).
 
     joint : bool
-        Hinge loss: when the sweeps (or outer iterations) meet the stopping criteria, take a
-        joint move of all rows along the least-norm subgradient with one multiplier per pair
-        (``npkl_dist._joint``) and go on; the fit stops when that move lowers the objective
-        by less than ``tol`` relative (hinge row updates alone can stop at coordinatewise
-        minima that are not stationary). The final ``kkt`` of a hinge fit is the joint
-        residual. Other losses are smooth and ignore it.
+        Hinge loss: when the sweeps (or outer iterations) meet the stopping criteria, and on
+        a cost-benefit schedule before, take a joint move of all rows along the least-norm
+        subgradient with one multiplier per pair (``npkl_dist._joint``) wherever it lowers
+        the objective; hinge row updates alone can stop at coordinatewise minima that are
+        not stationary. The fit stops only where the joint move too changes V by less than
+        ``tol`` (relative) and, with ``tol_kkt``, the joint KKT residual is below it. The
+        final ``kkt`` of a hinge fit is the joint residual. Other losses ignore it.
 
     Returns
     -------
@@ -404,8 +405,9 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
             if tol_kkt is not None:
                 ok = ok and kkt is not None and kkt < tol_kkt
             if use_joint and (ok or sweep >= joint_next):
-                gain = _joint_step(session, prep, problem, result, sweep, obj, tol)
-                ok = ok and gain == 0.0
+                gain, rel, jkkt = _joint_step(session, prep, problem, result, sweep, obj)
+                if ok:  # converged only if the joint move changes V by less than tol too
+                    ok = rel < tol and (tol_kkt is None or jkkt < tol_kkt)
                 # cost-benefit schedule (a move costs about a sweep plus a small QP): try
                 # again after the next sweep while a move gains more than a sweep did, else
                 # wait twice as long as last time (at most JOINT_MAX_WAIT sweeps)
@@ -449,20 +451,23 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
     return result
 
 
-def _joint_step(session, prep, problem, result, sweep, obj, tol) -> float:
-    """Hinge loss: take the joint move if it lowers the objective by more than ``tol``
-    relative (and by more than the problem dtype's rounding); return the decrease of the
-    objective it made (0.0 when it was not taken)."""
+def _joint_step(session, prep, problem, result, sweep, obj):
+    """Hinge loss: take the joint move (``npkl_dist._joint``) if it lowers the objective by
+    more than the problem dtype's rounding. Returns (decrease of the objective, relative
+    change ||V' - V|| / ||V|| of the move, joint KKT residual before it); zeros for a move
+    not taken."""
     from ._joint import hinge_joint_move
 
     V = session.gather()
     move = hinge_joint_move(prep, V)
     eps = float(np.finfo(problem.dtype).eps)
-    if -move.decrease <= max(tol, 100.0 * eps) * max(abs(obj), 1e-300):
-        return 0.0
+    if -move.decrease <= 100.0 * eps * max(abs(obj), 1e-300):
+        return 0.0, 0.0, move.kkt
     session.assign(move.apply(V))
     result.joint_moves.append(int(sweep))
-    return -move.decrease
+    vn = float(np.linalg.norm(V))
+    rel = move.step * float(np.linalg.norm(move.direction)) / vn if vn > 0 else np.inf
+    return -move.decrease, rel, move.kkt
 
 
 def _state(result: FitResult, sweep: int, rng: np.random.Generator) -> dict:
