@@ -144,13 +144,13 @@ def hinge_joint_move(prep, V, kink_rtol: float = KINK_RTOL) -> JointMove:
     res = float(np.linalg.norm(WG))
     kkt = res / vn if vn > 0 else res
     D = -(w[:, None] * WG)
+    if res == 0.0:  # stationary: no move
+        return JointMove(D, kkt, 0.0, 0.0, int(kink.sum()))
     pi, pj = prep.pi, prep.pj
     t = prep.pt.astype(np.float64)
     a = float(np.vdot(LV, D))
     b = float(np.vdot(D, _L_times(prep, D)))
     c1 = t * (np.einsum("ij,ij->i", V[pi], D[pj]) + np.einsum("ij,ij->i", D[pi], V[pj]))
     c2 = t * np.einsum("ij,ij->i", D[pi], D[pj])
-    if res == 0.0:
-        return JointMove(D, kkt, 0.0, 0.0, int(kink.sum()))
     s, dec = line_search(a, b, z, c1, c2, float(prep.gamma), 0)
     return JointMove(D, kkt, float(s), float(dec), int(kink.sum()))

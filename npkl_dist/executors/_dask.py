@@ -465,24 +465,33 @@ class _DaskBCDSession:
 
     def assign(self, V):
         """Replace V (internal order) in every block, own rows and halo: a joint move."""
-        self._flush()
-        self.pending = [[(np.arange(sp.n_own + sp.halo.shape[0]),
-                          np.concatenate([V[sp.start:sp.stop], V[sp.halo]]))]
+        # every own and halo row is overwritten: halo rows still pending are superseded
+        self.pending = [[(np.arange(sp.n_own + sp.halo.shape[0]), local_rows(V, sp))]
                         for sp in self.specs]
         self._flush()
 
     def write_checkpoint_blocks(self, store, ckpt_id, row_block):
         self._flush()
-        if any(sp.start % row_block for sp in self.specs):
-            raise ValidationError(
-                f"row_block: {row_block} does not divide the Dask block starts "
-                f"{[sp.start for sp in self.specs]}; use a divisor of {SUM_BLOCK}")
-        self.ex._gather(lambda: [a.write_blocks(store.url, ckpt_id, row_block,
-                                        getattr(store, "storage_options", None))
-                         for a in self.actors])
+        write_actor_blocks(self.ex, self.actors, self.specs, store, ckpt_id, row_block)
 
     def close(self):
         self.actors = []
+
+
+def local_rows(V, spec: BlockSpec):
+    """A block's rows of V in its local order: the own rows, then the halo."""
+    return np.concatenate([V[spec.start:spec.stop], V[spec.halo]])
+
+
+def write_actor_blocks(ex, actors, specs, store, ckpt_id, row_block):
+    """Every actor writes its own rows into checkpoint ``ckpt_id`` of ``store``."""
+    if any(sp.start % row_block for sp in specs):
+        raise ValidationError(
+            f"row_block: {row_block} does not divide the Dask block starts "
+            f"{[sp.start for sp in specs]}; use a divisor of {SUM_BLOCK}")
+    ex._gather(lambda: [a.write_blocks(store.url, ckpt_id, row_block,
+                                       getattr(store, "storage_options", None))
+                        for a in actors])
 
 
 def _recv_positions(spec: BlockSpec, source: int, colour: int):

@@ -32,9 +32,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._blocksolve import BlockPart, BlockSession, colour_units
-from .._errors import ValidationError
-from ._dask import _recv_positions, build_blocks, partition_rows
-from ._inprocess import SUM_BLOCK
+from ._dask import (_recv_positions, build_blocks, local_rows, partition_rows,
+                    write_actor_blocks)
 
 __all__ = ["BlockSolveActor", "DaskBlockSession"]
 
@@ -132,7 +131,7 @@ class DaskBlockSession(BlockSession):
                            for s in self.specs]
         self.actors = ex._actors(
             self.specs,
-            lambda s: (layout.n_free, np.concatenate([V[s.start:s.stop], V[s.halo]]),
+            lambda s: (layout.n_free, local_rows(V, s),
                        prep.loss_code, prep.gamma, prep.bound, precond, self.extrapolate),
             cls=BlockSolveActor)
         self.pending = [[] for _ in self.specs]  # (kind, positions, rows) to apply next
@@ -165,7 +164,7 @@ class DaskBlockSession(BlockSession):
     def _assign_parts(self, V):
         self.pending = [[] for _ in self.specs]  # every own and halo row is overwritten
         return self.ex._gather(lambda: [
-            a.assign(np.concatenate([V[s.start:s.stop], V[s.halo]]))
+            a.assign(local_rows(V, s))
             for a, s in zip(self.actors, self.specs)])
 
     def checkpoint_array(self):
@@ -183,17 +182,11 @@ class DaskBlockSession(BlockSession):
         if self.extrapolate:
             S, LS = arrays
             self.ex._gather(lambda: [
-                a.load_state(np.concatenate([S[s.start:s.stop], S[s.halo]]), LS[s.start:s.stop])
+                a.load_state(local_rows(S, s), LS[s.start:s.stop])
                 for a, s in zip(self.actors, self.specs)])
 
     def write_checkpoint_blocks(self, store, ckpt_id, row_block):
-        if any(s.start % row_block for s in self.specs):
-            raise ValidationError(
-                f"row_block: {row_block} does not divide the Dask block starts "
-                f"{[s.start for s in self.specs]}; use a divisor of {SUM_BLOCK}")
-        self.ex._gather(lambda: [a.write_blocks(store.url, ckpt_id, row_block,
-                                                getattr(store, "storage_options", None))
-                                 for a in self.actors])
+        write_actor_blocks(self.ex, self.actors, self.specs, store, ckpt_id, row_block)
 
     def close(self):
         self.actors = []
