@@ -117,13 +117,21 @@ def _qp_refresh(H, q, alpha, p, grad, upper):
     return viol
 
 
-@njit(nogil=True, cache=True)
-def _free_solve(H, q, alpha, upper, p, free, nf, work_M, work_y):
-    """work_y[:nf] <- minimiser of the QP over the free variables with the others fixed.
+@njit(nogil=True, cache=True, inline="always")
+def _free_set(alpha, upper, p, free):
+    """free[:nf] <- the variables strictly inside the box; returns nf."""
+    nf = 0
+    for j in range(p):
+        if 0.0 < alpha[j] < upper:
+            free[nf] = j
+            nf += 1
+    return nf
 
-    Cholesky when H_FF is positive definite, else the minimum-norm solution through an
-    eigendecomposition (dependent constraint vectors make H singular).
-    """
+
+@njit(nogil=True, cache=True, inline="always")
+def _free_system(H, q, alpha, upper, p, free, nf, work_M, work_y):
+    """The QP restricted to the free variables (the others fixed at their bounds):
+    work_M[:nf, :nf] = H_FF, work_y[:nf] = q_F - H_FB alpha_B."""
     for a in range(nf):
         ja = free[a]
         s = q[ja]
@@ -133,6 +141,16 @@ def _free_solve(H, q, alpha, upper, p, free, nf, work_M, work_y):
         work_y[a] = s
         for b in range(nf):
             work_M[a, b] = H[ja, free[b]]
+
+
+@njit(nogil=True, cache=True)
+def _free_solve(H, q, alpha, upper, p, free, nf, work_M, work_y):
+    """work_y[:nf] <- minimiser of the QP over the free variables with the others fixed.
+
+    Cholesky when H_FF is positive definite, else the minimum-norm solution through an
+    eigendecomposition (dependent constraint vectors make H singular).
+    """
+    _free_system(H, q, alpha, upper, p, free, nf, work_M, work_y)
     rhs = work_y[:nf].copy()
     if _cholesky_solve(work_M, work_y, nf):
         return
@@ -152,6 +170,52 @@ def _free_solve(H, q, alpha, upper, p, free, nf, work_M, work_y):
             c /= w[e]
             for a in range(nf):
                 work_y[a] += c * Q[a, e]
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _cd_pass(H, upper, p, alpha, grad):
+    """One pass of dual coordinate descent over the box QP's variables (exact minimisation
+    in each, clipped to [0, upper]), keeping grad = H alpha - q; returns the largest
+    projected-gradient violation seen at the start of each coordinate's step."""
+    viol = 0.0
+    for j in range(p):
+        gj = grad[j]
+        a = alpha[j]
+        if a <= 0.0:
+            v = -gj if gj < 0.0 else 0.0
+        elif a >= upper:
+            v = gj if gj > 0.0 else 0.0
+        else:
+            v = abs(gj)
+        viol = max(viol, v)
+        hjj = H[j, j]
+        if hjj > 0.0:
+            new = a - gj / hjj
+        else:
+            new = upper if gj < 0.0 else (0.0 if gj > 0.0 else a)
+        if new < 0.0:
+            new = 0.0
+        elif new > upper:
+            new = upper
+        d = new - a
+        if d != 0.0:
+            alpha[j] = new
+            for k in range(p):
+                grad[k] += d * H[k, j]
+    return viol
+
+
+@njit(nogil=True, cache=True, inline="always")
+def gram_rows(A, p, div, H):
+    """H[s, u] = (A_s . A_u) / div for the first p rows of A (symmetric, float64)."""
+    r = A.shape[1]
+    for s in range(p):
+        for u in range(s + 1):
+            d = 0.0
+            for c in range(r):
+                d += A[s, c] * A[u, c]
+            H[s, u] = d / div
+            H[u, s] = H[s, u]
 
 
 @njit(nogil=True, cache=True)
@@ -178,50 +242,14 @@ def box_qp(H, q, upper, p, alpha, grad, work_M, work_y, free):
     # vectors, H singular) go on to phase 2.
     viol = 0.0
     for _ in range(_QP_MAX_ITER):
-        viol = 0.0
-        for j in range(p):
-            gj = grad[j]
-            a = alpha[j]
-            if a <= 0.0:
-                v = -gj if gj < 0.0 else 0.0
-            elif a >= upper:
-                v = gj if gj > 0.0 else 0.0
-            else:
-                v = abs(gj)
-            viol = max(viol, v)
-            hjj = H[j, j]
-            if hjj > 0.0:
-                new = a - gj / hjj
-            else:
-                new = upper if gj < 0.0 else (0.0 if gj > 0.0 else a)
-            if new < 0.0:
-                new = 0.0
-            elif new > upper:
-                new = upper
-            d = new - a
-            if d != 0.0:
-                alpha[j] = new
-                for k in range(p):
-                    grad[k] += d * H[k, j]
+        viol = _cd_pass(H, upper, p, alpha, grad)
         if viol <= tol:
             break
     if viol <= tol:
-        nf = 0
-        for j in range(p):
-            if 0.0 < alpha[j] < upper:
-                free[nf] = j
-                nf += 1
+        nf = _free_set(alpha, upper, p, free)
         if nf == 0:
             return
-        for a in range(nf):
-            ja = free[a]
-            s_ = q[ja]
-            for k in range(p):
-                if not (0.0 < alpha[k] < upper):
-                    s_ -= H[ja, k] * alpha[k]
-            work_y[a] = s_
-            for b in range(nf):
-                work_M[a, b] = H[ja, free[b]]
+        _free_system(H, q, alpha, upper, p, free, nf, work_M, work_y)
         if _cholesky_solve(work_M, work_y, nf):
             inside = True
             for a in range(nf):
@@ -235,39 +263,11 @@ def box_qp(H, q, upper, p, alpha, grad, work_M, work_y, free):
     for _ in range(_QP_ROUNDS):
         viol = 0.0
         for _ in range(_QP_CD_ITER):
-            viol = 0.0
-            for j in range(p):
-                gj = grad[j]
-                a = alpha[j]
-                if a <= 0.0:
-                    v = -gj if gj < 0.0 else 0.0
-                elif a >= upper:
-                    v = gj if gj > 0.0 else 0.0
-                else:
-                    v = abs(gj)
-                viol = max(viol, v)
-                hjj = H[j, j]
-                if hjj > 0.0:
-                    new = a - gj / hjj
-                else:
-                    new = upper if gj < 0.0 else (0.0 if gj > 0.0 else a)
-                if new < 0.0:
-                    new = 0.0
-                elif new > upper:
-                    new = upper
-                d = new - a
-                if d != 0.0:
-                    alpha[j] = new
-                    for k in range(p):
-                        grad[k] += d * H[k, j]
+            viol = _cd_pass(H, upper, p, alpha, grad)
             if viol <= tol:
                 break
         # active-set step on the free variables
-        nf = 0
-        for j in range(p):
-            if 0.0 < alpha[j] < upper:
-                free[nf] = j
-                nf += 1
+        nf = _free_set(alpha, upper, p, free)
         if nf == 0:
             if viol <= tol:
                 return
@@ -344,17 +344,12 @@ def update_column(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gam
             for s in range(p):
                 s_ += gamma * A[s, c]
             out[c] = s_
+        gram_rows(A, p, 1.0, M)
         for s in range(p):
             acc = 0.0
             for c in range(r):
                 acc += A[s, c] * out[c]
             qv[s] = acc
-            for u in range(s + 1):
-                d = 0.0
-                for c in range(r):
-                    d += A[s, c] * A[u, c]
-                M[s, u] = d
-                M[u, s] = d
             M[s, s] += Lii / gamma
         _cholesky_solve(M, qv, p)
         for c in range(r):
@@ -364,17 +359,12 @@ def update_column(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gam
             out[c] = acc / Lii
         return
     # hinge (0) / squared hinge (1): dual box QP
+    gram_rows(A, p, 2.0 * Lii, H)
     for s in range(p):
         ag = 0.0
         for c in range(r):
             ag += A[s, c] * g[c]
         qv[s] = 1.0 + ag / Lii
-        for u in range(s + 1):
-            d = 0.0
-            for c in range(r):
-                d += A[s, c] * A[u, c]
-            H[s, u] = d / (2.0 * Lii)
-            H[u, s] = H[s, u]
         if loss == 1:
             H[s, s] += 1.0 / (2.0 * gamma)
     upper = gamma if loss == 0 else np.inf

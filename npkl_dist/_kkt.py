@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._kernels import CHUNK, _gather, box_qp
+from ._kernels import CHUNK, _gather, box_qp, gram_rows
 
 __all__ = ["kkt_row_terms", "kkt_residual", "KINK_TOL"]
 
@@ -65,17 +65,12 @@ def _row_kkt(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, b
                 g[c] += gamma * d * t * V[k, c]
     if nk > 0:
         # min over a in [0, gamma]^nk of || g - A' a ||^2  (loss' = -a/gamma on the kink)
+        gram_rows(A, nk, 1.0, H)
         for s in range(nk):
             acc = 0.0
             for c in range(r):
                 acc += A[s, c] * g[c]
             qv[s] = acc
-            for u in range(s + 1):
-                d2 = 0.0
-                for c in range(r):
-                    d2 += A[s, c] * A[u, c]
-                H[s, u] = d2
-                H[u, s] = d2
         box_qp(H, qv, gamma, nk, alpha, grad, M, wy, free)
         for c in range(r):
             acc = g[c]
