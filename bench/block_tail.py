@@ -1,0 +1,251 @@
+"""Why the block method's outer loop converges linearly (issue 6): experiments on its tail.
+
+The block method (``fit_bcd(method='block')``) reaches a 1e-4 objective gap in 25-40 outer
+iterations on bench_block's mixture problems, whatever the inner CG accuracy. This script
+holds the experiments behind the analysis in bench/RESULTS.md, on bench_block's problem
+(square loss, r = 16 unless --rank, gamma = 1, delta = 1e-3):
+
+``errors``  a long reference run gives V*; fits stopped after 10, 20, 30 outer iterations
+            are aligned to it (orthogonal Procrustes, K = V V' is rotation invariant) and
+            their error is split over V*'s principal directions, with its Rayleigh quotient
+            e'Le/e'e per direction and its share on the constrained rows.
+``rank``    outer iterations to the gap at other ranks (is the excess rank r > rank K* the
+            slow mode?).
+``coarse``  after every outer iteration, the objective is minimised (L-BFGS) over
+            piecewise-constant corrections on the aggregates of a plain-aggregation AMG
+            level of L with at most --m aggregates (a two-level subspace correction).
+``ritz``    every --every outer iterations, the objective is minimised exactly over the
+            kernels V M V' (M a PSD r x r matrix, an SDP solved by cvxpy/Clarabel), and V is
+            replaced by V M^(1/2) (a column-space Rayleigh-Ritz step).
+
+The ``coarse`` and ``ritz`` steps run from ``on_sweep`` and reach into the in-process
+session's state (prototypes, not library features). Usage::
+
+    python bench/block_tail.py errors --n 100000
+    python bench/block_tail.py rank --n 100000 --ranks 8 9 12 16
+    python bench/block_tail.py coarse --n 100000 --m 20000 3000
+    python bench/block_tail.py ritz --n 100000 --every 1 3 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import npkl_dist  # noqa: E402
+from bench_block import constraints_for, graph_for  # noqa: E402
+from npkl_dist import ConvergenceWarning, NPKLProblem, fit_bcd  # noqa: E402
+
+
+def problem(n, frac, rank):
+    S, y, _ = graph_for(n)
+    L = npkl_dist.laplacian(S, 1e-3)
+    return NPKLProblem.build(L, constraints_for(y, frac), loss="square", gamma=1.0,
+                             rank=rank, seed=0)
+
+
+def gaps(trace, f_star):
+    return np.array([(f - f_star) / f_star for f in trace])
+
+
+def first_below(g, gap=1e-4):
+    hit = np.flatnonzero(g <= gap)
+    return int(hit[0]) + 1 if hit.size else None
+
+
+def show(label, res, f_star):
+    g = gaps(res.objective_trace, f_star)
+    print(f"{label}: 1e-4 gap at outer iteration {first_below(g)}; gaps "
+          + " ".join(f"{x:.1e}" for x in g), flush=True)
+
+
+def reference(P, iters):
+    ref = fit_bcd(P, method="block", max_sweeps=iters, tol=0)
+    print(f"reference: {iters} outer iterations, f* = {ref.objective:.10g}, "
+          f"kkt {ref.kkt:.1e}", flush=True)
+    return ref
+
+
+def internal_L(prep):
+    n = prep.diag.shape[0]
+    off = sp.csr_matrix((prep.data, prep.indices, prep.indptr), shape=(n, n))
+    return (off + sp.diags(prep.diag)).tocsr()
+
+
+def replace_V(session, V_new, momentum=None):
+    """Overwrite the in-process session's V, keep its U copy and exact residual in step;
+    the momentum (S, LS) is multiplied by ``momentum`` (r x r) or restarted (None)."""
+    part = session.parts[0]
+    part.V[...] = V_new
+    if part.nu:
+        if part.X.base is not part.V:
+            part.X[...] = part.V[:part.nu]
+        part.Xold[...] = part.X
+    if part.extrapolate:
+        if momentum is None:
+            part.S[...] = 0
+            part.LS[...] = 0
+        else:
+            part.S[...] = part.S @ momentum
+            part.LS[...] = part.LS @ momentum
+    session._set_residual([part.residual()])
+
+
+def cmd_errors(args):
+    from scipy.linalg import orthogonal_procrustes
+
+    P = problem(args.n, args.frac, args.rank)
+    ref = reference(P, args.ref_iters)
+    Vs, fs = ref.V, ref.objective
+    print("singular values of V*:", np.round(np.linalg.svd(Vs, compute_uv=False), 3))
+    _, _, Wt = np.linalg.svd(Vs, full_matrices=False)
+    con = np.zeros(P.n_points, bool)
+    con[P.constraints.i] = con[P.constraints.j] = True
+    for k in (10, 20, 30):
+        res = fit_bcd(P, method="block", max_sweeps=k, tol=0)
+        V = res.V
+        Q, _ = orthogonal_procrustes(V, Vs)
+        E = (V @ Q - Vs) @ Wt.T
+        print(f"outer {k}: gap {(res.objective - fs) / fs:.2e}; singular values "
+              f"{np.round(np.linalg.svd(V, compute_uv=False), 3)}")
+        print(f"   |error| / |V*| = {np.linalg.norm(E) / np.linalg.norm(Vs):.3f}; share on "
+              f"constrained rows {np.sum(E[con] ** 2) / np.sum(E ** 2):.3f}")
+        print("   error per principal direction of V*:", np.round(np.linalg.norm(E, axis=0), 3))
+        rq = np.einsum("ij,ij->j", E, P.L @ E) / np.einsum("ij,ij->j", E, E)
+        print("   Rayleigh quotient e'Le/e'e per direction:", np.round(rq, 4), flush=True)
+
+
+def cmd_rank(args):
+    f_star = reference(problem(args.n, args.frac, 16), args.ref_iters).objective
+    for r in args.ranks:
+        P = problem(args.n, args.frac, r)
+        show(f"rank {r}", fit_bcd(P, method="block", max_sweeps=args.outer, tol=0), f_star)
+
+
+def cmd_coarse(args):
+    import pyamg
+    from scipy.optimize import minimize
+
+    P = problem(args.n, args.frac, args.rank)
+    f_star = reference(P, args.ref_iters).objective
+    show("no coarse step", fit_bcd(P, method="block", max_sweeps=args.outer, tol=0), f_star)
+    for m_max in args.m:
+        st = {"log": []}
+
+        def coarse(state, session):
+            prep, V = session.prep, session.parts[0].V
+            if "agg" not in st:
+                Li = internal_L(prep)
+                ml = pyamg.smoothed_aggregation_solver(Li, smooth=None, max_coarse=10,
+                                                       keep=True)
+                T = sp.identity(Li.shape[0], format="csr")
+                for lev in ml.levels[:-1]:
+                    T = (T @ lev.AggOp).tocsr()
+                    if T.shape[1] <= m_max:
+                        break
+                T = T.astype(np.float64)
+                st.update(Li=Li, agg=T.indices.copy(), Ac=(T.T @ Li @ T).tocsr(), T=T)
+                print(f"  levels {[lev.A.shape[0] for lev in ml.levels]}, coarse space "
+                      f"{T.shape[1]} aggregates", flush=True)
+            Li, agg, Ac, T = st["Li"], st["agg"], st["Ac"], st["T"]
+            m, r = Ac.shape[0], V.shape[1]
+            b = T.T @ (Li @ V)
+            pi, pj, pt = prep.pi, prep.pj, prep.pt.astype(np.float64)
+            ai, aj, Vi, Vj, g = agg[pi], agg[pj], V[pi], V[pj], prep.gamma
+
+            def fg(zf):  # f(V + T Z) - f(V) + loss(V) and its gradient in Z
+                Z = zf.reshape(m, r)
+                AZ = Ac @ Z
+                wi, wj = Vi + Z[ai], Vj + Z[aj]
+                z = pt * np.einsum("kr,kr->k", wi, wj)
+                d = -2.0 * g * (1.0 - z) * pt
+                G = 2.0 * b + 2.0 * AZ
+                np.add.at(G, ai, d[:, None] * wj)
+                np.add.at(G, aj, d[:, None] * wi)
+                return 2 * np.sum(b * Z) + np.sum(Z * AZ) + g * np.sum((1 - z) ** 2), G.ravel()
+
+            base = fg(np.zeros(m * r))[0]
+            res = minimize(fg, np.zeros(m * r), jac=True, method="L-BFGS-B",
+                           options={"maxiter": 200})
+            if res.fun < base:
+                replace_V(session, V + res.x.reshape(m, r)[agg].astype(V.dtype),
+                          momentum=np.eye(r))
+            st["log"].append(res.fun - base)
+
+        res = fit_bcd(P, method="block", max_sweeps=args.outer, tol=0, on_sweep=coarse)
+        show(f"coarse step on <= {m_max} aggregates", res, f_star)
+        print("  coarse-step decreases:", " ".join(f"{x:.2e}" for x in st["log"][:15]))
+
+
+def cmd_ritz(args):
+    import cvxpy as cp
+
+    P = problem(args.n, args.frac, args.rank)
+    f_star = reference(P, args.ref_iters).objective
+    show("no Ritz step", fit_bcd(P, method="block", max_sweeps=args.outer, tol=0), f_star)
+    for every in args.every:
+        for mode in ("rotate", "restart"):
+            st = {}
+
+            def ritz(state, session):
+                if state["sweep"] % every:
+                    return
+                prep, V = session.prep, session.parts[0].V
+                if "Li" not in st:
+                    st["Li"] = internal_L(prep)
+                G = V.T @ (st["Li"] @ V)
+                r = V.shape[1]
+                Vi, Vj, pt = V[prep.pi], V[prep.pj], prep.pt.astype(np.float64)
+                M = cp.Variable((r, r), PSD=True)
+                z = cp.multiply(cp.sum(cp.multiply(Vi @ M, Vj), axis=1), pt)
+                cp.Problem(cp.Minimize(cp.trace(G @ M)
+                                       + prep.gamma * cp.sum_squares(1 - z))).solve(
+                    solver="CLARABEL")
+                w, E = np.linalg.eigh((M.value + M.value.T) / 2)
+                B = (E * np.sqrt(np.maximum(w, 0.0))) @ E.T
+
+                def f(B):
+                    zz = pt * np.einsum("kr,kr->k", Vi @ B, Vj @ B)
+                    return np.sum(B * (G @ B)) + prep.gamma * np.sum((1 - zz) ** 2)
+
+                if f(B) < f(np.eye(r)):
+                    replace_V(session, V @ B, momentum=B if mode == "rotate" else None)
+
+            res = fit_bcd(P, method="block", max_sweeps=args.outer, tol=0, on_sweep=ritz)
+            show(f"Ritz step every {every} ({mode} the momentum)", res, f_star)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("errors", "rank", "coarse", "ritz"):
+        p = sub.add_parser(name)
+        p.add_argument("--n", type=int, default=100_000)
+        p.add_argument("--frac", type=float, default=0.01)
+        p.add_argument("--rank", type=int, default=16)
+        p.add_argument("--outer", type=int, default=40)
+        p.add_argument("--ref-iters", type=int, default=300)
+        if name == "rank":
+            p.add_argument("--ranks", type=int, nargs="+", default=[8, 9, 12, 16])
+        if name == "coarse":
+            p.add_argument("--m", type=int, nargs="+", default=[20000, 3000])
+        if name == "ritz":
+            p.add_argument("--every", type=int, nargs="+", default=[1, 3, 5])
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    t0 = time.perf_counter()
+    {"errors": cmd_errors, "rank": cmd_rank, "coarse": cmd_coarse, "ritz": cmd_ritz}[
+        args.cmd](args)
+    print(f"wall {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
