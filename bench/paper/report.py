@@ -180,9 +180,11 @@ def markdown(agg, names, methods, wall_seconds, reps, command):
     return "\n".join(lines)
 
 
-def write_report(records, names, methods, report_path, *, wall_seconds, reps, command):
+def write_report(records, names, methods, report_path, *, wall_seconds, reps, command,
+                 figure_path=None):
     """Rewrite the replication section of ``report_path`` from *all* recorded results (every
-    data set and method in the results file, not only this invocation's)."""
+    data set and method in the results file, not only this invocation's), and the figure
+    (default ``bench/paper/accuracy_vs_time.png``)."""
     from bench.paper.datasets import DATASETS
 
     present = {r["dataset"] for r in records}
@@ -190,7 +192,7 @@ def write_report(records, names, methods, report_path, *, wall_seconds, reps, co
     seen = {r["method"] for r in records}
     methods = [m for m in methods if m in seen] + sorted(seen - set(methods))
     agg = aggregate(records)
-    figure(agg, names, methods, HERE / "accuracy_vs_time.png")
+    figure(agg, names, methods, Path(figure_path or HERE / "accuracy_vs_time.png"))
     section = markdown(agg, names, methods, wall_seconds, reps, command)
     report_path = Path(report_path)
     text = report_path.read_text() if report_path.exists() else "# Benchmark results\n"
