@@ -91,7 +91,10 @@ def run_task(name, rep, methods):
             base = CV_METHODS.get(method, method)
             if base in BCD_LOSS:
                 p = nk.NPKLProblem.build(L, cons, loss=BCD_LOSS[base], seed=seed)
-                opts = {"max_sweeps": 800 if adult else 1000, "tol": 1e-5, "executor": ex}
+                # trace=False: no per-sweep objective/KKT (nothing reads them here; each cost
+                # about a sweep); the iterates are bitwise those of a traced fit
+                opts = {"max_sweeps": 800 if adult else 1000, "tol": 1e-5, "executor": ex,
+                        "trace": False}
                 p = _cv_gamma(nk, p, "bcd", opts, k, seed, rec) if method in CV_METHODS else p
                 res = nk.fit_bcd(p, **opts)
                 V = res.V
