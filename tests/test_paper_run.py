@@ -67,3 +67,20 @@ def test_fresh_methods_recomputes_only_those_rows(tmp_path):
     assert "error" not in new[0] and new[0]["rand_accuracy"] != 0.123
     assert "paper-replication:begin" in report.read_text()
     assert (tmp_path / "fig.png").stat().st_size > 0
+
+
+def test_report_only_runs_nothing_and_rewrites_the_tables(tmp_path):
+    path = tmp_path / "results.jsonl"
+    report = tmp_path / "RESULTS.md"
+    report.write_text("# before\n\n<!-- paper-replication:begin -->\nold\n"
+                      "<!-- paper-replication:end -->\nafter\n")
+    _write(path, [_rec("iris", "k-means", r, acc=0.9 + r / 100) for r in range(3)])
+    text = path.read_text()
+    assert run.main(["--datasets", "iris", "wine", "--reps", "20", "--results", str(path),
+                     "--report", str(report), "--figure", str(tmp_path / "f.png"),
+                     "--report-only"]) == 0
+    assert path.read_text() == text  # nothing was run (wine has no results and stays so)
+    out = report.read_text()
+    assert out.startswith("# before") and out.rstrip().endswith("after") and "old" not in out
+    assert "tables only, nothing run" in out
+    assert "| k-means | 91.00 ± 1.00 |" in out

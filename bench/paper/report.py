@@ -123,7 +123,10 @@ def markdown(agg, names, methods, wall_seconds, reps, command):
         "## Replication of the papers' clustering tables",
         "",
         f"Machine: {_machine()}. Date: {time.strftime('%Y-%m-%d')}. "
-        f"Latest invocation: `{command}` ({reps} repetitions, {wall_seconds:.0f} s). The "
+        f"Latest invocation: `{command}` "
+        + ("(tables only, nothing run). " if wall_seconds is None else
+           f"({reps} repetitions, {wall_seconds:.0f} s). ")
+        + f"The "
         f"tables cover every result in `bench/paper/results.jsonl` (finished tasks are cached "
         f"there and skipped on re-runs; `--fresh` recomputes everything). Run time of the "
         f"nine small data sets at 20 repetitions, 2 processes: 469 s for the fixed-γ methods "
@@ -131,7 +134,8 @@ def markdown(agg, names, methods, wall_seconds, reps, command):
         f"the two \"γ by CV\" methods (`npkl bench paper --datasets {SMALL} --reps 20 "
         f"--methods BCD-linear-cv KL-ADMM-cv`, 13 fits each per repetition; other benchmarks "
         f"shared the two cores). The BCD-hinge rows were re-run with joint moves "
-        f"(`--methods BCD-hinge --fresh-methods BCD-hinge`, one process) and adult-a2a … a6a "
+        f"(`--datasets {SMALL} adult-a1a --reps 20 --methods BCD-hinge --fresh-methods "
+        f"BCD-hinge --workers 1`: 1266 s) and adult-a2a … a6a "
         f"with one process (`--workers 1`, `nice -n 10`) while another benchmark used the "
         f"other core: the machine was shared, so fit times are upper bounds.",
         "",

