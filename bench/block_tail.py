@@ -81,22 +81,15 @@ def internal_L(prep):
 
 
 def replace_V(session, V_new, momentum=None):
-    """Overwrite the in-process session's V, keep its U copy and exact residual in step;
-    the momentum (S, LS) is multiplied by ``momentum`` (r x r) or restarted (None)."""
+    """Overwrite the in-process session's V through its ``assign`` (the joint moves' path:
+    U copy and exact residual kept in step, momentum restarted); with ``momentum`` (r x r)
+    the momentum (S, LS) is kept, multiplied by it."""
     part = session.parts[0]
-    part.V[...] = V_new
-    if part.nu:
-        if part.X.base is not part.V:
-            part.X[...] = part.V[:part.nu]
-        part.Xold[...] = part.X
-    if part.extrapolate:
-        if momentum is None:
-            part.S[...] = 0
-            part.LS[...] = 0
-        else:
-            part.S[...] = part.S @ momentum
-            part.LS[...] = part.LS @ momentum
-    session._set_residual([part.residual()])
+    keep = (part.S @ momentum, part.LS @ momentum) \
+        if part.extrapolate and momentum is not None else None
+    session.assign(V_new)
+    if keep is not None:
+        part.S[...], part.LS[...] = keep
 
 
 def cmd_errors(args):
