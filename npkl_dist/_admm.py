@@ -12,6 +12,15 @@ terms of our unordered pairs the loss is gamma * sum_pairs (K_ij - T_ij)^2
 
 Residuals (eq. 14): primal ||V - U||, dual rho ||V(k+1) - V(k)||; rho adapts by eq. (15).
 We stop when both, relative to ||V|| (the dual one also divided by rho), fall below ``tol``.
+
+Two loops run the same iterations. The reference loop calls ``session.iterate`` and
+``session.objective`` once per iteration; every executor implements them (Dask too). The
+in-process session also offers ``run``: many iterations inside one compiled call
+(``_kernels.admm_run``), where the U-step's sparse product hands the objective its smooth
+term, so no separate pass over L is needed and no Python runs per iteration. It gives the
+same iterates and traces bit for bit (``tests/test_admm.py::test_fused_*``): every
+residual and objective is a sum of per-row terms, added left to right in SUM_BLOCK partials
+(``_kernels.block_sums``) on every path.
 """
 
 from __future__ import annotations
@@ -72,7 +81,7 @@ def admm_objective_dense(problem: NPKLProblem, K) -> float:
 def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
              rho: float = 100.0, rho_min: float = 10.0, adaptive_rho: bool = True,
              executor=None, relabel: str = "rcm", V0=None, callback=None, plan=None,
-             resume=None, on_sweep=None) -> ADMMResult:
+             resume=None, on_sweep=None, fused: bool = True) -> ADMMResult:
     """Fit the KL-ADMM problem (square loss on targets 1/0, optional diagonal targets).
 
     Parameters
@@ -93,6 +102,15 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
         ``(state, W)`` with W = [V | U | Lam] (internal order, n x 3r) from a checkpoint.
     on_sweep : callable, optional
         ``on_sweep(state, session)`` after each iteration (checkpointing).
+    fused : bool
+        Where the executor's session offers it (in-process), run the iterations inside one
+        compiled loop (``_kernels.admm_run``): the same iterates, the objective as a
+        by-product of the U-step instead of a separate pass, no per-iteration Python. With a
+        ``callback`` or ``on_sweep`` it runs one iteration per call, so both see every
+        iteration as it ends; otherwise all of them in one call, and ``sweep_seconds``
+        holds the call's mean per iteration (``objective_seconds`` 0). ``False`` runs the
+        reference loop (one ``session.iterate`` and ``session.objective`` per iteration),
+        which every executor implements.
 
     Returns
     -------
@@ -154,7 +172,30 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
             res.objective_initial = session.objective(gamma, diagonal)
         res.setup_seconds = time.perf_counter() - t_start
         vnorm = max(np.sqrt(session.norm2()), 1e-300)
+        run = getattr(session, "run", None) if fused else None
         while not res.converged and it < max_iter:
+            if run is not None:
+                chunk = 1 if (callback is not None or on_sweep is not None) else max_iter - it
+                t0 = time.perf_counter()
+                trace, rho_next, res.converged = run(chunk, rho, rho_min, gamma, diagonal, tol,
+                                                     adaptive_rho)
+                per_it = (time.perf_counter() - t0) / max(len(trace), 1)
+                for primal, step, obj, rho_used, vnorm in trace:
+                    it += 1
+                    res.objective_trace.append(float(obj))
+                    res.primal_trace.append(float(primal))
+                    res.dual_trace.append(float(rho_used * step))
+                    res.rho_trace.append(float(rho_used))
+                    res.change_trace.append(float(step / vnorm))
+                    res.sweep_seconds.append(per_it)
+                    res.objective_seconds.append(0.0)
+                    if callback is not None:
+                        callback(it, float(obj), float(primal), float(rho_used * step))
+                rho = rho_next
+                vnorm = float(trace[-1, 4])
+                if on_sweep is not None:
+                    on_sweep(_admm_state(res, it, rho), session)
+                continue
             it += 1
             t0 = time.perf_counter()
             primal2, step2 = session.iterate(rho, gamma, diagonal)

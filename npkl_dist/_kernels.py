@@ -643,30 +643,42 @@ def block_deferral(n, indptr, indices, cptr, cidx, block, deferred):
 
 @njit(nogil=True, cache=True)
 def admm_rows(start, stop, indptr, indices, data, diag, cptr, cidx, csgn, diagonal, X, Lam,
-              lam_sign, rho, gamma, pmax, out):
+              lam_sign, rho, gamma, pmax, out, sm):
     """Half-step of KL-ADMM for rows start..stop-1.
 
     X : (n, r) IN, the other factor (U for the V-step, V^{k+1} for the U-step).
     Lam : (n, r) IN. lam_sign : -1 for the V-step, +1 for the U-step.
     out : (n, r) OUT at those rows.
+    sm : (n,) float64 OUT at those rows, or length 0 (not wanted): x_i' (L X)_i, the row's
+        term of tr(X' L X) with the arithmetic of ``smooth_terms`` (so the U-step, whose X is
+        the new V, hands the objective its smooth term for free).
     """
     r = X.shape[1]
     pm = pmax + 1
+    want_sm = sm.shape[0] > 0
     c = np.empty(r)
+    y = np.empty(r)
     W = np.empty((pm, r))
     M = np.empty((pm, pm))
-    y = np.empty(pm)
+    z = np.empty(pm)
     for i in range(start, stop):
+        # y = (L X)_i, formed as in smooth_terms; then
         # c = rho x_i + lam_sign Lam_i - (L X)_i + gamma sum_j T_ij x_j
         dii = np.float64(diag[i])
         for q in range(r):
-            xi = np.float64(X[i, q])
-            c[q] = (rho - dii) * xi + lam_sign * np.float64(Lam[i, q])
+            y[q] = dii * np.float64(X[i, q])
         for p in range(indptr[i], indptr[i + 1]):
             k = indices[p]
             w = np.float64(data[p])
             for q in range(r):
-                c[q] -= w * X[k, q]
+                y[q] += w * np.float64(X[k, q])
+        if want_sm:
+            acc = 0.0
+            for q in range(r):
+                acc += np.float64(X[i, q]) * y[q]
+            sm[i] = acc
+        for q in range(r):
+            c[q] = rho * np.float64(X[i, q]) + lam_sign * np.float64(Lam[i, q]) - y[q]
         p_i = 0
         for s in range(cptr[i], cptr[i + 1]):
             k = cidx[s]
@@ -689,7 +701,7 @@ def admm_rows(start, stop, indptr, indices, data, diag, cptr, cidx, csgn, diagon
             acc = 0.0
             for q in range(r):
                 acc += W[a, q] * c[q]
-            y[a] = acc
+            z[a] = acc
             for b in range(a + 1):
                 d = 0.0
                 for q in range(r):
@@ -697,23 +709,23 @@ def admm_rows(start, stop, indptr, indices, data, diag, cptr, cidx, csgn, diagon
                 M[a, b] = d
                 M[b, a] = d
             M[a, a] += rho / gamma
-        _cholesky_solve(M, y, p_i)
+        _cholesky_solve(M, z, p_i)
         for q in range(r):
             acc = c[q]
             for a in range(p_i):
-                acc -= W[a, q] * y[a]
+                acc -= W[a, q] * z[a]
             out[i, q] = acc / rho
 
 
 @njit(nogil=True, cache=True, parallel=True)
 def admm_half_step(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, X, Lam, lam_sign,
-                   rho, gamma, pmax, out):
+                   rho, gamma, pmax, out, sm):
     """All rows of one KL-ADMM half-step, chunks spread over numba's threads."""
     n = X.shape[0]
     n_chunks = (n + CHUNK - 1) // CHUNK
     for ch in prange(n_chunks):
         admm_rows(ch * CHUNK, min((ch + 1) * CHUNK, n), indptr, indices, data, diag, cptr,
-                  cidx, csgn, diagonal, X, Lam, lam_sign, rho, gamma, pmax, out)
+                  cidx, csgn, diagonal, X, Lam, lam_sign, rho, gamma, pmax, out, sm)
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -739,6 +751,144 @@ def admm_diag_terms(V, out):
             d += np.float64(V[i, c]) * np.float64(V[i, c])
         out[i] = (d - 1.0) * (d - 1.0)
 
+
+
+
+@njit(nogil=True, cache=True)
+def block_sums(x):
+    """Per-SUM_BLOCK sums of x (plain left-to-right sums; numpy's are pairwise), in order:
+    the partial sums every executor reduces with, so that totals agree bit for bit."""
+    n = x.shape[0]
+    out = np.empty((n + SUM_BLOCK - 1) // SUM_BLOCK)
+    for b in range(out.shape[0]):
+        part = 0.0
+        for i in range(b * SUM_BLOCK, min((b + 1) * SUM_BLOCK, n)):
+            part += x[i]
+        out[b] = part
+    return out
+
+
+@njit(nogil=True, cache=True)
+def row_sq_dist(A, B, out):
+    """out[i] = ||a_i - b_i||^2 in float64, left to right (as ``admm_run``).  OUT (n,)."""
+    for i in range(out.shape[0]):
+        acc = 0.0
+        for q in range(A.shape[1]):
+            d = np.float64(A[i, q]) - np.float64(B[i, q])
+            acc += d * d
+        out[i] = acc
+
+
+@njit(nogil=True, cache=True)
+def row_sq(A, out):
+    """out[i] = ||a_i||^2 in float64, left to right (as ``admm_run``).  OUT (n,)."""
+    for i in range(out.shape[0]):
+        acc = 0.0
+        for q in range(A.shape[1]):
+            a = np.float64(A[i, q])
+            acc += a * a
+        out[i] = acc
+
+@njit(nogil=True, cache=True)
+def _block_total(x, n):
+    """sum(x[:n]) as ordered per-SUM_BLOCK partial sums (the executors' reduction shape)."""
+    total = 0.0
+    for s in range(0, n, SUM_BLOCK):
+        part = 0.0
+        for i in range(s, min(s + SUM_BLOCK, n)):
+            part += x[i]
+        total += part
+    return total
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, pj, pt, V, U,
+             Lam, Vn, Un, rho, rho_min, gamma, tol, adaptive, n_iter, trace):
+    """Up to ``n_iter`` whole KL-ADMM iterations in one call (the in-process fast path).
+
+    Each iteration is exactly the reference one (two ``admm_rows`` half-steps, the dual
+    update Lam += rho (V - U) rounded to Lam's dtype, then V, U <- the new factors), followed
+    by the quantities ``fit_admm`` reads: ||V - U||, ||V(k+1) - V(k)||, the objective of the
+    new V (its smooth term is the U-step's by-product, pair and diagonal terms in O((m + n)
+    r)), ||V||; then the stopping test and eq. (15) for rho, as in ``fit_admm``. The sums run
+    in SUM_BLOCK partials like the executors' but over plain row sums, so they may differ
+    from the session path's numpy sums in the last bits (the iterates do not).
+
+    V, U, Lam : (n, r) IN/OUT. Vn, Un : (n, r) scratch. trace : (n_iter, 5) float64 OUT, per
+    iteration done: primal residual, step, objective, rho used, ||V||.
+    Returns (iterations done, rho for the next iteration, converged).
+    """
+    n, r = V.shape
+    m = pi.shape[0]
+    n_chunks = (n + CHUNK - 1) // CHUNK
+    sm = np.empty(n)
+    no_sm = np.empty(0)
+    prow = np.empty(n)
+    srow = np.empty(n)
+    vrow = np.empty(n)
+    drow = np.empty(n)
+    qrow = np.empty(n)
+    pv = np.empty(m)
+    done = 0
+    converged = False
+    for it in range(n_iter):
+        for ch in prange(n_chunks):
+            admm_rows(ch * CHUNK, min((ch + 1) * CHUNK, n), indptr, indices, data, diag, cptr,
+                      cidx, csgn, diagonal, U, Lam, -1.0, rho, gamma, pmax, Vn, no_sm)
+        for ch in prange(n_chunks):
+            admm_rows(ch * CHUNK, min((ch + 1) * CHUNK, n), indptr, indices, data, diag, cptr,
+                      cidx, csgn, diagonal, Vn, Lam, 1.0, rho, gamma, pmax, Un, sm)
+        for i in prange(n):
+            inc = np.empty_like(Lam[i, :1])  # rho (v - u) rounded to Lam's dtype first
+            pr = 0.0
+            st = 0.0
+            vv = 0.0
+            for q in range(r):
+                vn = np.float64(Vn[i, q])
+                d = vn - np.float64(Un[i, q])
+                inc[0] = rho * d
+                Lam[i, q] += inc[0]
+                pr += d * d
+                e = vn - np.float64(V[i, q])
+                st += e * e
+                vv += vn * vn
+                V[i, q] = Vn[i, q]
+                U[i, q] = Un[i, q]
+            prow[i] = pr
+            srow[i] = st
+            vrow[i] = vv
+            drow[i] = (vv - 1.0) * (vv - 1.0)
+            qrow[i] = 0.0
+        for k in prange(m):
+            d = 0.0
+            for q in range(r):
+                d += np.float64(V[pi[k], q]) * np.float64(V[pj[k], q])
+            t = 1.0 if pt[k] > 0 else 0.0
+            pv[k] = (d - t) * (d - t)
+        for k in range(m):  # grouped by owner row in pair order, as np.bincount
+            qrow[pi[k]] += pv[k]
+        primal = np.sqrt(_block_total(prow, n))
+        step = np.sqrt(_block_total(srow, n))
+        obj = _block_total(sm, n) + gamma * _block_total(qrow, n)
+        if diagonal:
+            obj += 0.5 * gamma * _block_total(drow, n)
+        vnorm = max(np.sqrt(_block_total(vrow, n)), 1e-300)
+        trace[it, 0] = primal
+        trace[it, 1] = step
+        trace[it, 2] = obj
+        trace[it, 3] = rho
+        trace[it, 4] = vnorm
+        done = it + 1
+        converged = primal / vnorm < tol and step / vnorm < tol
+        if converged:
+            break
+        if adaptive:  # eq. (15)
+            dual = rho * step
+            if primal > 10.0 * dual:
+                rho = 2.0 * rho
+            elif dual > 10.0 * primal:
+                rho = max(rho / 2.0, rho_min)
+    return done, rho, converged
 
 def serial_variant(kernel):
     """``kernel`` (an ``@njit(parallel=True)`` dispatcher) compiled without ``parallel``:
@@ -767,3 +917,4 @@ smooth_terms_serial = serial_variant(smooth_terms)
 pair_terms_serial = serial_variant(pair_terms)
 admm_pair_terms_serial = serial_variant(admm_pair_terms)
 admm_diag_terms_serial = serial_variant(admm_diag_terms)
+admm_run_serial = serial_variant(admm_run)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._errors import NpklError, ValidationError, fmt_value
-from ._inprocess import SUM_BLOCK, chunked_sums, ordered_total
+from ._inprocess import SUM_BLOCK, chunked_sums, ordered_total, row_norms2
 
 __all__ = ["DaskExecutor", "WorkerLostError", "partition_rows", "partition_plan",
            "build_blocks"]
@@ -260,11 +260,10 @@ class BlockActor:
         nb = spec.n_own
         admm_rows(0, nb, spec.indptr, spec.indices, spec.data, spec.diag, spec.cptr, spec.cidx,
                   spec.csgn, bool(diagonal), other, self.Lam, float(lam_sign), float(rho),
-                  float(gamma), spec.pmax, self.out)
+                  float(gamma), spec.pmax, self.out, np.empty(0))
         target = self.X if which == "V" else self.U
         if which == "V":
-            d = self.out[:nb].astype(np.float64) - self.X[:nb]
-            self.step2 = np.sum(d * d, axis=1)
+            self.step2 = row_norms2(self.out[:nb], self.X[:nb])
         target[:nb] = self.out[:nb]
         return [(t, target[local]) for t, local in spec.send_all]
 
@@ -272,11 +271,11 @@ class BlockActor:
         nb = self.spec.n_own
         diff = self.X[:nb].astype(np.float64) - self.U[:nb]
         self.Lam += (rho * diff).astype(self.Lam.dtype)
-        return chunked_sums(np.sum(diff * diff, axis=1)), chunked_sums(self.step2)
+        return chunked_sums(row_norms2(self.X[:nb], self.U[:nb])), chunked_sums(self.step2)
 
     def admm_norm2(self):
         nb = self.spec.n_own
-        return chunked_sums(np.sum(self.X[:nb].astype(np.float64) ** 2, axis=1))
+        return chunked_sums(row_norms2(self.X[:nb]))
 
     def admm_objective_parts(self, gamma, diagonal):
         from .._kernels import admm_diag_terms_serial as admm_diag_terms

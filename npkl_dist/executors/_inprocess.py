@@ -13,7 +13,12 @@ from .._kernels import (
     admm_half_step,
     admm_pair_terms,
     admm_rows,
+    admm_run,
+    admm_run_serial,
+    block_sums,
     pair_terms,
+    row_sq,
+    row_sq_dist,
     smooth_terms,
     sweep_units,
     sweep_units_serial,
@@ -23,8 +28,19 @@ __all__ = ["InProcessExecutor", "chunked_sums", "SUM_BLOCK"]
 
 
 def chunked_sums(values) -> list:
-    """Per-chunk sums of a per-row array (chunks of SUM_BLOCK rows, in order)."""
-    return [float(values[s:s + SUM_BLOCK].sum()) for s in range(0, values.shape[0], SUM_BLOCK)]
+    """Per-chunk sums of a per-row array (chunks of SUM_BLOCK rows, in order; plain sums,
+    ``_kernels.block_sums``, the arithmetic of the compiled ``admm_run`` too)."""
+    return block_sums(np.ascontiguousarray(values, dtype=np.float64)).tolist()
+
+
+def row_norms2(A, B=None) -> np.ndarray:
+    """||a_i - b_i||^2 (or ||a_i||^2) per row in float64, summed left to right."""
+    out = np.empty(A.shape[0])
+    if B is None:
+        row_sq(A, out)
+    else:
+        row_sq_dist(A, B, out)
+    return out
 
 
 def ordered_total(partials) -> float:
@@ -112,13 +128,14 @@ class InProcessExecutor:
         args = (prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx,
                 prep.csgn, bool(diagonal), X, Lam, float(lam_sign), float(rho), float(gamma),
                 prep.pmax)
+        no_sm = np.empty(0)
         if self.n_threads == 1 or n <= 2 * CHUNK:
-            admm_rows(0, n, *args, out)
+            admm_rows(0, n, *args, out, no_sm)
             return
         previous = numba.get_num_threads()
         numba.set_num_threads(self.n_threads)
         try:
-            admm_half_step(*args, out)
+            admm_half_step(*args, out, no_sm)
         finally:
             numba.set_num_threads(previous)
 
@@ -228,15 +245,38 @@ class _ADMMSession:
         ex.admm_half_step(prep, self._V_new, self.Lam, +1.0, rho, gamma, diagonal, self._U_new)
         diff = self._V_new.astype(np.float64) - self._U_new
         self.Lam += (rho * diff).astype(self.Lam.dtype)
-        primal2 = ordered_total(chunked_sums(np.sum(diff * diff, axis=1)))
-        step = self._V_new.astype(np.float64) - self.V
-        step2 = ordered_total(chunked_sums(np.sum(step * step, axis=1)))
+        primal2 = ordered_total(chunked_sums(row_norms2(self._V_new, self._U_new)))
+        step2 = ordered_total(chunked_sums(row_norms2(self._V_new, self.V)))
         self.V, self._V_new = self._V_new, self.V
         self.U, self._U_new = self._U_new, self.U
         return primal2, step2
 
+    def run(self, n_iter, rho, rho_min, gamma, diagonal, tol, adaptive):
+        """Up to ``n_iter`` iterations in one compiled call (``_kernels.admm_run``): the same
+        iterates as ``iterate`` in a loop, with the stopping test and eq. (15) inside.
+
+        Returns (trace (done, 5): primal, step, objective, rho used, ||V||; next rho;
+        converged)."""
+        ex, prep = self.ex, self.prep
+        n = self.V.shape[0]
+        trace = np.empty((int(n_iter), 5))
+        args = (prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx,
+                prep.csgn, bool(diagonal), prep.pmax, prep.pi, prep.pj, prep.pt, self.V,
+                self.U, self.Lam, self._V_new, self._U_new, float(rho), float(rho_min),
+                float(gamma), float(tol), bool(adaptive), int(n_iter), trace)
+        if ex.n_threads == 1 or n <= 2 * CHUNK:
+            done, rho, converged = admm_run_serial(*args)
+        else:
+            previous = numba.get_num_threads()
+            numba.set_num_threads(ex.n_threads)
+            try:
+                done, rho, converged = admm_run(*args)
+            finally:
+                numba.set_num_threads(previous)
+        return trace[:done], float(rho), bool(converged)
+
     def norm2(self) -> float:
-        return ordered_total(chunked_sums(np.sum(self.V.astype(np.float64) ** 2, axis=1)))
+        return ordered_total(chunked_sums(row_norms2(self.V)))
 
     def objective(self, gamma, diagonal) -> float:
         return self.ex.admm_objective(self.prep, self.V, gamma, diagonal)
