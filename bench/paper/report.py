@@ -183,8 +183,40 @@ def markdown(agg, names, methods, wall_seconds, reps, command):
             lines += ["", f"Our best: **{label(m)} {acc:.2f}** vs best published {best[0]:.2f}: "
                           f"**{verdict}**."]
         lines.append("")
+    lines += speed_table(agg, names, methods, pub)
     lines.append(END)
     return "\n".join(lines)
+
+
+#: Required ratio of a paper's CPU time to ours (issue 3).
+SPEEDUP_TARGET = 100.0
+
+
+def speed_table(agg, names, methods, pub):
+    """Our mean fit time against the CPU time the paper reports for the same method and data
+    set (``published_value(..., quantity='cpu')``), one row per pair that has both."""
+    if pub is None or not hasattr(pub, "published_value"):
+        return []
+    rows = []
+    for name in names:
+        for m in methods:
+            a = agg.get((name, m))
+            p = pub.published_value(name, m, quantity="cpu")
+            if not a or not a["reps"] or not p or p[0] is None:
+                continue
+            ratio = p[0] / a["time"] if a["time"] > 0 else float("inf")
+            rows.append(f"| {name} | {label(m)} | {a['time']:.3g} | {p[0]:.4g} | "
+                        f"{ratio:.0f}x | {'yes' if ratio >= SPEEDUP_TARGET else '**no**'} | "
+                        f"{a['reps']} | {p[2]} |")
+    if not rows:
+        return []
+    met = sum(r.count("| yes |") for r in rows)
+    return ["### Fit time against the papers' CPU times", "",
+            f"Mean fit time per repetition (one thread, this machine) against the CPU time the "
+            f"paper reports for the same method and data set (their machines: see the "
+            f"sources); target ≥ {SPEEDUP_TARGET:.0f}x. Met on {met} of {len(rows)}.", "",
+            "| data set | method | ours (s) | published (s) | ratio | ≥ 100x | reps | source |",
+            "|---|---|---|---|---|---|---|---|", *rows, ""]
 
 
 def write_report(records, names, methods, report_path, *, wall_seconds, reps, command,
