@@ -513,12 +513,52 @@ def sweep_units_serial(rows, ptr, base, indptr, indices, data, diag, cptr, cidx,
                    csgn, V, loss, gamma, bound, pmax, delta2, norm2)
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _dot_row_vec(A, i, y, r):
+    """sum_q A[i, q] y[q] in float64 with four interleaved partial sums (lanes q mod 4,
+    combined (0+1)+(2+3), then the tail): independent chains the CPU can overlap, where
+    one running sum waits on every add. Fixed order, so every caller agrees bit for bit."""
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    q4 = r - r % 4
+    for q in range(0, q4, 4):
+        s0 += np.float64(A[i, q]) * y[q]
+        s1 += np.float64(A[i, q + 1]) * y[q + 1]
+        s2 += np.float64(A[i, q + 2]) * y[q + 2]
+        s3 += np.float64(A[i, q + 3]) * y[q + 3]
+    acc = (s0 + s1) + (s2 + s3)
+    for q in range(q4, r):
+        acc += np.float64(A[i, q]) * y[q]
+    return acc
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _dot_rows(A, i, B, j, r):
+    """sum_q A[i, q] B[j, q] in float64, in the lane order of ``_dot_row_vec``."""
+    s0 = 0.0
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    q4 = r - r % 4
+    for q in range(0, q4, 4):
+        s0 += np.float64(A[i, q]) * np.float64(B[j, q])
+        s1 += np.float64(A[i, q + 1]) * np.float64(B[j, q + 1])
+        s2 += np.float64(A[i, q + 2]) * np.float64(B[j, q + 2])
+        s3 += np.float64(A[i, q + 3]) * np.float64(B[j, q + 3])
+    acc = (s0 + s1) + (s2 + s3)
+    for q in range(q4, r):
+        acc += np.float64(A[i, q]) * np.float64(B[j, q])
+    return acc
+
+
 @njit(nogil=True, cache=True, parallel=True)
 def smooth_terms(indptr, indices, data, diag, V, out):
     """out[i] = v_i' (L V)_i, so that tr(V' L V) = out.sum().  out : (n,) float64 OUT.
 
     y = (L V)_i is formed first, row-wise as in a sparse product (axpys over the neighbours),
-    then one r-long reduction v_i'y per row -- not one reduction per edge.
+    then one r-long reduction v_i'y per row (``_dot_row_vec``) -- not one per edge.
     Covers the rows of ``out`` (V may hold further rows: a block's halo)."""
     n = out.shape[0]
     r = V.shape[1]
@@ -534,10 +574,7 @@ def smooth_terms(indptr, indices, data, diag, V, out):
                 w = np.float64(data[p])
                 for c in range(r):
                     y[c] += w * np.float64(V[k, c])
-            acc = 0.0
-            for c in range(r):
-                acc += np.float64(V[i, c]) * y[c]
-            out[i] = acc
+            out[i] = _dot_row_vec(V, i, y, r)
 
 
 @njit(nogil=True, cache=True)
@@ -673,10 +710,7 @@ def admm_rows(start, stop, indptr, indices, data, diag, cptr, cidx, csgn, diagon
             for q in range(r):
                 y[q] += w * np.float64(X[k, q])
         if want_sm:
-            acc = 0.0
-            for q in range(r):
-                acc += np.float64(X[i, q]) * y[q]
-            sm[i] = acc
+            sm[i] = _dot_row_vec(X, i, y, r)
         for q in range(r):
             c[q] = rho * np.float64(X[i, q]) + lam_sign * np.float64(Lam[i, q]) - y[q]
         p_i = 0
@@ -698,14 +732,9 @@ def admm_rows(start, stop, indptr, indices, data, diag, cptr, cidx, csgn, diagon
                 out[i, q] = c[q] / rho
             continue
         for a in range(p_i):
-            acc = 0.0
-            for q in range(r):
-                acc += W[a, q] * c[q]
-            z[a] = acc
+            z[a] = _dot_row_vec(W, a, c, r)
             for b in range(a + 1):
-                d = 0.0
-                for q in range(r):
-                    d += W[a, q] * W[b, q]
+                d = _dot_rows(W, a, W, b, r)
                 M[a, b] = d
                 M[b, a] = d
             M[a, a] += rho / gamma
