@@ -867,27 +867,28 @@ def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, 
         for ch in prange(n_chunks):
             admm_rows(ch * CHUNK, min((ch + 1) * CHUNK, n), indptr, indices, data, diag, cptr,
                       cidx, csgn, diagonal, Vn, Lam, 1.0, rho, gamma, pmax, Un, sm)
-        for i in prange(n):
-            inc = np.empty_like(Lam[i, :1])  # rho (v - u) rounded to Lam's dtype first
-            pr = 0.0
-            st = 0.0
-            vv = 0.0
-            for q in range(r):
-                vn = np.float64(Vn[i, q])
-                d = vn - np.float64(Un[i, q])
-                inc[0] = rho * d
-                Lam[i, q] += inc[0]
-                pr += d * d
-                e = vn - np.float64(V[i, q])
-                st += e * e
-                vv += vn * vn
-                V[i, q] = Vn[i, q]
-                U[i, q] = Un[i, q]
-            prow[i] = pr
-            srow[i] = st
-            vrow[i] = vv
-            drow[i] = (vv - 1.0) * (vv - 1.0)
-            qrow[i] = 0.0
+        for ch in prange(n_chunks):
+            inc = np.empty_like(Lam[0, :1])  # rho (v - u) rounded to Lam's dtype first
+            for i in range(ch * CHUNK, min((ch + 1) * CHUNK, n)):
+                pr = 0.0
+                st = 0.0
+                vv = 0.0
+                for q in range(r):
+                    vn = np.float64(Vn[i, q])
+                    d = vn - np.float64(Un[i, q])
+                    inc[0] = rho * d
+                    Lam[i, q] += inc[0]
+                    pr += d * d
+                    e = vn - np.float64(V[i, q])
+                    st += e * e
+                    vv += vn * vn
+                    V[i, q] = Vn[i, q]
+                    U[i, q] = Un[i, q]
+                prow[i] = pr
+                srow[i] = st
+                vrow[i] = vv
+                drow[i] = (vv - 1.0) * (vv - 1.0)
+                qrow[i] = 0.0
         for k in prange(m):
             d = 0.0
             for q in range(r):
