@@ -404,7 +404,14 @@ def test_auto_choice():
     assert choose_method(big) == "block"
     assert choose_method(chain_problem(AUTO_MIN_POINTS - 2)) == "sweeps"
     assert choose_method(chain_problem(AUTO_MIN_POINTS, loss="linear")) == "sweeps"
-    assert choose_method(chain_problem(AUTO_MIN_POINTS, frac=0.6)) == "sweeps"
+    # square and squared hinge: block at any constrained fraction (the protocol's ~91% too);
+    # the hinge only up to AUTO_MAX_CONSTRAINED
+    for frac in (0.6, 1.0):
+        assert choose_method(chain_problem(AUTO_MIN_POINTS, frac=frac)) == "block"
+        assert choose_method(chain_problem(AUTO_MIN_POINTS, "squared_hinge", frac)) == "block"
+        assert choose_method(chain_problem(AUTO_MIN_POINTS, "hinge", frac)) == "sweeps"
+    assert choose_method(chain_problem(AUTO_MIN_POINTS, "hinge", 0.2)) == "block"
+    assert choose_method(chain_problem(AUTO_MIN_POINTS - 2, "hinge", 0.2)) == "sweeps"
 
     class NoBlock:
         supports_block = False
