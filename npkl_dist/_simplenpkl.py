@@ -374,7 +374,7 @@ def _top_eigs_positive(A, k: int, v0, k_try: int):
     Returns (sigma (k,), P (n, k), complete) with ``complete`` False when padded.
     """
     n = A.shape[0]
-    if 1 <= k_try < k and not _use_dense(n, k_try):
+    if 1 <= k_try < k and not _use_dense(n, k):
         w, P = _eigsh(A, k_try, v0, True)
         order = np.argsort(w)[::-1]
         w, P = w[order], P[:, order]
