@@ -76,8 +76,8 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
 ``'fast'`` computes the same things with less work:
 
 * ARPACK's products go straight to scipy's compiled CSR kernel (``A @ x`` spends about 30 us
-  of Python dispatch per product around a 90 us product on adult-a1a); the products, and so
-  the eigenpairs, are bitwise those of the reference.
+  of Python dispatch per product around a 90 us product on adult-a1a); the products are
+  bitwise those of ``A @ x`` (with the same BLAS threads, so are the eigenpairs).
 * Between slack checks only the positive eigenpairs are computed: the kernel step and J use
   ``max(sigma, 0)``, so eigenpairs with sigma <= 0 enter with weight 0. Alg. 1 drives A(alpha)
   towards few positive eigenvalues (adult-a1a: 26 of rank 61 in half of its 200
@@ -88,8 +88,10 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
   refinement subspace span(P) and ``eigenvalues`` use all rank eigenpairs) are full solves.
 * One BLAS thread for the whole fit (threadpoolctl): the dense work is on n x rank blocks
   and ARPACK's level-2 steps, where threads gain little and contend on a busy machine
-  (adult-a1a, squared hinge: 212 s with the default threads on a loaded 2-core machine,
-  43 s with one).
+  (adult-a1a, squared hinge, original code: 208-212 s with the default threads on the
+  loaded 2-core machine, 41-44 s otherwise, 43 s with one thread). On a quiet machine
+  two threads help ARPACK somewhat at larger n (adult-a4a, linear: 0.86 s reference against
+  1.05 s fast, bench/RESULTS.md).
 
 The iterates agree with the reference to eigsh's accuracy (tests/test_simplenpkl_fast.py).
 Measured and not adopted (bench/RESULTS.md): block solvers warm-started from the previous
