@@ -86,12 +86,14 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
   the full top-rank problem instead. Every step that can be followed by a refinement (each ``_SLACK_CHECK``-th, the
   refinement's own dual step) and the final one (re-solved if needed: the certificate, the
   refinement subspace span(P) and ``eigenvalues`` use all rank eigenpairs) are full solves.
-* One BLAS thread for the whole fit (threadpoolctl): the dense work is on n x rank blocks
-  and ARPACK's level-2 steps, where threads gain little and contend on a busy machine
-  (adult-a1a, squared hinge, original code: 208-212 s with the default threads on the
-  loaded 2-core machine, 41-44 s otherwise, 43 s with one thread). On a quiet machine
-  two threads help ARPACK somewhat at larger n (adult-a4a, linear: 0.86 s reference against
-  1.05 s fast, bench/RESULTS.md).
+* One BLAS thread for the whole fit (threadpoolctl) while ARPACK's basis is small
+  (``n (2 rank + 1) <= _ONE_THREAD_MAX_BASIS``, 4 MB): the dense work is then on small
+  n x rank blocks and level-2 steps on a cached basis, where threads gain little and contend
+  on a busy machine (adult-a1a, squared hinge, original code: 208-212 s with the default
+  threads on the loaded 2-core machine, 41-44 s otherwise, 43 s with one thread; fast path
+  25 s with one thread, 34 s without). At larger n the level-2 steps stream the basis from
+  memory and two threads help (adult-a4a, squared hinge, fast path: 223 s with the default
+  threads, 269-280 s with one; bench/RESULTS.md), so the process's setting is kept.
 
 The iterates agree with the reference to eigsh's accuracy (tests/test_simplenpkl_fast.py).
 Measured and not adopted (bench/RESULTS.md): block solvers warm-started from the previous
@@ -148,6 +150,11 @@ _MAX_BACKTRACK = 40
 #: Eigensolver of :func:`fit_simplenpkl` when ``eigensolver=None`` ('fast' or 'arpack').
 EIGENSOLVER = "fast"
 _EIGENSOLVERS = ("fast", "arpack")
+
+#: Fast path: one BLAS thread when ARPACK's basis, n x (2 rank + 1) doubles, has at most this
+#: many entries (4 MB). Measured on the shared 2-core EPYC: one thread 1.35x faster on
+#: adult-a1a (n x ncv = 2e5), 1.2x slower on adult-a4a (1e6).
+_ONE_THREAD_MAX_BASIS = 500_000
 
 #: Fast path: eigenpairs computed beyond the positive count of the previous kernel step
 #: (at least; 10% of rank if more).
@@ -604,8 +611,8 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
         ``'arpack'``: the reference, ``eigsh(A, k=rank)`` at every kernel step as written
         in the paper. ``'fast'``: the same eigsh with the products through scipy's compiled
         CSR kernel, only the positive eigenpairs between slack checks, and one BLAS thread
-        (see "Eigensolver" in the module docstring); same iterates up to the eigensolver's
-        accuracy. Default :data:`EIGENSOLVER` (``'fast'``).
+        for small n x rank (see "Eigensolver" in the module docstring); same iterates up to
+        the eigensolver's accuracy. Default :data:`EIGENSOLVER` (``'fast'``).
 
     Returns
     -------
@@ -658,12 +665,13 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
             f"eigensolver: expected one of {', '.join(map(repr, _EIGENSOLVERS))}, got "
             f"{fmt_value(eigensolver)}"
         )
-    if eigensolver == "arpack":
-        return _fit(problem, B, max_iter, tol, rank, callback, False, t_start)
+    if eigensolver == "arpack" or n * (2 * rank + 1) > _ONE_THREAD_MAX_BASIS:
+        return _fit(problem, B, max_iter, tol, rank, callback, eigensolver == "fast", t_start)
     from threadpoolctl import threadpool_limits  # a scikit-learn dependency
 
-    # n x rank blocks and ARPACK's level-2 steps: BLAS threads gain little and, on a busy
-    # machine, contend (a1a: 212 s with the default threads against 43 s with one)
+    # small n x rank blocks and ARPACK's level-2 steps on a basis that stays in cache: BLAS
+    # threads gain little and, on a busy machine, contend (a1a: 212 s with the default
+    # threads against 43 s with one)
     with threadpool_limits(limits=1, user_api="blas"):
         return _fit(problem, B, max_iter, tol, rank, callback, True, t_start)
 

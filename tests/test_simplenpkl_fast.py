@@ -129,19 +129,28 @@ def test_eigensolver_validation(bad):
         fit_simplenpkl(p, eigensolver=bad)
 
 
-def test_fast_fit_runs_with_one_blas_thread(global_random_seed):
+def test_fast_fit_blas_threads(global_random_seed, monkeypatch):
+    """One BLAS thread while ARPACK's basis is small, the process's setting above."""
     threadpoolctl = pytest.importorskip("threadpoolctl")
     p = medium_problem(global_random_seed, "squared_hinge")
     seen = []
 
+    def blas_threads():
+        return max((i["num_threads"] for i in threadpoolctl.threadpool_info()
+                    if i["user_api"] == "blas"), default=1)
+
     def cb(*args):
-        seen.append(max((i["num_threads"] for i in threadpoolctl.threadpool_info()
-                         if i["user_api"] == "blas"), default=1))
+        seen.append(blas_threads())
 
     before = threadpoolctl.threadpool_info()
+    assert p.n_points * (2 * p.rank + 1) <= snp._ONE_THREAD_MAX_BASIS
     quiet(p, B=10.0, max_iter=3, callback=cb)
     assert seen and max(seen) == 1
     assert threadpoolctl.threadpool_info() == before  # restored
+    seen.clear()
+    monkeypatch.setattr(snp, "_ONE_THREAD_MAX_BASIS", 0)
+    quiet(p, B=10.0, max_iter=3, callback=cb)
+    assert seen and set(seen) == {blas_threads()}
 
 
 # ---------------------------------------------------------- the pieces against dense eigh
