@@ -72,6 +72,36 @@ Eigensolver: ``scipy.sparse.linalg.eigsh(A, k=rank, which='LA')`` on the sparse 
 (implicitly restarted Lanczos, O(nnz(L) + m) per product, §5.2), warm-started from the
 previous eigenvectors. Only when ``n <= 2 rank + 1`` (ARPACK needs k < n, and n x n is then
 no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`` used.
+``eigensolver='arpack'`` is exactly that at every kernel step (the reference). The default
+``'fast'`` computes the same things with less work:
+
+* ARPACK's products go straight to scipy's compiled CSR kernel (``A @ x`` spends about 30 us
+  of Python dispatch per product around a 90 us product on adult-a1a); the products are
+  bitwise those of ``A @ x`` (with the same BLAS threads, so are the eigenpairs).
+* Between slack checks only the positive eigenpairs are computed: the kernel step and J use
+  ``max(sigma, 0)``, so eigenpairs with sigma <= 0 enter with weight 0. Alg. 1 drives A(alpha)
+  towards few positive eigenvalues (adult-a1a: 26 of rank 61 in half of its 200
+  iterations), so the step asks eigsh for the positive count of the previous step plus
+  ``max(4, rank / 10)``; if the smallest returned eigenvalue is still positive, it solves
+  the full top-rank problem instead. Every step that can be followed by a refinement (each ``_SLACK_CHECK``-th, the
+  refinement's own dual step) and the final one (re-solved if needed: the certificate, the
+  refinement subspace span(P) and ``eigenvalues`` use all rank eigenpairs) are full solves.
+* One BLAS thread for the whole fit (threadpoolctl) while ARPACK's basis is small
+  (``n (2 rank + 1) <= _ONE_THREAD_MAX_BASIS``, 4 MB): the dense work is then on small
+  n x rank blocks and level-2 steps on a cached basis, where threads gain little and contend
+  on a busy machine (adult-a1a, squared hinge, original code: 208-212 s with the default
+  threads on the loaded 2-core machine, 41-44 s otherwise, 43 s with one thread; fast path
+  25 s with one thread, 34 s without). At larger n the level-2 steps stream the basis from
+  memory and two threads help (adult-a4a, squared hinge, fast path: 223 s with the default
+  threads, 269-280 s with one; bench/RESULTS.md), so the process's setting is kept.
+
+The iterates agree with the reference to eigsh's accuracy (tests/test_simplenpkl_fast.py).
+Measured and not adopted (bench/RESULTS.md): block solvers warm-started from the previous
+eigenvector block (scipy's lobpcg: 5-9x slower per solve than eigsh; Chebyshev-filtered
+subspace iteration and Davidson-type recycling of earlier blocks: no faster than eigsh at
+a 1e-6 residual) -- near the end Alg. 1 clusters many eigenvalues of A(alpha) around 0, where
+block methods converge slowly and a single-vector Lanczos needs fewer products; a
+Chebyshev-filtered operator inside eigsh saved 1.3-1.4x per solve in isolation.
 
 Paper typos found while deriving: eq. (12) sums the non-symmetric T_ij, but Prop. 1 needs a
 symmetric A, hence the 1/2 in E_p; eq. (25) has a spurious minus in
@@ -94,6 +124,11 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
+try:  # scipy's compiled CSR product, the kernel behind ``csr @ vector``
+    from scipy.sparse._sparsetools import csr_matvec as _csr_matvec
+except ImportError:  # pragma: no cover - private module moved: plain ``A @ x``
+    _csr_matvec = None
+
 from ._bcd import FitResult
 from ._errors import ConvergenceWarning, NpklError, ValidationError, fmt_value
 from ._objective import loss_fn
@@ -111,6 +146,19 @@ _CAPACITY_RTOL = 1e-5
 _EIG_TOL = 1e-10
 
 _MAX_BACKTRACK = 40
+
+#: Eigensolver of :func:`fit_simplenpkl` when ``eigensolver=None`` ('fast' or 'arpack').
+EIGENSOLVER = "fast"
+_EIGENSOLVERS = ("fast", "arpack")
+
+#: Fast path: one BLAS thread when ARPACK's basis, n x (2 rank + 1) doubles, has at most this
+#: many entries (4 MB). Measured on the shared 2-core EPYC: one thread 1.35x faster on
+#: adult-a1a (n x ncv = 2e5), 1.2x slower on adult-a4a (1e6).
+_ONE_THREAD_MAX_BASIS = 500_000
+
+#: Fast path: eigenpairs computed beyond the positive count of the previous kernel step
+#: (at least; 10% of rank if more).
+_POSITIVE_MARGIN = 4
 
 #: Every this many iterations of Alg. 1, test whether the capacity is slack (and refine).
 _SLACK_CHECK = 10
@@ -134,7 +182,9 @@ class SimpleNPKLResult(FitResult):
     step_trace : list of float
         Accepted step size eta of each iteration.
     n_eigsolves : int
-        Number of eigendecompositions (iterations, backtracking trials, dual certificates).
+        Number of eigendecompositions (iterations, backtracking trials, dual certificates;
+        with ``eigensolver='fast'`` also the final full re-solve after a positive-only step,
+        and a positive-only attempt that found too few eigenpairs counts once).
     capacity_slope : float or None
         d/ds P(s K) at s = 1 for the last kernel of Alg. 1 tested (>= 0: capacity slack).
     polished : bool
@@ -268,26 +318,82 @@ def _use_dense(n: int, k: int) -> bool:
     return n <= 2 * k + 1
 
 
-def _top_eigs(A, k: int, v0):
-    """Top-k eigenpairs of symmetric A, descending. Returns (sigma (k,), P (n, k))."""
+def _top_eigs(A, k: int, v0, fast: bool = False):
+    """Top-k eigenpairs of symmetric A, descending. Returns (sigma (k,), P (n, k)).
+
+    ``fast``: ARPACK's products go through :class:`_CSROperator` (same products).
+    """
     n = A.shape[0]
     if _use_dense(n, k):
         w, P = np.linalg.eigh(A.toarray())
         return w[::-1][:k].copy(), P[:, ::-1][:, :k].copy()
+    w, P = _eigsh(A, k, v0, fast)
+    order = np.argsort(w)[::-1]
+    return w[order], P[:, order]
+
+
+class _CSROperator(spla.LinearOperator):
+    """y = A x straight through scipy's compiled CSR kernel (the one ``A @ x`` ends in).
+
+    ARPACK asks for one product per Lanczos step; ``A @ x`` reaches ``csr_matvec`` through
+    about 30 us of Python dispatch, a third of the product itself on the adult data. The
+    products are bitwise those of ``A @ x``.
+    """
+
+    def __init__(self, A):
+        super().__init__(np.float64, A.shape)
+        self._A = A
+
+    def _matvec(self, x):
+        A = self._A
+        x = np.ascontiguousarray(x, dtype=np.float64).reshape(-1)
+        y = np.zeros(A.shape[0])
+        _csr_matvec(A.shape[0], A.shape[1], A.indptr, A.indices, A.data, x, y)
+        return y
+
+    def _matmat(self, X):
+        return self._A @ X
+
+
+def _eigsh(A, k, v0, fast):
+    """eigsh(which='LA') as the reference calls it; ``fast``: through :class:`_CSROperator`."""
+    n = A.shape[0]
+    op = _CSROperator(A) if fast and _csr_matvec is not None else A
     ncv = min(n, max(2 * k + 1, 20))
     try:
-        w, P = spla.eigsh(A, k=k, which="LA", v0=v0, tol=_EIG_TOL, ncv=ncv)
+        return spla.eigsh(op, k=k, which="LA", v0=v0, tol=_EIG_TOL, ncv=ncv)
     except spla.ArpackNoConvergence:
         try:
-            w, P = spla.eigsh(A, k=k, which="LA", v0=v0, tol=_EIG_TOL,
+            return spla.eigsh(op, k=k, which="LA", v0=v0, tol=_EIG_TOL,
                               ncv=min(n, max(4 * k + 1, 40)), maxiter=100 * n)
         except spla.ArpackNoConvergence as exc:
             raise NpklError(
                 f"simplenpkl: the Lanczos eigensolver (eigsh, k={k}) did not converge on the "
                 f"{n} x {n} matrix A; lower rank or check the Laplacian"
             ) from exc
-    order = np.argsort(w)[::-1]
-    return w[order], P[:, order]
+
+
+def _top_eigs_positive(A, k: int, v0, k_try: int):
+    """Top-k eigenpairs of A as far as they are positive: what the kernel step and J use.
+
+    Computes the top ``k_try`` < k eigenpairs (fast eigsh). If the smallest of them is
+    <= 0, every positive eigenvalue is among them (they are the largest), and the missing
+    ``k - k_try`` pairs would enter the kernel step with weight 0: they are returned as zero
+    columns of P with eigenvalue ``sigma[k_try - 1]`` (an upper bound of theirs).
+    Otherwise (more positive eigenvalues than guessed) the full top-k solve is returned.
+
+    Returns (sigma (k,), P (n, k), complete) with ``complete`` False when padded.
+    """
+    n = A.shape[0]
+    if 1 <= k_try < k and not _use_dense(n, k):
+        w, P = _eigsh(A, k_try, v0, True)
+        order = np.argsort(w)[::-1]
+        w, P = w[order], P[:, order]
+        if w[-1] <= 0.0:
+            sigma = np.concatenate([w, np.full(k - k_try, w[-1])])
+            return sigma, np.hstack([P, np.zeros((n, k - k_try))]), False
+    sigma, P = _top_eigs(A, k, v0, fast=True)
+    return sigma, P, True
 
 
 def _kernel_step(sigma, P, B):
@@ -439,25 +545,32 @@ def _polish(problem, P, S0, B, L64, *, max_iter=500, tol=1e-7):
         value, dvalue, curv = _surrogate(problem.loss, mu)
         lip = gamma * curv * h
 
-        def f(S):
-            return float(np.sum(M * S)) + gamma * float(np.sum(value(pair_z(S))))
+        # f and its gradient read S only through the pair values pz = t (P S P')_p, which
+        # are linear in S: the momentum point's come from its two parents' (one m x r x r
+        # product per iteration instead of two)
+        def f(S, pz):
+            return float(np.sum(M * S)) + gamma * float(np.sum(value(pz)))
 
-        def grad(S):
-            return M + sym_pairs(gamma * dvalue(pair_z(S)) * t)
+        def grad(pz):
+            return M + sym_pairs(gamma * dvalue(pz) * t)
 
-        fx = f(x)
-        y, tk = x.copy(), 1.0
+        zx = pair_z(x)
+        fx = f(x, zx)
+        y, zy, tk = x.copy(), zx, 1.0
         for _ in range(max_iter):
             total += 1
-            z = _project_psd_ball(y - grad(y) / lip, sqB)
+            z = _project_psd_ball(y - grad(zy) / lip, sqB)
             step = float(np.linalg.norm(z - y))
-            fz = f(z)
+            zz = pair_z(z)
+            fz = f(z, zz)
             if fz > fx:  # adaptive restart (O'Donoghue & Candes 2015): drop the momentum
-                y, tk = x.copy(), 1.0
+                y, zy, tk = x.copy(), zx, 1.0
                 continue
             t_new = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * tk * tk))
-            y = z + ((tk - 1.0) / t_new) * (z - x)
-            x, fx, tk = z, fz, t_new
+            beta = (tk - 1.0) / t_new
+            y = z + beta * (z - x)
+            zy = zz + beta * (zz - zx)
+            x, zx, fx, tk = z, zz, fz, t_new
             if step <= tol * max(float(np.linalg.norm(z)), 1e-300):
                 break
         fx_true = f_true(x)
@@ -468,7 +581,7 @@ def _polish(problem, P, S0, B, L64, *, max_iter=500, tol=1e-7):
 
 def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: int = 200,
                    tol: float = 1e-5, rank: int | None = None,
-                   callback=None) -> SimpleNPKLResult:
+                   callback=None, eigensolver: str | None = None) -> SimpleNPKLResult:
     """Fit SimpleNPKL: min P(K) over K psd, tr(K^2) <= B (p = 2), K = V V'.
 
     Parameters
@@ -494,6 +607,12 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
         minimiser over kernels of rank <= ``rank``.
     callback : callable, optional
         ``callback(iteration, objective, change, seconds)`` after each iteration.
+    eigensolver : {'fast', 'arpack'}, optional
+        ``'arpack'``: the reference, ``eigsh(A, k=rank)`` at every kernel step as written
+        in the paper. ``'fast'``: the same eigsh with the products through scipy's compiled
+        CSR kernel, only the positive eigenpairs between slack checks, and one BLAS thread
+        for small n x rank (see "Eigensolver" in the module docstring); same iterates up to
+        the eigensolver's accuracy. Default :data:`EIGENSOLVER` (``'fast'``).
 
     Returns
     -------
@@ -509,8 +628,8 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
     Raises
     ------
     ValidationError
-        Bad ``problem``, ``B``, ``max_iter``, ``tol``, ``rank`` or ``callback``, or diagonal
-        targets.
+        Bad ``problem``, ``B``, ``max_iter``, ``tol``, ``rank``, ``callback`` or
+        ``eigensolver``, or diagonal targets.
 
     Warns
     -----
@@ -539,6 +658,27 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
         raise ValidationError(
             f"callback: expected a callable or None, got {type(callback).__name__}"
         )
+    if eigensolver is None:
+        eigensolver = EIGENSOLVER
+    if not isinstance(eigensolver, str) or eigensolver not in _EIGENSOLVERS:
+        raise ValidationError(
+            f"eigensolver: expected one of {', '.join(map(repr, _EIGENSOLVERS))}, got "
+            f"{fmt_value(eigensolver)}"
+        )
+    if eigensolver == "arpack" or n * (2 * rank + 1) > _ONE_THREAD_MAX_BASIS:
+        return _fit(problem, B, max_iter, tol, rank, callback, eigensolver == "fast", t_start)
+    from threadpoolctl import threadpool_limits  # a scikit-learn dependency
+
+    # small n x rank blocks and ARPACK's level-2 steps on a basis that stays in cache: BLAS
+    # threads gain little and, on a busy machine, contend (a1a: 212 s with the default
+    # threads against 43 s with one)
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _fit(problem, B, max_iter, tol, rank, callback, True, t_start)
+
+
+def _fit(problem, B, max_iter, tol, rank, callback, fast, t_start):
+    """Body of :func:`fit_simplenpkl` on validated arguments."""
+    n = problem.n_points
 
     loss = problem.loss
     gamma = problem.gamma
@@ -556,13 +696,27 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
             return np.clip(a, 0.0, gamma)
         return a
 
-    def solve(a, P_prev):
-        sigma, P = _top_eigs(Aop.set(a), rank, _v0_from(P_prev, rng, n))
+    state = {"complete": True, "n_pos": None}
+
+    def solve(a, P_prev, full=True):
+        """Kernel step at a. ``full=False`` (fast path): the positive eigenpairs suffice."""
+        A = Aop.set(a)
+        v0 = _v0_from(P_prev, rng, n)
+        if not fast:
+            sigma, P = _top_eigs(A, rank, v0)
+            complete = True
+        elif full or state["n_pos"] is None:
+            sigma, P = _top_eigs(A, rank, v0, fast=True)
+            complete = True
+        else:
+            k_try = state["n_pos"] + max(_POSITIVE_MARGIN, int(np.ceil(0.1 * rank)))
+            sigma, P, complete = _top_eigs_positive(A, rank, v0, k_try)
+        state["n_pos"] = int(np.count_nonzero(sigma > 0.0))
         V, norm = _kernel_step(sigma, P, B)
         J = -float(sqB) * norm
         if loss != "linear":
             J += float(np.sum(a)) - quad * float(a @ a)
-        return sigma, P, V, norm, J
+        return sigma, P, V, norm, J, complete
 
     def primal(V):
         z = c.t * _pair_values(V, c)
@@ -590,7 +744,7 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
                            solver="simplenpkl", B=B)
     res.setup_seconds = time.perf_counter() - t_start
     t0 = time.perf_counter()
-    sigma, P, V, norm, J = solve(alpha, None)
+    sigma, P, V, norm, J, complete = solve(alpha, None)
     res.n_eigsolves = 1
     t1 = time.perf_counter()
     obj = primal(V)
@@ -618,15 +772,17 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
                 eta = gamma / max(float(np.max(np.abs(g), initial=0.0)), 1e-300)
             if res.step_trace:  # after backtracking, do not restart far above the last step
                 eta = min(eta, 2.0 * res.step_trace[-1])
+            # the slack check (and refinement) at this iteration works in span(P): all of P
+            full = it % _SLACK_CHECK == 0
             for _ in range(_MAX_BACKTRACK):
                 a_new = project(alpha + eta * g)
                 d = a_new - alpha
-                out = solve(a_new, P)
+                out = solve(a_new, P, full)
                 res.n_eigsolves += 1
                 if out[4] >= J + float(g @ d) - float(d @ d) / (2.0 * eta) - 1e-12 * (abs(J) + 1):
                     break
                 eta *= 0.5
-            sigma, P, V_new, norm, J = out
+            sigma, P, V_new, norm, J, complete = out
             a_norm = float(np.linalg.norm(a_new))
             change = max(_k_change(V_new, V),
                          float(np.linalg.norm(d)) / a_norm if a_norm > 0 else 0.0)
@@ -657,10 +813,16 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
                     res.n_eigsolves += 1
                     if new[4] > J:  # a better dual point: continue Alg. 1 from it
                         alpha = out_r[2]
-                        sigma, P, V, norm, J = new
+                        sigma, P, V, norm, J, complete = new
                 res.polish_seconds += time.perf_counter() - t0
                 if best is not None and best[1] - J <= np.sqrt(tol) * (abs(best[1]) + 1.0):
                     break
+    if not complete:
+        # the last kernel step kept only the positive eigenpairs: the refinement works in
+        # span(P) and the result reports all rank eigenvalues, so solve it in full (the
+        # kernel step, V and J are those of the partial solve up to eigsh's accuracy)
+        sigma, P, V, norm, J, complete = solve(alpha, P)
+        res.n_eigsolves += 1
     obj = primal(V)
     scale = abs(obj) + 1.0
     if loss != "linear":
@@ -692,7 +854,7 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
             f"simplenpkl: relative duality gap {res.duality_gap / scale:.3g} > sqrt(tol)="
             f"{np.sqrt(tol):.3g} after {res.n_sweeps} iteration(s) (B={B:g}); {hint}",
             ConvergenceWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
     res.V = V.astype(problem.dtype)
     res.alpha = alpha

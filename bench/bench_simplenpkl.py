@@ -1,0 +1,181 @@
+"""Benchmark: SimpleNPKL's reference eigensolver against the fast path on the adult data.
+
+Problem (bench/paper/run.py, repetition 0): features scaled to [-1, 1], kNN graph k = 50 with
+Gaussian weights, Laplacian with delta = 1e-3, 0.6n must-link + 0.6n cannot-link pairs
+(seed 0), rank from Pataki's bound, gamma = 1, B = 100 n. For each data set and loss the
+fit runs ``--runs`` times with ``eigensolver='arpack'`` (the reference: eigsh at every
+kernel step, default BLAS threads) and ``eigensolver='fast'``, alternating, one process;
+the table gives the median wall seconds of ``fit_simplenpkl`` (graph and constraints are
+built once, outside the timing), the ratio, the final objective of both and the Rand
+accuracy of kernel k-means (true number of classes, seeds ``--kmeans-seeds``) on K = V V'.
+The published times are the MATLAB ones of simplenpkl-jmlr2011 Table 7
+(bench/paper/published.py ``_SNPKL7_CPU``).
+
+The machine is shared: wrap the run in ``flock /tmp/npkl-bench.lock``.
+
+Usage::
+
+    python bench/bench_simplenpkl.py --datasets adult-a1a adult-a2a adult-a4a \
+        --losses linear squared_hinge --runs 3
+
+Appends a markdown section to bench/RESULTS.md (``--out``; ``--no-write`` to skip).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import platform
+import shlex
+import sys
+import time
+import warnings
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import npkl_dist  # noqa: E402
+from bench.paper.run import prepare_data  # noqa: E402
+from npkl_dist import ConvergenceWarning  # noqa: E402
+from npkl_dist._simplenpkl import fit_simplenpkl  # noqa: E402
+
+#: simplenpkl-jmlr2011 Table 7, CPU seconds (LL = linear, SHL = squared hinge)
+PUBLISHED = {"adult-a1a": {"linear": 8.5, "squared_hinge": 322.9},
+             "adult-a2a": {"linear": 15.3, "squared_hinge": 637.2},
+             "adult-a3a": {"linear": 28.8, "squared_hinge": 1160.8},
+             "adult-a4a": {"linear": 66.3, "squared_hinge": 2341.3},
+             "adult-a5a": {"linear": 79.6, "squared_hinge": 3692.1}}
+
+
+def _cpu():
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def build(name):
+    X, y, meta = prepare_data(name)
+    graph = npkl_dist.knn_graph(X, meta.get("knn", 5), seed=0, warn=False)
+    cons = npkl_dist.sample_constraints(y, seed=0)
+    return X.shape[0], y, graph.laplacian(1e-3), cons
+
+
+def one_fit(problem, B, solver):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        t0 = time.perf_counter()
+        res = fit_simplenpkl(problem, B=B, eigensolver=solver)
+        return time.perf_counter() - t0, res
+
+
+def rand(y, V, seeds):
+    k = int(np.unique(y).size)
+    return [npkl_dist.clustering_metrics(y, npkl_dist.kernel_kmeans(V, k, seed=s))
+            ["rand_accuracy"] for s in seeds]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--datasets", nargs="+", default=["adult-a1a", "adult-a2a", "adult-a4a"])
+    ap.add_argument("--losses", nargs="+", default=["linear", "squared_hinge"],
+                    choices=["linear", "squared_hinge", "square", "hinge"])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--kmeans-seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args(argv)
+    t_wall = time.perf_counter()
+    rows = []
+    for name in args.datasets:
+        n, y, L, cons = build(name)
+        for loss in args.losses:
+            p = npkl_dist.NPKLProblem.build(L, cons, loss=loss, seed=0)
+            if loss == args.losses[0]:  # warm-up (imports, caches), untimed
+                q = npkl_dist.NPKLProblem.build(L, cons, loss="linear", seed=0)
+                for solver in ("arpack", "fast"):
+                    one_fit(q, 100.0 * n, solver)
+            times = {"arpack": [], "fast": []}
+            last = {}
+            for r in range(args.runs):
+                for solver in ("arpack", "fast"):
+                    t, res = one_fit(p, 100.0 * n, solver)
+                    times[solver].append(t)
+                    last[solver] = res
+                    print(f"{name} {loss} run {r} {solver}: {t:.2f} s, objective "
+                          f"{res.objective:.10g}, eigensolves {res.n_eigsolves}", flush=True)
+            ref, fast = last["arpack"], last["fast"]
+            row = {
+                "name": name, "n": n, "m": cons.m, "rank": p.rank, "loss": loss,
+                "t_ref": float(np.median(times["arpack"])),
+                "t_fast": float(np.median(times["fast"])),
+                "runs": args.runs, "obj_ref": ref.objective, "obj_fast": fast.objective,
+                "gap_ref": ref.duality_gap, "gap_fast": fast.duality_gap,
+                "iters": ref.n_sweeps, "iters_fast": fast.n_sweeps,
+                "solves": (ref.n_eigsolves, fast.n_eigsolves),
+                "rand_ref": rand(y, ref.V, args.kmeans_seeds),
+                "rand_fast": rand(y, fast.V, args.kmeans_seeds),
+                "published": PUBLISHED.get(name, {}).get(loss),
+            }
+            rows.append(row)
+            print(row, flush=True)
+    wall = time.perf_counter() - t_wall
+    text = table(args, rows, wall)
+    print(text)
+    if not args.no_write:
+        with open(args.out, "a") as fh:
+            fh.write(text)
+
+
+def table(args, rows, wall):
+    lines = [
+        "",
+        f"## bench_simplenpkl — {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        "",
+        f"- machine: {_cpu()}, {os.cpu_count()} cores (shared with a CI run)",
+        f"- software: python {platform.python_version()}, numpy {np.__version__}, "
+        f"npkl_dist {npkl_dist.__version__}",
+        f"- command: `flock /tmp/npkl-bench.lock python bench/bench_simplenpkl.py "
+        f"{shlex.join(sys.argv[1:])}`",
+        "- problem: bench/paper/run.py repetition 0 (kNN k=50, delta=1e-3, 0.6n + 0.6n "
+        "pairs, Pataki rank, gamma=1, B=100n); seconds = median wall time of "
+        f"fit_simplenpkl over {args.runs} runs per solver, alternating reference/fast in one "
+        "process; ref = eigensolver='arpack' (eigsh at every step, default BLAS threads), "
+        "fast = eigensolver='fast'",
+        f"- Rand = kernel k-means accuracy on K = V V', mean over seeds "
+        f"{' '.join(map(str, args.kmeans_seeds))}; published = MATLAB seconds, "
+        "simplenpkl-jmlr2011 Table 7",
+        f"- benchmark wall time: {wall:.0f} s",
+        "",
+        "| data set | n | pairs | rank | loss | iters | eigsolves ref / fast | ref s | fast s "
+        "| ref / fast | published s | published / fast | objective ref | objective fast "
+        "| rel. diff | gap ref / fast | Rand ref / fast |",
+        "|:---|---:|---:|---:|:---|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|:---|:---|",
+    ]
+    for r in rows:
+        pub = r["published"]
+        rel = abs(r["obj_fast"] - r["obj_ref"]) / max(abs(r["obj_ref"]), 1e-300)
+        pub_s = "-" if pub is None else f"{pub:g}"
+        pub_x = "-" if pub is None else f"{pub / r['t_fast']:.0f}x"
+        lines.append(
+            f"| {r['name']} | {r['n']:,} | {r['m']:,} | {r['rank']} | {r['loss']} | "
+            f"{r['iters']}" + ("" if r["iters"] == r["iters_fast"] else f" / {r['iters_fast']}")
+            + f" | {r['solves'][0]} / {r['solves'][1]} | {r['t_ref']:.3f} | "
+            f"{r['t_fast']:.3f} | {r['t_ref'] / r['t_fast']:.2f}x | "
+            f"{pub_s} | {pub_x} | {r['obj_ref']:.10g} | "
+            f"{r['obj_fast']:.10g} | {rel:.1e} | {r['gap_ref']:.4g} / {r['gap_fast']:.4g} | "
+            f"{np.mean(r['rand_ref']):.4f} / {np.mean(r['rand_fast']):.4f} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

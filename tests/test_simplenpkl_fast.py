@@ -1,0 +1,298 @@
+"""SimpleNPKL's fast eigensolver path (eigensolver='fast') against the reference ('arpack').
+
+The reference calls ``eigsh(A, k=rank)`` at every kernel step. The fast path computes the
+same eigenpairs through scipy's compiled CSR product, keeps only the positive eigenpairs
+between slack checks, and runs with one BLAS thread. These tests tie it to the reference
+(same iterates, objective and duality-gap certificate) and its pieces to dense ``eigh``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import npkl_dist as nk
+from npkl_dist import ConvergenceWarning, ValidationError
+from npkl_dist import _simplenpkl as snp
+from npkl_dist._simplenpkl import fit_simplenpkl
+
+
+def medium_problem(seed, loss, n=150, n_pairs=60, k=6, gamma=1.0):
+    """kNN graph on a 3-cluster mixture; Pataki rank 10 for 60 pairs (eigsh path)."""
+    rng = np.random.default_rng(seed)
+    centers = np.array([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0]])
+    y = rng.integers(0, 3, n)
+    X = centers[y] + rng.standard_normal((n, 2))
+    g = nk.knn_graph(X, k, warn=False)
+    c = nk.sample_constraints(y, n_pairs // 2, n_pairs // 2, seed=seed)
+    return nk.NPKLProblem.build(g.laplacian(1e-3), c, loss=loss, gamma=gamma, seed=seed)
+
+
+def quiet(problem, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return fit_simplenpkl(problem, **kw)
+
+
+def _kernel(V):
+    return V.astype(np.float64) @ V.T.astype(np.float64)
+
+
+def _spy_partial(monkeypatch):
+    """Count the fast path's partial (positive-only) kernel steps."""
+    calls = {"partial": 0, "full": 0}
+    orig = snp._top_eigs_positive
+
+    def spy(A, k, v0, k_try):
+        out = orig(A, k, v0, k_try)
+        calls["full" if out[2] else "partial"] += 1
+        return out
+
+    monkeypatch.setattr(snp, "_top_eigs_positive", spy)
+    return calls
+
+
+# ------------------------------------------------------------ whole fits: fast = reference
+
+
+@pytest.mark.parametrize("loss", ["linear", "squared_hinge", "square", "hinge"])
+@pytest.mark.parametrize("B, n_pairs", [(10.0, 60), (1000.0, 60), (15000.0, 120)])
+def test_fast_fit_matches_the_reference(global_random_seed, loss, B, n_pairs):
+    p = medium_problem(global_random_seed, loss, n_pairs=n_pairs)
+    assert p.rank in (10, 15) and not snp._use_dense(p.n_points, p.rank)
+    ref = quiet(p, B=B, eigensolver="arpack", max_iter=60)
+    fast = quiet(p, B=B, eigensolver="fast", max_iter=60)
+    scale = abs(ref.objective) + 1.0
+    assert fast.n_sweeps == ref.n_sweeps
+    assert fast.polished == ref.polished and fast.converged == ref.converged
+    assert abs(fast.objective - ref.objective) <= 1e-6 * scale
+    assert abs(fast.duality_gap - ref.duality_gap) <= 1e-6 * scale
+    np.testing.assert_allclose(fast.objective_trace, ref.objective_trace, rtol=1e-6,
+                               atol=1e-9 * scale)
+    np.testing.assert_allclose(fast.dual_trace, ref.dual_trace, rtol=1e-6, atol=1e-9 * scale)
+    np.testing.assert_allclose(fast.eigenvalues, ref.eigenvalues, atol=1e-7)
+    # the kernel is less well determined than the objective where the capacity is slack
+    np.testing.assert_allclose(_kernel(fast.V), _kernel(ref.V),
+                               atol=2e-4 * np.abs(_kernel(ref.V)).max() + 1e-12)
+    assert fast.V.shape == ref.V.shape == (p.n_points, p.rank)
+
+
+@pytest.mark.parametrize("loss", ["squared_hinge", "square"])
+def test_partial_steps_happen_and_keep_the_iterates(global_random_seed, loss, monkeypatch):
+    """The positive-only steps are exercised (few positive eigenvalues at the end) and every
+    iterate equals the reference's; max_iter = 23 ends on a partial step, re-solved in full
+    for the certificate and the reported eigenvalues."""
+    p = medium_problem(global_random_seed, loss, n_pairs=120)  # rank 15
+    B = 100.0 * p.n_points  # the adult setting: few positive eigenvalues after a while
+    ref = quiet(p, B=B, eigensolver="arpack", max_iter=23, tol=0.0)
+    calls = _spy_partial(monkeypatch)
+    fast = quiet(p, B=B, eigensolver="fast", max_iter=23, tol=0.0)
+    assert calls["partial"] > 0
+    assert fast.n_sweeps == ref.n_sweeps == 23
+    assert fast.n_eigsolves >= ref.n_eigsolves
+    scale = abs(ref.objective) + 1.0
+    np.testing.assert_allclose(fast.objective_trace, ref.objective_trace, rtol=1e-7)
+    np.testing.assert_allclose(fast.dual_trace, ref.dual_trace, rtol=1e-7)
+    assert abs(fast.objective - ref.objective) <= 1e-6 * scale
+    assert abs(fast.duality_gap - ref.duality_gap) <= 1e-6 * scale
+    # the final eigenvalues are all rank of them (not padded), as the reference's
+    np.testing.assert_allclose(fast.eigenvalues, ref.eigenvalues, atol=1e-7)
+    assert len(np.unique(fast.eigenvalues)) == p.rank
+
+
+def test_module_switch_selects_the_reference(global_random_seed, monkeypatch):
+    p = medium_problem(global_random_seed, "squared_hinge")
+    seen = []
+    orig = snp._top_eigs
+
+    def spy(A, k, v0, fast=False):
+        seen.append(fast)
+        return orig(A, k, v0, fast)
+
+    monkeypatch.setattr(snp, "_top_eigs", spy)
+    monkeypatch.setattr(snp, "EIGENSOLVER", "arpack")
+    quiet(p, B=10.0, max_iter=5)
+    assert seen and not any(seen)
+    seen.clear()
+    monkeypatch.setattr(snp, "EIGENSOLVER", "fast")
+    quiet(p, B=10.0, max_iter=5)
+    assert seen and all(seen)
+
+
+@pytest.mark.parametrize("bad", ["lobpcg", "", None.__class__, 3, ["fast"]])
+def test_eigensolver_validation(bad):
+    p = medium_problem(0, "linear")
+    with pytest.raises(ValidationError, match="eigensolver: expected one of 'fast', 'arpack'"):
+        fit_simplenpkl(p, eigensolver=bad)
+
+
+def test_fast_fit_blas_threads(global_random_seed, monkeypatch):
+    """One BLAS thread while ARPACK's basis is small, the process's setting above."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    p = medium_problem(global_random_seed, "squared_hinge")
+    seen = []
+
+    def blas_threads():
+        return max((i["num_threads"] for i in threadpoolctl.threadpool_info()
+                    if i["user_api"] == "blas"), default=1)
+
+    def cb(*args):
+        seen.append(blas_threads())
+
+    before = threadpoolctl.threadpool_info()
+    assert p.n_points * (2 * p.rank + 1) <= snp._ONE_THREAD_MAX_BASIS
+    quiet(p, B=10.0, max_iter=3, callback=cb)
+    assert seen and max(seen) == 1
+    assert threadpoolctl.threadpool_info() == before  # restored
+    seen.clear()
+    monkeypatch.setattr(snp, "_ONE_THREAD_MAX_BASIS", 0)
+    quiet(p, B=10.0, max_iter=3, callback=cb)
+    assert seen and set(seen) == {blas_threads()}
+
+
+# ---------------------------------------------------------- the pieces against dense eigh
+
+
+def _random_sparse_symmetric(rng, n, density, spectrum=None):
+    """Sparse symmetric matrix; with ``spectrum``: P' diag(spectrum) P + a sparse symmetric
+    perturbation-free block structure (2 x 2 rotations keep it sparse, the spectrum exact)."""
+    if spectrum is None:
+        M = sp.random(n, n, density=density, random_state=rng, format="csr")
+        M = (M + M.T) * 0.5 - sp.diags(rng.random(n))
+        return M.tocsr()
+    # exact spectrum: disjoint 2 x 2 rotations of a diagonal, then a symmetric permutation
+    d = np.asarray(spectrum, dtype=np.float64)
+    perm = rng.permutation(n)
+    rows, cols, vals = [], [], []
+    for a in range(0, n - 1, 2):
+        th = rng.uniform(0, np.pi)
+        c, s = np.cos(th), np.sin(th)
+        i, j = perm[a], perm[a + 1]
+        # R diag(d_i, d_j) R'
+        rows += [i, i, j, j]
+        cols += [i, j, i, j]
+        vals += [c * c * d[i] + s * s * d[j], c * s * (d[i] - d[j]),
+                 c * s * (d[i] - d[j]), s * s * d[i] + c * c * d[j]]
+    if n % 2:
+        rows.append(perm[-1])
+        cols.append(perm[-1])
+        vals.append(d[perm[-1]])
+    return sp.csr_matrix((vals, (rows, cols)), shape=(n, n))
+
+
+def _positive_kernel(sigma, P):
+    w = np.maximum(sigma, 0.0)
+    return (P * w) @ P.T
+
+
+def test_csr_operator_products_are_those_of_A(global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    A = _random_sparse_symmetric(rng, 300, 0.05)
+    op = snp._CSROperator(A)
+    x = rng.standard_normal(300)
+    np.testing.assert_array_equal(op.matvec(x), A @ x)
+    X = rng.standard_normal((300, 4))
+    np.testing.assert_array_equal(op.matmat(X), A @ X)
+    k = 12
+    v0 = rng.standard_normal(300)
+    w_ref, P_ref = snp._top_eigs(A, k, v0)
+    w, P = snp._top_eigs(A, k, v0, fast=True)
+    np.testing.assert_array_equal(w, w_ref)  # same products: same ARPACK run
+    np.testing.assert_array_equal(P, P_ref)
+    dense = np.linalg.eigvalsh(A.toarray())[::-1][:k]
+    np.testing.assert_allclose(w, dense, atol=1e-10)
+
+
+@pytest.mark.parametrize("case", ["random", "degenerate", "clustered"])
+def test_positive_eigenpairs_match_dense_eigh(global_random_seed, case):
+    rng = np.random.default_rng(global_random_seed)
+    n, k = 200, 30
+    if case == "random":
+        A = _random_sparse_symmetric(rng, n, 0.04)
+        w = np.linalg.eigvalsh(A.toarray())[::-1]
+        A = (A - 0.5 * (w[11] + w[12]) * sp.identity(n, format="csr")).tocsr()  # 12 > 0
+    else:
+        spec = -rng.uniform(0.1, 3.0, n)
+        if case == "degenerate":  # a 4-fold positive eigenvalue and a 3-fold one
+            spec[:7] = [0.9, 0.9, 0.9, 0.9, 0.4, 0.4, 0.4]
+        else:  # clustered just above and below 0
+            spec[:12] = 0.3 + 1e-6 * rng.random(12)
+            spec[12:20] = 1e-4 * rng.random(8)
+            spec[20:40] = -1e-4 * rng.random(20)
+        A = _random_sparse_symmetric(rng, n, 0.0, spectrum=spec)
+    wd, Pd = np.linalg.eigh(A.toarray())
+    wd, Pd = wd[::-1][:k], Pd[:, ::-1][:, :k]
+    n_pos = int(np.sum(wd > 0))
+    assert 0 < n_pos < k - 4
+    v0 = rng.standard_normal(n)
+    sigma, P, complete = snp._top_eigs_positive(A, k, v0, n_pos + 4)
+    assert not complete and sigma.shape == (k,) and P.shape == (n, k)
+    assert np.all(P[:, n_pos + 4:] == 0.0) and np.all(sigma[n_pos + 4:] <= 0.0)
+    np.testing.assert_allclose(sigma[:n_pos + 4], wd[:n_pos + 4], atol=1e-9)
+    # what the kernel step uses: A_+ restricted to the top k (rotation invariant)
+    np.testing.assert_allclose(_positive_kernel(sigma, P), _positive_kernel(wd, Pd),
+                               atol=1e-7)
+    # and through the kernel step itself
+    V, norm = snp._kernel_step(sigma, P, 10.0)
+    Vd, norm_d = snp._kernel_step(wd, Pd, 10.0)
+    assert np.isclose(norm, norm_d, rtol=1e-10)
+    np.testing.assert_allclose(V @ V.T, Vd @ Vd.T, atol=1e-6)
+
+
+def test_positive_solve_falls_back_to_the_full_one(global_random_seed):
+    """More positive eigenvalues than asked for: the full top-k solve is returned."""
+    rng = np.random.default_rng(global_random_seed)
+    n, k = 150, 20
+    spec = -rng.uniform(0.1, 2.0, n)
+    spec[:15] = rng.uniform(0.2, 1.0, 15)
+    A = _random_sparse_symmetric(rng, n, 0.0, spectrum=spec)
+    sigma, P, complete = snp._top_eigs_positive(A, k, rng.standard_normal(n), 8)
+    assert complete
+    np.testing.assert_allclose(sigma, np.sort(spec)[::-1][:k], atol=1e-9)
+    assert np.all(np.linalg.norm(P, axis=0) > 0.5)
+
+
+@pytest.mark.parametrize("k", [60, 79])
+def test_k_close_to_n_uses_dense_eigh(global_random_seed, k):
+    """n <= 2k + 1: the dense path, for the reference and the positive-only solve alike."""
+    rng = np.random.default_rng(global_random_seed)
+    n = 80
+    A = _random_sparse_symmetric(rng, n, 0.1) - 0.3 * sp.identity(n, format="csr")
+    wd = np.linalg.eigvalsh(A.toarray())[::-1][:k]
+    for k_try in (k // 2, k - 1):
+        sigma, P, complete = snp._top_eigs_positive(A, k, None, k_try)
+        assert complete  # n <= 2 k_try + 1 as well, or too few: the full (dense) solve
+        np.testing.assert_allclose(sigma, wd, atol=1e-10)
+        np.testing.assert_allclose(P.T @ P, np.eye(k), atol=1e-10)
+
+
+def test_eigsh_no_convergence_retries_then_raises(monkeypatch):
+    """Both paths share the ARPACK retry (larger ncv) and its error."""
+    import scipy.sparse.linalg as spla
+
+    rng = np.random.default_rng(0)
+    A = _random_sparse_symmetric(rng, 120, 0.05)
+    calls = []
+    real = spla.eigsh
+
+    def flaky(*args, **kw):
+        calls.append(kw.get("ncv"))
+        if len(calls) == 1:
+            raise spla.ArpackNoConvergence("no", np.zeros(0), np.zeros((120, 0)))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(snp.spla, "eigsh", flaky)
+    sigma, P, complete = snp._top_eigs_positive(A, 10, None, 6)
+    assert len(calls) >= 2 and calls[1] > calls[0]
+    np.testing.assert_allclose(sigma[:6], np.linalg.eigvalsh(A.toarray())[::-1][:6],
+                               atol=1e-9)
+
+    def never(*args, **kw):
+        raise spla.ArpackNoConvergence("no", np.zeros(0), np.zeros((120, 0)))
+
+    monkeypatch.setattr(snp.spla, "eigsh", never)
+    with pytest.raises(nk.NpklError, match="did not converge"):
+        snp._top_eigs_positive(A, 10, None, 6)
