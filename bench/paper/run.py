@@ -72,6 +72,12 @@ def run_task(name, rep, methods):
     from npkl_dist.executors import InProcessExecutor
 
     numba.set_num_threads(1)
+    # one BLAS thread too ("one thread per task"): tasks run in a pool of processes, and
+    # BLAS threads on top contend for the cores (SimpleNPKL on adult-a1a: 212 s with the
+    # default threads next to another task, 43 s with one)
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
     warnings.simplefilter("ignore")
     X, y, meta = prepare_data(name)
     n = X.shape[0]
