@@ -137,7 +137,14 @@ def markdown(agg, names, methods, wall_seconds, reps, command):
         f"(`--datasets {SMALL} adult-a1a --reps 20 --methods BCD-hinge --fresh-methods "
         f"BCD-hinge --workers 1`: 1266 s) and adult-a2a … a6a "
         f"with one process (`--workers 1`, `nice -n 10`) while another benchmark used the "
-        f"other core: the machine was shared, so fit times are upper bounds.",
+        f"other core: the machine was shared, so fit times are upper bounds. KL-ADMM, "
+        f"KL-ADMM (γ by CV) and both SimpleNPKL rows were re-run after the compiled ADMM "
+        f"loop and the fast SimpleNPKL eigensolver, with one BLAS thread per task "
+        f"(`--methods KL-ADMM KL-ADMM-cv SimpleNPKL-linear SimpleNPKL-sqhinge --fresh-methods "
+        f"…` on the nine small sets and adult-a1a at 20 repetitions, adult-a2a at 8, adult-a4a "
+        f"at 1); adult-a3a, a5a and a6a have 2 repetitions of the methods that cost minutes "
+        f"there (`--datasets adult-a3a adult-a5a adult-a6a --reps 2 --methods BCD-linear "
+        f"KL-ADMM SimpleNPKL-linear KL-ADMM-cv BCD-linear-cv k-means spectral`).",
         "",
         "Pairwise (Rand) accuracy in %, mean ± std over repetitions; fit time in seconds "
         "(kernel learning, or the peer's whole fit; for the \"γ by CV\" methods the "

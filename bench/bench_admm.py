@@ -1,0 +1,128 @@
+"""Benchmark: KL-ADMM's compiled loop against the reference loop, on the papers' data sets.
+
+For each data set, repetition 0 of ``bench/paper/run.py``'s protocol (kNN graph, kl-admm's
+diagonal targets, Pataki rank, gamma = 1, max_iter 500 or 100 on adult, tol 1e-4, one
+thread): ``fit_admm(fused=False)`` (one ``session.iterate`` + ``session.objective`` per
+iteration, the loop every executor runs) against ``fit_admm()`` (in-process: the iterations
+inside one compiled call). Both are timed from ``NPKLProblem.build`` to the returned fit, as
+the replication harness times them, alternating, ``--runs`` times after one warm-up each;
+the table gives medians, their ratio, whether the two fits are bitwise equal, and the CPU
+time the paper reports for the same data set (kl-admm-ijcai2013 Table 2) over ours.
+
+Usage::
+
+    python bench/bench_admm.py --datasets chessboard dbl-spiral glass heart iris sonar \
+        soybean wine adult-a1a adult-a2a adult-a4a --runs 5
+
+Appends a markdown section to bench/RESULTS.md (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import platform
+import shlex
+import sys
+import time
+import warnings
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import npkl_dist as nk  # noqa: E402
+from npkl_dist._admm import fit_admm  # noqa: E402
+from npkl_dist.executors import InProcessExecutor  # noqa: E402
+
+
+def case(name):
+    from bench.paper.run import prepare_data
+
+    X, y, meta = prepare_data(name)
+    graph = nk.knn_graph(X, meta.get("knn", 5), seed=0, warn=False)
+    cons = nk.sample_constraints(y, seed=0, diagonal=True)
+    return graph.laplacian(1e-3), cons, meta.get("knn", 5) == 50
+
+
+def timed(L, cons, adult, fused):
+    t0 = time.perf_counter()
+    p = nk.NPKLProblem.build(L, cons, loss="square", seed=0)
+    res = fit_admm(p, max_iter=100 if adult else 500, tol=1e-4,
+                   executor=InProcessExecutor(1), fused=fused)
+    return time.perf_counter() - t0, res, p
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--datasets", nargs="+", default=["iris", "adult-a1a"])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
+    args = ap.parse_args(argv)
+    import numba
+    from threadpoolctl import threadpool_limits
+
+    from bench.paper.published import published_value
+
+    numba.set_num_threads(1)
+    threadpool_limits(limits=1, user_api="blas")
+    warnings.simplefilter("ignore")
+    rows = []
+    t_all = time.perf_counter()
+    for name in args.datasets:
+        L, cons, adult = case(name)
+        times = {False: [], True: []}
+        fits = {}
+        for fused in (False, True):  # warm-up (compilation, caches)
+            timed(L, cons, adult, fused)
+        for _ in range(args.runs):
+            for fused in (False, True):
+                t, res, p = timed(L, cons, adult, fused)
+                times[fused].append(t)
+                fits[fused] = res
+        ref, got = fits[False], fits[True]
+        same = (np.array_equal(ref.V, got.V) and ref.objective_trace == got.objective_trace
+                and ref.rho_trace == got.rho_trace)
+        t_ref, t_fused = float(np.median(times[False])), float(np.median(times[True]))
+        pub = published_value(name, "KL-ADMM", quantity="cpu")
+        row = {"name": name, "n": p.n_points, "rank": p.rank, "iters": got.n_sweeps,
+               "ref": t_ref, "fused": t_fused, "same": same,
+               "pub": pub[0] if pub else None}
+        print(row, flush=True)
+        rows.append(row)
+    write(rows, args, time.perf_counter() - t_all)
+
+
+def write(rows, args, wall):
+    cmd = "python bench/bench_admm.py " + shlex.join(sys.argv[1:])
+    lines = [
+        "", f"## bench_admm — {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC", "",
+        f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        f"- software: python {platform.python_version()}, numpy {np.__version__}, "
+        f"npkl_dist {nk.__version__}",
+        f"- command: `{cmd}`",
+        "- problem: bench/paper/run.py repetition 0 (kl-admm protocol: diagonal targets, "
+        "Pataki rank capped at 128, gamma = 1, max_iter 500, 100 on adult, tol 1e-4), one "
+        "thread; seconds from NPKLProblem.build to the fit, median of "
+        f"{args.runs} alternating runs after a warm-up; reference = `fit_admm(fused=False)`",
+        f"- benchmark wall time: {wall:.0f} s", "",
+        "| data set | n | rank | iterations | reference s | compiled loop s | speed-up | "
+        "bitwise equal | published s | published / ours |",
+        "|:---|---:|---:|---:|---:|---:|---:|:---|---:|---:|",
+    ]
+    for r in rows:
+        pub = f"{r['pub']:g}" if r["pub"] else "—"
+        ratio = f"{r['pub'] / r['fused']:.0f}x" if r["pub"] else "—"
+        lines.append(f"| {r['name']} | {r['n']:,} | {r['rank']} | {r['iters']} | "
+                     f"{r['ref']:.4f} | {r['fused']:.4f} | {r['ref'] / r['fused']:.2f}x | "
+                     f"{'yes' if r['same'] else 'NO'} | {pub} | {ratio} |")
+    text = "\n".join(lines) + "\n"
+    with open(args.out, "a") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
