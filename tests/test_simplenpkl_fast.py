@@ -20,6 +20,14 @@ from npkl_dist import _simplenpkl as snp
 from npkl_dist._simplenpkl import fit_simplenpkl
 
 
+@pytest.fixture(autouse=True)
+def arpack_fast_path(monkeypatch):
+    """These problems (n = 80-150) would take the fast path's dense eigh (n <= 400); keep
+    them on its ARPACK path, which is what they test. ``test_small_n_fast_path_is_dense``
+    covers the dense one."""
+    monkeypatch.setattr(snp, "_FAST_DENSE_MAX_N", 0)
+
+
 def medium_problem(seed, loss, n=150, n_pairs=60, k=6, gamma=1.0):
     """kNN graph on a 3-cluster mixture; Pataki rank 10 for 60 pairs (eigsh path)."""
     rng = np.random.default_rng(seed)
@@ -296,3 +304,32 @@ def test_eigsh_no_convergence_retries_then_raises(monkeypatch):
     monkeypatch.setattr(snp.spla, "eigsh", never)
     with pytest.raises(nk.NpklError, match="did not converge"):
         snp._top_eigs_positive(A, 10, None, 6)
+
+
+@pytest.mark.parametrize("loss", ["linear", "squared_hinge", "square"])
+def test_small_n_fast_path_is_dense(global_random_seed, loss, monkeypatch):
+    """Up to _FAST_DENSE_MAX_N points the fast path solves densely (no ARPACK call). The
+    linear loss (one eigensolve) gives the reference's kernel; the saddle-point losses,
+    stopped after 60 iterations, differ from the reference's eigsh run by more than the
+    eigensolvers do (seed 8: 2.3e-5 relative), so each objective is held to the other's
+    duality certificate: f* lies in [f - gap, f] for both fits (weak duality)."""
+    monkeypatch.setattr(snp, "_FAST_DENSE_MAX_N", 400)
+    p = medium_problem(global_random_seed, loss)
+    ref = quiet(p, B=10.0, eigensolver="arpack", max_iter=60)
+    calls = []
+    real = snp._eigsh
+    monkeypatch.setattr(snp, "_eigsh", lambda *a: calls.append(1) or real(*a))
+    fast = quiet(p, B=10.0, eigensolver="fast", max_iter=60)
+    assert not calls
+    scale = abs(ref.objective) + 1.0
+    assert fast.converged and ref.converged
+    if loss == "linear":
+        assert abs(fast.objective - ref.objective) <= 1e-9 * scale
+        np.testing.assert_allclose(fast.eigenvalues, ref.eigenvalues, atol=1e-9)
+        np.testing.assert_allclose(_kernel(fast.V), _kernel(ref.V),
+                                   atol=1e-8 * np.abs(_kernel(ref.V)).max())
+        return
+    eps = 1e-12 * scale
+    assert fast.duality_gap >= -eps and ref.duality_gap >= -eps
+    assert fast.objective - fast.duality_gap <= ref.objective + eps
+    assert ref.objective - ref.duality_gap <= fast.objective + eps
