@@ -95,11 +95,17 @@ def main(argv=None):
     write(rows, args, time.perf_counter() - t_all)
 
 
+def _machine():
+    from bench.paper.report import _machine as machine
+
+    return machine()
+
+
 def write(rows, args, wall):
     cmd = "python bench/bench_admm.py " + shlex.join(sys.argv[1:])
     lines = [
         "", f"## bench_admm — {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC", "",
-        f"- machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        f"- machine: {_machine()}",
         f"- software: python {platform.python_version()}, numpy {np.__version__}, "
         f"npkl_dist {nk.__version__}",
         f"- command: `{cmd}`",

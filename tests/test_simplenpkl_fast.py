@@ -22,7 +22,7 @@ from npkl_dist._simplenpkl import fit_simplenpkl
 
 @pytest.fixture(autouse=True)
 def arpack_fast_path(monkeypatch):
-    """These problems (n = 80-150) would take the fast path's dense eigh (n <= 400); keep
+    """These problems (n = 80-150) would take the fast path's dense eigh (n <= 200); keep
     them on its ARPACK path, which is what they test. ``test_small_n_fast_path_is_dense``
     covers the dense one."""
     monkeypatch.setattr(snp, "_FAST_DENSE_MAX_N", 0)
@@ -313,7 +313,7 @@ def test_small_n_fast_path_is_dense(global_random_seed, loss, monkeypatch):
     stopped after 60 iterations, differ from the reference's eigsh run by more than the
     eigensolvers do (seed 8: 2.3e-5 relative), so each objective is held to the other's
     duality certificate: f* lies in [f - gap, f] for both fits (weak duality)."""
-    monkeypatch.setattr(snp, "_FAST_DENSE_MAX_N", 400)
+    monkeypatch.setattr(snp, "_FAST_DENSE_MAX_N", 200)
     p = medium_problem(global_random_seed, loss)
     ref = quiet(p, B=10.0, eigensolver="arpack", max_iter=60)
     calls = []
