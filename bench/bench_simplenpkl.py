@@ -38,6 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import npkl_dist  # noqa: E402
+from bench.bench_block import _cpu  # noqa: E402
 from bench.paper.run import prepare_data  # noqa: E402
 from npkl_dist import ConvergenceWarning  # noqa: E402
 from npkl_dist._simplenpkl import fit_simplenpkl  # noqa: E402
@@ -48,17 +49,6 @@ PUBLISHED = {"adult-a1a": {"linear": 8.5, "squared_hinge": 322.9},
              "adult-a3a": {"linear": 28.8, "squared_hinge": 1160.8},
              "adult-a4a": {"linear": 66.3, "squared_hinge": 2341.3},
              "adult-a5a": {"linear": 79.6, "squared_hinge": 3692.1}}
-
-
-def _cpu():
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def build(name):

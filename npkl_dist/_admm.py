@@ -182,13 +182,7 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
                 per_it = (time.perf_counter() - t0) / max(len(trace), 1)
                 for primal, step, obj, rho_used, vnorm in trace:
                     it += 1
-                    res.objective_trace.append(float(obj))
-                    res.primal_trace.append(float(primal))
-                    res.dual_trace.append(float(rho_used * step))
-                    res.rho_trace.append(float(rho_used))
-                    res.change_trace.append(float(step / vnorm))
-                    res.sweep_seconds.append(per_it)
-                    res.objective_seconds.append(0.0)
+                    _record(res, obj, primal, step, rho_used, vnorm, per_it, 0.0)
                     if callback is not None:
                         callback(it, float(obj), float(primal), float(rho_used * step))
                 rho = rho_next
@@ -205,13 +199,7 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
             obj = session.objective(gamma, diagonal)
             t2 = time.perf_counter()
             vnorm = max(np.sqrt(session.norm2()), 1e-300)
-            res.objective_trace.append(obj)
-            res.primal_trace.append(primal)
-            res.dual_trace.append(dual)
-            res.rho_trace.append(rho)
-            res.change_trace.append(step / vnorm)
-            res.sweep_seconds.append(t1 - t0)
-            res.objective_seconds.append(t2 - t1)
+            _record(res, obj, primal, step, rho, vnorm, t1 - t0, t2 - t1)
             if callback is not None:
                 callback(it, obj, primal, dual)
             res.converged = bool(primal / vnorm < tol and step / vnorm < tol)
@@ -240,6 +228,17 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
     res.objective = res.objective_trace[-1]
     res.fit_seconds = time.perf_counter() - t_start
     return res
+
+
+def _record(res, obj, primal, step, rho, vnorm, sweep_s, objective_s):
+    """Append one iteration to the traces (dual residual rho ||V(k+1) - V(k)||)."""
+    res.objective_trace.append(float(obj))
+    res.primal_trace.append(float(primal))
+    res.dual_trace.append(float(rho * step))
+    res.rho_trace.append(float(rho))
+    res.change_trace.append(float(step / vnorm))
+    res.sweep_seconds.append(float(sweep_s))
+    res.objective_seconds.append(float(objective_s))
 
 
 def _admm_state(res: ADMMResult, it: int, rho: float) -> dict:
