@@ -17,7 +17,7 @@ from numbers import Real
 import numpy as np
 
 from ._errors import ConvergenceWarning, ValidationError, fmt_value
-from ._plan import make_plan, prepare
+from ._plan import SCHEMES, make_plan, prepare, relabel_order
 from ._problem import NPKLProblem
 
 __all__ = ["FitResult", "fit_bcd", "initial_V", "choose_method", "METHODS", "STARTS"]
@@ -326,14 +326,22 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
                 f"does not run block solves; use method='sweeps' with it"
             )
     rng = np.random.default_rng(problem.seed)
-    if plan is None:
-        plan = make_plan(problem, relabel=relabel, scheme=scheme)
-    layout = plan
+    if scheme not in SCHEMES:  # checked here too: a block solve makes no sweep plan
+        raise ValidationError(f"scheme: {scheme!r} is not one of {SCHEMES}")
     if method == "block":
         from ._blocksolve import block_layout
 
-        layout = block_layout(problem, plan)
-    prep = prepare(problem, layout)
+        # a block solve needs the plan's locality order only (not its blocks and colours),
+        # and L permuted once into the U-first order
+        order = plan.order if plan is not None else relabel_order(problem, relabel)
+        layout, Lp = block_layout(problem, order, return_matrix=True)
+        prep = prepare(problem, layout, Lp)
+        del Lp
+    else:
+        if plan is None:
+            plan = make_plan(problem, relabel=relabel, scheme=scheme)
+        layout = plan
+        prep = prepare(problem, layout)
     extra = None
     if resume is not None:
         state, V = resume

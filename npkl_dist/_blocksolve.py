@@ -83,10 +83,13 @@ class BlockLayout:
         return rng.permutation(self.n_colours)
 
 
-def block_layout(problem, plan) -> BlockLayout:
-    """U-first layout from ``plan`` (its locality order); the constrained rows get a greedy
-    proper colouring of the conflict graph (manifold edges and constraint pairs) restricted
-    to them."""
+def block_layout(problem, plan, return_matrix: bool = False):
+    """U-first layout from ``plan``'s locality order (a SweepPlan, or the order itself, e.g.
+    from ``relabel_order``); the constrained rows get a greedy proper colouring of the
+    conflict graph (manifold edges and constraint pairs) restricted to them.
+
+    ``return_matrix``: also return L in the layout's order (what ``prepare`` would compute
+    again), as ``(layout, Lp)``."""
     from ._plan import _constraint_lists
 
     n = problem.n_points
@@ -94,11 +97,12 @@ def block_layout(problem, plan) -> BlockLayout:
     c = problem.constraints
     constrained[c.i] = True
     constrained[c.j] = True
-    in_c = constrained[plan.order]  # internal plan rows that are constrained
+    plan_order = np.asarray(getattr(plan, "order", plan))
+    in_c = constrained[plan_order]  # internal plan rows that are constrained
     free_rows = np.flatnonzero(~in_c)
     con_rows = np.flatnonzero(in_c)
     perm = np.concatenate([free_rows, con_rows])  # new internal q -> plan internal row
-    order = plan.order[perm].astype(np.int64)
+    order = plan_order[perm].astype(np.int64)
     rank_of = np.empty(n, np.int64)
     rank_of[order] = np.arange(n, dtype=np.int64)
     n_free = int(free_rows.shape[0])
@@ -115,7 +119,8 @@ def block_layout(problem, plan) -> BlockLayout:
     used, counts = np.unique(ccol, return_counts=True)
     ptr = np.zeros(used.shape[0] + 1, np.int64)
     np.cumsum(counts, out=ptr[1:])
-    return BlockLayout(order, rank_of, n_free, new_rows[srt], ptr)
+    layout = BlockLayout(order, rank_of, n_free, new_rows[srt], ptr)
+    return (layout, Lp) if return_matrix else layout
 
 
 # --------------------------------------------------------------------------------------------
@@ -421,28 +426,50 @@ class AMGPreconditioner:
         self.coarse = (np.ascontiguousarray(Lc), np.ascontiguousarray(Lc.T))
         self.dinv = 1.0 / A.diagonal()
         self.operator_complexity = float(ml.operator_complexity())
+        self._work_r, self._work_arrays = None, None
         self.n_levels = len(ml.levels)
 
-    def _cycle(self, k, b):
+    def _work(self, r):
+        """Per-level work arrays for r columns, allocated once and reused: a fresh (n, r)
+        array per cycle meant fresh pages from the OS each time (at n = 1e6 the fine-level
+        pre-smoothing took 0.43 s against 0.17 s for the same product in post-smoothing).
+        Level k: x, res (its size), the restricted residual and the coarse correction (the
+        next level's size)."""
+        if self._work_r != r:
+            self._work_arrays = []
+            for lev in self.levels:
+                n_k, n_c = lev["diag"].shape[0], lev["R"].shape[0]
+                self._work_arrays.append((np.empty((n_k, r)), np.empty((n_k, r)),
+                                          np.empty((n_c, r)), np.empty((n_c, r))))
+            self._work_r = r
+        return self._work_arrays
+
+    def _cycle(self, k, b, out, work):
+        """out = the V-cycle from level k applied to b (out must not alias b)."""
         if k == len(self.levels):
-            x = np.empty_like(b)
-            _cholesky_solve_block(*self.coarse, b, x)
-            return x
+            _cholesky_solve_block(*self.coarse, b, out)
+            return
         lev = self.levels[k]
         args = (lev["indptr"], lev["indices"], lev["data"], lev["diag"], lev["w"])
         K = self.K
-        x = np.empty_like(b)
-        res = np.empty_like(b)
+        x, res, coarse_b, coarse_x = work[k]
         K.pre_smooth(*args, b, x, res)  # x = w b (one Jacobi step from 0), res = b - A x
         R_, P_ = lev["R"], lev["P"]
-        coarse_b = np.empty((R_.shape[0], b.shape[1]))
         K.csr_mm(R_.indptr, R_.indices, R_.data, res, coarse_b, False)
-        K.csr_mm(P_.indptr, P_.indices, P_.data, self._cycle(k + 1, coarse_b), x, True)
-        K.post_smooth(*args, b, x, res)  # res = x + w (b - A x)
-        return res
+        self._cycle(k + 1, coarse_b, coarse_x, work)
+        K.csr_mm(P_.indptr, P_.indices, P_.data, coarse_x, x, True)
+        K.post_smooth(*args, b, x, out)  # out = x + w (b - A x)
+
+    def apply_to(self, R, Z):
+        """Z = M R for an (n, r) block (Z may be a view, e.g. the own rows of a longer
+        array; it must not alias R)."""
+        if self.levels:
+            self._cycle(0, R, Z, self._work(R.shape[1]))
+        else:
+            _cholesky_solve_block(*self.coarse, R, Z)
 
     def apply_dots(self, R, Z, part_rz, part_rr):
-        Z[...] = self._cycle(0, R)
+        self.apply_to(R, Z)
         self.K.dots(R, Z, part_rz, part_rr)
 
 

@@ -169,6 +169,17 @@ def _check_int(name, value, low):
     return int(value)
 
 
+def relabel_order(problem: NPKLProblem, relabel: str = "rcm") -> np.ndarray:
+    """The locality order of a plan alone (internal row q is point ``order[q]``): reverse
+    Cuthill-McKee of L, or the identity. Block solves need only this, not the colouring."""
+    if relabel not in RELABELLINGS:
+        raise ValidationError(f"relabel: {relabel!r} is not one of {RELABELLINGS}")
+    if relabel == "rcm":
+        return reverse_cuthill_mckee(sp.csr_matrix(problem.L),
+                                     symmetric_mode=True).astype(np.int64)
+    return np.arange(problem.n_points, dtype=np.int64)
+
+
 def make_plan(problem: NPKLProblem, relabel: str = "rcm", scheme: str = "blocks",
               n_blocks: int | None = None, align: int = SUM_BLOCK) -> SweepPlan:
     """Relabel, cut into blocks and colour a problem (pure; cheap relative to a fit).
@@ -197,10 +208,7 @@ def make_plan(problem: NPKLProblem, relabel: str = "rcm", scheme: str = "blocks"
         n_blocks = _check_int("n_blocks", n_blocks, 1)
     n = problem.n_points
     L = problem.L
-    if relabel == "rcm":
-        order = reverse_cuthill_mckee(sp.csr_matrix(L), symmetric_mode=True).astype(np.int64)
-    else:
-        order = np.arange(n, dtype=np.int64)
+    order = relabel_order(problem, relabel)
     rank_of = np.empty(n, np.int64)
     rank_of[order] = np.arange(n, dtype=np.int64)
     Lp = L[order][:, order].tocsr()
@@ -267,9 +275,12 @@ def _constraint_lists(problem, rank_of):
     return cptr, cols[order].astype(np.int64), sign[order]
 
 
-def prepare(problem: NPKLProblem, plan: SweepPlan) -> PreparedProblem:
-    """The problem's arrays in the plan's internal order."""
-    Lp = problem.L[plan.order][:, plan.order].tocsr()
+def prepare(problem: NPKLProblem, plan: SweepPlan, Lp: sp.csr_matrix | None = None
+            ) -> PreparedProblem:
+    """The problem's arrays in the plan's internal order (``Lp``: L already in that order,
+    ``L[plan.order][:, plan.order]``, if the caller has it)."""
+    if Lp is None:
+        Lp = problem.L[plan.order][:, plan.order].tocsr()
     off, diag = _split(Lp)
     cptr, cidx, csgn = _constraint_lists(problem, plan.rank_of)
     c = problem.constraints

@@ -1,0 +1,76 @@
+"""Time to the 1e-4 gap of the default solver at n = 1e6, 1% constrained (issue 6's target).
+
+``python bench/block_gap_1e6.py [--threads T] [--n N] [--f-star F]``
+
+The problem is bench_block.py's (10-cluster mixture in 8-D, kNN k = 10, delta = 1e-3, square
+loss, r = 16, gamma = 1, 1% of the points paired at random). The default solver
+(``method='auto'``) runs until its objective is within the gap of f*, the lowest objective
+of bench_block's long reference run at this size (2214.258, bench/RESULTS.md), or of a
+reference run made here with ``--f-star 0``. Then a few plain sweeps give the time of one
+sweep: sweep-equivalents = the solver's time to the gap / the median plain sweep.
+Repeats ``--runs`` times and prints every run and the medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import npkl_dist  # noqa: E402
+from bench.bench_block import constraints_for, graph_for  # noqa: E402
+from npkl_dist import NPKLProblem, fit_bcd  # noqa: E402
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--gap", type=float, default=1e-4)
+    ap.add_argument("--f-star", type=float, default=2214.258,
+                    help="reference optimum; 0 = compute one (block fit, KKT < 1e-8 or 200 "
+                         "outer iterations)")
+    ap.add_argument("--sweeps", type=int, default=7, help="plain sweeps timed")
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore")
+    S, y, _ = graph_for(args.n)
+    L = npkl_dist.laplacian(S, 1e-3)
+    C = constraints_for(y, "0.01")
+    P = NPKLProblem.build(L, C, loss="square", gamma=1.0, rank=16, seed=0)
+    ex = npkl_dist.executors.InProcessExecutor(args.threads)
+    fit_bcd(P, method="auto", max_sweeps=1, tol=0, executor=ex)  # compile
+    f_star = args.f_star
+    if not f_star:
+        ref = fit_bcd(P, method="block", max_sweeps=200, tol=1.0, tol_kkt=1e-8, executor=ex)
+        f_star = ref.objective
+        print(f"reference: {ref.n_sweeps} outer, f* = {f_star:.8g}, kkt {ref.kkt:.1e}")
+    runs = []
+    for _ in range(args.runs):
+        t0 = time.perf_counter()
+        res = fit_bcd(P, method="auto", max_sweeps=200, tol=0, executor=ex,
+                      callback=lambda s, obj, ch, sec: (obj - f_star) / abs(f_star) <= args.gap)
+        wall = time.perf_counter() - t0
+        gap = (res.objective - f_star) / abs(f_star)
+        runs.append((wall, res.setup_seconds, res.n_sweeps, float(np.median(res.sweep_seconds)),
+                     gap))
+        print(f"{res.method}: {res.n_sweeps} outer, {wall:.2f} s (set-up {res.setup_seconds:.2f} s,"
+              f" median outer {np.median(res.sweep_seconds):.3f} s), gap {gap:.1e}", flush=True)
+    swp = fit_bcd(P, method="sweeps", max_sweeps=args.sweeps, tol=0, executor=ex, trace=False)
+    t_sweep = float(np.median(swp.sweep_seconds))
+    wall = float(np.median([r[0] for r in runs]))
+    print(f"plain sweep median {t_sweep:.3f} s ({args.sweeps} sweeps)")
+    print(f"median of {len(runs)}: {wall:.2f} s to the gap, set-up "
+          f"{np.median([r[1] for r in runs]):.2f} s, outer {np.median([r[3] for r in runs]):.3f}"
+          f" s, {int(np.median([r[2] for r in runs]))} outer iterations -> "
+          f"{wall / t_sweep:.0f} sweep-equivalents")
+
+
+if __name__ == "__main__":
+    main()
