@@ -297,7 +297,7 @@ class _Kernels:
 
     NAMES = ("_matvec_dot", "_pre_smooth", "_post_smooth", "_csr_mm", "_cg_update", "_dots",
              "_jacobi_dots", "_direction", "_neg_residual_rows", "_copy_delta",
-             "_direction_LD", "_dots_S", "_subspace_step", "_save")
+             "_direction_LD", "_direction_LD_cg", "_dots_S", "_subspace_step", "_save")
 
     def __init__(self, serial: bool):
         from ._kernels import pair_terms_serial, serial_variant
@@ -645,6 +645,44 @@ def _direction_LD(indptr, indices, data, diag, V, Vprev, D, LD, part_a, part_b):
 
 
 @njit(nogil=True, cache=True, parallel=True)
+def _direction_LD_cg(uc_ptr, uc_idx, uc_data, nu, indptr, indices, data, diag, V, Vprev,
+                     Q, alpha, use_q, D, LD, part_a, part_b):
+    """:func:`_direction_LD` without the product on the U rows, after a one-step PCG.
+
+    With V in float64 the U rows moved by exactly the CG step alpha P, and Q = L_UU P, so
+    (L D)_U = alpha Q + L_UC D_C: the U rows need only their few constrained neighbours
+    (``uc_*``: the U rows' entries in C columns, local numbering), and only the C rows take
+    a whole row product. ``use_q`` False: the PCG took no step (D_U = 0 on U columns)."""
+    n_all, r = V.shape
+    for i in prange(n_all):
+        for c in range(r):
+            D[i, c] = np.float64(V[i, c]) - Vprev[i, c]
+    n = LD.shape[0]
+    n_ch = (n + RB - 1) // RB
+    for ch in prange(n_ch):
+        a = 0.0
+        b = 0.0
+        q = np.empty(r)
+        for i in range(ch * RB, min((ch + 1) * RB, n)):
+            if i < nu:
+                for c in range(r):
+                    q[c] = alpha[c] * Q[i, c] if use_q else 0.0
+                for p in range(uc_ptr[i], uc_ptr[i + 1]):
+                    k = uc_idx[p]
+                    w = uc_data[p]
+                    for c in range(r):
+                        q[c] += w * D[k, c]
+            else:
+                _row_times(i, indptr, indices, data, diag, D, q)
+            for c in range(r):
+                LD[i, c] = q[c]
+                a += q[c] * np.float64(V[i, c])
+                b += q[c] * D[i, c]
+        part_a[ch] = a
+        part_b[ch] = b
+
+
+@njit(nogil=True, cache=True, parallel=True)
 def _dots_S(V, LD, S, LS, part):
     """Chunk sums of <LS, V>, <LD, S>, <LS, S> (part[:, 0..2]) over LD's (the own) rows."""
     n, r = LD.shape
@@ -860,6 +898,26 @@ def free_operator(indptr, indices, data, n_free_own, n_own, n_free_halo):
     return ptr, idx, np.asarray(data[:end], np.float64)[keep]
 
 
+def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo):
+    """The entries of the own U rows (local 0..n_free_own) in constrained columns -- own C
+    rows [n_free_own, n_own) and halo C rows (local >= n_own + n_free_halo) -- as CSR in the
+    local numbering (entries keep their order). Returns (indptr, indices, data)."""
+    nu = int(n_free_own)
+    end = int(indptr[nu])
+    cols = np.asarray(indices[:end], np.int64)
+    keep = ((cols >= nu) & (cols < n_own)) | (cols >= n_own + n_free_halo)
+    rows = np.repeat(np.arange(nu, dtype=np.int64), np.diff(indptr[:nu + 1]))
+    ptr = np.zeros(nu + 1, np.int64)
+    np.cumsum(np.bincount(rows[keep], minlength=nu), out=ptr[1:])
+    return ptr, cols[keep], np.asarray(data[:end], np.float64)[keep]
+
+
+#: The subspace search takes L D on the U rows from the one-step PCG (alpha Q plus the
+#: constrained neighbours) instead of a product with L (one of five passes over L per outer
+#: iteration); False: always the product (the reference, for tests).
+LD_FROM_CG = True
+
+
 class BlockPart:
     """The rows of V that one executor block updates in a block solve, with their halo.
 
@@ -898,6 +956,11 @@ class BlockPart:
                                                             self.n_own, int(n_free_halo))
         self.A_diag = np.asarray(diag[:nu], np.float64)
         self.dinv = 1.0 / self.A_diag
+        self.ld_from_cg = bool(LD_FROM_CG) and extrapolate and V.dtype == np.float64 and nu > 0
+        if self.ld_from_cg:
+            self.uc = constrained_columns(indptr, indices, data, nu, self.n_own,
+                                          int(n_free_halo))
+        self._cg_steps, self._alpha = 0, None
         self.precond_setup(precond, serial)
         self.X = V[:nu] if V.dtype == np.float64 else V[:nu].astype(np.float64)
         self.Xold = self.X.copy()
@@ -955,6 +1018,7 @@ class BlockPart:
         return pxr, pg
 
     def save(self):
+        self._cg_steps, self._alpha = 0, None
         if self.extrapolate:
             self.K.save(self.V, self.Vprev)
 
@@ -976,6 +1040,8 @@ class BlockPart:
 
     def pcg_update(self, alpha, precondition):
         self.K.cg_update(self.X, self.R, self.P, self.Q, alpha)
+        self._cg_steps += 1
+        self._alpha = np.asarray(alpha, np.float64)
         return self.pcg_precondition() if precondition else None
 
     def finish_block(self):
@@ -1004,8 +1070,16 @@ class BlockPart:
         <LS, S>; the pair coefficients of the owned pairs."""
         K, n = self.K, self.n_own
         pa, pb, part = self._chunks(n), self._chunks(n), self._chunks(n, 3)
-        K.direction_LD(self.indptr, self.indices, self.data, self.diag, self.V, self.Vprev,
-                       self.D, self.LD, pa, pb)
+        if self.ld_from_cg and self._cg_steps <= 1:
+            # (L D)_U from the PCG step; see _direction_LD_cg
+            use_q = self._cg_steps == 1
+            alpha = self._alpha if use_q else np.zeros(self.V.shape[1])
+            K.direction_LD_cg(*self.uc, self.nu, self.indptr, self.indices, self.data,
+                              self.diag, self.V, self.Vprev, self.Q, alpha, use_q, self.D,
+                              self.LD, pa, pb)
+        else:
+            K.direction_LD(self.indptr, self.indices, self.data, self.diag, self.V,
+                           self.Vprev, self.D, self.LD, pa, pb)
         K.dots_S(self.V, self.LD, self.S, self.LS, part)
         coeffs = np.empty((self.pair_own.shape[0], 6))
         _pair_coeffs2(self.pair_own, self.pair_other, self.pair_t, self.V, self.D, self.S,
