@@ -103,3 +103,21 @@ def test_speed_table_compares_with_the_published_cpu_time(tmp_path):
     assert "| soybean | SimpleNPKL-linear | 0.005 | 0.01 | 2x | **no** | 2 |" in out
     assert "Met on 1 of 2." in out
     assert "| iris | k-means | 0.1 |" not in out
+
+
+def test_runtime_table_estimates_the_whole_run(tmp_path):
+    """iris: k-means 0.5 s + KL-ADMM 1.5 s per repetition -> 2 s, 20 s for 20 repetitions
+    on 2 processes; a method that never ran on a data set is listed, not counted."""
+    path = tmp_path / "results.jsonl"
+    report = tmp_path / "RESULTS.md"
+    recs = [dict(_rec("iris", "k-means", r), fit_seconds=t) for r, t in ((0, 0.4), (1, 0.6))]
+    recs += [dict(_rec("iris", "KL-ADMM", r), fit_seconds=1.5) for r in range(2)]
+    recs += [dict(_rec("wine", "k-means", 0), fit_seconds=120.0)]
+    _write(path, recs)
+    assert run.main(["--datasets", "iris", "wine", "--results", str(path), "--report",
+                     str(report), "--figure", str(tmp_path / "f.png"), "--report-only"]) == 0
+    out = report.read_text()
+    assert "### Run time of the whole table" in out
+    assert "| iris | 2.0 | 0.3 | KL-ADMM (2 s) | — |" in out
+    assert "| wine | 120.0 | 20.0 | k-means (120 s) | KL-ADMM |" in out
+    assert "Whole table: about 0.3 h." in out
