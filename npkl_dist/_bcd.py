@@ -193,8 +193,9 @@ def choose_method(problem: NPKLProblem, executor=None) -> str:
 
 def checkpoint_width(rank: int, method: str, extrapolate: bool = True) -> int:
     """Columns of a BCD checkpoint: V, plus (method 'block' with extrapolation) the previous
-    outer step S and L S, so that a resumed fit continues bitwise."""
-    return 3 * rank if method == "block" and extrapolate else rank
+    outer step S, L S and the residual R, so that a resumed fit continues bitwise.
+    (Checkpoints of width 3 rank, from before R was stored, still resume.)"""
+    return 4 * rank if method == "block" and extrapolate else rank
 
 
 def _check_tol(name, val, allow_none=True):
@@ -352,9 +353,10 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
             )
         V = np.ascontiguousarray(V, dtype=problem.dtype)
         width = checkpoint_width(problem.rank, method, extrapolate)
-        if method == "block" and V.ndim == 2 and V.shape[1] == width and width > problem.rank:
+        widths = (width, 3 * problem.rank) if width > problem.rank else (width,)
+        if method == "block" and V.ndim == 2 and V.shape[1] in widths and width > problem.rank:
             V, extra = (np.ascontiguousarray(V[:, :problem.rank]),
-                        np.split(V[:, problem.rank:], width // problem.rank - 1, axis=1))
+                        np.split(V[:, problem.rank:], V.shape[1] // problem.rank - 1, axis=1))
         if V.shape != (problem.n_points, problem.rank):
             raise ValidationError(
                 f"resume: checkpoint V has shape {V.shape}, the problem needs "

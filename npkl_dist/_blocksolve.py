@@ -297,7 +297,8 @@ class _Kernels:
 
     NAMES = ("_matvec_dot", "_pre_smooth", "_post_smooth", "_csr_mm", "_cg_update", "_dots",
              "_jacobi_dots", "_direction", "_neg_residual_rows", "_copy_delta",
-             "_direction_LD", "_direction_LD_cg", "_dots_S", "_subspace_step", "_save")
+             "_direction_LD", "_direction_LD_cg", "_residual_from_step", "_residual_dots",
+             "_dots_S", "_subspace_step", "_save")
 
     def __init__(self, serial: bool):
         from ._kernels import pair_terms_serial, serial_variant
@@ -683,6 +684,47 @@ def _direction_LD_cg(uc_ptr, uc_idx, uc_data, nu, indptr, indices, data, diag, V
 
 
 @njit(nogil=True, cache=True, parallel=True)
+def _residual_from_step(R, Q, alpha, use_q, LS, X, dinv, part_xr, part_g):
+    """The residual after an outer iteration without a product with L: V moved from Vprev
+    by the whole step S (``LS`` = L S, just updated), so -(L V)_U = R_start - (L S)_U, and
+    after a one-step PCG R holds R_start - alpha Q. Fused with the chunk sums of X*R and
+    ||dinv R||^2 (as :func:`_neg_residual_rows`)."""
+    n_free, r = R.shape
+    n_ch = (n_free + RB - 1) // RB
+    for ch in prange(n_ch):
+        a = 0.0
+        b = 0.0
+        for i in range(ch * RB, min((ch + 1) * RB, n_free)):
+            s = dinv[i]
+            for c in range(r):
+                q = R[i, c] + alpha[c] * Q[i, c] if use_q else R[i, c]
+                q -= np.float64(LS[i, c])
+                R[i, c] = q
+                a += X[i, c] * q
+                b += (s * q) * (s * q)
+        part_xr[ch] = a
+        part_g[ch] = b
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _residual_dots(R, X, dinv, part_xr, part_g):
+    """The chunk sums of X*R and ||dinv R||^2 of a given residual (a resumed fit's)."""
+    n_free, r = R.shape
+    n_ch = (n_free + RB - 1) // RB
+    for ch in prange(n_ch):
+        a = 0.0
+        b = 0.0
+        for i in range(ch * RB, min((ch + 1) * RB, n_free)):
+            s = dinv[i]
+            for c in range(r):
+                q = R[i, c]
+                a += X[i, c] * q
+                b += (s * q) * (s * q)
+        part_xr[ch] = a
+        part_g[ch] = b
+
+
+@njit(nogil=True, cache=True, parallel=True)
 def _dots_S(V, LD, S, LS, part):
     """Chunk sums of <LS, V>, <LD, S>, <LS, S> (part[:, 0..2]) over LD's (the own) rows."""
     n, r = LD.shape
@@ -917,6 +959,13 @@ def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo):
 #: iteration); False: always the product (the reference, for tests).
 LD_FROM_CG = True
 
+#: The residual after an outer iteration comes from the residual before it and L S (see
+#: ``_residual_from_step``) instead of a product with L; False: always the product (the
+#: reference, for tests). Rounding does not build up unchecked: a checkpoint stores R
+#: (column block 4 of 4), so a resumed fit continues bit for bit, and joint moves and
+#: resumes from older checkpoints recompute it exactly.
+RESIDUAL_FROM_STEP = True
+
 
 class BlockPart:
     """The rows of V that one executor block updates in a block solve, with their halo.
@@ -956,7 +1005,9 @@ class BlockPart:
                                                             self.n_own, int(n_free_halo))
         self.A_diag = np.asarray(diag[:nu], np.float64)
         self.dinv = 1.0 / self.A_diag
-        self.ld_from_cg = bool(LD_FROM_CG) and extrapolate and V.dtype == np.float64 and nu > 0
+        fast = extrapolate and V.dtype == np.float64 and nu > 0
+        self.ld_from_cg = bool(LD_FROM_CG) and fast
+        self.r_from_step = bool(RESIDUAL_FROM_STEP) and fast
         if self.ld_from_cg:
             self.uc = constrained_columns(indptr, indices, data, nu, self.n_own,
                                           int(n_free_halo))
@@ -1095,6 +1146,13 @@ class BlockPart:
             if self.X.base is not self.V:
                 self.X[...] = self.V[:self.nu]
             self.Xold[...] = self.X
+        if self.r_from_step and self._cg_steps <= 1:
+            use_q = self._cg_steps == 1
+            alpha = self._alpha if use_q else np.zeros(self.V.shape[1])
+            pxr, pg = self._chunks(self.nu), self._chunks(self.nu)
+            self.K.residual_from_step(self.R, self.Q, alpha, use_q, self.LS, self.X,
+                                      self.dinv, pxr, pg)
+            return part, (pxr, pg)
         return part, self.residual()
 
     # -- by-products, state -------------------------------------------------------------------
@@ -1120,14 +1178,27 @@ class BlockPart:
         return self.V[:self.n_own]
 
     def state_arrays(self):
-        """Own rows of S and LS (empty without extrapolation)."""
-        return [self.S[:self.n_own], self.LS] if self.extrapolate else []
+        """Own rows of S, LS and the residual R (zero on the C rows), in V's dtype (empty
+        without extrapolation)."""
+        if not self.extrapolate:
+            return []
+        R = np.zeros((self.n_own, self.V.shape[1]), self.V.dtype)
+        R[:self.nu] = self.R
+        return [self.S[:self.n_own], self.LS, R]
 
-    def load_state(self, S, LS):
-        """S for the own and halo rows, LS for the own rows."""
+    def load_state(self, S, LS, R=None):
+        """S for the own and halo rows, LS and R (None: checkpoints before R was stored) for
+        the own rows. Returns the residual's partial sums (as :meth:`residual`): of the
+        stored R where the fit carries it from step to step, else of the exact one."""
         if self.extrapolate:
             self.S[...] = S
             self.LS[...] = LS
+        if R is not None and self.r_from_step:
+            self.R[...] = R[:self.nu]
+            pxr, pg = self._chunks(self.nu), self._chunks(self.nu)
+            self.K.residual_dots(self.R, self.X, self.dinv, pxr, pg)
+            return pxr, pg
+        return self.residual()
 
     def assign(self, V_local):
         """Replace V (own and halo rows): a joint move. The momentum restarts (S = 0);
@@ -1277,8 +1348,9 @@ class BlockSession:
         return self.parts[0].state_arrays()
 
     def load_state_arrays(self, arrays):
+        """S, LS and (checkpoints since R was stored) R; the residual follows."""
         if self.extrapolate:
-            self.parts[0].load_state(arrays[0], arrays[1])
+            self._set_residual(self._threads(lambda: [self.parts[0].load_state(*arrays)]))
 
     # -- by-products ----------------------------------------------------------------------------
     def objective_kkt(self):

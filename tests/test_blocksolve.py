@@ -484,7 +484,8 @@ def test_errors_name_the_argument():
 @pytest.mark.parametrize("maxiter", [1, 3])
 def test_direction_from_the_cg_step_equals_the_product_with_L(loss, maxiter):
     """Each outer iteration's L D (fast path after a one-step PCG; the product after more
-    steps) equals L times that iteration's D, on every row."""
+    steps) equals L times that iteration's D, on every row; the residual carried from step
+    to step (RESIDUAL_FROM_STEP) equals -(L V)_U."""
     from npkl_dist import _blocksolve as bs
 
     problem = sparse_constrained_problem(3, loss, n=500, rank=4, frac=0.1)
@@ -503,20 +504,26 @@ def test_direction_from_the_cg_step_equals_the_product_with_L(loss, maxiter):
         assert np.linalg.norm(part.D) > 0
         np.testing.assert_allclose(part.LD, want, rtol=0,
                                    atol=1e-12 * np.abs(want).max())
+        # and the residual carried from step to step is the exact -(L V)_U
+        exact = -(Lfull @ part.V)[:lay.n_free]
+        np.testing.assert_allclose(part.R, exact, rtol=0, atol=1e-11 * np.abs(exact).max())
 
 
 @pytest.mark.parametrize("loss", ["square", "squared_hinge", "hinge"])
 def test_fit_with_direction_from_cg_follows_the_reference(loss, monkeypatch):
-    """Whole fits with and without the fast L D: monotone, and the same objectives after
-    30 outer iterations. Not bit for bit: L D differs in rounding, and the 2-D subspace
-    search (Nelder-Mead, xatol 1e-7 of the step) turns that into step sizes that differ
-    within its tolerance (measured: 1.5e-9 relative in the objective)."""
+    """Whole fits with and without the fast L D and residual: monotone, and the same
+    objectives and KKT residuals after 30 outer iterations. Not bit for bit: L D and R
+    differ in rounding, and the 2-D subspace search (Nelder-Mead, xatol 1e-7 of the step)
+    turns that into step sizes that differ within its tolerance (measured: 1.5e-9 relative
+    in the objective)."""
     from npkl_dist import _blocksolve as bs
 
     problem = sparse_constrained_problem(5, loss, n=600, rank=4, frac=0.1)
     fast = _fit(problem, method="block", max_sweeps=30, tol=0, joint=False)
     monkeypatch.setattr(bs, "LD_FROM_CG", False)
+    monkeypatch.setattr(bs, "RESIDUAL_FROM_STEP", False)
     ref = _fit(problem, method="block", max_sweeps=30, tol=0, joint=False)
     for res in (fast, ref):
         assert np.all(np.diff(res.objective_trace) <= 1e-12 * abs(res.objective_trace[0]))
     np.testing.assert_allclose(fast.objective_trace, ref.objective_trace, rtol=1e-7)
+    np.testing.assert_allclose(fast.kkt_trace, ref.kkt_trace, rtol=1e-5)

@@ -144,7 +144,7 @@ def test_dask_block_fit_reaches_the_inprocess_optimum(client, global_random_seed
 
 
 def test_dask_block_resume_is_bitwise(client, global_random_seed):
-    """A fit resumed from a checkpoint (width 3r: V, S, L S) equals the uninterrupted one,
+    """A fit resumed from a checkpoint (width 4r: V, S, L S, R) equals the uninterrupted one,
     with the state written through a run store by the actors shard by shard."""
     from npkl_dist.store import RunStore, StoreCheckpointer
     import tempfile
@@ -162,7 +162,7 @@ def test_dask_block_resume_is_bitwise(client, global_random_seed):
             part = fit_with_recovery(nk.fit_bcd, p, checkpointer=ck, max_sweeps=4, **kw)
             assert ck.n_saved == 2 and part.n_sweeps == 4
             state, W = ck.load()
-            assert W.shape == (n, 3 * r) and state["sweep"] == 4
+            assert W.shape == (n, 4 * r) and state["sweep"] == 4
             resumed = nk.fit_bcd(p, max_sweeps=8, resume=(state, W), **kw)
         finally:
             store.close()

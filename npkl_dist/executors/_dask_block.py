@@ -24,7 +24,7 @@ order (global reductions on the driver):
 
 Halo rows ride on the next call to their holder (as in the sweeps). A dead worker becomes
 :class:`~npkl_dist.executors._dask.WorkerLostError`; fits resume from checkpoints (width
-3r: V, S and L S, written shard by shard by the actors).
+4r: V, S, L S and the residual R, written shard by shard by the actors).
 """
 
 from __future__ import annotations
@@ -97,9 +97,8 @@ class BlockSolveActor:
     def own(self):
         return self.part.own().copy()
 
-    def load_state(self, S, LS):
-        self.part.load_state(S, LS)
-        return True
+    def load_state(self, S, LS, R=None):
+        return self.part.load_state(S, LS, R)
 
     def assign(self, V_local):
         return self.part.assign(V_local)
@@ -175,15 +174,17 @@ class DaskBlockSession(BlockSession):
         if not self.extrapolate:
             return []
         W = self.checkpoint_array()
-        r = W.shape[1] // 3
-        return [W[:, r:2 * r], W[:, 2 * r:]]
+        r = W.shape[1] // 4  # V, S, LS, R
+        return [W[:, r:2 * r], W[:, 2 * r:3 * r], W[:, 3 * r:]]
 
     def load_state_arrays(self, arrays):
         if self.extrapolate:
-            S, LS = arrays
-            self.ex._gather(lambda: [
-                a.load_state(local_rows(S, s), LS[s.start:s.stop])
-                for a, s in zip(self.actors, self.specs)])
+            S, LS = arrays[0], arrays[1]
+            R = arrays[2] if len(arrays) > 2 else None
+            self._set_residual(self.ex._gather(lambda: [
+                a.load_state(local_rows(S, s), LS[s.start:s.stop],
+                             None if R is None else R[s.start:s.stop])
+                for a, s in zip(self.actors, self.specs)]))
 
     def write_checkpoint_blocks(self, store, ckpt_id, row_block):
         write_actor_blocks(self.ex, self.actors, self.specs, store, ckpt_id, row_block)

@@ -19,7 +19,8 @@ class StoreCheckpointer:
     row_block : int
         Rows per shard (must divide the executor's block boundaries).
     width : int
-        Columns of the checkpointed factor (r for BCD, 3r for KL-ADMM's [V | U | Lam]).
+        Columns of the checkpointed factor (r for BCD sweeps, 4r for block solves: V, S, L S,
+        R; 3r for KL-ADMM's [V | U | Lam]).
     """
 
     def __init__(self, store, *, every: int, row_block: int, n: int, width: int, dtype,
