@@ -6,7 +6,8 @@ Problem: bench_block.py's (10-cluster Gaussian mixture in 8-D, kNN k = 10, delta
 rank 16, 1% of the points paired at random, square loss; graph cached in bench/.cache).
 f* comes from a long in-process block reference run (scaled KKT < 1e-8 or --ref-iters outer
 iterations). Each configuration then fits with method='block' (default preconditioner,
-'amg-plain': in-process one AMG on L_UU, on Dask block-Jacobi with a local AMG per block)
+'amg-additive' since 2026-11-22 evening, 'amg-plain' before: in-process one AMG on L_UU,
+on Dask block-Jacobi with a local AMG per block)
 until the relative gap (f - f*)/f* <= --gap; the time counted runs from the call of fit_bcd
 (layout, actor start-up and local AMG set-up included; starting the cluster not) to the
 outer iteration that reaches the gap. Configurations: in-process with 1 and 2 numba
@@ -116,7 +117,7 @@ def write(args, ref, f_star, runs, wall, time_to_gap, iters_to_gap, _cpu, npkl_d
         f"{shlex.join(sys.argv[1:])}`",
         f"- problem: bench_block.py's mixture (8-D, 10 clusters), kNN k=10, delta=1e-3, "
         f"n={args.n:,}, r={args.rank}, {args.frac} of the points paired at random, loss "
-        f"{args.loss}, gamma=1; method='block', precond='amg-plain' (Dask: block-Jacobi with "
+        f"{args.loss}, gamma=1; method='block', default precond (Dask: block-Jacobi with "
         f"a local plain-aggregation AMG per block)",
         f"- gap: (f - f*)/f* <= {args.gap:g}, f* = {f_star:.10g} (in-process reference run: "
         f"{ref.n_sweeps} outer iterations, KKT {ref.kkt:.1e}); time from the call of "

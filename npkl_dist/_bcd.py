@@ -209,7 +209,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
             executor=None, relabel: str = "rcm", V0=None, callback=None, plan=None,
             resume=None, on_sweep=None, method: str = "auto", start: str = "random",
             tol_objective: float | None = None, tol_kkt: float | None = None,
-            precond: str = "amg-plain", inner_rtol: float = 0.01, inner_maxiter: int = 1,
+            precond: str = "amg-additive", inner_rtol: float = 0.01, inner_maxiter: int = 1,
             extrapolate: bool = True, scheme: str = "blocks",
             joint: bool = True, trace: bool = True) -> FitResult:
     """Fit an NPKL problem by block coordinate descent.
@@ -259,11 +259,16 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         of ``extrapolate`` carries the solve across outer iterations; at n = 2e4 one
         iteration per outer reached a 1e-4 gap in 33 outer iterations, three in 29, at
         twice the cost).
-    precond : {'amg-plain', 'amg', 'jacobi'}
-        Method 'block': plain (unsmoothed) aggregation AMG (default), smoothed-aggregation
-        AMG, or Jacobi. At n = 1e6 (8-D kNN graph) smoothed aggregation took 55 s to set up
-        and 1.9 s per outer iteration, plain aggregation 8 s and 1.1 s, for about as many
-        outer iterations (31 vs 33 at n = 2e4). On the Dask executor the preconditioner is
+    precond : {'amg-additive', 'amg-plain', 'amg', 'jacobi'}
+        Method 'block': plain (unsmoothed) aggregation AMG, its finest level additive
+        (default: Jacobi weights plus the coarse correction, no product with L_UU, so an
+        outer iteration makes one pass over L_UU instead of three) or a full V-cycle
+        ('amg-plain'); smoothed-aggregation AMG; or Jacobi. 'amg-additive' needs 10-15%
+        more outer iterations and reached the 1e-4 gap 1.1-2.0x sooner than 'amg-plain' on
+        every case of bench_block's n = 1e5 grid (0.1%, 1%, 10% constrained; square,
+        squared hinge, hinge; bench/RESULTS.md). At n = 1e6 smoothed aggregation took 55 s
+        to set up and 1.9 s per outer iteration, plain aggregation 8 s and 1.1 s, for about
+        as many outer iterations (31 vs 33 at n = 2e4). On the Dask executor the preconditioner is
         block-Jacobi over its row blocks, each block with this preconditioner on its own
         part of L_UU (one block, or 'jacobi': the in-process iterates bitwise).
     extrapolate : bool

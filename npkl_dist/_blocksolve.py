@@ -46,7 +46,7 @@ __all__ = ["BlockLayout", "block_layout", "AMGPreconditioner", "JacobiPreconditi
            "block_pcg", "pcg_loop", "PRECONDITIONERS", "BlockPart", "BlockSession",
            "seeded_global_random"]
 
-PRECONDITIONERS = ("amg", "amg-plain", "jacobi")
+PRECONDITIONERS = ("amg", "amg-plain", "amg-additive", "jacobi")
 
 #: rows per reduction chunk (partial sums in a fixed order: thread-count independent)
 RB = SUM_BLOCK
@@ -204,6 +204,15 @@ def _csr_mm(indptr, indices, data, X, out, accumulate):
 
 
 @njit(nogil=True, cache=True, parallel=True)
+def _scale_rows(w, X, out):
+    """out = diag(w) X."""
+    n, r = X.shape
+    for i in prange(n):
+        for c in range(r):
+            out[i, c] = w[i] * X[i, c]
+
+
+@njit(nogil=True, cache=True, parallel=True)
 def _cg_update(X, R, P, Q, alpha):
     """X += alpha P ; R -= alpha Q (per column alpha)."""
     n, r = X.shape
@@ -295,10 +304,10 @@ def _cholesky_solve_block(Lc, Uc, b, x):
 class _Kernels:
     """The parallel kernels of a block solve, or their serial compilations (Dask actors)."""
 
-    NAMES = ("_matvec_dot", "_pre_smooth", "_post_smooth", "_csr_mm", "_cg_update", "_dots",
-             "_jacobi_dots", "_direction", "_neg_residual_rows", "_copy_delta",
-             "_direction_LD", "_direction_LD_cg", "_residual_from_step", "_residual_dots",
-             "_dots_S", "_subspace_step", "_save")
+    NAMES = ("_matvec_dot", "_pre_smooth", "_post_smooth", "_csr_mm", "_scale_rows",
+             "_cg_update", "_dots", "_jacobi_dots", "_direction", "_neg_residual_rows",
+             "_copy_delta", "_direction_LD", "_direction_LD_cg", "_residual_from_step",
+             "_residual_dots", "_dots_S", "_subspace_step", "_save")
 
     def __init__(self, serial: bool):
         from ._kernels import pair_terms_serial, serial_variant
@@ -374,12 +383,14 @@ class AMGPreconditioner:
     same hierarchy to an (n, r) block: damped Jacobi pre- and post-smoothing (weight 4/(3 rho),
     rho = the Gershgorin bound on the spectral radius of D^{-1}A, which keeps the cycle SPD),
     Galerkin restriction P', and a dense Cholesky solve on the coarsest level.
+    ``additive``: the finest level takes its Jacobi weights plus the coarse correction
+    instead of smoothing (see :meth:`_additive`).
     """
 
     name = "amg"
 
     def __init__(self, A: sp.csr_matrix, max_coarse: int = 500, max_levels: int = 10,
-                 smooth="jacobi", serial: bool = False):
+                 smooth="jacobi", serial: bool = False, additive: bool = False):
         import time
 
         import pyamg
@@ -387,6 +398,7 @@ class AMGPreconditioner:
 
         t0 = time.perf_counter()
         self.K = kernels(serial)
+        self.additive = bool(additive)
         A = sp.csr_matrix(A, dtype=np.float64)
         # pyamg estimates spectral radii from np.random's global generator: seed it for the
         # set-up (restoring the caller's state) so that the hierarchy, and with it every fit
@@ -438,8 +450,10 @@ class AMGPreconditioner:
         next level's size)."""
         if self._work_r != r:
             self._work_arrays = []
-            for lev in self.levels:
-                n_k, n_c = lev["diag"].shape[0], lev["R"].shape[0]
+            for k, lev in enumerate(self.levels):
+                # the additive cycle never smooths on the finest level
+                n_k = 0 if self.additive and k == 0 else lev["diag"].shape[0]
+                n_c = lev["R"].shape[0]
                 self._work_arrays.append((np.empty((n_k, r)), np.empty((n_k, r)),
                                           np.empty((n_c, r)), np.empty((n_c, r))))
             self._work_r = r
@@ -464,10 +478,26 @@ class AMGPreconditioner:
     def apply_to(self, R, Z):
         """Z = M R for an (n, r) block (Z may be a view, e.g. the own rows of a longer
         array; it must not alias R)."""
-        if self.levels:
-            self._cycle(0, R, Z, self._work(R.shape[1]))
-        else:
+        if not self.levels:
             _cholesky_solve_block(*self.coarse, R, Z)
+        elif self.additive:
+            self._additive(R, Z, self._work(R.shape[1]))
+        else:
+            self._cycle(0, R, Z, self._work(R.shape[1]))
+
+    def _additive(self, b, out, work):
+        """out = W b + P M_1 P' b: the finest level additive (its Jacobi weights W plus the
+        coarse correction, the V-cycle from level 1), so no product with the finest matrix.
+        A sum of two SPD operators: SPD, a valid PCG preconditioner. Weaker per step than
+        the V-cycle, but each outer iteration of a block solve then makes one pass over
+        L_UU instead of three; see ``precond`` in ``fit_bcd``."""
+        lev = self.levels[0]
+        _, _, coarse_b, coarse_x = work[0]
+        R_, P_ = lev["R"], lev["P"]
+        self.K.csr_mm(R_.indptr, R_.indices, R_.data, b, coarse_b, False)
+        self._cycle(1, coarse_b, coarse_x, work)
+        self.K.scale_rows(lev["w"], b, out)
+        self.K.csr_mm(P_.indptr, P_.indices, P_.data, coarse_x, out, True)
 
     def apply_dots(self, R, Z, part_rz, part_rr):
         self.apply_to(R, Z)
@@ -989,7 +1019,7 @@ class BlockPart:
 
     def __init__(self, *, V, n_own, n_free, n_free_halo, base, indptr, indices, data, diag,
                  cptr, cidx, csgn, pmax, colour_rows, unit_ptr, pair_own, pair_other, pair_t,
-                 loss_code, gamma, bound, precond="amg-plain", extrapolate=True,
+                 loss_code, gamma, bound, precond="amg-additive", extrapolate=True,
                  serial=False):
         self.K = kernels(serial)
         self.V = V
@@ -1032,7 +1062,7 @@ class BlockPart:
             self.LS = np.zeros((self.n_own, r), V.dtype)
 
     @classmethod
-    def whole(cls, prep, layout, V, precond="amg-plain", extrapolate=True):
+    def whole(cls, prep, layout, V, precond="amg-additive", extrapolate=True):
         """The one part of an in-process solve: every row, no halo."""
         n = V.shape[0]
         units = [colour_units(layout, c) for c in range(layout.n_colours)]
@@ -1051,7 +1081,8 @@ class BlockPart:
             rows = np.repeat(np.arange(nu), np.diff(self.A_ptr))
             A = sp.csr_matrix((self.A_data[own], (rows[own], self.A_idx[own])), shape=(nu, nu))
             self.M = AMGPreconditioner((A + sp.diags(self.A_diag)).tocsr(), serial=serial,
-                                       smooth=None if precond == "amg-plain" else "jacobi")
+                                       smooth="jacobi" if precond == "amg" else None,
+                                       additive=precond == "amg-additive")
         else:
             self.M = JacobiPreconditioner(self.A_diag, serial=serial)
 
@@ -1229,11 +1260,11 @@ class BlockSession:
     layout : BlockLayout
     V : (n, r) array, the factor (its dtype is the problem's)
     n_threads : int
-    precond : {'amg-plain', 'amg', 'jacobi'}
+    precond : {'amg-plain', 'amg-additive', 'amg', 'jacobi'}
     extrapolate : bool
     """
 
-    def __init__(self, prep, layout, V, n_threads=1, precond="amg-plain", extrapolate=True):
+    def __init__(self, prep, layout, V, n_threads=1, precond="amg-additive", extrapolate=True):
         check_precond(precond)
         self.prep, self.layout = prep, layout
         self.n_threads = int(n_threads)

@@ -82,7 +82,7 @@ def test_hinge_joint_moves_equal_inprocess_bitwise(client, global_random_seed, b
     _same(got, ref)
 
 
-@pytest.mark.parametrize("precond", ["amg-plain", "amg"])
+@pytest.mark.parametrize("precond", ["amg-plain", "amg", "amg-additive"])
 def test_one_block_amg_equals_inprocess_bitwise(client, global_random_seed, precond):
     """One block: its local AMG is the in-process preconditioner, so the iterates agree
     (bitwise; the brief asked for 1e-10)."""
@@ -116,7 +116,9 @@ def test_block_jacobi_amg_objective_never_increases(client, global_random_seed, 
 
 
 @pytest.mark.parametrize("loss, n, kkt", [
-    ("square", 3000, 1e-6),
+    # KKT 1e-7: at 1e-6 the default (additive) preconditioner's fits stopped 1.7e-4 apart in
+    # K (flat directions), at 1e-7 1.8e-5
+    ("square", 3000, 1e-7),
     pytest.param("squared_hinge", 5000, 1e-7, marks=pytest.mark.heavy),
     # not 'hinge': nonsmooth coupled terms -- runs along different paths can stop at
     # different block-wise fixed points (both with a small KKT residual; at n = 5000 they

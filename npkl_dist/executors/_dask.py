@@ -404,7 +404,7 @@ class DaskExecutor:
     def admm_session(self, prep, V, U, Lam):
         return _DaskADMMSession(self, prep, V, U, Lam)
 
-    def block_session(self, prep, layout, V, precond="amg-plain", extrapolate=True):
+    def block_session(self, prep, layout, V, precond="amg-additive", extrapolate=True):
         """A block-exact BCD fit's state in the workers (``npkl_dist.executors._dask_block``):
         distributed products with halo exchange, PCG with global reductions on the driver
         and a block-Jacobi preconditioner (``precond`` per block: local AMG or Jacobi)."""

@@ -116,7 +116,7 @@ class BlockSolveActor:
 class DaskBlockSession(BlockSession):
     """A block-exact fit on a :class:`~npkl_dist.executors.DaskExecutor` (see module doc)."""
 
-    def __init__(self, ex, prep, layout, V, precond="amg-plain", extrapolate=True):
+    def __init__(self, ex, prep, layout, V, precond="amg-additive", extrapolate=True):
         self.ex = ex
         super().__init__(prep, layout, V, 1, precond=precond, extrapolate=extrapolate)
 

@@ -173,7 +173,7 @@ class InProcessExecutor:
         """A BCD fit's state on this executor; ``V`` (internal order) is updated in place."""
         return _BCDSession(self, prep, plan, V)
 
-    def block_session(self, prep, layout, V, precond="amg-plain", extrapolate=True):
+    def block_session(self, prep, layout, V, precond="amg-additive", extrapolate=True):
         """A block-exact BCD fit's state (``npkl_dist._blocksolve``); V updated in place."""
         from .._blocksolve import BlockSession
 
