@@ -358,8 +358,9 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
             )
         V = np.ascontiguousarray(V, dtype=problem.dtype)
         width = checkpoint_width(problem.rank, method, extrapolate)
-        widths = (width, 3 * problem.rank) if width > problem.rank else (width,)
-        if method == "block" and V.ndim == 2 and V.shape[1] in widths and width > problem.rank:
+        # block checkpoints: 4r columns (V, S, L S, R), or 3r from before R was stored
+        if (method == "block" and width > problem.rank and V.ndim == 2
+                and V.shape[1] in (width, 3 * problem.rank)):
             V, extra = (np.ascontiguousarray(V[:, :problem.rank]),
                         np.split(V[:, problem.rank:], V.shape[1] // problem.rank - 1, axis=1))
         if V.shape != (problem.n_points, problem.rank):

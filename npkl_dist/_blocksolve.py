@@ -306,8 +306,8 @@ class _Kernels:
 
     NAMES = ("_matvec_dot", "_pre_smooth", "_post_smooth", "_csr_mm", "_scale_rows",
              "_cg_update", "_dots", "_jacobi_dots", "_direction", "_neg_residual_rows",
-             "_copy_delta", "_direction_LD", "_direction_LD_cg", "_residual_from_step",
-             "_residual_dots", "_dots_S", "_subspace_step", "_save")
+             "_copy_delta", "_direction_LD", "_residual_from_step", "_dots_S",
+             "_subspace_step", "_save")
 
     def __init__(self, serial: bool):
         from ._kernels import pair_terms_serial, serial_variant
@@ -652,38 +652,16 @@ def _rows_smooth(rows, indptr, indices, data, diag, V, out):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _direction_LD(indptr, indices, data, diag, V, Vprev, D, LD, part_a, part_b):
+def _direction_LD(uc_ptr, uc_idx, uc_data, nu, indptr, indices, data, diag, V, Vprev,
+                  Q, alpha, use_q, D, LD, part_a, part_b):
     """D = V - Vprev (float64, every row held, halo included), then (second pass) LD = L D
-    for LD's rows (the own rows) with chunk sums of <LD, V> and <LD, D>."""
-    n_all, r = V.shape
-    for i in prange(n_all):
-        for c in range(r):
-            D[i, c] = np.float64(V[i, c]) - Vprev[i, c]
-    n = LD.shape[0]
-    n_ch = (n + RB - 1) // RB
-    for ch in prange(n_ch):
-        a = 0.0
-        b = 0.0
-        q = np.empty(r)
-        for i in range(ch * RB, min((ch + 1) * RB, n)):
-            _row_times(i, indptr, indices, data, diag, D, q)
-            for c in range(r):
-                LD[i, c] = q[c]
-                a += q[c] * np.float64(V[i, c])
-                b += q[c] * D[i, c]
-        part_a[ch] = a
-        part_b[ch] = b
+    for LD's rows (the own rows) with chunk sums of <LD, V> and <LD, D>.
 
-
-@njit(nogil=True, cache=True, parallel=True)
-def _direction_LD_cg(uc_ptr, uc_idx, uc_data, nu, indptr, indices, data, diag, V, Vprev,
-                     Q, alpha, use_q, D, LD, part_a, part_b):
-    """:func:`_direction_LD` without the product on the U rows, after a one-step PCG.
-
-    With V in float64 the U rows moved by exactly the CG step alpha P, and Q = L_UU P, so
-    (L D)_U = alpha Q + L_UC D_C: the U rows need only their few constrained neighbours
-    (``uc_*``: the U rows' entries in C columns, local numbering), and only the C rows take
-    a whole row product. ``use_q`` False: the PCG took no step (D_U = 0 on U columns)."""
+    Rows i >= nu take a row product with D. The first ``nu`` rows (0 for the plain product)
+    are U rows after a one-step PCG: with V in float64 they moved by exactly the CG step
+    alpha P, and Q = L_UU P, so (L D)_U = alpha Q + L_UC D_C -- only their few constrained
+    neighbours (``uc_*``: the U rows' entries in C columns, local numbering). ``use_q``
+    False: the PCG took no step (D_U = 0)."""
     n_all, r = V.shape
     for i in prange(n_all):
         for c in range(r):
@@ -714,31 +692,12 @@ def _direction_LD_cg(uc_ptr, uc_idx, uc_data, nu, indptr, indices, data, diag, V
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _residual_from_step(R, Q, alpha, use_q, LS, X, dinv, part_xr, part_g):
+def _residual_from_step(R, Q, alpha, use_q, LS, step, X, dinv, part_xr, part_g):
     """The residual after an outer iteration without a product with L: V moved from Vprev
     by the whole step S (``LS`` = L S, just updated), so -(L V)_U = R_start - (L S)_U, and
     after a one-step PCG R holds R_start - alpha Q. Fused with the chunk sums of X*R and
-    ||dinv R||^2 (as :func:`_neg_residual_rows`)."""
-    n_free, r = R.shape
-    n_ch = (n_free + RB - 1) // RB
-    for ch in prange(n_ch):
-        a = 0.0
-        b = 0.0
-        for i in range(ch * RB, min((ch + 1) * RB, n_free)):
-            s = dinv[i]
-            for c in range(r):
-                q = R[i, c] + alpha[c] * Q[i, c] if use_q else R[i, c]
-                q -= np.float64(LS[i, c])
-                R[i, c] = q
-                a += X[i, c] * q
-                b += (s * q) * (s * q)
-        part_xr[ch] = a
-        part_g[ch] = b
-
-
-@njit(nogil=True, cache=True, parallel=True)
-def _residual_dots(R, X, dinv, part_xr, part_g):
-    """The chunk sums of X*R and ||dinv R||^2 of a given residual (a resumed fit's)."""
+    ||dinv R||^2 (as :func:`_neg_residual_rows`). ``step`` False: R is left as it is (a
+    resumed fit's), only the sums."""
     n_free, r = R.shape
     n_ch = (n_free + RB - 1) // RB
     for ch in prange(n_ch):
@@ -748,6 +707,11 @@ def _residual_dots(R, X, dinv, part_xr, part_g):
             s = dinv[i]
             for c in range(r):
                 q = R[i, c]
+                if step:
+                    if use_q:
+                        q += alpha[c] * Q[i, c]
+                    q -= np.float64(LS[i, c])
+                    R[i, c] = q
                 a += X[i, c] * q
                 b += (s * q) * (s * q)
         part_xr[ch] = a
@@ -960,14 +924,24 @@ def free_operator(indptr, indices, data, n_free_own, n_own, n_free_halo):
 
     Returns (indptr, indices, data) with int64 indices and float64 data."""
     nu = int(n_free_own)
-    end = int(indptr[nu])
-    cols = np.asarray(indices[:end], np.int64)
+    cols, vals, rows = _u_row_entries(indptr, indices, data, nu)
     keep = (cols < nu) | ((cols >= n_own) & (cols < n_own + n_free_halo))
+    idx = np.where(cols < nu, cols, cols - n_own + nu)[keep]
+    return _kept_ptr(rows, keep, nu), idx, vals[keep]
+
+
+def _u_row_entries(indptr, indices, data, nu):
+    """Columns (int64), values (float64) and row numbers of the first ``nu`` rows' entries."""
+    end = int(indptr[nu])
     rows = np.repeat(np.arange(nu, dtype=np.int64), np.diff(indptr[:nu + 1]))
+    return np.asarray(indices[:end], np.int64), np.asarray(data[:end], np.float64), rows
+
+
+def _kept_ptr(rows, keep, nu):
+    """CSR row pointer of the entries ``keep`` selects (rows in order)."""
     ptr = np.zeros(nu + 1, np.int64)
     np.cumsum(np.bincount(rows[keep], minlength=nu), out=ptr[1:])
-    idx = np.where(cols < nu, cols, cols - n_own + nu)[keep]
-    return ptr, idx, np.asarray(data[:end], np.float64)[keep]
+    return ptr
 
 
 def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo):
@@ -975,13 +949,9 @@ def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo):
     rows [n_free_own, n_own) and halo C rows (local >= n_own + n_free_halo) -- as CSR in the
     local numbering (entries keep their order). Returns (indptr, indices, data)."""
     nu = int(n_free_own)
-    end = int(indptr[nu])
-    cols = np.asarray(indices[:end], np.int64)
+    cols, vals, rows = _u_row_entries(indptr, indices, data, nu)
     keep = ((cols >= nu) & (cols < n_own)) | (cols >= n_own + n_free_halo)
-    rows = np.repeat(np.arange(nu, dtype=np.int64), np.diff(indptr[:nu + 1]))
-    ptr = np.zeros(nu + 1, np.int64)
-    np.cumsum(np.bincount(rows[keep], minlength=nu), out=ptr[1:])
-    return ptr, cols[keep], np.asarray(data[:end], np.float64)[keep]
+    return _kept_ptr(rows, keep, nu), cols[keep], vals[keep]
 
 
 #: The subspace search takes L D on the U rows from the one-step PCG (alpha Q plus the
@@ -1042,6 +1012,8 @@ class BlockPart:
             self.uc = constrained_columns(indptr, indices, data, nu, self.n_own,
                                           int(n_free_halo))
         self._cg_steps, self._alpha = 0, None
+        self._no_q = np.empty((0, V.shape[1]))  # Q and uc of the plain product (unused)
+        self._no_uc = (np.zeros(1, np.int64), np.empty(0, np.int64), np.empty(0))
         self.precond_setup(precond, serial)
         self.X = V[:nu] if V.dtype == np.float64 else V[:nu].astype(np.float64)
         self.Xold = self.X.copy()
@@ -1152,16 +1124,15 @@ class BlockPart:
         <LS, S>; the pair coefficients of the owned pairs."""
         K, n = self.K, self.n_own
         pa, pb, part = self._chunks(n), self._chunks(n), self._chunks(n, 3)
-        if self.ld_from_cg and self._cg_steps <= 1:
-            # (L D)_U from the PCG step; see _direction_LD_cg
-            use_q = self._cg_steps == 1
-            alpha = self._alpha if use_q else np.zeros(self.V.shape[1])
-            K.direction_LD_cg(*self.uc, self.nu, self.indptr, self.indices, self.data,
-                              self.diag, self.V, self.Vprev, self.Q, alpha, use_q, self.D,
-                              self.LD, pa, pb)
-        else:
-            K.direction_LD(self.indptr, self.indices, self.data, self.diag, self.V,
-                           self.Vprev, self.D, self.LD, pa, pb)
+        if self.ld_from_cg and self._cg_steps <= 1:  # (L D)_U from the PCG step
+            use_q, alpha = self._cg_step()
+            K.direction_LD(*self.uc, self.nu, self.indptr, self.indices, self.data,
+                           self.diag, self.V, self.Vprev, self.Q, alpha, use_q, self.D,
+                           self.LD, pa, pb)
+        else:  # the product with L on every row
+            K.direction_LD(*self._no_uc, 0, self.indptr, self.indices, self.data, self.diag,
+                           self.V, self.Vprev, self._no_q, self._alpha0(), False, self.D,
+                           self.LD, pa, pb)
         K.dots_S(self.V, self.LD, self.S, self.LS, part)
         coeffs = np.empty((self.pair_own.shape[0], 6))
         _pair_coeffs2(self.pair_own, self.pair_other, self.pair_t, self.V, self.D, self.S,
@@ -1178,13 +1149,24 @@ class BlockPart:
                 self.X[...] = self.V[:self.nu]
             self.Xold[...] = self.X
         if self.r_from_step and self._cg_steps <= 1:
-            use_q = self._cg_steps == 1
-            alpha = self._alpha if use_q else np.zeros(self.V.shape[1])
-            pxr, pg = self._chunks(self.nu), self._chunks(self.nu)
-            self.K.residual_from_step(self.R, self.Q, alpha, use_q, self.LS, self.X,
-                                      self.dinv, pxr, pg)
-            return part, (pxr, pg)
+            return part, self._residual_sums(True, *self._cg_step())
         return part, self.residual()
+
+    def _alpha0(self):
+        return np.zeros(self.V.shape[1])
+
+    def _cg_step(self):
+        """(whether the PCG took its one step, its alpha) for this outer iteration."""
+        use_q = self._cg_steps == 1
+        return use_q, (self._alpha if use_q else self._alpha0())
+
+    def _residual_sums(self, step, use_q, alpha):
+        """R from this outer step (``step``; see ``_residual_from_step``) or as it is;
+        chunk sums of X*R and ||dinv R||^2 (as :meth:`residual`)."""
+        pxr, pg = self._chunks(self.nu), self._chunks(self.nu)
+        self.K.residual_from_step(self.R, self.Q, alpha, use_q, self.LS, step, self.X,
+                                  self.dinv, pxr, pg)
+        return pxr, pg
 
     # -- by-products, state -------------------------------------------------------------------
     def objective_parts(self):
@@ -1226,9 +1208,7 @@ class BlockPart:
             self.LS[...] = LS
         if R is not None and self.r_from_step:
             self.R[...] = R[:self.nu]
-            pxr, pg = self._chunks(self.nu), self._chunks(self.nu)
-            self.K.residual_dots(self.R, self.X, self.dinv, pxr, pg)
-            return pxr, pg
+            return self._residual_sums(False, False, self._alpha0())
         return self.residual()
 
     def assign(self, V_local):

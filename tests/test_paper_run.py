@@ -22,6 +22,15 @@ def _write(path, records):
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
+def _report_only(tmp_path, records, datasets):
+    """The report that ``--report-only`` writes from ``records`` for ``datasets``."""
+    path, report = tmp_path / "results.jsonl", tmp_path / "RESULTS.md"
+    _write(path, records)
+    assert run.main(["--datasets", *datasets, "--results", str(path), "--report", str(report),
+                     "--figure", str(tmp_path / "f.png"), "--report-only"]) == 0
+    return report.read_text()
+
+
 def test_discard_removes_only_the_named_methods_on_the_named_datasets(tmp_path):
     path = tmp_path / "results.jsonl"
     recs = [_rec(d, m, rep) for d in ("iris", "wine", "adult-a1a")
@@ -89,15 +98,10 @@ def test_report_only_runs_nothing_and_rewrites_the_tables(tmp_path):
 def test_speed_table_compares_with_the_published_cpu_time(tmp_path):
     """iris KL-ADMM: the paper reports 3.44 s (kl-admm Table 2); 0.02 s is 172x (met),
     soybean SimpleNPKL-linear 0.01 s published vs 0.005 s here is 2x (not met)."""
-    path = tmp_path / "results.jsonl"
-    report = tmp_path / "RESULTS.md"
     recs = [dict(_rec("iris", "KL-ADMM", r), fit_seconds=0.02) for r in range(2)]
     recs += [dict(_rec("soybean", "SimpleNPKL-linear", r), fit_seconds=0.005) for r in range(2)]
     recs += [_rec("iris", "k-means", 0)]  # no published CPU time: no row
-    _write(path, recs)
-    assert run.main(["--datasets", "iris", "soybean", "--results", str(path), "--report",
-                     str(report), "--figure", str(tmp_path / "f.png"), "--report-only"]) == 0
-    out = report.read_text()
+    out = _report_only(tmp_path, recs, ["iris", "soybean"])
     assert "### Fit time against the papers' CPU times" in out
     assert "| iris | KL-ADMM | 0.02 | 3.44 | 172x | yes | 2 |" in out
     assert "| soybean | SimpleNPKL-linear | 0.005 | 0.01 | 2x | **no** | 2 |" in out
@@ -108,15 +112,10 @@ def test_speed_table_compares_with_the_published_cpu_time(tmp_path):
 def test_runtime_table_estimates_the_whole_run(tmp_path):
     """iris: k-means 0.5 s + KL-ADMM 1.5 s per repetition -> 2 s, 20 s for 20 repetitions
     on 2 processes; a method that never ran on a data set is listed, not counted."""
-    path = tmp_path / "results.jsonl"
-    report = tmp_path / "RESULTS.md"
     recs = [dict(_rec("iris", "k-means", r), fit_seconds=t) for r, t in ((0, 0.4), (1, 0.6))]
     recs += [dict(_rec("iris", "KL-ADMM", r), fit_seconds=1.5) for r in range(2)]
     recs += [dict(_rec("wine", "k-means", 0), fit_seconds=120.0)]
-    _write(path, recs)
-    assert run.main(["--datasets", "iris", "wine", "--results", str(path), "--report",
-                     str(report), "--figure", str(tmp_path / "f.png"), "--report-only"]) == 0
-    out = report.read_text()
+    out = _report_only(tmp_path, recs, ["iris", "wine"])
     assert "### Run time of the whole table" in out
     assert "| iris | 2.0 | 0.3 | KL-ADMM (2 s) | — |" in out
     assert "| wine | 120.0 | 20.0 | k-means (120 s) | KL-ADMM |" in out
