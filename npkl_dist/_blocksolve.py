@@ -612,9 +612,10 @@ def _neg_residual_rows(n_free, indptr, indices, data, diag, V, X, R, dinv, part_
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _copy_delta(X, Xold, V, n2_part, d2_part):
+def _copy_delta(X, Xold, V, set_old, n2_part, d2_part):
     """V[:n] = X (cast to V's dtype) and X = that rounded value; chunk sums of ||X||^2 and
-    ||X - Xold||^2; Xold = X."""
+    ||X - Xold||^2; Xold = X if ``set_old`` (else Xold is the start of the outer iteration
+    kept elsewhere: Vprev)."""
     n, r = X.shape
     n_ch = (n + RB - 1) // RB
     for ch in prange(n_ch):
@@ -626,7 +627,8 @@ def _copy_delta(X, Xold, V, n2_part, d2_part):
                 x = np.float64(V[i, c])
                 X[i, c] = x
                 dd = x - Xold[i, c]
-                Xold[i, c] = x
+                if set_old:
+                    Xold[i, c] = x
                 a += x * x
                 b += dd * dd
         n2_part[ch] = a
@@ -651,21 +653,32 @@ def _rows_smooth(rows, indptr, indices, data, diag, V, out):
         out[q] = acc
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _row_times_step(i, indptr, indices, data, diag, V, Vprev, q):
+    """q = (L D)_i for D = V - Vprev (float64), D formed on the fly (as _row_times)."""
+    r = V.shape[1]
+    d = np.float64(diag[i])
+    for c in range(r):
+        q[c] = d * (np.float64(V[i, c]) - Vprev[i, c])
+    for p in range(indptr[i], indptr[i + 1]):
+        k = indices[p]
+        w = np.float64(data[p])
+        for c in range(r):
+            q[c] += w * (np.float64(V[k, c]) - Vprev[k, c])
+
+
 @njit(nogil=True, cache=True, parallel=True)
 def _direction_LD(uc_ptr, uc_idx, uc_data, nu, indptr, indices, data, diag, V, Vprev,
-                  Q, alpha, use_q, D, LD, part_a, part_b):
-    """D = V - Vprev (float64, every row held, halo included), then (second pass) LD = L D
-    for LD's rows (the own rows) with chunk sums of <LD, V> and <LD, D>.
+                  Q, alpha, use_q, LD, part_a, part_b):
+    """LD = L D for LD's rows (the own rows), D = V - Vprev (float64; never stored: formed
+    where it is read), with chunk sums of <LD, V> and <LD, D>.
 
     Rows i >= nu take a row product with D. The first ``nu`` rows (0 for the plain product)
     are U rows after a one-step PCG: with V in float64 they moved by exactly the CG step
     alpha P, and Q = L_UU P, so (L D)_U = alpha Q + L_UC D_C -- only their few constrained
     neighbours (``uc_*``: the U rows' entries in C columns, local numbering). ``use_q``
     False: the PCG took no step (D_U = 0)."""
-    n_all, r = V.shape
-    for i in prange(n_all):
-        for c in range(r):
-            D[i, c] = np.float64(V[i, c]) - Vprev[i, c]
+    r = V.shape[1]
     n = LD.shape[0]
     n_ch = (n + RB - 1) // RB
     for ch in prange(n_ch):
@@ -680,13 +693,14 @@ def _direction_LD(uc_ptr, uc_idx, uc_data, nu, indptr, indices, data, diag, V, V
                     k = uc_idx[p]
                     w = uc_data[p]
                     for c in range(r):
-                        q[c] += w * D[k, c]
+                        q[c] += w * (np.float64(V[k, c]) - Vprev[k, c])
             else:
-                _row_times(i, indptr, indices, data, diag, D, q)
+                _row_times_step(i, indptr, indices, data, diag, V, Vprev, q)
             for c in range(r):
                 LD[i, c] = q[c]
-                a += q[c] * np.float64(V[i, c])
-                b += q[c] * D[i, c]
+                v = np.float64(V[i, c])
+                a += q[c] * v
+                b += q[c] * (v - Vprev[i, c])
         part_a[ch] = a
         part_b[ch] = b
 
@@ -740,18 +754,21 @@ def _dots_S(V, LD, S, LS, part):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _subspace_step(V, D, LD, S, LS, s1, s2, part):
-    """V += s1 D + s2 S; then the outer iteration's whole step S <- (1 + s1) D + s2 S and
-    LS <- (1 + s1) LD + s2 LS (stored in V's dtype, so a resumed fit reproduces them), with
-    chunk sums of ||S||^2 and ||V||^2 over the own rows (LD's). Halo rows (beyond LD's) get
-    the same V and S updates, so a partition's copies stay equal to their owners' rows."""
+def _subspace_step(V, Vprev, LD, S, LS, s1, s2, part):
+    """V += s1 D + s2 S with D = V - Vprev; then the outer iteration's whole step
+    S <- (1 + s1) D + s2 S and LS <- (1 + s1) LD + s2 LS (stored in V's dtype, so a resumed
+    fit reproduces them), with chunk sums of ||S||^2 and ||V||^2 over the own rows (LD's).
+    Halo rows (beyond LD's) get the same V and S updates, so a partition's copies stay equal
+    to their owners' rows."""
     n_all, r = V.shape
     n = LD.shape[0]
     for i in prange(n, n_all):
         for c in range(r):
             sc = np.float64(S[i, c])
-            V[i, c] = np.float64(V[i, c]) + s1 * D[i, c] + s2 * sc
-            S[i, c] = (1.0 + s1) * D[i, c] + s2 * sc
+            v = np.float64(V[i, c])
+            d = v - Vprev[i, c]
+            V[i, c] = v + s1 * d + s2 * sc
+            S[i, c] = (1.0 + s1) * d + s2 * sc
     n_ch = (n + RB - 1) // RB
     for ch in prange(n_ch):
         a = 0.0
@@ -759,8 +776,10 @@ def _subspace_step(V, D, LD, S, LS, s1, s2, part):
         for i in range(ch * RB, min((ch + 1) * RB, n)):
             for c in range(r):
                 sc = np.float64(S[i, c])
-                V[i, c] = np.float64(V[i, c]) + s1 * D[i, c] + s2 * sc
-                S[i, c] = (1.0 + s1) * D[i, c] + s2 * sc
+                v = np.float64(V[i, c])
+                d = v - Vprev[i, c]
+                V[i, c] = v + s1 * d + s2 * sc
+                S[i, c] = (1.0 + s1) * d + s2 * sc
                 LS[i, c] = (1.0 + s1) * LD[i, c] + s2 * np.float64(LS[i, c])
                 x = np.float64(S[i, c])
                 a += x * x
@@ -771,9 +790,10 @@ def _subspace_step(V, D, LD, S, LS, s1, s2, part):
 
 
 @njit(nogil=True, cache=True)
-def _pair_coeffs2(pi, pj, pt, V, D, S, out):
-    """t z along V + s1 D + s2 S is  c0 + s1 c1 + s2 c2 + s1^2 c11 + s2^2 c22 + s1 s2 c12;
-    out[:, 0..5] = (c0, c1, c2, c11, c22, c12) per pair."""
+def _pair_coeffs2(pi, pj, pt, V, Vprev, S, out):
+    """t z along V + s1 D + s2 S (D = V - Vprev) is
+    c0 + s1 c1 + s2 c2 + s1^2 c11 + s2^2 c22 + s1 s2 c12; out[:, 0..5] = (c0, c1, c2, c11,
+    c22, c12) per pair."""
     r = V.shape[1]
     for k in range(pi.shape[0]):
         i = pi[k]
@@ -787,8 +807,8 @@ def _pair_coeffs2(pi, pj, pt, V, D, S, out):
         for c in range(r):
             vi = np.float64(V[i, c])
             vj = np.float64(V[j, c])
-            di = D[i, c]
-            dj = D[j, c]
+            di = vi - Vprev[i, c]
+            dj = vj - Vprev[j, c]
             si = np.float64(S[i, c])
             sj = np.float64(S[j, c])
             c0 += vi * vj
@@ -1016,22 +1036,26 @@ class BlockPart:
         self._no_uc = (np.zeros(1, np.int64), np.empty(0, np.int64), np.empty(0))
         self.precond_setup(precond, serial)
         self.X = V[:nu] if V.dtype == np.float64 else V[:nu].astype(np.float64)
-        self.Xold = self.X.copy()
         self.R = np.empty((nu, r))
         self.Z = np.zeros((nw, r))  # own rows, then the U halo (for the next direction)
-        self.P = np.zeros((nw, r))
+        # the CG direction: Z itself on a CG iteration's first step (no copy); an array of
+        # its own only once a second step needs P and the next Z at once
+        self.P, self._P = None, self.Z
         self.Q = np.empty((nu, r))
         self.delta2 = np.zeros(self.n_own)
         self.norm2 = np.zeros(self.n_own)
         self.extrapolate = bool(extrapolate)
         if self.extrapolate:
+            # V at the start of the outer iteration (halo rows too); the step D = V - Vprev
+            # is formed where it is read, and Vprev's U rows are the block step's start
             self.Vprev = np.empty((n_loc, r))
-            self.D = np.empty((n_loc, r))
             self.LD = np.empty((self.n_own, r))
             # the previous outer iteration's whole step (halo rows too) and L times it (own
             # rows), in V's dtype: checkpointed with V so that a resume continues bitwise
             self.S = np.zeros((n_loc, r), V.dtype)
             self.LS = np.zeros((self.n_own, r), V.dtype)
+        else:
+            self.Xold = self.X.copy()
 
     @classmethod
     def whole(cls, prep, layout, V, precond="amg-additive", extrapolate=True):
@@ -1084,24 +1108,32 @@ class BlockPart:
 
     def pcg_matvec(self, beta):
         if beta is None:
-            self.P[...] = self.Z
+            self._P = self.Z
         else:
-            self.K.direction(self.P, self.Z, beta)
+            self.K.direction(self._P, self.Z, beta)
         part = self._chunks(self.nu, self.R.shape[1])
-        self.K.matvec_dot(self.A_ptr, self.A_idx, self.A_data, self.A_diag, self.P, self.Q,
+        self.K.matvec_dot(self.A_ptr, self.A_idx, self.A_data, self.A_diag, self._P, self.Q,
                           part)
         return part
 
     def pcg_update(self, alpha, precondition):
-        self.K.cg_update(self.X, self.R, self.P, self.Q, alpha)
+        self.K.cg_update(self.X, self.R, self._P, self.Q, alpha)
         self._cg_steps += 1
         self._alpha = np.asarray(alpha, np.float64)
-        return self.pcg_precondition() if precondition else None
+        if not precondition:
+            return None
+        if self._P is self.Z:  # the next Z overwrites this direction: keep it apart
+            if self.P is None:
+                self.P = np.empty_like(self.Z)
+            self.P[...] = self.Z
+            self._P = self.P
+        return self.pcg_precondition()
 
     def finish_block(self):
         """V_U = X (rounded to V's dtype); chunk sums of ||X||^2 and ||X - Xold||^2."""
         pn, pd = self._chunks(self.nu), self._chunks(self.nu)
-        self.K.copy_delta(self.X, self.Xold, self.V, pn, pd)
+        old = self.Vprev if self.extrapolate else self.Xold
+        self.K.copy_delta(self.X, old, self.V, not self.extrapolate, pn, pd)
         return pn, pd
 
     # -- the constrained rows -------------------------------------------------------------
@@ -1120,22 +1152,22 @@ class BlockPart:
 
     # -- subspace search ------------------------------------------------------------------
     def direction(self):
-        """D = V - Vprev, LD = L D; chunk sums of <LD, V>, <LD, D>, <LS, V>, <LD, S>,
+        """LD = L D (D = V - Vprev); chunk sums of <LD, V>, <LD, D>, <LS, V>, <LD, S>,
         <LS, S>; the pair coefficients of the owned pairs."""
         K, n = self.K, self.n_own
         pa, pb, part = self._chunks(n), self._chunks(n), self._chunks(n, 3)
         if self.ld_from_cg and self._cg_steps <= 1:  # (L D)_U from the PCG step
             use_q, alpha = self._cg_step()
             K.direction_LD(*self.uc, self.nu, self.indptr, self.indices, self.data,
-                           self.diag, self.V, self.Vprev, self.Q, alpha, use_q, self.D,
-                           self.LD, pa, pb)
+                           self.diag, self.V, self.Vprev, self.Q, alpha, use_q, self.LD,
+                           pa, pb)
         else:  # the product with L on every row
             K.direction_LD(*self._no_uc, 0, self.indptr, self.indices, self.data, self.diag,
-                           self.V, self.Vprev, self._no_q, self._alpha0(), False, self.D,
-                           self.LD, pa, pb)
+                           self.V, self.Vprev, self._no_q, self._alpha0(), False, self.LD,
+                           pa, pb)
         K.dots_S(self.V, self.LD, self.S, self.LS, part)
         coeffs = np.empty((self.pair_own.shape[0], 6))
-        _pair_coeffs2(self.pair_own, self.pair_other, self.pair_t, self.V, self.D, self.S,
+        _pair_coeffs2(self.pair_own, self.pair_other, self.pair_t, self.V, self.Vprev, self.S,
                       coeffs)
         return pa, pb, part, coeffs
 
@@ -1143,11 +1175,9 @@ class BlockPart:
         """V += s1 D + s2 S (halo rows included), S and LS become this outer step; then the
         exact residual. Returns chunk sums of ||S||^2, ||V||^2 and the residual's."""
         part = self._chunks(self.n_own, 2)
-        self.K.subspace_step(self.V, self.D, self.LD, self.S, self.LS, s1, s2, part)
-        if self.nu:
-            if self.X.base is not self.V:
-                self.X[...] = self.V[:self.nu]
-            self.Xold[...] = self.X
+        self.K.subspace_step(self.V, self.Vprev, self.LD, self.S, self.LS, s1, s2, part)
+        if self.nu and self.X.base is not self.V:
+            self.X[...] = self.V[:self.nu]
         if self.r_from_step and self._cg_steps <= 1:
             return part, self._residual_sums(True, *self._cg_step())
         return part, self.residual()
@@ -1218,7 +1248,8 @@ class BlockPart:
         if self.nu:
             if self.X.base is not self.V:
                 self.X[...] = self.V[:self.nu]
-            self.Xold[...] = self.X
+            if not self.extrapolate:
+                self.Xold[...] = self.X
         if self.extrapolate:
             self.S[...] = 0
             self.LS[...] = 0

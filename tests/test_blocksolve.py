@@ -508,13 +508,22 @@ def test_direction_from_the_cg_step_equals_the_product_with_L(loss, maxiter):
     assert part.ld_from_cg
     Lfull = (sp.csr_matrix((prep.data, prep.indices, prep.indptr), shape=(500, 500))
              + sp.diags(prep.diag)).tocsr()
+    seen = []  # D = V - Vprev as direction() saw it (the subspace step then moves V)
+    direction = part.direction
+
+    def record():
+        out = direction()
+        seen.append((part.V - part.Vprev, part.LD.copy()))
+        return out
+
+    part.direction = record
     rng = np.random.default_rng(1)
     for _ in range(8):
         session.step(lay.colour_order(rng), 1e-12, maxiter)
-        want = Lfull @ part.D
-        assert np.linalg.norm(part.D) > 0
-        np.testing.assert_allclose(part.LD, want, rtol=0,
-                                   atol=1e-12 * np.abs(want).max())
+        D, LD = seen.pop()
+        want = Lfull @ D
+        assert np.linalg.norm(D) > 0
+        np.testing.assert_allclose(LD, want, rtol=0, atol=1e-12 * np.abs(want).max())
         # and the residual carried from step to step is the exact -(L V)_U
         exact = -(Lfull @ part.V)[:lay.n_free]
         np.testing.assert_allclose(part.R, exact, rtol=0, atol=1e-11 * np.abs(exact).max())
