@@ -111,6 +111,34 @@ def test_amg_preconditioner_is_symmetric_positive_definite(smooth, additive):
     assert np.all(np.sum(X * MX, axis=0) > 0)
 
 
+@pytest.mark.parametrize("smooth", ["jacobi", None])
+def test_amg_hierarchy_is_pyamgs_default_one(smooth):
+    """AMG_OPTIONS (strength=None: aggregation on A's own pattern) builds the hierarchy
+    pyamg builds with its default symmetric strength, level by level and bit for bit, on a
+    kNN Laplacian (uneven weights) with a shifted diagonal."""
+    import pyamg
+
+    from npkl_dist._blocksolve import AMG_OPTIONS, seeded_global_random
+    from test_reference import connected_knn_laplacian
+
+    assert AMG_OPTIONS.get("strength", "symmetric") is None  # what this test is about
+    rng = np.random.default_rng(3)
+    A = (connected_knn_laplacian(rng.standard_normal((3000, 3)), 8) + sp.identity(3000) * 1e-3)
+    A = sp.csr_matrix(A, dtype=np.float64)
+    sm = ("jacobi", {"weighting": "local"}) if smooth else None
+    M = AMGPreconditioner(A, smooth=smooth, max_coarse=50)
+    with seeded_global_random():
+        ml = pyamg.smoothed_aggregation_solver(A, symmetry="hermitian", max_coarse=50,
+                                               smooth=sm, max_levels=10, keep=False)
+    assert len(ml.levels) == M.n_levels >= 3
+    for lev, mine in zip(ml.levels[:-1], M.levels):
+        P = sp.csr_matrix(lev.P)
+        np.testing.assert_array_equal(sp.csr_matrix(mine["P"]).toarray(), P.toarray())
+        np.testing.assert_array_equal(np.asarray(mine["diag"]), sp.csr_matrix(lev.A).diagonal())
+    Lc = M.coarse[0]
+    np.testing.assert_allclose(Lc @ Lc.T, ml.levels[-1].A.toarray(), rtol=1e-12, atol=1e-14)
+
+
 def _vcycle_reference(M, k, b):
     """The V-cycle written out with scipy products: Jacobi-from-zero pre-smoothing,
     Galerkin restriction, the next level, prolongation, Jacobi post-smoothing."""
