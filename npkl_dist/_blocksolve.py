@@ -768,7 +768,8 @@ def _subspace_step(V, Vprev, LD, S, LS, s1, s2, part):
     S <- (1 + s1) D + s2 S and LS <- (1 + s1) LD + s2 LS (stored in V's dtype, so a resumed
     fit reproduces them), with chunk sums of ||S||^2 and ||V||^2 over the own rows (LD's).
     Halo rows (beyond LD's) get the same V and S updates, so a partition's copies stay equal
-    to their owners' rows."""
+    to their owners' rows. Vprev becomes the new V (the next outer iteration's start, as
+    :func:`_save` would copy it) in the same pass."""
     n_all, r = V.shape
     n = LD.shape[0]
     for i in prange(n, n_all):
@@ -778,6 +779,7 @@ def _subspace_step(V, Vprev, LD, S, LS, s1, s2, part):
             d = v - Vprev[i, c]
             V[i, c] = v + s1 * d + s2 * sc
             S[i, c] = (1.0 + s1) * d + s2 * sc
+            Vprev[i, c] = V[i, c]
     n_ch = (n + RB - 1) // RB
     for ch in prange(n_ch):
         a = 0.0
@@ -793,6 +795,7 @@ def _subspace_step(V, Vprev, LD, S, LS, s1, s2, part):
                 x = np.float64(S[i, c])
                 a += x * x
                 v = np.float64(V[i, c])
+                Vprev[i, c] = v
                 b += v * v
         part[ch, 0] = a
         part[ch, 1] = b
@@ -1054,6 +1057,7 @@ class BlockPart:
         self.delta2 = np.zeros(self.n_own)
         self.norm2 = np.zeros(self.n_own)
         self.extrapolate = bool(extrapolate)
+        self._vprev_is_v = False  # Vprev holds V (the subspace step leaves it so)
         if self.extrapolate:
             # V at the start of the outer iteration (halo rows too); the step D = V - Vprev
             # is formed where it is read, and Vprev's U rows are the block step's start
@@ -1106,8 +1110,9 @@ class BlockPart:
 
     def save(self):
         self._cg_steps, self._alpha = 0, None
-        if self.extrapolate:
+        if self.extrapolate and not self._vprev_is_v:
             self.K.save(self.V, self.Vprev)
+        self._vprev_is_v = False  # the step moves V from here on
 
     def pcg_precondition(self):
         r = self.R.shape[1]
@@ -1185,6 +1190,7 @@ class BlockPart:
         exact residual. Returns chunk sums of ||S||^2, ||V||^2 and the residual's."""
         part = self._chunks(self.n_own, 2)
         self.K.subspace_step(self.V, self.Vprev, self.LD, self.S, self.LS, s1, s2, part)
+        self._vprev_is_v = True
         if self.nu and self.X.base is not self.V:
             self.X[...] = self.V[:self.nu]
         if self.r_from_step and self._cg_steps <= 1:
@@ -1254,6 +1260,7 @@ class BlockPart:
         """Replace V (own and halo rows): a joint move. The momentum restarts (S = 0);
         returns the exact residual's partial sums (as :meth:`residual`)."""
         self.V[...] = V_local
+        self._vprev_is_v = False
         if self.nu:
             if self.X.base is not self.V:
                 self.X[...] = self.V[:self.nu]

@@ -548,6 +548,9 @@ def test_direction_from_the_cg_step_equals_the_product_with_L(loss, maxiter):
     rng = np.random.default_rng(1)
     for _ in range(8):
         session.step(lay.colour_order(rng), 1e-12, maxiter)
+        # the subspace step leaves Vprev = V (the next step's start) in its own pass
+        assert part._vprev_is_v
+        np.testing.assert_array_equal(part.Vprev, part.V)
         D, LD = seen.pop()
         want = Lfull @ D
         assert np.linalg.norm(D) > 0
