@@ -621,10 +621,10 @@ def _neg_residual_rows(n_free, indptr, indices, data, diag, V, X, R, dinv, part_
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _copy_delta(X, Xold, V, set_old, n2_part, d2_part):
-    """V[:n] = X (cast to V's dtype) and X = that rounded value; chunk sums of ||X||^2 and
-    ||X - Xold||^2; Xold = X if ``set_old`` (else Xold is the start of the outer iteration
-    kept elsewhere: Vprev)."""
+def _copy_delta(X, Xold, V, copy, set_old, n2_part, d2_part):
+    """V[:n] = X (cast to V's dtype) and X = that rounded value (``copy`` False: X is V's
+    own float64 rows, nothing to write); chunk sums of ||X||^2 and ||X - Xold||^2; Xold = X
+    if ``set_old`` (else Xold is the start of the outer iteration kept elsewhere: Vprev)."""
     n, r = X.shape
     n_ch = (n + RB - 1) // RB
     for ch in prange(n_ch):
@@ -632,9 +632,12 @@ def _copy_delta(X, Xold, V, set_old, n2_part, d2_part):
         b = 0.0
         for i in range(ch * RB, min((ch + 1) * RB, n)):
             for c in range(r):
-                V[i, c] = X[i, c]
-                x = np.float64(V[i, c])
-                X[i, c] = x
+                if copy:
+                    V[i, c] = X[i, c]
+                    x = np.float64(V[i, c])
+                    X[i, c] = x
+                else:
+                    x = X[i, c]
                 dd = x - Xold[i, c]
                 if set_old:
                     Xold[i, c] = x
@@ -1047,7 +1050,8 @@ class BlockPart:
         self._no_q = np.empty((0, V.shape[1]))  # Q and uc of the plain product (unused)
         self._no_uc = (np.zeros(1, np.int64), np.empty(0, np.int64), np.empty(0))
         self.precond_setup(precond, serial)
-        self.X = V[:nu] if V.dtype == np.float64 else V[:nu].astype(np.float64)
+        self._x_is_v = V.dtype == np.float64  # X: V's own U rows, or a float64 copy
+        self.X = V[:nu] if self._x_is_v else V[:nu].astype(np.float64)
         self.R = np.empty((nu, r))
         self.Z = np.zeros((nw, r))  # own rows, then the U halo (for the next direction)
         # the CG direction: Z itself on a CG iteration's first step (no copy); an array of
@@ -1147,7 +1151,7 @@ class BlockPart:
         """V_U = X (rounded to V's dtype); chunk sums of ||X||^2 and ||X - Xold||^2."""
         pn, pd = self._chunks(self.nu), self._chunks(self.nu)
         old = self.Vprev if self.extrapolate else self.Xold
-        self.K.copy_delta(self.X, old, self.V, not self.extrapolate, pn, pd)
+        self.K.copy_delta(self.X, old, self.V, not self._x_is_v, not self.extrapolate, pn, pd)
         return pn, pd
 
     # -- the constrained rows -------------------------------------------------------------
