@@ -117,7 +117,8 @@ def initial_V(problem: NPKLProblem, rng: np.random.Generator, start: str = "rand
     if start not in STARTS:
         raise ValidationError(f"start: {start!r} is not one of {', '.join(STARTS)}")
     n, r = problem.n_points, problem.rank
-    V = rng.standard_normal((n, r)) / np.sqrt(r)
+    V = rng.standard_normal((n, r))
+    V /= np.sqrt(r)  # in place: at n = 1e6 each (n, r) temporary is 128 MB of fresh pages
     if start == "propagate":
         keep = np.zeros(n, bool)
         keep[problem.constraints.i] = True
@@ -129,7 +130,7 @@ def initial_V(problem: NPKLProblem, rng: np.random.Generator, start: str = "rand
         norms = np.linalg.norm(V, axis=1)
         over = norms > problem.bound
         V[over] *= (problem.bound / norms[over])[:, None]
-    return V.astype(problem.dtype)
+    return V.astype(problem.dtype, copy=False)
 
 
 def _spectral_start(problem: NPKLProblem, X0: np.ndarray) -> np.ndarray:
