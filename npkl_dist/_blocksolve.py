@@ -90,7 +90,7 @@ def block_layout(problem, plan, return_matrix: bool = False):
 
     ``return_matrix``: also return L in the layout's order (what ``prepare`` would compute
     again), as ``(layout, Lp)``."""
-    from ._plan import _constraint_lists
+    from ._plan import _constraint_lists, permute
 
     n = problem.n_points
     constrained = np.zeros(n, bool)
@@ -106,7 +106,7 @@ def block_layout(problem, plan, return_matrix: bool = False):
     rank_of = np.empty(n, np.int64)
     rank_of[order] = np.arange(n, dtype=np.int64)
     n_free = int(free_rows.shape[0])
-    Lp = problem.L[order][:, order].tocsr()
+    Lp = permute(problem.L, order, rank_of)
     cptr, cidx, _ = _constraint_lists(problem, rank_of)
     colour = np.zeros(n, np.int64)
     active = np.zeros(n, np.bool_)

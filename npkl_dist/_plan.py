@@ -155,12 +155,38 @@ class PreparedProblem:
 
 
 def _split(L: sp.csr_matrix):
+    """(off-diagonal part with sorted indices, diagonal) of a CSR matrix without duplicate
+    entries, filtered row by row (no COO round trip)."""
+    L = sp.csr_matrix(L)
+    L.sum_duplicates()  # sorted, one entry per (row, column)
     diag = L.diagonal().copy()
-    off = L.tocoo()
-    keep = off.row != off.col
-    off = sp.csr_matrix((off.data[keep], (off.row[keep], off.col[keep])), shape=L.shape)
-    off.sort_indices()
+    n = L.shape[0]
+    counts = np.diff(L.indptr)
+    rows = np.repeat(np.arange(n, dtype=L.indices.dtype), counts)
+    keep = L.indices != rows
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(rows[keep], minlength=n), out=indptr[1:])
+    off = sp.csr_matrix((L.data[keep], L.indices[keep], indptr), shape=L.shape)
+    off.has_sorted_indices = True
     return off, diag
+
+
+def permute(L: sp.csr_matrix, order: np.ndarray, rank_of: np.ndarray | None = None
+            ) -> sp.csr_matrix:
+    """``L[order][:, order]`` (CSR, sorted indices): rows gathered, then column indices
+    renamed through ``rank_of`` (the inverse of ``order``) instead of scipy's column fancy
+    indexing, which builds and multiplies a selection matrix."""
+    L = sp.csr_matrix(L)
+    order = np.asarray(order, np.int64)
+    if rank_of is None:
+        rank_of = np.empty(order.shape[0], np.int64)
+        rank_of[order] = np.arange(order.shape[0], dtype=np.int64)
+    R = L[order]
+    idx_dtype = R.indices.dtype
+    out = sp.csr_matrix((R.data, rank_of[R.indices].astype(idx_dtype, copy=False),
+                         R.indptr), shape=L.shape)
+    out.sum_duplicates()  # sorted, one entry per (row, column)
+    return out
 
 
 def _check_int(name, value, low):
@@ -211,7 +237,7 @@ def make_plan(problem: NPKLProblem, relabel: str = "rcm", scheme: str = "blocks"
     order = relabel_order(problem, relabel)
     rank_of = np.empty(n, np.int64)
     rank_of[order] = np.arange(n, dtype=np.int64)
-    Lp = L[order][:, order].tocsr()
+    Lp = permute(L, order, rank_of)
     Lp.sort_indices()
     indptr, indices = Lp.indptr.astype(np.int64), Lp.indices.astype(np.int64)
     cptr, cidx, _ = _constraint_lists(problem, rank_of)
@@ -280,7 +306,7 @@ def prepare(problem: NPKLProblem, plan: SweepPlan, Lp: sp.csr_matrix | None = No
     """The problem's arrays in the plan's internal order (``Lp``: L already in that order,
     ``L[plan.order][:, plan.order]``, if the caller has it)."""
     if Lp is None:
-        Lp = problem.L[plan.order][:, plan.order].tocsr()
+        Lp = permute(problem.L, plan.order, plan.rank_of)
     off, diag = _split(Lp)
     cptr, cidx, csgn = _constraint_lists(problem, plan.rank_of)
     c = problem.constraints

@@ -291,3 +291,38 @@ def test_fit_bcd_same_objective_with_and_without_relabelling(seed):
     for r in (a, b):
         assert r.V.shape == (40, 3)
         assert objective(problem, r.V) == pytest.approx(r.objective, rel=1e-9)
+
+
+def test_permute_and_split_equal_scipys_fancy_indexing_and_coo_route():
+    """The set-up's fast permutation (rows gathered, columns renamed) equals
+    L[order][:, order], and the row-wise split of the diagonal equals the COO route, also
+    for unsorted rows with duplicate entries."""
+    import scipy.sparse as sp
+
+    from npkl_dist._plan import _split, permute
+
+    rng = np.random.default_rng(5)
+    n = 300
+    rows, cols = rng.integers(0, n, 4000), rng.integers(0, n, 4000)
+    A = sp.coo_matrix((rng.standard_normal(4000), (rows, cols)), shape=(n, n))
+    A = sp.csr_matrix((A + A.T + sp.identity(n) * 5.0))
+    # the last row once more holds its last column (a duplicate), rows stored reversed
+    dup = sp.csr_matrix((np.r_[A.data, 1.5], np.r_[A.indices, A.indices[-1]],
+                         np.r_[A.indptr[:-1], A.indptr[-1] + 1]), shape=(n, n))
+    for i in range(n):
+        sl = slice(dup.indptr[i], dup.indptr[i + 1])
+        dup.indices[sl], dup.data[sl] = dup.indices[sl][::-1].copy(), dup.data[sl][::-1].copy()
+    dup.has_sorted_indices = False
+    assert not dup.has_canonical_format
+    for M in (A, dup):
+        order = rng.permutation(n)
+        want = sp.csr_matrix(M.toarray()[order][:, order])
+        got = permute(M, order)
+        assert got.has_sorted_indices
+        np.testing.assert_array_equal(got.toarray(), want.toarray())
+        off, d = _split(got)
+        dense = got.toarray()
+        np.testing.assert_array_equal(d, np.diag(dense))
+        np.testing.assert_array_equal(off.toarray(), dense - np.diag(np.diag(dense)))
+        assert np.all(np.diff(off.indices[off.indptr[0]:off.indptr[1]]) > 0)
+        assert not np.any(np.repeat(np.arange(n), np.diff(off.indptr)) == off.indices)
