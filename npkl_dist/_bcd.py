@@ -28,10 +28,14 @@ __all__ = ["FitResult", "fit_bcd", "initial_V", "choose_method", "METHODS", "STA
 #: points constrained). Measured in bench/RESULTS.md (bench_block.py): the square and squared
 #: hinge losses reach the 1e-4 gap faster by block solves at every constrained fraction
 #: tried, the papers' protocol (~91% of the points constrained) included, at n = 2e4
-#: (1.4x, 2.7x), 1e5 (2.7x, 3.4x) and 1e6 (square, > 1.2x); the hinge at the protocol
-#: (n = 2e4) did not reach it in 400 outer iterations where sweeps needed 1789 sweeps.
+#: (1.4x, 2.7x), 1e5 (2.7x, 3.4x) and 1e6 (square, > 1.2x). The hinge at the protocol
+#: turns over with n: at n = 2e4 the block fit did not reach the gap in 456 outer
+#: iterations where sweeps needed 1798 sweeps (51 s); at n = 1e5 the block fit reached it in
+#: 158 outer iterations (58.8 s) and sweeps had not after 1000 sweeps (2720 s, gap 2.1e-2).
 AUTO_MIN_POINTS = 20_000
 AUTO_MAX_CONSTRAINED = 0.25
+#: The hinge: block solves at any constrained fraction from this many points on.
+AUTO_HINGE_ANY_FRACTION_POINTS = 100_000
 #: Losses for which 'auto' picks block solves whatever the constrained fraction.
 AUTO_ANY_FRACTION = ("square", "squared_hinge")
 METHODS = ("auto", "sweeps", "block")
@@ -177,15 +181,16 @@ def choose_method(problem: NPKLProblem, executor=None) -> str:
     unconstrained row at once. Block solves need a loss without row constraints (not
     'linear') and an executor that runs them (``supports_block``: the in-process and the
     Dask executors). With the square and squared hinge losses they were faster at every
-    constrained fraction measured; with the hinge only up to ``AUTO_MAX_CONSTRAINED`` (see
-    the constants' comment).
+    constrained fraction measured; with the hinge up to ``AUTO_MAX_CONSTRAINED`` of the
+    points constrained, or at any fraction from ``AUTO_HINGE_ANY_FRACTION_POINTS`` points
+    on (see the constants' comment).
     """
     n = problem.n_points
     if problem.loss == "linear" or n < AUTO_MIN_POINTS:
         return "sweeps"
     if executor is not None and not getattr(executor, "supports_block", False):
         return "sweeps"
-    if problem.loss in AUTO_ANY_FRACTION:
+    if problem.loss in AUTO_ANY_FRACTION or n >= AUTO_HINGE_ANY_FRACTION_POINTS:
         return "block"
     c = problem.constraints
     frac = np.unique(np.concatenate([c.i, c.j])).size / n

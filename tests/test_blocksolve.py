@@ -490,6 +490,10 @@ def test_auto_choice():
         assert choose_method(chain_problem(AUTO_MIN_POINTS, "hinge", frac)) == "sweeps"
     assert choose_method(chain_problem(AUTO_MIN_POINTS, "hinge", 0.2)) == "block"
     assert choose_method(chain_problem(AUTO_MIN_POINTS - 2, "hinge", 0.2)) == "sweeps"
+    # the hinge at any fraction from AUTO_HINGE_ANY_FRACTION_POINTS points on
+    from npkl_dist._bcd import AUTO_HINGE_ANY_FRACTION_POINTS as big_hinge
+    assert choose_method(chain_problem(big_hinge, "hinge", 1.0)) == "block"
+    assert choose_method(chain_problem(big_hinge - 2, "hinge", 1.0)) == "sweeps"
 
     class NoBlock:
         supports_block = False
