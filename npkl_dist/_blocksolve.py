@@ -35,6 +35,7 @@ from ._errors import ValidationError
 from ._kernels import (CHUNK, SUM_BLOCK, greedy_colouring, pair_terms, sweep_units,
                        sweep_units_serial)
 from ._kkt import kkt_row_terms
+from ._plan import _constraint_lists, kept_ptr, permute
 from .executors._inprocess import chunked_sums, ordered_total
 
 
@@ -90,8 +91,6 @@ def block_layout(problem, plan, return_matrix: bool = False):
 
     ``return_matrix``: also return L in the layout's order (what ``prepare`` would compute
     again), as ``(layout, Lp)``."""
-    from ._plan import _constraint_lists, permute
-
     n = problem.n_points
     constrained = np.zeros(n, bool)
     c = problem.constraints
@@ -962,7 +961,7 @@ def free_operator(indptr, indices, data, n_free_own, n_own, n_free_halo):
     cols, vals, rows = _u_row_entries(indptr, indices, data, nu)
     keep = (cols < nu) | ((cols >= n_own) & (cols < n_own + n_free_halo))
     idx = np.where(cols < nu, cols, cols - n_own + nu)[keep]
-    return _kept_ptr(rows, keep, nu), idx, vals[keep]
+    return kept_ptr(rows, keep, nu), idx, vals[keep]
 
 
 def _u_row_entries(indptr, indices, data, nu):
@@ -972,13 +971,6 @@ def _u_row_entries(indptr, indices, data, nu):
     return np.asarray(indices[:end], np.int64), np.asarray(data[:end], np.float64), rows
 
 
-def _kept_ptr(rows, keep, nu):
-    """CSR row pointer of the entries ``keep`` selects (rows in order)."""
-    ptr = np.zeros(nu + 1, np.int64)
-    np.cumsum(np.bincount(rows[keep], minlength=nu), out=ptr[1:])
-    return ptr
-
-
 def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo):
     """The entries of the own U rows (local 0..n_free_own) in constrained columns -- own C
     rows [n_free_own, n_own) and halo C rows (local >= n_own + n_free_halo) -- as CSR in the
@@ -986,7 +978,7 @@ def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo):
     nu = int(n_free_own)
     cols, vals, rows = _u_row_entries(indptr, indices, data, nu)
     keep = ((cols >= nu) & (cols < n_own)) | (cols >= n_own + n_free_halo)
-    return _kept_ptr(rows, keep, nu), cols[keep], vals[keep]
+    return kept_ptr(rows, keep, nu), cols[keep], vals[keep]
 
 
 #: The subspace search takes L D on the U rows from the one-step PCG (alpha Q plus the
@@ -1195,7 +1187,7 @@ class BlockPart:
         part = self._chunks(self.n_own, 2)
         self.K.subspace_step(self.V, self.Vprev, self.LD, self.S, self.LS, s1, s2, part)
         self._vprev_is_v = True
-        if self.nu and self.X.base is not self.V:
+        if self.nu and not self._x_is_v:
             self.X[...] = self.V[:self.nu]
         if self.r_from_step and self._cg_steps <= 1:
             return part, self._residual_sums(True, *self._cg_step())
@@ -1266,7 +1258,7 @@ class BlockPart:
         self.V[...] = V_local
         self._vprev_is_v = False
         if self.nu:
-            if self.X.base is not self.V:
+            if not self._x_is_v:
                 self.X[...] = self.V[:self.nu]
             if not self.extrapolate:
                 self.Xold[...] = self.X

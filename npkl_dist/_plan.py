@@ -164,11 +164,18 @@ def _split(L: sp.csr_matrix):
     counts = np.diff(L.indptr)
     rows = np.repeat(np.arange(n, dtype=L.indices.dtype), counts)
     keep = L.indices != rows
-    indptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(rows[keep], minlength=n), out=indptr[1:])
-    off = sp.csr_matrix((L.data[keep], L.indices[keep], indptr), shape=L.shape)
+    off = sp.csr_matrix((L.data[keep], L.indices[keep], kept_ptr(rows, keep, n)),
+                        shape=L.shape)
     off.has_sorted_indices = True
     return off, diag
+
+
+def kept_ptr(rows, keep, n):
+    """CSR row pointer (n rows) of the entries that ``keep`` selects; ``rows`` are the
+    entries' row numbers, in order."""
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(rows[keep], minlength=n), out=ptr[1:])
+    return ptr
 
 
 def permute(L: sp.csr_matrix, order: np.ndarray, rank_of: np.ndarray | None = None
@@ -238,7 +245,6 @@ def make_plan(problem: NPKLProblem, relabel: str = "rcm", scheme: str = "blocks"
     rank_of = np.empty(n, np.int64)
     rank_of[order] = np.arange(n, dtype=np.int64)
     Lp = permute(L, order, rank_of)
-    Lp.sort_indices()
     indptr, indices = Lp.indptr.astype(np.int64), Lp.indices.astype(np.int64)
     cptr, cidx, _ = _constraint_lists(problem, rank_of)
     colour = np.empty(n, np.int64)
