@@ -35,7 +35,7 @@ from ._errors import ValidationError
 from ._kernels import (CHUNK, SUM_BLOCK, greedy_colouring, pair_terms, sweep_units,
                        sweep_units_serial)
 from ._kkt import kkt_row_terms
-from ._plan import _constraint_lists, kept_ptr, permute
+from ._plan import _constraint_lists, permute
 from .executors._inprocess import chunked_sums, ordered_total
 
 
@@ -951,34 +951,102 @@ def colour_units(layout, c):
     return rows, np.append(np.arange(0, rows.shape[0], CHUNK), rows.shape[0]).astype(np.int64)
 
 
+@njit(cache=True)
+def _select_columns(indptr, indices, data, nrows, colmap, diag, canonical):
+    """The entries of rows 0..nrows whose column c has colmap[c] >= 0, renamed to colmap[c],
+    in their order, as CSR (int64 indices, float64 data). ``canonical``: also the diagonal
+    ``diag`` (row i, column i), every row sorted by column and exact zeros dropped -- what
+    scipy's ``(A + sp.diags(diag)).tocsr()`` gives for an off-diagonal A, in one pass."""
+    ptr = np.zeros(nrows + 1, np.int64)
+    for i in range(nrows):
+        cnt = 1 if canonical else 0
+        for p in range(indptr[i], indptr[i + 1]):
+            if colmap[indices[p]] >= 0:
+                cnt += 1
+        ptr[i + 1] = ptr[i] + cnt
+    idx = np.empty(ptr[nrows], np.int64)
+    val = np.empty(ptr[nrows], np.float64)
+    q = 0
+    for i in range(nrows):
+        start = q
+        for p in range(indptr[i], indptr[i + 1]):
+            c = colmap[indices[p]]
+            if c >= 0:
+                idx[q] = c
+                val[q] = np.float64(data[p])
+                q += 1
+        if canonical:
+            idx[q] = i
+            val[q] = np.float64(diag[i])
+            q += 1
+            for a in range(start + 1, q):  # insertion sort: rows are short
+                ci, vi = idx[a], val[a]
+                b = a - 1
+                while b >= start and idx[b] > ci:
+                    idx[b + 1], val[b + 1] = idx[b], val[b]
+                    b -= 1
+                idx[b + 1], val[b + 1] = ci, vi
+            w = start
+            for a in range(start, q):  # scipy's sum keeps no explicit zeros
+                if val[a] != 0.0:
+                    idx[w], val[w] = idx[a], val[a]
+                    w += 1
+            q = w
+        ptr[i + 1] = q
+    return ptr, idx[:q], val[:q]
+
+
+def _column_map(n_loc, keep_ranges):
+    """colmap for :func:`_select_columns`: column c in [lo, hi) becomes c - lo + new_lo for
+    each (lo, hi, new_lo) of ``keep_ranges``; every other column is dropped (-1)."""
+    colmap = np.full(n_loc, -1, np.int64)
+    for lo, hi, new_lo in keep_ranges:
+        colmap[lo:hi] = np.arange(new_lo, new_lo + hi - lo, dtype=np.int64)
+    return colmap
+
+
+_NO_DIAG = np.empty(0)
+
+
 def free_operator(indptr, indices, data, n_free_own, n_own, n_free_halo):
     """The block of L_UU that a partition's own U rows (local 0..n_free_own) need, as CSR
     over the U-local numbering: own U rows, then the U rows of the halo (local
     ``n_own + k`` becomes ``n_free_own + k``, k < n_free_halo). Entries keep their order.
 
     Returns (indptr, indices, data) with int64 indices and float64 data."""
-    nu = int(n_free_own)
-    cols, vals, rows = _u_row_entries(indptr, indices, data, nu)
-    keep = (cols < nu) | ((cols >= n_own) & (cols < n_own + n_free_halo))
-    idx = np.where(cols < nu, cols, cols - n_own + nu)[keep]
-    return kept_ptr(rows, keep, nu), idx, vals[keep]
+    nu, n_own, nfh = int(n_free_own), int(n_own), int(n_free_halo)
+    colmap = _column_map(_n_columns(indices, indptr, nu, n_own + nfh),
+                         [(0, nu, 0), (n_own, n_own + nfh, nu)])
+    return _select_columns(indptr, indices, data, nu, colmap, _NO_DIAG, False)
 
 
-def _u_row_entries(indptr, indices, data, nu):
-    """Columns (int64), values (float64) and row numbers of the first ``nu`` rows' entries."""
+def _n_columns(indices, indptr, nu, at_least):
+    """Columns a colmap must cover: the largest column of the first nu rows, plus one."""
     end = int(indptr[nu])
-    rows = np.repeat(np.arange(nu, dtype=np.int64), np.diff(indptr[:nu + 1]))
-    return np.asarray(indices[:end], np.int64), np.asarray(data[:end], np.float64), rows
+    return max(int(at_least), int(indices[:end].max()) + 1 if end else 0)
+
+
+def free_matrix(A_ptr, A_idx, A_data, diag):
+    """The own block of L_UU with its diagonal, as a canonical scipy CSR (float64): the
+    matrix the AMG hierarchy is built on (entries of A in halo columns are dropped)."""
+    nu = diag.shape[0]
+    colmap = _column_map(_n_columns(A_idx, A_ptr, nu, nu), [(0, nu, 0)])
+    ptr, idx, val = _select_columns(A_ptr, A_idx, A_data, nu, colmap,
+                                    np.asarray(diag, np.float64), True)
+    A = sp.csr_matrix((val, idx, ptr), shape=(nu, nu))
+    A.has_sorted_indices = True
+    A.has_canonical_format = True
+    return A
 
 
 def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo):
     """The entries of the own U rows (local 0..n_free_own) in constrained columns -- own C
     rows [n_free_own, n_own) and halo C rows (local >= n_own + n_free_halo) -- as CSR in the
     local numbering (entries keep their order). Returns (indptr, indices, data)."""
-    nu = int(n_free_own)
-    cols, vals, rows = _u_row_entries(indptr, indices, data, nu)
-    keep = ((cols >= nu) & (cols < n_own)) | (cols >= n_own + n_free_halo)
-    return kept_ptr(rows, keep, nu), cols[keep], vals[keep]
+    nu, n_own, nfh = int(n_free_own), int(n_own), int(n_free_halo)
+    n_cols = _n_columns(indices, indptr, nu, n_own + nfh)
+    colmap = _column_map(n_cols, [(nu, n_own, nu), (n_own + nfh, n_cols, n_own + nfh)])
+    return _select_columns(indptr, indices, data, nu, colmap, _NO_DIAG, False)
 
 
 #: The subspace search takes L D on the U rows from the one-step PCG (alpha Q plus the
@@ -1082,10 +1150,8 @@ class BlockPart:
     def precond_setup(self, precond, serial):
         nu = self.nu
         if precond.startswith("amg") and nu > 0:
-            own = self.A_idx < nu
-            rows = np.repeat(np.arange(nu), np.diff(self.A_ptr))
-            A = sp.csr_matrix((self.A_data[own], (rows[own], self.A_idx[own])), shape=(nu, nu))
-            self.M = AMGPreconditioner((A + sp.diags(self.A_diag)).tocsr(), serial=serial,
+            A = free_matrix(self.A_ptr, self.A_idx, self.A_data, self.A_diag)
+            self.M = AMGPreconditioner(A, serial=serial,
                                        smooth="jacobi" if precond == "amg" else None,
                                        additive=precond == "amg-additive")
         else:
