@@ -424,19 +424,20 @@ class AMGPreconditioner:
 
     def _setup_levels(self, ml, cho_factor, A):
         self.levels = []
-        for lev in ml.levels[:-1]:
+        for k, lev in enumerate(ml.levels[:-1]):
             Ak = sp.csr_matrix(lev.A)
             d = Ak.diagonal()
             # Gershgorin bound on rho(D^-1 A): cheap, and a smaller weight keeps the
             # smoother convergent and the cycle SPD
             rho = float(np.max(abs(Ak).sum(axis=1).A1 / d))
-            off = (Ak - sp.diags(d)).tocsr()
-            off.sort_indices()
-            self.levels.append({
-                "indptr": off.indptr.astype(np.int64), "indices": off.indices.astype(np.int64),
-                "data": off.data, "diag": d, "w": (4.0 / (3.0 * rho)) / d,
-                "P": _int64_csr(lev.P), "R": _int64_csr(lev.P.T),
-            })
+            level = {"diag": d, "w": (4.0 / (3.0 * rho)) / d,
+                     "P": _int64_csr(lev.P), "R": _int64_csr(lev.P.T)}
+            if not (self.additive and k == 0):  # the additive finest level never smooths
+                off = (Ak - sp.diags(d)).tocsr()
+                off.sort_indices()
+                level.update(indptr=off.indptr.astype(np.int64),
+                             indices=off.indices.astype(np.int64), data=off.data)
+            self.levels.append(level)
         coarse = ml.levels[-1].A.toarray()
         # lower Cholesky factor; solved by a compiled substitution, not LAPACK: a threaded
         # BLAS on a busy machine (or from Dask actor threads) made it 30x slower

@@ -72,3 +72,4 @@ def test_setup_operators_equal_the_numpy_and_scipy_references(seed, dtype, n_hal
     assert np.array_equal(got.indices, ref.indices)
     assert np.array_equal(got.data, ref.data)  # bitwise: the same hierarchy follows
     assert (got != ref).nnz == 0
+
