@@ -305,7 +305,7 @@ class _Kernels:
 
     NAMES = ("_matvec_dot", "_pre_smooth", "_post_smooth", "_csr_mm", "_scale_rows",
              "_cg_update", "_dots", "_jacobi_dots", "_direction", "_neg_residual_rows",
-             "_copy_delta", "_direction_LD", "_residual_from_step", "_dots_S",
+             "_copy_delta", "_direction_LD", "_residual_from_step",
              "_subspace_step", "_save")
 
     def __init__(self, serial: bool):
@@ -681,9 +681,10 @@ def _row_times_step(i, indptr, indices, data, diag, V, Vprev, q):
 
 @njit(nogil=True, cache=True, parallel=True)
 def _direction_LD(uc_ptr, uc_idx, uc_data, nu, indptr, indices, data, diag, V, Vprev,
-                  Q, alpha, use_q, LD, part_a, part_b):
+                  Q, alpha, use_q, LD, S, LS, part_a, part_b, part):
     """LD = L D for LD's rows (the own rows), D = V - Vprev (float64; never stored: formed
-    where it is read), with chunk sums of <LD, V> and <LD, D>.
+    where it is read), with chunk sums of <LD, V> and <LD, D>, and in the same pass those
+    of <LS, V>, <LD, S>, <LS, S> (part[:, 0..2]) for the subspace search.
 
     Rows i >= nu take a row product with D. The first ``nu`` rows (0 for the plain product)
     are U rows after a one-step PCG: with V in float64 they moved by exactly the CG step
@@ -696,6 +697,9 @@ def _direction_LD(uc_ptr, uc_idx, uc_data, nu, indptr, indices, data, diag, V, V
     for ch in prange(n_ch):
         a = 0.0
         b = 0.0
+        a2 = 0.0
+        b2 = 0.0
+        e2 = 0.0
         q = np.empty(r)
         for i in range(ch * RB, min((ch + 1) * RB, n)):
             if i < nu:
@@ -713,8 +717,16 @@ def _direction_LD(uc_ptr, uc_idx, uc_data, nu, indptr, indices, data, diag, V, V
                 v = np.float64(V[i, c])
                 a += q[c] * v
                 b += q[c] * (v - Vprev[i, c])
+                sc = np.float64(S[i, c])
+                lsc = np.float64(LS[i, c])
+                a2 += lsc * v
+                b2 += q[c] * sc
+                e2 += lsc * sc
         part_a[ch] = a
         part_b[ch] = b
+        part[ch, 0] = a2
+        part[ch, 1] = b2
+        part[ch, 2] = e2
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -745,34 +757,17 @@ def _residual_from_step(R, Q, alpha, use_q, LS, step, X, dinv, part_xr, part_g):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _dots_S(V, LD, S, LS, part):
-    """Chunk sums of <LS, V>, <LD, S>, <LS, S> (part[:, 0..2]) over LD's (the own) rows."""
-    n, r = LD.shape
-    n_ch = (n + RB - 1) // RB
-    for ch in prange(n_ch):
-        a = 0.0
-        b = 0.0
-        e = 0.0
-        for i in range(ch * RB, min((ch + 1) * RB, n)):
-            for c in range(r):
-                sc = np.float64(S[i, c])
-                lsc = np.float64(LS[i, c])
-                a += lsc * np.float64(V[i, c])
-                b += LD[i, c] * sc
-                e += lsc * sc
-        part[ch, 0] = a
-        part[ch, 1] = b
-        part[ch, 2] = e
-
-
-@njit(nogil=True, cache=True, parallel=True)
-def _subspace_step(V, Vprev, LD, S, LS, s1, s2, part):
+def _subspace_step(V, Vprev, LD, S, LS, s1, s2, part, R, Q, alpha, use_q, dinv, res,
+                   part_xr, part_g):
     """V += s1 D + s2 S with D = V - Vprev; then the outer iteration's whole step
     S <- (1 + s1) D + s2 S and LS <- (1 + s1) LD + s2 LS (stored in V's dtype, so a resumed
     fit reproduces them), with chunk sums of ||S||^2 and ||V||^2 over the own rows (LD's).
     Halo rows (beyond LD's) get the same V and S updates, so a partition's copies stay equal
     to their owners' rows. Vprev becomes the new V (the next outer iteration's start, as
-    :func:`_save` would copy it) in the same pass."""
+    :func:`_save` would copy it) in the same pass.
+
+    ``res``: in the same pass, the residual of R's rows (the own U rows) from this step, as
+    :func:`_residual_from_step` (``step`` True) computes it, with its chunk sums."""
     n_all, r = V.shape
     n = LD.shape[0]
     for i in prange(n, n_all):
@@ -784,9 +779,12 @@ def _subspace_step(V, Vprev, LD, S, LS, s1, s2, part):
             S[i, c] = (1.0 + s1) * d + s2 * sc
             Vprev[i, c] = V[i, c]
     n_ch = (n + RB - 1) // RB
+    nu = R.shape[0] if res else 0
     for ch in prange(n_ch):
         a = 0.0
         b = 0.0
+        xr = 0.0
+        g = 0.0
         for i in range(ch * RB, min((ch + 1) * RB, n)):
             for c in range(r):
                 sc = np.float64(S[i, c])
@@ -800,8 +798,21 @@ def _subspace_step(V, Vprev, LD, S, LS, s1, s2, part):
                 v = np.float64(V[i, c])
                 Vprev[i, c] = v
                 b += v * v
+            if i < nu:  # -(L V)_U = R_start (- alpha Q) - (L S)_U, as _residual_from_step
+                w = dinv[i]
+                for c in range(r):
+                    q = R[i, c]
+                    if use_q:
+                        q += alpha[c] * Q[i, c]
+                    q -= np.float64(LS[i, c])
+                    R[i, c] = q
+                    xr += np.float64(V[i, c]) * q
+                    g += (w * q) * (w * q)
         part[ch, 0] = a
         part[ch, 1] = b
+        if ch * RB < nu:
+            part_xr[ch] = xr
+            part_g[ch] = g
 
 
 @njit(nogil=True, cache=True)
@@ -1237,12 +1248,11 @@ class BlockPart:
             use_q, alpha = self._cg_step()
             K.direction_LD(*self.uc, self.nu, self.indptr, self.indices, self.data,
                            self.diag, self.V, self.Vprev, self.Q, alpha, use_q, self.LD,
-                           pa, pb)
+                           self.S, self.LS, pa, pb, part)
         else:  # the product with L on every row
             K.direction_LD(*self._no_uc, 0, self.indptr, self.indices, self.data, self.diag,
                            self.V, self.Vprev, self._no_q, self._alpha0(), False, self.LD,
-                           pa, pb)
-        K.dots_S(self.V, self.LD, self.S, self.LS, part)
+                           self.S, self.LS, pa, pb, part)
         coeffs = np.empty((self.pair_own.shape[0], 6))
         _pair_coeffs2(self.pair_own, self.pair_other, self.pair_t, self.V, self.Vprev, self.S,
                       coeffs)
@@ -1252,13 +1262,15 @@ class BlockPart:
         """V += s1 D + s2 S (halo rows included), S and LS become this outer step; then the
         exact residual. Returns chunk sums of ||S||^2, ||V||^2 and the residual's."""
         part = self._chunks(self.n_own, 2)
-        self.K.subspace_step(self.V, self.Vprev, self.LD, self.S, self.LS, s1, s2, part)
+        fused = self.r_from_step and self._cg_steps <= 1  # the residual in the same pass
+        pxr, pg = self._chunks(self.nu), self._chunks(self.nu)
+        use_q, alpha = self._cg_step()
+        self.K.subspace_step(self.V, self.Vprev, self.LD, self.S, self.LS, s1, s2, part,
+                             self.R, self.Q, alpha, use_q, self.dinv, fused, pxr, pg)
         self._vprev_is_v = True
         if self.nu and not self._x_is_v:
             self.X[...] = self.V[:self.nu]
-        if self.r_from_step and self._cg_steps <= 1:
-            return part, self._residual_sums(True, *self._cg_step())
-        return part, self.residual()
+        return part, ((pxr, pg) if fused else self.residual())
 
     def _alpha0(self):
         return np.zeros(self.V.shape[1])
