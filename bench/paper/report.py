@@ -142,9 +142,13 @@ def markdown(agg, names, methods, wall_seconds, reps, command):
         f"loop and the fast SimpleNPKL eigensolver, with one BLAS thread per task "
         f"(`--methods KL-ADMM KL-ADMM-cv SimpleNPKL-linear SimpleNPKL-sqhinge --fresh-methods "
         f"…` on the nine small sets and adult-a1a at 20 repetitions, adult-a2a at 8, adult-a4a "
-        f"at 1); adult-a3a, a5a and a6a have 2 repetitions of the methods that cost minutes "
+        f"at 1); adult-a5a and a6a have 2 repetitions of the methods that cost minutes "
         f"there (`--datasets adult-a3a adult-a5a adult-a6a --reps 2 --methods BCD-linear "
-        f"KL-ADMM SimpleNPKL-linear KL-ADMM-cv BCD-linear-cv k-means spectral`).",
+        f"KL-ADMM SimpleNPKL-linear KL-ADMM-cv BCD-linear-cv k-means spectral`). adult-a3a "
+        f"has 20 repetitions of every method (`npkl bench paper --datasets adult-a3a --reps "
+        f"20 --workers 2`: 3678 s on the otherwise idle machine, 2026-11-23; repetition 0 of "
+        f"BCD-hinge and SimpleNPKL-sqhinge ran with `--workers 1` while another benchmark "
+        f"used the other core).",
         "",
         "Pairwise (Rand) accuracy in %, mean ± std over repetitions; fit time in seconds "
         "(kernel learning, or the peer's whole fit; for the \"γ by CV\" methods the "
