@@ -148,7 +148,9 @@ def markdown(agg, names, methods, wall_seconds, reps, command):
         f"has 20 repetitions of every method (`npkl bench paper --datasets adult-a3a --reps "
         f"20 --workers 2`: 3678 s on the otherwise idle machine, 2026-11-23; repetition 0 of "
         f"BCD-hinge and SimpleNPKL-sqhinge ran with `--workers 1` while another benchmark "
-        f"used the other core).",
+        f"used the other core). adult-a4a has 5 repetitions of every method (`npkl bench "
+        f"paper --datasets adult-a4a --reps 5 --workers 2`: 1562 s for repetitions 1-4, "
+        f"2026-11-23).",
         "",
         "Pairwise (Rand) accuracy in %, mean ± std over repetitions; fit time in seconds "
         "(kernel learning, or the peer's whole fit; for the \"γ by CV\" methods the "
