@@ -305,7 +305,7 @@ class _Kernels:
 
     NAMES = ("_matvec_dot", "_pre_smooth", "_post_smooth", "_csr_mm", "_scale_rows",
              "_cg_update", "_dots", "_jacobi_dots", "_direction", "_neg_residual_rows",
-             "_copy_delta", "_direction_LD", "_residual_from_step",
+             "_copy_delta", "_direction_LD", "_residual_dots",
              "_subspace_step", "_save")
 
     def __init__(self, serial: bool):
@@ -730,12 +730,9 @@ def _direction_LD(uc_ptr, uc_idx, uc_data, nu, indptr, indices, data, diag, V, V
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _residual_from_step(R, Q, alpha, use_q, LS, step, X, dinv, part_xr, part_g):
-    """The residual after an outer iteration without a product with L: V moved from Vprev
-    by the whole step S (``LS`` = L S, just updated), so -(L V)_U = R_start - (L S)_U, and
-    after a one-step PCG R holds R_start - alpha Q. Fused with the chunk sums of X*R and
-    ||dinv R||^2 (as :func:`_neg_residual_rows`). ``step`` False: R is left as it is (a
-    resumed fit's), only the sums."""
+def _residual_dots(R, X, dinv, part_xr, part_g):
+    """Chunk sums of X*R and ||dinv R||^2 of a residual R as it is (a resumed fit's; as
+    :func:`_neg_residual_rows` and the residual update of :func:`_subspace_step` sum)."""
     n_free, r = R.shape
     n_ch = (n_free + RB - 1) // RB
     for ch in prange(n_ch):
@@ -745,11 +742,6 @@ def _residual_from_step(R, Q, alpha, use_q, LS, step, X, dinv, part_xr, part_g):
             s = dinv[i]
             for c in range(r):
                 q = R[i, c]
-                if step:
-                    if use_q:
-                        q += alpha[c] * Q[i, c]
-                    q -= np.float64(LS[i, c])
-                    R[i, c] = q
                 a += X[i, c] * q
                 b += (s * q) * (s * q)
         part_xr[ch] = a
@@ -766,8 +758,10 @@ def _subspace_step(V, Vprev, LD, S, LS, s1, s2, part, R, Q, alpha, use_q, dinv, 
     to their owners' rows. Vprev becomes the new V (the next outer iteration's start, as
     :func:`_save` would copy it) in the same pass.
 
-    ``res``: in the same pass, the residual of R's rows (the own U rows) from this step, as
-    :func:`_residual_from_step` (``step`` True) computes it, with its chunk sums."""
+    ``res``: in the same pass, the residual of R's rows (the own U rows) without a product
+    with L: V moved from Vprev by the whole step S (LS = L S, just updated), so
+    -(L V)_U = R_start - (L S)_U, and after a one-step PCG R holds R_start - alpha Q
+    (``use_q``); with its chunk sums of X*R and ||dinv R||^2 (X = V's U rows)."""
     n_all, r = V.shape
     n = LD.shape[0]
     for i in prange(n, n_all):
@@ -798,7 +792,7 @@ def _subspace_step(V, Vprev, LD, S, LS, s1, s2, part, R, Q, alpha, use_q, dinv, 
                 v = np.float64(V[i, c])
                 Vprev[i, c] = v
                 b += v * v
-            if i < nu:  # -(L V)_U = R_start (- alpha Q) - (L S)_U, as _residual_from_step
+            if i < nu:  # -(L V)_U = R_start (- alpha Q) - (L S)_U
                 w = dinv[i]
                 for c in range(r):
                     q = R[i, c]
@@ -964,16 +958,18 @@ def colour_units(layout, c):
 
 
 @njit(cache=True)
-def _select_columns(indptr, indices, data, nrows, colmap, diag, canonical):
+def _select_columns(indptr, indices, data, nrows, colmap, keep_beyond, diag, canonical):
     """The entries of rows 0..nrows whose column c has colmap[c] >= 0, renamed to colmap[c],
-    in their order, as CSR (int64 indices, float64 data). ``canonical``: also the diagonal
+    in their order, as CSR (int64 indices, float64 data); columns beyond colmap are kept as
+    they are (``keep_beyond``) or dropped. ``canonical``: also the diagonal
     ``diag`` (row i, column i), every row sorted by column and exact zeros dropped -- what
     scipy's ``(A + sp.diags(diag)).tocsr()`` gives for an off-diagonal A, in one pass."""
     ptr = np.zeros(nrows + 1, np.int64)
     for i in range(nrows):
         cnt = 1 if canonical else 0
         for p in range(indptr[i], indptr[i + 1]):
-            if colmap[indices[p]] >= 0:
+            k = indices[p]
+            if (colmap[k] >= 0) if k < colmap.shape[0] else keep_beyond:
                 cnt += 1
         ptr[i + 1] = ptr[i] + cnt
     idx = np.empty(ptr[nrows], np.int64)
@@ -982,7 +978,8 @@ def _select_columns(indptr, indices, data, nrows, colmap, diag, canonical):
     for i in range(nrows):
         start = q
         for p in range(indptr[i], indptr[i + 1]):
-            c = colmap[indices[p]]
+            k = indices[p]
+            c = colmap[k] if k < colmap.shape[0] else (k if keep_beyond else -1)
             if c >= 0:
                 idx[q] = c
                 val[q] = np.float64(data[p])
@@ -1008,10 +1005,11 @@ def _select_columns(indptr, indices, data, nrows, colmap, diag, canonical):
     return ptr, idx[:q], val[:q]
 
 
-def _column_map(n_loc, keep_ranges):
-    """colmap for :func:`_select_columns`: column c in [lo, hi) becomes c - lo + new_lo for
-    each (lo, hi, new_lo) of ``keep_ranges``; every other column is dropped (-1)."""
-    colmap = np.full(n_loc, -1, np.int64)
+def _column_map(n_cols, keep_ranges):
+    """colmap for :func:`_select_columns` over columns 0..n_cols: column c in [lo, hi)
+    becomes c - lo + new_lo for each (lo, hi, new_lo) of ``keep_ranges``; every other
+    column is dropped (-1)."""
+    colmap = np.full(n_cols, -1, np.int64)
     for lo, hi, new_lo in keep_ranges:
         colmap[lo:hi] = np.arange(new_lo, new_lo + hi - lo, dtype=np.int64)
     return colmap
@@ -1027,23 +1025,16 @@ def free_operator(indptr, indices, data, n_free_own, n_own, n_free_halo):
 
     Returns (indptr, indices, data) with int64 indices and float64 data."""
     nu, n_own, nfh = int(n_free_own), int(n_own), int(n_free_halo)
-    colmap = _column_map(_n_columns(indices, indptr, nu, n_own + nfh),
-                         [(0, nu, 0), (n_own, n_own + nfh, nu)])
-    return _select_columns(indptr, indices, data, nu, colmap, _NO_DIAG, False)
-
-
-def _n_columns(indices, indptr, nu, at_least):
-    """Columns a colmap must cover: the largest column of the first nu rows, plus one."""
-    end = int(indptr[nu])
-    return max(int(at_least), int(indices[:end].max()) + 1 if end else 0)
+    colmap = _column_map(n_own + nfh, [(0, nu, 0), (n_own, n_own + nfh, nu)])
+    return _select_columns(indptr, indices, data, nu, colmap, False, _NO_DIAG, False)
 
 
 def free_matrix(A_ptr, A_idx, A_data, diag):
     """The own block of L_UU with its diagonal, as a canonical scipy CSR (float64): the
     matrix the AMG hierarchy is built on (entries of A in halo columns are dropped)."""
     nu = diag.shape[0]
-    colmap = _column_map(_n_columns(A_idx, A_ptr, nu, nu), [(0, nu, 0)])
-    ptr, idx, val = _select_columns(A_ptr, A_idx, A_data, nu, colmap,
+    colmap = _column_map(nu, [(0, nu, 0)])
+    ptr, idx, val = _select_columns(A_ptr, A_idx, A_data, nu, colmap, False,
                                     np.asarray(diag, np.float64), True)
     A = sp.csr_matrix((val, idx, ptr), shape=(nu, nu))
     A.has_sorted_indices = True
@@ -1056,9 +1047,8 @@ def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo):
     rows [n_free_own, n_own) and halo C rows (local >= n_own + n_free_halo) -- as CSR in the
     local numbering (entries keep their order). Returns (indptr, indices, data)."""
     nu, n_own, nfh = int(n_free_own), int(n_own), int(n_free_halo)
-    n_cols = _n_columns(indices, indptr, nu, n_own + nfh)
-    colmap = _column_map(n_cols, [(nu, n_own, nu), (n_own + nfh, n_cols, n_own + nfh)])
-    return _select_columns(indptr, indices, data, nu, colmap, _NO_DIAG, False)
+    colmap = _column_map(n_own + nfh, [(nu, n_own, nu)])  # the halo's C rows lie beyond
+    return _select_columns(indptr, indices, data, nu, colmap, True, _NO_DIAG, False)
 
 
 #: The subspace search takes L D on the U rows from the one-step PCG (alpha Q plus the
@@ -1067,7 +1057,7 @@ def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo):
 LD_FROM_CG = True
 
 #: The residual after an outer iteration comes from the residual before it and L S (see
-#: ``_residual_from_step``) instead of a product with L; False: always the product (the
+#: ``_subspace_step``) instead of a product with L; False: always the product (the
 #: reference, for tests). Rounding does not build up unchecked: a checkpoint stores R
 #: (column block 4 of 4), so a resumed fit continues bit for bit, and joint moves and
 #: resumes from older checkpoints recompute it exactly.
@@ -1280,12 +1270,10 @@ class BlockPart:
         use_q = self._cg_steps == 1
         return use_q, (self._alpha if use_q else self._alpha0())
 
-    def _residual_sums(self, step, use_q, alpha):
-        """R from this outer step (``step``; see ``_residual_from_step``) or as it is;
-        chunk sums of X*R and ||dinv R||^2 (as :meth:`residual`)."""
+    def _residual_sums(self):
+        """Chunk sums of X*R and ||dinv R||^2 of R as it is (as :meth:`residual`)."""
         pxr, pg = self._chunks(self.nu), self._chunks(self.nu)
-        self.K.residual_from_step(self.R, self.Q, alpha, use_q, self.LS, step, self.X,
-                                  self.dinv, pxr, pg)
+        self.K.residual_dots(self.R, self.X, self.dinv, pxr, pg)
         return pxr, pg
 
     # -- by-products, state -------------------------------------------------------------------
@@ -1328,7 +1316,7 @@ class BlockPart:
             self.LS[...] = LS
         if R is not None and self.r_from_step:
             self.R[...] = R[:self.nu]
-            return self._residual_sums(False, False, self._alpha0())
+            return self._residual_sums()
         return self.residual()
 
     def assign(self, V_local):
