@@ -1,4 +1,4 @@
-"""Benchmark: SimpleNPKL's reference eigensolver against the fast path on the adult data.
+"""Benchmark: SimpleNPKL's reference paths against the fast ones on the adult data.
 
 Problem (bench/paper/run.py, repetition 0): features scaled to [-1, 1], kNN graph k = 50 with
 Gaussian weights, Laplacian with delta = 1e-3, 0.6n must-link + 0.6n cannot-link pairs
@@ -11,12 +11,19 @@ accuracy of kernel k-means (true number of classes, seeds ``--kmeans-seeds``) on
 The published times are the MATLAB ones of simplenpkl-jmlr2011 Table 7
 (bench/paper/published.py ``_SNPKL7_CPU``).
 
+``--compare eigensolver`` (default): reference ``eigensolver='arpack'`` against ``'fast'``,
+both with the same dual solver (``--dual``). ``--compare dual``: the paper's Alg. 1
+(``dual='alg1'``) against L-BFGS-B on the same dual (``dual='lbfgs'``), both with the fast
+eigensolver.
+
 The machine is shared: wrap the run in ``flock /tmp/npkl-bench.lock``.
 
 Usage::
 
     python bench/bench_simplenpkl.py --datasets adult-a1a adult-a2a adult-a4a \
         --losses linear squared_hinge --runs 3
+    python bench/bench_simplenpkl.py --compare dual --datasets adult-a1a adult-a4a \
+        --losses squared_hinge --runs 3
 
 Appends a markdown section to bench/RESULTS.md (``--out``; ``--no-write`` to skip).
 """
@@ -58,12 +65,19 @@ def build(name):
     return X.shape[0], y, graph.laplacian(1e-3), cons
 
 
-def one_fit(problem, B, solver):
+def one_fit(problem, B, config):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         t0 = time.perf_counter()
-        res = fit_simplenpkl(problem, B=B, eigensolver=solver)
+        res = fit_simplenpkl(problem, B=B, **config)
         return time.perf_counter() - t0, res
+
+
+def configs(compare, dual):
+    """(reference, fast) keyword arguments of fit_simplenpkl."""
+    if compare == "dual":
+        return {"eigensolver": "fast", "dual": "alg1"}, {"eigensolver": "fast", "dual": "lbfgs"}
+    return {"eigensolver": "arpack", "dual": dual}, {"eigensolver": "fast", "dual": dual}
 
 
 def rand(y, V, seeds):
@@ -78,11 +92,15 @@ def main(argv=None):
     ap.add_argument("--losses", nargs="+", default=["linear", "squared_hinge"],
                     choices=["linear", "squared_hinge", "square", "hinge"])
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--compare", choices=["eigensolver", "dual"], default="eigensolver")
+    ap.add_argument("--dual", choices=["lbfgs", "alg1"], default="lbfgs",
+                    help="dual solver of both sides with --compare eigensolver")
     ap.add_argument("--kmeans-seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
     t_wall = time.perf_counter()
+    cfg = dict(zip(("ref", "fast"), configs(args.compare, args.dual)))
     rows = []
     for name in args.datasets:
         n, y, L, cons = build(name)
@@ -90,21 +108,21 @@ def main(argv=None):
             p = npkl_dist.NPKLProblem.build(L, cons, loss=loss, seed=0)
             if loss == args.losses[0]:  # warm-up (imports, caches), untimed
                 q = npkl_dist.NPKLProblem.build(L, cons, loss="linear", seed=0)
-                for solver in ("arpack", "fast"):
-                    one_fit(q, 100.0 * n, solver)
-            times = {"arpack": [], "fast": []}
+                for config in cfg.values():
+                    one_fit(q, 100.0 * n, config)
+            times = {"ref": [], "fast": []}
             last = {}
             for r in range(args.runs):
-                for solver in ("arpack", "fast"):
-                    t, res = one_fit(p, 100.0 * n, solver)
-                    times[solver].append(t)
-                    last[solver] = res
-                    print(f"{name} {loss} run {r} {solver}: {t:.2f} s, objective "
+                for side, config in cfg.items():
+                    t, res = one_fit(p, 100.0 * n, config)
+                    times[side].append(t)
+                    last[side] = res
+                    print(f"{name} {loss} run {r} {side} {config}: {t:.2f} s, objective "
                           f"{res.objective:.10g}, eigensolves {res.n_eigsolves}", flush=True)
-            ref, fast = last["arpack"], last["fast"]
+            ref, fast = last["ref"], last["fast"]
             row = {
                 "name": name, "n": n, "m": cons.m, "rank": p.rank, "loss": loss,
-                "t_ref": float(np.median(times["arpack"])),
+                "t_ref": float(np.median(times["ref"])),
                 "t_fast": float(np.median(times["fast"])),
                 "runs": args.runs, "obj_ref": ref.objective, "obj_fast": fast.objective,
                 "gap_ref": ref.duality_gap, "gap_fast": fast.duality_gap,
@@ -129,7 +147,7 @@ def table(args, rows, wall):
         "",
         f"## bench_simplenpkl — {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
         "",
-        f"- machine: {_cpu()}, {os.cpu_count()} cores (shared with a CI run)",
+        f"- machine: {_cpu()}, {os.cpu_count()} cores",
         f"- software: python {platform.python_version()}, numpy {np.__version__}, "
         f"npkl_dist {npkl_dist.__version__}",
         f"- command: `flock /tmp/npkl-bench.lock python bench/bench_simplenpkl.py "
@@ -137,8 +155,10 @@ def table(args, rows, wall):
         "- problem: bench/paper/run.py repetition 0 (kNN k=50, delta=1e-3, 0.6n + 0.6n "
         "pairs, Pataki rank, gamma=1, B=100n); seconds = median wall time of "
         f"fit_simplenpkl over {args.runs} runs per solver, alternating reference/fast in one "
-        "process; ref = eigensolver='arpack' (eigsh at every step, default BLAS threads), "
-        "fast = eigensolver='fast'",
+        "process; " + ("ref = dual='alg1' (the paper's Alg. 1), fast = dual='lbfgs' (L-BFGS-B "
+                       "on the same dual), both eigensolver='fast'" if args.compare == "dual"
+                       else "ref = eigensolver='arpack' (eigsh at every step, default BLAS "
+                       f"threads), fast = eigensolver='fast', both dual='{args.dual}'"),
         f"- Rand = kernel k-means accuracy on K = V V', mean over seeds "
         f"{' '.join(map(str, args.kmeans_seeds))}; published = MATLAB seconds, "
         "simplenpkl-jmlr2011 Table 7",

@@ -151,11 +151,12 @@ def test_linear_kernel_is_zero_when_A_is_negative_definite(global_random_seed):
 # ---------------------------------------------------- saddle point (Alg. 1), three losses
 
 
+@pytest.mark.parametrize("dual", ["alg1", "lbfgs"])
 @pytest.mark.parametrize("loss", ["squared_hinge", "square", "hinge"])
 @pytest.mark.parametrize("B", [10.0, 100.0])
-def test_saddle_point_reaches_the_sdp_optimum(global_random_seed, loss, B):
+def test_saddle_point_reaches_the_sdp_optimum(global_random_seed, loss, B, dual):
     p = tiny_problem(global_random_seed, loss, n=12, n_pairs=6)
-    res = quiet_fit(p, B=B)
+    res = quiet_fit(p, B=B, dual=dual)
     val, _ = sdp_reference(p, B)
     # the duals read off a refined hinge kernel may not certify the gap (the dual has a kink
     # at its maximiser when the capacity is slack), the objective is still checked below
@@ -174,7 +175,7 @@ def test_saddle_point_reaches_the_sdp_optimum(global_random_seed, loss, B):
 def test_alg1_alone_converges_when_the_capacity_is_active(global_random_seed, loss):
     """B = 10 binds on these problems: Alg. 1 itself certifies a small gap (no refinement)."""
     p = tiny_problem(global_random_seed, loss, n=12, n_pairs=6)
-    res = fit_simplenpkl(p, B=10.0, tol=1e-8, max_iter=500)
+    res = fit_simplenpkl(p, B=10.0, tol=1e-8, max_iter=500, dual="alg1")
     val, K_ref = sdp_reference(p, 10.0)
     assert not res.polished and res.converged
     assert res.capacity_slope < 0
@@ -182,6 +183,27 @@ def test_alg1_alone_converges_when_the_capacity_is_active(global_random_seed, lo
     np.testing.assert_allclose(res.V @ res.V.T, K_ref, atol=1e-3)
     # every iterate of Alg. 1 sits on the capacity sphere
     assert np.isclose(np.sum((res.V.T @ res.V) ** 2), 10.0, rtol=1e-8)
+    # L-BFGS-B on the same dual: the same optimum, certified without refinement, in fewer
+    # kernel steps (each one eigendecomposition)
+    lb = fit_simplenpkl(p, B=10.0, tol=1e-8, max_iter=500, dual="lbfgs")
+    assert not lb.polished and lb.converged
+    assert abs(lb.objective - val) <= 1e-6 * abs(val)
+    assert lb.duality_gap <= 1e-8 * (abs(lb.objective) + 1)
+    np.testing.assert_allclose(lb.V @ lb.V.T, K_ref, atol=1e-3)
+    assert np.isclose(np.sum((lb.V.T @ lb.V) ** 2), 10.0, rtol=1e-8)
+    assert lb.n_eigsolves < res.n_eigsolves
+    assert lb.step_trace == [] and len(res.step_trace) == res.n_sweeps
+
+
+def test_lbfgs_stops_at_once_when_the_start_is_optimal(global_random_seed):
+    """Hinge, alpha_0 = gamma at the box's upper bound with every gradient pointing out of
+    the box: L-BFGS-B takes no step; the start is recorded as the one iteration."""
+    p = tiny_problem(global_random_seed, "hinge", n=12, n_pairs=6, gamma=1e-3)
+    res = fit_simplenpkl(p, B=10.0, dual="lbfgs")
+    assert np.all(res.alpha == p.gamma)
+    assert res.n_sweeps == 1 and res.change_trace == [0.0] and res.converged
+    val, _ = sdp_reference(p, 10.0)
+    assert abs(res.objective - val) <= 1e-6 * abs(val) + 1e-9
 
 
 def test_slack_capacity_is_refined_to_the_interior_optimum(global_random_seed):
@@ -189,10 +211,16 @@ def test_slack_capacity_is_refined_to_the_interior_optimum(global_random_seed):
     p = tiny_problem(global_random_seed, "squared_hinge", n=12, n_pairs=6)
     val, K_ref = sdp_reference(p, 1e4)
     assert np.sum(K_ref**2) < 0.5e4
-    res = fit_simplenpkl(p, B=1e4)
-    assert res.polished and res.capacity_slope > 0
-    assert res.objective_trace[-1] > val * 1.01  # Alg. 1's sphere kernels are far off
-    assert abs(res.objective - val) <= 1e-4 * abs(val)
+    for dual in ("alg1", "lbfgs"):
+        res = fit_simplenpkl(p, B=1e4, dual=dual)
+        assert res.polished
+        if dual == "alg1":
+            assert res.capacity_slope > 0
+        else:  # L-BFGS-B's steps may end exactly on A(alpha)_+ = 0: kernel 0, slope 0
+            assert res.capacity_slope > 0 or (res.capacity_slope == 0
+                                              and res.objective_trace[-1] == p.gamma * 6)
+        assert res.objective_trace[-1] > val * 1.01  # the sphere kernels are far off
+        assert abs(res.objective - val) <= 1e-4 * abs(val)
 
 
 def _grad_and_J(p, op, alpha, B):
@@ -336,12 +364,13 @@ def test_objective_is_infinite_outside_the_capacity(global_random_seed):
     assert simplenpkl_objective(p, V, 3.9) == np.inf
 
 
-def test_unconverged_fit_warns(global_random_seed, monkeypatch):
+@pytest.mark.parametrize("dual", ["alg1", "lbfgs"])
+def test_unconverged_fit_warns(global_random_seed, monkeypatch, dual):
     p = tiny_problem(global_random_seed, "squared_hinge")
-    # without the subspace refinement, two iterations of Alg. 1 leave a duality gap
+    # without the subspace refinement, two iterations leave a duality gap
     monkeypatch.setattr(snp, "_polish", lambda problem, P, S0, *a, **k: (S0, np.inf, 0, 0.0))
     with pytest.warns(ConvergenceWarning, match="duality gap"):
-        res = fit_simplenpkl(p, B=10.0, max_iter=2, tol=1e-10)
+        res = fit_simplenpkl(p, B=10.0, max_iter=2, tol=1e-10, dual=dual)
     assert not res.converged and res.n_sweeps == 2 and not res.polished
     assert res.duality_gap > 1e-5 * abs(res.objective)
 
@@ -363,6 +392,8 @@ def test_unconverged_fit_warns(global_random_seed, monkeypatch):
     ({"rank": 13}, r"rank: .*\[1, 12\].*13"),
     ({"rank": 2.0}, "rank: "),
     ({"callback": 3}, "callback: .*callable"),
+    ({"dual": "newton"}, "dual: .*'lbfgs', 'alg1'.*newton"),
+    ({"dual": 1}, "dual: "),
 ])
 def test_validation_errors(kw, match):
     p = tiny_problem(0, "linear")

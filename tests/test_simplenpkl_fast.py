@@ -66,16 +66,25 @@ def _spy_partial(monkeypatch):
 # ------------------------------------------------------------ whole fits: fast = reference
 
 
+@pytest.mark.parametrize("dual", ["alg1", "lbfgs"])
 @pytest.mark.parametrize("loss", ["linear", "squared_hinge", "square", "hinge"])
 @pytest.mark.parametrize("B, n_pairs", [(10.0, 60), (1000.0, 60), (15000.0, 120)])
-def test_fast_fit_matches_the_reference(global_random_seed, loss, B, n_pairs):
+def test_fast_fit_matches_the_reference(global_random_seed, loss, B, n_pairs, dual):
+    if loss == "linear" and dual == "lbfgs":
+        pytest.skip("the linear loss has no dual iteration")
     p = medium_problem(global_random_seed, loss, n_pairs=n_pairs)
     assert p.rank in (10, 15) and not snp._use_dense(p.n_points, p.rank)
-    ref = quiet(p, B=B, eigensolver="arpack", max_iter=60)
-    fast = quiet(p, B=B, eigensolver="fast", max_iter=60)
+    ref = quiet(p, B=B, eigensolver="arpack", max_iter=60, dual=dual)
+    fast = quiet(p, B=B, eigensolver="fast", max_iter=60, dual=dual)
     scale = abs(ref.objective) + 1.0
     assert fast.n_sweeps == ref.n_sweeps
-    assert fast.polished == ref.polished and fast.converged == ref.converged
+    assert fast.converged == ref.converged
+    # 'polished' says which of the last iterate and the refined kernel was lower; L-BFGS-B
+    # can end so close to the optimum that the two tie to rounding (hinge, B = 15000:
+    # 6.301391454805386 refined vs 6.301391454805391), and then either may be returned
+    if fast.polished != ref.polished:
+        refined = fast if fast.polished else ref
+        assert abs(refined.objective_trace[-1] - refined.objective) <= 1e-12 * scale
     assert abs(fast.objective - ref.objective) <= 1e-6 * scale
     assert abs(fast.duality_gap - ref.duality_gap) <= 1e-6 * scale
     np.testing.assert_allclose(fast.objective_trace, ref.objective_trace, rtol=1e-6,
@@ -88,16 +97,18 @@ def test_fast_fit_matches_the_reference(global_random_seed, loss, B, n_pairs):
     assert fast.V.shape == ref.V.shape == (p.n_points, p.rank)
 
 
+@pytest.mark.parametrize("dual", ["alg1", "lbfgs"])
 @pytest.mark.parametrize("loss", ["squared_hinge", "square"])
-def test_partial_steps_happen_and_keep_the_iterates(global_random_seed, loss, monkeypatch):
+def test_partial_steps_happen_and_keep_the_iterates(global_random_seed, loss, monkeypatch,
+                                                    dual):
     """The positive-only steps are exercised (few positive eigenvalues at the end) and every
     iterate equals the reference's; max_iter = 23 ends on a partial step, re-solved in full
     for the certificate and the reported eigenvalues."""
     p = medium_problem(global_random_seed, loss, n_pairs=120)  # rank 15
     B = 100.0 * p.n_points  # the adult setting: few positive eigenvalues after a while
-    ref = quiet(p, B=B, eigensolver="arpack", max_iter=23, tol=0.0)
+    ref = quiet(p, B=B, eigensolver="arpack", max_iter=23, tol=0.0, dual=dual)
     calls = _spy_partial(monkeypatch)
-    fast = quiet(p, B=B, eigensolver="fast", max_iter=23, tol=0.0)
+    fast = quiet(p, B=B, eigensolver="fast", max_iter=23, tol=0.0, dual=dual)
     assert calls["partial"] > 0
     assert fast.n_sweeps == ref.n_sweeps == 23
     assert fast.n_eigsolves >= ref.n_eigsolves
