@@ -81,8 +81,9 @@ def _add_fit_options(p: argparse.ArgumentParser):
     m.add_argument("--solver", choices=SOLVERS, default="bcd",
                    help="bcd: block coordinate descent, any loss (default); admm: KL-ADMM, "
                         "square loss on targets 1 (must) / 0 (cannot); simplenpkl: SimpleNPKL, "
-                        "linear loss in closed form (sparse Lanczos), other losses by its "
-                        "saddle-point iteration")
+                        "linear loss in closed form (sparse Lanczos), other losses through "
+                        "its saddle-point dual, maximised by L-BFGS-B (the paper's Alg. 1: "
+                        "fit_simplenpkl(dual='alg1'))")
     m.add_argument("--loss", choices=LOSSES, default="square", help="loss (default: square)")
     m.add_argument("--rank", type=_positive_int, metavar="R",
                    help="rank r of K = V'V (default: largest r with r(r+1)/2 <= m, capped at 128)")
