@@ -969,8 +969,9 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
             trial.update(a=acc["a"].copy(), out=acc["out"])
             res.polish_seconds += time.perf_counter() - t0
             acc["t"] = time.perf_counter()
-            if ((best is not None and best[1] - acc["out"][4] <= np.sqrt(tol) * (abs(best[1]) + 1.0))
-                    or acc["it"] >= max_iter):
+            certified = (best is not None
+                         and best[1] - acc["out"][4] <= np.sqrt(tol) * (abs(best[1]) + 1.0))
+            if certified or acc["it"] >= max_iter:
                 break
         it, alpha, obj = acc["it"], acc["a"], acc["obj"]
         sigma, P, V, norm, J, complete = acc["out"]
