@@ -681,7 +681,8 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
     -------
     SimpleNPKLResult
         A :class:`FitResult` with ``solver='simplenpkl'``: ``V`` of shape (n, rank) in
-        original point order and ``problem.dtype`` with ``K = V V'`` (zero columns where A has
+        original point order and ``problem.dtype`` with ``K = V V'`` (the lowest-objective
+        kernel among the iterates and the refinements) (zero columns where A has
         fewer than ``rank`` positive eigenvalues; ``||V'V||_F^2 = B`` unless the refinement
         moved inside the ball or K = 0); ``objective`` the final :func:`simplenpkl_objective`;
         ``objective_trace`` that objective after each iteration of Alg. 1 (one entry for the
@@ -818,6 +819,10 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
     obj = primal(V)
     res.objective_initial = obj
     best = None  # best refined (V, objective)
+    # lowest-objective iterate: every kernel step is feasible, but the primal objective of a
+    # dual method's iterates need not decrease (L-BFGS-B's early steps can rise above the
+    # start), so the fit returns the lowest one seen
+    lowest = [V, obj]
     slack = False
     refined_at = -1  # iteration of the last refinement
     it = 0
@@ -858,6 +863,8 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
             t1 = time.perf_counter()
             obj = primal(V)
             t2 = time.perf_counter()
+            if obj < lowest[1]:
+                lowest[:] = [V, obj]
             res.objective_trace.append(obj)
             res.change_trace.append(change)
             res.sweep_seconds.append(t1 - t0)
@@ -911,6 +918,8 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
             t1 = time.perf_counter()
             obj_a = primal(out[2])
             t2 = time.perf_counter()
+            if obj_a < lowest[1]:
+                lowest[:] = [out[2], obj_a]
             acc.update(a=a, out=out, obj=obj_a, it=acc["it"] + 1)
             res.objective_trace.append(obj_a)
             res.change_trace.append(change)
@@ -997,7 +1006,9 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
                 if new[4] > J:
                     alpha, sigma, J = out_r[2], new[0], new[4]
             res.polish_seconds += time.perf_counter() - t0
-    if best is not None and best[1] < obj:
+    if lowest[1] < obj and (best is None or lowest[1] < best[1]):
+        V, obj = lowest  # an earlier iterate of the dual method
+    elif best is not None and best[1] < obj:
         V, obj = best
         res.polished = True
     res.objective = obj

@@ -346,6 +346,20 @@ def test_result_contract_and_callback(global_random_seed):
     np.testing.assert_array_equal(res.V, again.V)  # deterministic
 
 
+@pytest.mark.parametrize("dual", ["alg1", "lbfgs"])
+@pytest.mark.parametrize("max_iter", [1, 3, 5])
+def test_returned_kernel_is_the_lowest_iterate(global_random_seed, dual, max_iter, monkeypatch):
+    """The dual method's iterates are all feasible but their objective need not decrease
+    (L-BFGS-B's first steps can rise above the start): the fit returns the lowest one."""
+    monkeypatch.setattr(snp, "_polish", lambda problem, P, S0, *a, **k: (S0, np.inf, 0, 0.0))
+    p = tiny_problem(global_random_seed, "squared_hinge", n=40, n_pairs=30, rank=5, k=5)
+    res = quiet_fit(p, B=100.0 * p.n_points, max_iter=max_iter, tol=0.0, dual=dual)
+    seen = [res.objective_initial, *res.objective_trace]
+    assert res.objective == pytest.approx(min(seen), rel=1e-9, abs=1e-12)
+    assert np.isclose(res.objective, simplenpkl_objective(p, res.V, 100.0 * p.n_points),
+                      rtol=1e-6)
+
+
 def test_default_B_and_rank(global_random_seed):
     p = tiny_problem(global_random_seed, "linear", n=40, n_pairs=12, rank=None, k=5)
     assert p.rank == 4  # Pataki: 4*5/2 = 10 <= 12 < 15
