@@ -804,6 +804,26 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
         a_k = project(_duals_from_kernel(loss, c.t * _pair_values(V, c), gamma, mu))
         return V, primal(V), a_k
 
+    def refine_dual(V, P, J):
+        """Refine in span(P), keep the lowest refined kernel in ``best``; return (alpha,
+        kernel step) of the refinement's duals if they raise J, else None."""
+        nonlocal best
+        t0 = time.perf_counter()
+        better = None
+        out_r = refine(V, P)
+        if out_r is not None:
+            if best is None or out_r[1] < best[1]:
+                best = out_r[:2]
+            new = solve(out_r[2], P)
+            res.n_eigsolves += 1
+            if new[4] > J:
+                better = out_r[2], new
+        res.polish_seconds += time.perf_counter() - t0
+        return better
+
+    def certified(J):
+        return best is not None and best[1] - J <= np.sqrt(tol) * (abs(best[1]) + 1.0)
+
     def is_slack(V, norm, obj):
         res.capacity_slope = _ray_slope(problem, V, L64 @ V)
         return norm == 0.0 or res.capacity_slope > -1e-9 * (abs(obj) + 1.0)
@@ -879,39 +899,34 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
                 # Alg. 1 stalls on a slack capacity: refine, and stop once certified
                 slack = True
                 refined_at = it
-                t0 = time.perf_counter()
-                out_r = refine(V, P)
-                if out_r is not None:
-                    if best is None or out_r[1] < best[1]:
-                        best = out_r[:2]
-                    new = solve(out_r[2], P)
-                    res.n_eigsolves += 1
-                    if new[4] > J:  # a better dual point: continue Alg. 1 from it
-                        alpha = out_r[2]
-                        sigma, P, V, norm, J, complete = new
-                res.polish_seconds += time.perf_counter() - t0
-                if best is not None and best[1] - J <= np.sqrt(tol) * (abs(best[1]) + 1.0):
+                better = refine_dual(V, P, J)
+                if better is not None:  # a better dual point: continue Alg. 1 from it
+                    alpha, (sigma, P, V, norm, J, complete) = better
+                if certified(J):
                     break
     else:
         # L-BFGS-B on -J over the loss's box; each evaluation is one kernel step at the trial
         # point (positive eigenpairs only: every evaluation may be followed by a step), each
         # accepted point one iteration with the traces, callback and stopping rules of Alg. 1
         trial = {"a": alpha.copy(), "out": (sigma, P, V, norm, J, complete)}
-        acc = {"a": alpha, "out": trial["out"], "obj": obj, "it": 0, "J_check": J,
-               "t": time.perf_counter()}
+        acc = {"a": alpha, "out": trial["out"], "it": 0, "J_check": J, "t": time.perf_counter()}
 
-        def neg_dual(a):
+        def kernel_step_at(a):
+            """The kernel step at a (that of the last evaluation if a is its point)."""
             if not np.array_equal(a, trial["a"]):
                 trial["out"] = solve(a, trial["out"][1], False)
                 trial["a"] = a.copy()
                 res.n_eigsolves += 1
-            g = 1.0 - c.t * _pair_values(trial["out"][2], c) - 2.0 * quad * a
-            return -trial["out"][4], -g
+            return trial["out"]
 
-        def on_iteration(intermediate_result):
-            a = np.array(intermediate_result.x, dtype=np.float64)
-            neg_dual(a)  # the accepted point is the last one evaluated, but check
-            out = trial["out"]
+        def neg_dual(a):
+            out = kernel_step_at(a)
+            return -out[4], -(1.0 - c.t * _pair_values(out[2], c) - 2.0 * quad * a)
+
+        def record(a):
+            """One iteration at the accepted point a: traces, callback, stopping rules."""
+            a = np.array(a, dtype=np.float64)
+            out = kernel_step_at(a)  # the last point evaluated, but check
             a_norm = float(np.linalg.norm(a))
             change = max(_k_change(out[2], acc["out"][2]),
                          float(np.linalg.norm(a - acc["a"])) / a_norm if a_norm > 0 else 0.0)
@@ -920,7 +935,7 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
             t2 = time.perf_counter()
             if obj_a < lowest[1]:
                 lowest[:] = [out[2], obj_a]
-            acc.update(a=a, out=out, obj=obj_a, it=acc["it"] + 1)
+            acc.update(a=a, out=out, it=acc["it"] + 1)
             res.objective_trace.append(obj_a)
             res.change_trace.append(change)
             res.sweep_seconds.append(t1 - acc["t"])
@@ -946,7 +961,8 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
         while True:
             acc["stop"] = None
             optimize.minimize(neg_dual, acc["a"], jac=True, method="L-BFGS-B",
-                              bounds=bounds * c.m, callback=on_iteration,
+                              bounds=bounds * c.m,
+                              callback=lambda intermediate_result: record(intermediate_result.x),
                               options={"maxiter": max_iter - acc["it"],
                                        "maxfun": 2 * (max_iter - acc["it"]) + 10,
                                        "maxcor": _LBFGS_MEMORY, "ftol": 0.0, "gtol": 0.0})
@@ -954,7 +970,7 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
                 # L-BFGS-B stopped before a step (the start satisfies the bounds' KKT
                 # conditions): record the start as the one iteration
                 try:
-                    on_iteration(optimize.OptimizeResult(x=acc["a"]))
+                    record(acc["a"])
                 except StopIteration:
                     pass
             if acc["stop"] != "slack":
@@ -963,26 +979,17 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
             # stop once certified, else go on from the refinement's duals if they are better
             slack = True
             refined_at = acc["it"]
-            t0 = time.perf_counter()
             if not acc["out"][5]:
                 acc["out"] = solve(acc["a"], acc["out"][1])
                 res.n_eigsolves += 1
-            out_r = refine(acc["out"][2], acc["out"][1])
-            if out_r is not None:
-                if best is None or out_r[1] < best[1]:
-                    best = out_r[:2]
-                new = solve(out_r[2], acc["out"][1])
-                res.n_eigsolves += 1
-                if new[4] > acc["out"][4]:
-                    acc.update(a=out_r[2], out=new)
+            better = refine_dual(acc["out"][2], acc["out"][1], acc["out"][4])
+            if better is not None:
+                acc.update(a=better[0], out=better[1])
             trial.update(a=acc["a"].copy(), out=acc["out"])
-            res.polish_seconds += time.perf_counter() - t0
             acc["t"] = time.perf_counter()
-            certified = (best is not None
-                         and best[1] - acc["out"][4] <= np.sqrt(tol) * (abs(best[1]) + 1.0))
-            if certified or acc["it"] >= max_iter:
+            if certified(acc["out"][4]) or acc["it"] >= max_iter:
                 break
-        it, alpha, obj = acc["it"], acc["a"], acc["obj"]
+        it, alpha = acc["it"], acc["a"]
         sigma, P, V, norm, J, complete = acc["out"]
     if not complete:
         # the last kernel step kept only the positive eigenpairs: the refinement works in
@@ -996,16 +1003,9 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
         if not slack:
             slack = is_slack(V, norm, obj)
         if refined_at != it and (slack or obj - J > tol * scale):
-            t0 = time.perf_counter()
-            out_r = refine(V, P)
-            if out_r is not None:
-                if best is None or out_r[1] < best[1]:
-                    best = out_r[:2]
-                new = solve(out_r[2], P)
-                res.n_eigsolves += 1
-                if new[4] > J:
-                    alpha, sigma, J = out_r[2], new[0], new[4]
-            res.polish_seconds += time.perf_counter() - t0
+            better = refine_dual(V, P, J)
+            if better is not None:
+                alpha, sigma, J = better[0], better[1][0], better[1][4]
     if lowest[1] < obj and (best is None or lowest[1] < best[1]):
         V, obj = lowest  # an earlier iterate of the dual method
     elif best is not None and best[1] < obj:
