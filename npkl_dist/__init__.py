@@ -3,7 +3,7 @@
 The core (problem model, graph, numba kernels, solvers) imports neither dask, zarr nor prefect.
 """
 
-from ._bcd import FitResult, fit_bcd, initial_V
+from ._bcd import FitResult, FitSetup, fit_bcd, fit_setup, initial_V
 from ._constraints import Constraints, sample_constraints
 from ._errors import (
     ConstraintError,
@@ -32,6 +32,7 @@ __all__ = [
     "EXACT_KNN_MAX_POINTS", "FitResult", "Graph", "GraphError", "GraphWarning",
     "InputFileError", "LOSSES", "NPKLProblem", "NpklError", "NpklWarning", "PreparedProblem",
     "RANK_CAP", "SweepPlan", "ValidationError", "clustering_metrics", "default_rank", "fit_bcd",
+    "FitSetup", "fit_setup",
     "graph_from_edges", "initial_V", "kernel_kmeans", "knn_graph", "laplacian", "make_plan",
     "objective", "objective_dense", "prepare", "sample_constraints", "__version__",
     "ADMMResult", "admm_objective", "fit_admm", "SimpleNPKLResult", "fit_simplenpkl",

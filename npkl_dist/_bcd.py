@@ -20,7 +20,8 @@ from ._errors import ConvergenceWarning, ValidationError, fmt_value
 from ._plan import SCHEMES, make_plan, prepare, relabel_order
 from ._problem import NPKLProblem
 
-__all__ = ["FitResult", "fit_bcd", "initial_V", "choose_method", "METHODS", "STARTS"]
+__all__ = ["FitResult", "FitSetup", "fit_bcd", "fit_setup", "initial_V", "choose_method",
+           "METHODS", "STARTS"]
 
 
 #: method='auto' picks block solves from this many points on (with a non-linear loss and an
@@ -197,6 +198,143 @@ def choose_method(problem: NPKLProblem, executor=None) -> str:
     return "block" if frac <= AUTO_MAX_CONSTRAINED else "sweeps"
 
 
+def _resolve_method(problem: NPKLProblem, method: str, executor) -> str:
+    """``method`` with 'auto' resolved, checked against the loss and the executor."""
+    if method not in METHODS:
+        raise ValidationError(f"method: {method!r} is not one of {', '.join(METHODS)}")
+    if method == "auto":
+        method = choose_method(problem, executor)
+    if method == "block":
+        from ._blocksolve import check_method_loss
+
+        check_method_loss(problem.loss)
+        if not getattr(executor, "supports_block", False):
+            raise ValidationError(
+                f"method: the {getattr(executor, 'name', type(executor).__name__)} executor "
+                f"does not run block solves; use method='sweeps' with it"
+            )
+    return method
+
+
+def _build(problem: NPKLProblem, method: str, executor, relabel: str, scheme: str, plan):
+    """The set-up of a fit: (method, layout, prepared problem). A sweep fit's layout is its
+    plan (colours and blocks); a block fit's is the U-first order of the plan's locality
+    order, with L permuted once for both."""
+    method = _resolve_method(problem, method, executor)
+    if scheme not in SCHEMES:  # checked here too: a block solve makes no sweep plan
+        raise ValidationError(f"scheme: {scheme!r} is not one of {SCHEMES}")
+    if method == "block":
+        from ._blocksolve import block_layout
+
+        # a block solve needs the plan's locality order only (not its blocks and colours),
+        # and L permuted once into the U-first order
+        order = plan.order if plan is not None else relabel_order(problem, relabel)
+        layout, Lp = block_layout(problem, order, return_matrix=True)
+        prep = prepare(problem, layout, Lp)
+        del Lp
+    else:
+        layout = plan if plan is not None else make_plan(problem, relabel=relabel,
+                                                         scheme=scheme)
+        prep = prepare(problem, layout)
+    return method, layout, prep
+
+
+class FitSetup:
+    """What :func:`fit_bcd` builds before its first sweep, kept for more fits of one graph and
+    one constraint set (:func:`fit_setup`).
+
+    A fit's set-up depends on the Laplacian and the constraint pairs only, not on gamma, the
+    loss's parameters, the rank or the start: the locality order (reverse Cuthill-McKee), the
+    layout (sweeps: blocks and colours; block solves: U-first order and the colours of the
+    constrained rows), L and the pairs in that order, and for in-process block solves the
+    U-block operator, the AMG hierarchy on L_UU and the fit's work arrays. At n = 1e6 that
+    is 3-4 s, about a third of a block fit (bench/RESULTS.md). Passing the setup to
+    ``fit_bcd(..., setup=...)`` skips all of it; the iterates are bitwise those of a fit
+    that builds its own set-up (tests/test_blocksolve.py).
+
+    One setup serves one fit at a time (the work arrays are reused, not copied): fits that
+    share it must run one after another. It holds the permuted graph, the hierarchy and,
+    after a block fit, about eight n x r arrays: drop it when done. The Dask executor reuses
+    the plan and the permuted problem; its workers build their own preconditioners.
+    """
+
+    def __init__(self, problem: NPKLProblem, method: str, layout, prep, executor):
+        self.method = method
+        self.layout = layout
+        self.prep = prep
+        self.n_points = problem.n_points
+        self.dtype = np.dtype(problem.dtype)
+        self._L = problem.L
+        c = problem.constraints
+        self._pairs = (c.i.copy(), c.j.copy(), c.t.copy())
+        self._executor_kind = type(executor)
+        #: in-process block solves: the U-block operator, preconditioners and work arrays
+        self.cache = {} if method == "block" else None
+
+    def _same_graph(self, L) -> bool:
+        if L is self._L:
+            return True
+        a, b = self._L, L
+        if a.shape != b.shape or a.nnz != b.nnz or a.format != b.format \
+                or a.format not in ("csr", "csc"):
+            return a.shape == b.shape and (abs(a - b)).nnz == 0
+        return (np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+                and np.array_equal(a.data, b.data))
+
+    def bind(self, problem: NPKLProblem, method: str, executor, precond: str):
+        """(method, layout, prepared problem) for ``problem``, which must have this setup's
+        graph, constraints and dtype; gamma, the loss and its bound come from ``problem``."""
+        import dataclasses
+
+        from ._plan import LOSS_CODES
+
+        if problem.n_points != self.n_points or np.dtype(problem.dtype) != self.dtype:
+            raise ValidationError(
+                f"setup: made for {self.n_points} points in {self.dtype}, the problem has "
+                f"{problem.n_points} in {np.dtype(problem.dtype)}; make a setup for this "
+                f"problem with fit_setup(problem)")
+        c = problem.constraints
+        if not all(np.array_equal(x, y) for x, y in zip(self._pairs, (c.i, c.j, c.t))):
+            raise ValidationError(
+                "setup: made for other constraint pairs than the problem's (a setup fixes "
+                "the pairs; only gamma, the loss, the rank and the start may change); make a "
+                "setup for this problem with fit_setup(problem)")
+        if not self._same_graph(problem.L):
+            raise ValidationError(
+                "setup: made for another Laplacian than the problem's; make a setup for this "
+                "problem with fit_setup(problem)")
+        resolved = _resolve_method(problem, method, executor)
+        if resolved != self.method:
+            raise ValidationError(
+                f"method: the setup was made for method {self.method!r}, this fit resolves "
+                f"to {resolved!r}; pass method={self.method!r} or make a setup for it")
+        if type(executor) is not self._executor_kind:
+            raise ValidationError(
+                f"executor: the setup was made for a {self._executor_kind.__name__}, this "
+                f"fit runs on a {type(executor).__name__}; make the setup with the fit's "
+                f"executor")
+        prep = dataclasses.replace(self.prep, loss_code=LOSS_CODES[problem.loss],
+                                   gamma=problem.gamma, bound=problem.bound)
+        return self.method, self.layout, prep
+
+
+def fit_setup(problem: NPKLProblem, *, method: str = "auto", executor=None,
+              relabel: str = "rcm", scheme: str = "blocks", plan=None) -> FitSetup:
+    """Build a fit's set-up once, for several :func:`fit_bcd` calls on one graph and one
+    constraint set that differ in gamma, the loss, the rank or the start (what
+    :func:`~npkl_dist.select_gamma` does for each fold's grid). See :class:`FitSetup`.
+
+    ``method``, ``executor``, ``relabel``, ``scheme`` and ``plan`` are those of the fits;
+    ``method='auto'`` is resolved here and each fit must resolve to the same method.
+    """
+    if executor is None:
+        from .executors import InProcessExecutor
+
+        executor = InProcessExecutor()
+    method, layout, prep = _build(problem, method, executor, relabel, scheme, plan)
+    return FitSetup(problem, method, layout, prep, executor)
+
+
 def checkpoint_width(rank: int, method: str, extrapolate: bool = True) -> int:
     """Columns of a BCD checkpoint: V, plus (method 'block' with extrapolation) the previous
     outer step S, L S and the residual R, so that a resumed fit continues bitwise.
@@ -216,7 +354,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
             resume=None, on_sweep=None, method: str = "auto", start: str = "random",
             tol_objective: float | None = None, tol_kkt: float | None = None,
             precond: str = "amg-additive", inner_rtol: float = 0.01, inner_maxiter: int = 1,
-            extrapolate: bool = True, scheme: str = "blocks",
+            extrapolate: bool = True, scheme: str = "blocks", setup: FitSetup | None = None,
             joint: bool = True, trace: bool = True) -> FitResult:
     """Fit an NPKL problem by block coordinate descent.
 
@@ -246,6 +384,11 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         returning ``True`` stops the fit there (not counted as converged).
     plan : SweepPlan, optional
         A plan made earlier for this problem (e.g. read back from a run store).
+    setup : FitSetup, optional
+        The set-up made by :func:`fit_setup` for this graph and these constraint pairs
+        (another gamma, loss, rank or start may be fitted with it): skips relabelling,
+        layout, permutation and, for in-process block solves, the AMG set-up and the work
+        arrays' first touch. ``relabel``, ``scheme`` and ``plan`` are then the setup's.
     resume : (dict, ndarray), optional
         ``(state, V)`` from checkpoints: ``state`` as produced by ``on_sweep`` and V in
         internal order. A resumed fit equals an uninterrupted one bitwise.
@@ -326,34 +469,20 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         from .executors import InProcessExecutor
 
         executor = InProcessExecutor()
-    if method == "auto":
-        method = choose_method(problem, executor)
-    if method == "block":
-        from ._blocksolve import check_method_loss
-
-        check_method_loss(problem.loss)
-        if not getattr(executor, "supports_block", False):
+    if setup is not None:
+        if not isinstance(setup, FitSetup):
             raise ValidationError(
-                f"method: the {getattr(executor, 'name', type(executor).__name__)} executor "
-                f"does not run block solves; use method='sweeps' with it"
-            )
-    rng = np.random.default_rng(problem.seed)
-    if scheme not in SCHEMES:  # checked here too: a block solve makes no sweep plan
-        raise ValidationError(f"scheme: {scheme!r} is not one of {SCHEMES}")
-    if method == "block":
-        from ._blocksolve import block_layout
-
-        # a block solve needs the plan's locality order only (not its blocks and colours),
-        # and L permuted once into the U-first order
-        order = plan.order if plan is not None else relabel_order(problem, relabel)
-        layout, Lp = block_layout(problem, order, return_matrix=True)
-        prep = prepare(problem, layout, Lp)
-        del Lp
+                f"setup: expected a FitSetup from fit_setup(problem), got {fmt_value(setup)}")
+        if plan is not None:
+            raise ValidationError(
+                "plan: pass either plan= or setup= (a FitSetup holds its own plan), not both")
+        method, layout, prep = setup.bind(problem, method, executor, precond)
+        cache = setup.cache
     else:
-        if plan is None:
-            plan = make_plan(problem, relabel=relabel, scheme=scheme)
-        layout = plan
-        prep = prepare(problem, layout)
+        method, layout, prep = _build(problem, method, executor, relabel, scheme, plan)
+        cache = None
+    plan = layout if method == "sweeps" else None
+    rng = np.random.default_rng(problem.seed)
     extra = None
     if resume is not None:
         state, V = resume
@@ -398,8 +527,9 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         result = None
         first = 1
     if method == "block":
+        opts = {"cache": cache} if cache is not None else {}
         session = executor.block_session(prep, layout, V, precond=precond,
-                                         extrapolate=extrapolate)
+                                         extrapolate=extrapolate, **opts)
         if extra is not None:
             session.load_state_arrays(extra)
     else:

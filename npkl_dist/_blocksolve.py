@@ -1087,8 +1087,11 @@ class BlockPart:
     def __init__(self, *, V, n_own, n_free, n_free_halo, base, indptr, indices, data, diag,
                  cptr, cidx, csgn, pmax, colour_rows, unit_ptr, pair_own, pair_other, pair_t,
                  loss_code, gamma, bound, precond="amg-additive", extrapolate=True,
-                 serial=False):
+                 serial=False, cache=None):
         self.K = kernels(serial)
+        # cache (a FitSetup's): what does not depend on gamma, the loss or V's values -- the
+        # U-block operator, the preconditioner, the work arrays -- kept for the next fit
+        self._cache = cache
         self.V = V
         n_loc, r = V.shape
         self.n_own, self.nu, self.base = int(n_own), int(n_free), int(base)
@@ -1098,46 +1101,75 @@ class BlockPart:
         self.pair_own, self.pair_other, self.pair_t = pair_own, pair_other, pair_t
         self.loss_code, self.gamma, self.bound = loss_code, gamma, bound
         nu, nw = self.nu, self.nu + int(n_free_halo)
-        self.A_ptr, self.A_idx, self.A_data = free_operator(indptr, indices, data, nu,
-                                                            self.n_own, int(n_free_halo))
+        self.A_ptr, self.A_idx, self.A_data = self._cached(
+            "operator", lambda: free_operator(indptr, indices, data, nu, self.n_own,
+                                              int(n_free_halo)))
         self.A_diag = np.asarray(diag[:nu], np.float64)
         self.dinv = 1.0 / self.A_diag
         fast = extrapolate and V.dtype == np.float64 and nu > 0
         self.ld_from_cg = bool(LD_FROM_CG) and fast
         self.r_from_step = bool(RESIDUAL_FROM_STEP) and fast
         if self.ld_from_cg:
-            self.uc = constrained_columns(indptr, indices, data, nu, self.n_own,
-                                          int(n_free_halo))
+            self.uc = self._cached("uc", lambda: constrained_columns(
+                indptr, indices, data, nu, self.n_own, int(n_free_halo)))
         self._cg_steps, self._alpha = 0, None
         self._no_q = np.empty((0, V.shape[1]))  # Q and uc of the plain product (unused)
         self._no_uc = (np.zeros(1, np.int64), np.empty(0, np.int64), np.empty(0))
         self.precond_setup(precond, serial)
         self._x_is_v = V.dtype == np.float64  # X: V's own U rows, or a float64 copy
-        self.X = V[:nu] if self._x_is_v else V[:nu].astype(np.float64)
-        self.R = np.empty((nu, r))
-        self.Z = np.zeros((nw, r))  # own rows, then the U halo (for the next direction)
+        if self._x_is_v:
+            self.X = V[:nu]
+        else:
+            self.X = self._buffer("X", (nu, r))
+            self.X[...] = V[:nu]
+        self.R = self._buffer("R", (nu, r))
+        self.Z = self._buffer("Z", (nw, r), zero=True)  # own rows, then the U halo
         # the CG direction: Z itself on a CG iteration's first step (no copy); an array of
         # its own only once a second step needs P and the next Z at once
         self.P, self._P = None, self.Z
-        self.Q = np.empty((nu, r))
-        self.delta2 = np.zeros(self.n_own)
-        self.norm2 = np.zeros(self.n_own)
+        self.Q = self._buffer("Q", (nu, r))
+        self.delta2 = self._buffer("delta2", (self.n_own,), zero=True)
+        self.norm2 = self._buffer("norm2", (self.n_own,), zero=True)
         self.extrapolate = bool(extrapolate)
         self._vprev_is_v = False  # Vprev holds V (the subspace step leaves it so)
         if self.extrapolate:
             # V at the start of the outer iteration (halo rows too); the step D = V - Vprev
             # is formed where it is read, and Vprev's U rows are the block step's start
-            self.Vprev = np.empty((n_loc, r))
-            self.LD = np.empty((self.n_own, r))
+            self.Vprev = self._buffer("Vprev", (n_loc, r))
+            self.LD = self._buffer("LD", (self.n_own, r))
             # the previous outer iteration's whole step (halo rows too) and L times it (own
             # rows), in V's dtype: checkpointed with V so that a resume continues bitwise
-            self.S = np.zeros((n_loc, r), V.dtype)
-            self.LS = np.zeros((self.n_own, r), V.dtype)
+            self.S = self._buffer("S", (n_loc, r), V.dtype, zero=True)
+            self.LS = self._buffer("LS", (self.n_own, r), V.dtype, zero=True)
         else:
-            self.Xold = self.X.copy()
+            self.Xold = self._buffer("Xold", self.X.shape)
+            self.Xold[...] = self.X
+
+    def _cached(self, key, build):
+        """``build()``, or what the cache holds under ``key`` (built once per setup)."""
+        if self._cache is None:
+            return build()
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    def _buffer(self, name, shape, dtype=np.float64, zero=False):
+        """A work array: fresh, or the cache's from the previous fit (its pages already
+        touched: a fresh 128 MB array costs 0.13-0.3 s of page faults in this VM). Its
+        contents are never read before written, or zeroed here (``zero``)."""
+        dtype = np.dtype(dtype)
+        if self._cache is None:
+            return np.zeros(shape, dtype) if zero else np.empty(shape, dtype)
+        key = ("buffer", name)
+        a = self._cache.get(key)
+        if a is None or a.shape != tuple(shape) or a.dtype != dtype:
+            a = self._cache[key] = np.empty(shape, dtype)
+        if zero:
+            a.fill(0)
+        return a
 
     @classmethod
-    def whole(cls, prep, layout, V, precond="amg-additive", extrapolate=True):
+    def whole(cls, prep, layout, V, precond="amg-additive", extrapolate=True, cache=None):
         """The one part of an in-process solve: every row, no halo."""
         n = V.shape[0]
         units = [colour_units(layout, c) for c in range(layout.n_colours)]
@@ -1147,17 +1179,20 @@ class BlockPart:
                    cptr=prep.cptr, cidx=prep.cidx, csgn=prep.csgn, pmax=prep.pmax,
                    colour_rows=rows, unit_ptr=ptrs, pair_own=prep.pi, pair_other=prep.pj,
                    pair_t=prep.pt, loss_code=prep.loss_code, gamma=prep.gamma,
-                   bound=prep.bound, precond=precond, extrapolate=extrapolate)
+                   bound=prep.bound, precond=precond, extrapolate=extrapolate, cache=cache)
 
     def precond_setup(self, precond, serial):
+        self.M = self._cached(("precond", precond, bool(serial)),
+                              lambda: self._make_precond(precond, serial))
+
+    def _make_precond(self, precond, serial):
         nu = self.nu
         if precond.startswith("amg") and nu > 0:
             A = free_matrix(self.A_ptr, self.A_idx, self.A_data, self.A_diag)
-            self.M = AMGPreconditioner(A, serial=serial,
-                                       smooth="jacobi" if precond == "amg" else None,
-                                       additive=precond == "amg-additive")
-        else:
-            self.M = JacobiPreconditioner(self.A_diag, serial=serial)
+            return AMGPreconditioner(A, serial=serial,
+                                     smooth="jacobi" if precond == "amg" else None,
+                                     additive=precond == "amg-additive")
+        return JacobiPreconditioner(self.A_diag, serial=serial)
 
     def _chunks(self, n, width=None):
         n_ch = (n + RB - 1) // RB
@@ -1202,7 +1237,7 @@ class BlockPart:
             return None
         if self._P is self.Z:  # the next Z overwrites this direction: keep it apart
             if self.P is None:
-                self.P = np.empty_like(self.Z)
+                self.P = self._buffer("P", self.Z.shape)
             self.P[...] = self.Z
             self._P = self.P
         return self.pcg_precondition()
@@ -1352,9 +1387,13 @@ class BlockSession:
     n_threads : int
     precond : {'amg-plain', 'amg-additive', 'amg', 'jacobi'}
     extrapolate : bool
+    cache : dict, optional
+        A :class:`~npkl_dist.FitSetup`'s: the U-block operator, the preconditioner and the
+        work arrays are taken from it (and left in it for the next fit of the setup).
     """
 
-    def __init__(self, prep, layout, V, n_threads=1, precond="amg-additive", extrapolate=True):
+    def __init__(self, prep, layout, V, n_threads=1, precond="amg-additive", extrapolate=True,
+                 cache=None):
         check_precond(precond)
         self.prep, self.layout = prep, layout
         self.n_threads = int(n_threads)
@@ -1362,13 +1401,14 @@ class BlockSession:
         self.extrapolate = bool(extrapolate)
         self.cg_iterations = []
         self.steps_taken = []
+        self._cache = cache
         self._threads(self._setup, prep, layout, V, precond)
         self._threads(self._residual)
 
     def _setup(self, prep, layout, V, precond):
         self.V = V
         self.parts = [BlockPart.whole(prep, layout, V, precond=precond,
-                                      extrapolate=self.extrapolate)]
+                                      extrapolate=self.extrapolate, cache=self._cache)]
         self.pair_index = [np.arange(prep.pi.shape[0])]
 
     # -- how parts are called (overridden by the partitioned session) ------------------------

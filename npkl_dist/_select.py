@@ -36,7 +36,9 @@ DEFAULT_GAMMAS = (0.1, 1.0, 10.0, 100.0)
 SCORES = ("clusters", "auc")
 _SOLVERS = ("bcd", "admm", "simplenpkl")
 #: Solver options that belong to one problem and cannot be shared by the folds' fits.
-_PER_PROBLEM_OPTIONS = ("plan", "resume", "on_sweep", "callback")
+_PER_PROBLEM_OPTIONS = ("plan", "resume", "on_sweep", "callback", "setup")
+#: fit_bcd options that shape its set-up (passed on to fit_setup, once per fold).
+_SETUP_OPTIONS = ("method", "executor", "relabel", "scheme")
 #: Mean scores closer than this count as a tie (then the smaller gamma wins).
 TIE_TOL = 1e-12
 #: Up to this many points the score's k-means runs on one thread (see heldout_score).
@@ -173,7 +175,9 @@ def select_gamma(problem, gammas=DEFAULT_GAMMAS, *, folds: int = 3, seed: int = 
 
     Notes
     -----
-    Cost: ``folds * len(gammas)`` fits plus one k-means each. A held-out fold has ``1/folds``
+    Cost: ``folds * len(gammas)`` fits plus one k-means each. With ``solver='bcd'`` the fits
+    of one fold share one set-up (:func:`~npkl_dist.fit_setup`: relabelling, layout, the AMG
+    hierarchy of block solves), built once per fold; the fits are bitwise those without. A held-out fold has ``1/folds``
     of the pairs; the fits of that fold see the rest, so gamma is chosen for a problem with
     ``(folds - 1) / folds`` of the constraints (same gamma per pair, no rescaling).
     """
@@ -211,13 +215,19 @@ def select_gamma(problem, gammas=DEFAULT_GAMMAS, *, folds: int = 3, seed: int = 
         keep[out] = False
         train = Constraints.from_arrays(cons.i[keep], cons.j[keep], cons.t[keep], n,
                                         diagonal=cons.diagonal, warn=False)
+        setup = {}  # BCD: one set-up per fold, shared by the grid's fits (bitwise the same)
         for q, g in enumerate(grid):
             p = NPKLProblem.build(problem.L, train, loss=problem.loss, gamma=g,
                                   rank=problem.rank, bound=problem.bound, seed=problem.seed,
                                   dtype=problem.dtype)
+            if solver == "bcd" and q == 0:
+                from ._bcd import fit_setup
+
+                setup = {"setup": fit_setup(p, **{k: options[k] for k in _SETUP_OPTIONS
+                                                  if k in options})}
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", ConvergenceWarning)
-                V = fit(p, **options).V
+                V = fit(p, **options, **setup).V
             unconverged[f, q] = any(issubclass(w.category, ConvergenceWarning) for w in caught)
             for w in caught:  # pass on everything but the (summarised) convergence warnings
                 if not issubclass(w.category, ConvergenceWarning):

@@ -404,10 +404,12 @@ class DaskExecutor:
     def admm_session(self, prep, V, U, Lam):
         return _DaskADMMSession(self, prep, V, U, Lam)
 
-    def block_session(self, prep, layout, V, precond="amg-additive", extrapolate=True):
+    def block_session(self, prep, layout, V, precond="amg-additive", extrapolate=True,
+                      cache=None):
         """A block-exact BCD fit's state in the workers (``npkl_dist.executors._dask_block``):
         distributed products with halo exchange, PCG with global reductions on the driver
-        and a block-Jacobi preconditioner (``precond`` per block: local AMG or Jacobi)."""
+        and a block-Jacobi preconditioner (``precond`` per block: local AMG or Jacobi).
+        ``cache`` (a FitSetup's) is not used: each fit's workers build their own blocks."""
         from ._dask_block import DaskBlockSession
 
         return DaskBlockSession(self, prep, layout, V, precond=precond,

@@ -173,12 +173,14 @@ class InProcessExecutor:
         """A BCD fit's state on this executor; ``V`` (internal order) is updated in place."""
         return _BCDSession(self, prep, plan, V)
 
-    def block_session(self, prep, layout, V, precond="amg-additive", extrapolate=True):
-        """A block-exact BCD fit's state (``npkl_dist._blocksolve``); V updated in place."""
+    def block_session(self, prep, layout, V, precond="amg-additive", extrapolate=True,
+                      cache=None):
+        """A block-exact BCD fit's state (``npkl_dist._blocksolve``); V updated in place.
+        ``cache``: a FitSetup's (operator, preconditioner and work arrays reused)."""
         from .._blocksolve import BlockSession
 
         return BlockSession(prep, layout, V, self.n_threads, precond=precond,
-                            extrapolate=extrapolate)
+                            extrapolate=extrapolate, cache=cache)
 
     def kkt(self, prep, V) -> float:
         """Scaled KKT residual of V (internal order), see ``npkl_dist._kkt``."""
