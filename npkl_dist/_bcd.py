@@ -198,6 +198,10 @@ def choose_method(problem: NPKLProblem, executor=None) -> str:
     return "block" if frac <= AUTO_MAX_CONSTRAINED else "sweeps"
 
 
+#: key of a FitSetup's cache marking a fit in progress
+_IN_USE = "in use"
+
+
 def _resolve_method(problem: NPKLProblem, method: str, executor) -> str:
     """``method`` with 'auto' resolved, checked against the loss and the executor."""
     if method not in METHODS:
@@ -250,7 +254,7 @@ class FitSetup:
     U-block operator, the AMG hierarchy on L_UU and the fit's work arrays. At n = 1e6 that
     is 3-4 s, about a third of a block fit (bench/RESULTS.md). Passing the setup to
     ``fit_bcd(..., setup=...)`` skips all of it; the iterates are bitwise those of a fit
-    that builds its own set-up (tests/test_blocksolve.py).
+    that builds its own set-up (tests/test_fit_setup.py).
 
     One setup serves one fit at a time (the work arrays are reused, not copied): fits that
     share it must run one after another. It holds the permuted graph, the hierarchy and,
@@ -268,8 +272,9 @@ class FitSetup:
         c = problem.constraints
         self._pairs = (c.i.copy(), c.j.copy(), c.t.copy())
         self._executor_kind = type(executor)
-        #: in-process block solves: the U-block operator, preconditioners and work arrays
-        self.cache = {} if method == "block" else None
+        #: the U-block operator, preconditioners and work arrays of in-process block solves;
+        #: every fit through the setup marks it in use while it runs
+        self.cache = {}
 
     def _same_graph(self, L) -> bool:
         if L is self._L:
@@ -281,7 +286,7 @@ class FitSetup:
         return (np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
                 and np.array_equal(a.data, b.data))
 
-    def bind(self, problem: NPKLProblem, method: str, executor, precond: str):
+    def bind(self, problem: NPKLProblem, method: str, executor):
         """(method, layout, prepared problem) for ``problem``, which must have this setup's
         graph, constraints and dtype; gamma, the loss and its bound come from ``problem``."""
         import dataclasses
@@ -476,7 +481,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         if plan is not None:
             raise ValidationError(
                 "plan: pass either plan= or setup= (a FitSetup holds its own plan), not both")
-        method, layout, prep = setup.bind(problem, method, executor, precond)
+        method, layout, prep = setup.bind(problem, method, executor)
         cache = setup.cache
     else:
         method, layout, prep = _build(problem, method, executor, relabel, scheme, plan)
@@ -526,14 +531,26 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         V = np.ascontiguousarray(V0[layout.order], dtype=problem.dtype)
         result = None
         first = 1
-    if method == "block":
-        opts = {"cache": cache} if cache is not None else {}
-        session = executor.block_session(prep, layout, V, precond=precond,
-                                         extrapolate=extrapolate, **opts)
-        if extra is not None:
-            session.load_state_arrays(extra)
-    else:
-        session = executor.bcd_session(prep, plan, V)
+    if cache is not None:  # the setup's work arrays serve one fit at a time
+        if cache.get(_IN_USE):
+            raise ValidationError(
+                "setup: another fit is running with this setup (its work arrays serve one "
+                "fit at a time); wait for it, or give each concurrent fit its own "
+                "fit_setup(problem)")
+        cache[_IN_USE] = True
+    try:
+        if method == "block":
+            opts = {"cache": cache} if cache is not None else {}
+            session = executor.block_session(prep, layout, V, precond=precond,
+                                             extrapolate=extrapolate, **opts)
+            if extra is not None:
+                session.load_state_arrays(extra)
+        else:
+            session = executor.bcd_session(prep, plan, V)
+    except BaseException:
+        if cache is not None:
+            cache[_IN_USE] = False
+        raise
     use_joint = bool(joint) and problem.loss == "hinge"
     track_kkt = method == "block" or (hasattr(session, "kkt") and (bool(trace) or tol_kkt is not None))
     # the objective after each sweep: always traced, unless trace=False and nothing reads it
@@ -611,6 +628,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
             result.kkt = kkt_residual(prep, V)
     finally:
         session.close()
+        if cache is not None:
+            cache[_IN_USE] = False
     if not result.converged:
         warnings.warn(
             f"bcd: stopped after max_sweeps={max_sweeps} with relative change "

@@ -158,3 +158,23 @@ def test_setup_refuses_another_executor(global_random_seed):
 
     with pytest.raises(ValidationError, match="executor: the setup was made for"):
         fit_bcd(p, setup=setup, method="sweeps", executor=Other(), max_sweeps=1)
+
+
+@pytest.mark.parametrize("method", ["block", "sweeps"])
+def test_one_fit_at_a_time_and_released_after_a_failure(method, global_random_seed):
+    p = sparse_constrained_problem(global_random_seed, "square", n=400, frac=0.05)
+    setup = fit_setup(p, method=method)
+    seen = []
+
+    def nested(state, session):  # a second fit through the setup while the first runs
+        with pytest.raises(ValidationError, match="another fit is running with this setup"):
+            fit_bcd(p, setup=setup, method=method, max_sweeps=1)
+        seen.append(state["sweep"])
+        raise KeyboardInterrupt  # the first fit dies mid-run
+
+    with pytest.raises(KeyboardInterrupt):
+        fit_bcd(p, setup=setup, method=method, max_sweeps=3, tol=0, on_sweep=nested)
+    assert seen == [1]
+    # released: the next fit runs, and equals one without the setup
+    _same(_fit(p, setup=setup, method=method, max_sweeps=3, tol=0),
+          _fit(p, method=method, max_sweeps=3, tol=0))
