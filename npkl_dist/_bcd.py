@@ -283,8 +283,8 @@ class FitSetup:
         if a.shape != b.shape or a.nnz != b.nnz or a.format != b.format \
                 or a.format not in ("csr", "csc"):
             return a.shape == b.shape and (abs(a - b)).nnz == 0
-        return (np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
-                and np.array_equal(a.data, b.data))
+        return all(x is y or np.array_equal(x, y) for x, y in
+                   ((a.indptr, b.indptr), (a.indices, b.indices), (a.data, b.data)))
 
     def bind(self, problem: NPKLProblem, method: str, executor):
         """(method, layout, prepared problem) for ``problem``, which must have this setup's
