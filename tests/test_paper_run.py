@@ -144,3 +144,21 @@ def test_runtime_table_estimates_the_whole_run(tmp_path):
     assert "| iris | 2.0 | 0.3 | KL-ADMM (2 s) | — |" in out
     assert "| wine | 120.0 | 20.0 | k-means (120 s) | KL-ADMM |" in out
     assert "Whole table: about 0.3 h." in out
+
+
+def test_kmeans_restarts_reproduces_the_harness_at_its_restart_count():
+    """The diagnostic learns the kernel exactly as the harness does: at the harness's 10
+    restarts it reports the accuracy run_task records, for npkl methods of each family."""
+    import io
+
+    from bench.paper import kmeans_restarts
+
+    methods = ["BCD-linear", "KL-ADMM", "SimpleNPKL-linear"]
+    recs = {r["method"]: r for r in run.run_task("iris", 0, methods)}
+    out = io.StringIO()
+    rows = kmeans_restarts.run("iris", 1, methods, [10, 30], out=out)
+    for m in methods:
+        assert "error" not in recs[m], recs[m]
+        assert rows[m][0][10][0] == pytest.approx(100.0 * recs[m]["rand_accuracy"], abs=1e-9)
+    table = out.getvalue().splitlines()
+    assert table[0].startswith("| method | reps |") and len(table) == 2 + len(methods)

@@ -65,13 +65,62 @@ def prepare_data(name):
     return X, y, meta
 
 
+def task_inputs(name, rep):
+    """One repetition's data, graph and constraints, as every method of the task sees them:
+    (X, y, meta, L, cons, cons_diag). ``cons_diag`` adds K_ii = 1 (KL-ADMM's protocol)."""
+    import npkl_dist as nk
+
+    X, y, meta = prepare_data(name)
+    graph = nk.knn_graph(X, meta.get("knn", 5), seed=rep, warn=False)
+    cons = nk.sample_constraints(y, seed=rep)
+    cons_diag = nk.sample_constraints(y, seed=rep, diagonal=True)
+    return X, y, meta, graph.laplacian(1e-3), cons, cons_diag
+
+
+def learn_kernel(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec):
+    """Fit one npkl method (a key of BCD_LOSS or CV_METHODS, KL-ADMM or a SimpleNPKL
+    variant) under the protocol; returns its factor V. Iterations (and, for the "-cv"
+    methods, the γ selection) are recorded in ``rec``."""
+    import npkl_dist as nk
+    from bench.paper import peers
+    from npkl_dist._admm import fit_admm
+
+    base = CV_METHODS.get(method, method)
+    if base in BCD_LOSS:
+        p = nk.NPKLProblem.build(L, cons, loss=BCD_LOSS[base], seed=seed)
+        # trace=False: no per-sweep objective/KKT (nothing reads them here; each cost
+        # about a sweep); the iterates are bitwise those of a traced fit
+        opts = {"max_sweeps": 800 if adult else 1000, "tol": 1e-5, "executor": executor,
+                "trace": False}
+        p = _cv_gamma(nk, p, "bcd", opts, k, seed, rec) if method in CV_METHODS else p
+        res = nk.fit_bcd(p, **opts)
+    elif base == "KL-ADMM":
+        p = nk.NPKLProblem.build(L, cons_diag, loss="square", seed=seed)
+        opts = {"max_iter": 100 if adult else 500, "tol": 1e-4, "executor": executor}
+        p = _cv_gamma(nk, p, "admm", opts, k, seed, rec) if method in CV_METHODS else p
+        res = fit_admm(p, **opts)
+    elif method.startswith("SimpleNPKL"):
+        try:
+            from npkl_dist._simplenpkl import fit_simplenpkl
+        except ImportError as exc:
+            raise peers.PeerUnavailable("SimpleNPKL not available") from exc
+        loss = "linear" if method.endswith("linear") else "squared_hinge"
+        p = nk.NPKLProblem.build(L, cons, loss=loss, seed=seed)
+        dual = "alg1" if method.endswith("-alg1") else None  # None: the default
+        res = fit_simplenpkl(p, B=100.0 * n if adult else 100.0, dual=dual)
+    else:
+        raise ValueError(f"learn_kernel: method={method!r} is not an npkl method; "
+                         f"use one of {NPKL_METHODS + EXTRA_METHODS}")
+    rec["iterations"] = res.n_sweeps
+    return res.V
+
+
 def run_task(name, rep, methods):
     """All methods on one repetition of one data set. Returns a list of records."""
     import numba
 
     import npkl_dist as nk
     from bench.paper import peers
-    from npkl_dist._admm import fit_admm
     from npkl_dist.executors import InProcessExecutor
 
     numba.set_num_threads(1)
@@ -82,53 +131,23 @@ def run_task(name, rep, methods):
 
     threadpool_limits(limits=1, user_api="blas")
     warnings.simplefilter("ignore")
-    X, y, meta = prepare_data(name)
+    X, y, meta, L, cons, cons_diag = task_inputs(name, rep)
     n = X.shape[0]
     k = int(np.unique(y).size)
     adult = meta.get("knn", 5) == 50
     seed = rep
-    graph = nk.knn_graph(X, meta.get("knn", 5), seed=seed, warn=False)
-    cons = nk.sample_constraints(y, seed=seed)
-    cons_diag = nk.sample_constraints(y, seed=seed, diagonal=True)
-    L = graph.laplacian(1e-3)
     ex = InProcessExecutor(1)
     records = []
     for method in methods:
         rec = {"dataset": name, "method": method, "rep": rep, "n": n}
         try:
             t0 = time.perf_counter()
-            base = CV_METHODS.get(method, method)
-            if base in BCD_LOSS:
-                p = nk.NPKLProblem.build(L, cons, loss=BCD_LOSS[base], seed=seed)
-                # trace=False: no per-sweep objective/KKT (nothing reads them here; each cost
-                # about a sweep); the iterates are bitwise those of a traced fit
-                opts = {"max_sweeps": 800 if adult else 1000, "tol": 1e-5, "executor": ex,
-                        "trace": False}
-                p = _cv_gamma(nk, p, "bcd", opts, k, seed, rec) if method in CV_METHODS else p
-                res = nk.fit_bcd(p, **opts)
-                V = res.V
-                rec["iterations"] = res.n_sweeps
-            elif base == "KL-ADMM":
-                p = nk.NPKLProblem.build(L, cons_diag, loss="square", seed=seed)
-                opts = {"max_iter": 100 if adult else 500, "tol": 1e-4, "executor": ex}
-                p = _cv_gamma(nk, p, "admm", opts, k, seed, rec) if method in CV_METHODS else p
-                res = fit_admm(p, **opts)
-                V = res.V
-                rec["iterations"] = res.n_sweeps
-            elif method.startswith("SimpleNPKL"):
-                try:
-                    from npkl_dist._simplenpkl import fit_simplenpkl
-                except ImportError as exc:
-                    raise peers.PeerUnavailable("SimpleNPKL not available") from exc
-                loss = "linear" if method.endswith("linear") else "squared_hinge"
-                p = nk.NPKLProblem.build(L, cons, loss=loss, seed=seed)
-                dual = "alg1" if method.endswith("-alg1") else None  # None: the default
-                res = fit_simplenpkl(p, B=100.0 * n if adult else 100.0, dual=dual)
-                V = res.V
-                rec["iterations"] = res.n_sweeps
-            else:
+            if method in PEER_METHODS:
                 V = None
                 labels = peers.PEERS[method](X, k, cons, seed)
+            else:
+                V = learn_kernel(method, L, cons, cons_diag, n=n, k=k, adult=adult,
+                                 seed=seed, executor=ex, rec=rec)
             rec["fit_seconds"] = time.perf_counter() - t0
             if V is not None:
                 labels = nk.kernel_kmeans(V, k, seed=seed)
