@@ -124,10 +124,35 @@ def test_speed_table_compares_with_the_published_cpu_time(tmp_path):
     recs += [_rec("iris", "k-means", 0)]  # no published CPU time: no row
     out = _report_only(tmp_path, recs, ["iris", "soybean"])
     assert "### Fit time against the papers' CPU times" in out
-    assert "| iris | KL-ADMM | 0.02 | 3.44 | 172x | yes | 2 |" in out
-    assert "| soybean | SimpleNPKL-linear | 0.005 | 0.01 | 2x | **no** | 2 |" in out
+    assert "| iris | KL-ADMM | 0.02 | 3.44 | 172x | yes | 2 | AMD EPYC |" in out
+    assert "| soybean | SimpleNPKL-linear | 0.005 | 0.01 | 2x | **no** | 2 | AMD EPYC |" in out
     assert "Met on 1 of 2." in out
     assert "| iris | k-means | 0.1 |" not in out
+
+
+def test_rows_name_the_machine_that_measured_them(tmp_path):
+    """Rows without a machine field are the legacy machine's; a method whose repetitions ran
+    on two machines has its fit time marked and both machines in the fit-time table."""
+    recs = [dict(_rec("iris", "KL-ADMM", 0), fit_seconds=0.02)]  # legacy row
+    recs += [dict(_rec("iris", "KL-ADMM", 1), fit_seconds=0.04,
+                  machine="Intel(R) Xeon(R) Processor, 2 cores")]
+    recs += [dict(_rec("iris", "k-means", r), machine="Intel(R) Xeon(R) Processor, 2 cores")
+             for r in range(2)]
+    out = _report_only(tmp_path, recs, ["iris"])
+    assert ("Rows measured on: Intel(R) Xeon(R) Processor, 2 cores (3 rows); "
+            "AMD EPYC, 2 cores (1 rows).") in out
+    assert "| KL-ADMM | 50.00 ± 0.00 | 0.03 ± 0.014 ‡ | 2 |" in out
+    assert "| k-means | 50.00 ± 0.00 | 0.1 ± 0 | 2 |" in out  # one machine: no mark
+    assert "| iris | KL-ADMM | 0.03 | 3.44 | 115x | yes | 2 | AMD EPYC + Intel Xeon |" in out
+
+
+def test_run_task_records_the_machine(monkeypatch):
+    from bench.paper import report
+
+    monkeypatch.setattr(report, "machine", lambda: "Test CPU, 7 cores")
+    recs = run.run_task("soybean", 0, ["k-means"])
+    assert [r["machine"] for r in recs] == ["Test CPU, 7 cores"]
+    assert report.short_machine("Intel(R) Xeon(R) Processor, 2 cores") == "Intel Xeon"
 
 
 def test_runtime_table_estimates_the_whole_run(tmp_path):

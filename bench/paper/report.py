@@ -32,7 +32,16 @@ def gamma_counts(records):
     return out
 
 
-def _machine():
+#: Every row recorded before rows carried a ``machine`` field (2026-11-23, 15:00 UTC) was
+#: measured on this machine (the CPU and core count every benchmark section of
+#: bench/RESULTS.md up to then names).
+LEGACY_MACHINE = "AMD EPYC, 2 cores"
+
+
+def machine():
+    """This machine as a result row records it: CPU model and core count."""
+    import os
+
     cpu = "unknown CPU"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -41,9 +50,30 @@ def _machine():
                 break
     except OSError:
         pass
-    import os
+    return f"{cpu}, {os.cpu_count()} cores"
 
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+def _machine():
+    return f"{machine()}, Python {platform.python_version()}"
+
+
+def row_machine(r):
+    return r.get("machine", LEGACY_MACHINE)
+
+
+def short_machine(m):
+    """'Intel(R) Xeon(R) Processor, 2 cores' -> 'Intel Xeon'."""
+    cpu = m.split(",")[0].replace("(R)", "").replace("(TM)", "")
+    return " ".join(cpu.split()[:2])
+
+
+def machine_counts(records):
+    """machine -> number of finished result rows it measured."""
+    out = defaultdict(int)
+    for r in records:
+        if "error" not in r:
+            out[row_machine(r)] += 1
+    return dict(out)
 
 
 def aggregate(records):
@@ -64,6 +94,7 @@ def aggregate(records):
             "reps": len(ok),
             "errors": len(rs) - len(ok),
             "error_example": next((r["error"] for r in rs if "error" in r), None),
+            "machines": sorted({row_machine(r) for r in ok}),
         }
     for key, counts in gamma_counts(records).items():
         out[key]["gammas"] = dict(sorted(counts.items()))
@@ -117,13 +148,24 @@ def figure(agg, names, methods, path):
     plt.close(fig)
 
 
-def markdown(agg, names, methods, wall_seconds, reps, command):
+def markdown(agg, names, methods, wall_seconds, reps, command, machines=None):
     pub = _published()
+    machines = machines or {}
+    if machines:
+        measured = ("Rows measured on: " + "; ".join(
+            f"{m} ({c} rows)" for m, c in sorted(machines.items(), key=lambda x: -x[1]))
+            + ". Fit times from different machines are not comparable one to one: where the "
+              "repetitions of a method on a data set ran on more than one machine its fit "
+              "time is marked ‡ and the fit-time comparison names the machines. ")
+    else:
+        measured = ""
     lines = [
         BEGIN,
         "## Replication of the papers' clustering tables",
         "",
-        f"Machine: {_machine()}. Date: {time.strftime('%Y-%m-%d')}. "
+        f"Report written on: {_machine()}. Date: {time.strftime('%Y-%m-%d')}. "
+        + measured
+        + 
         f"Latest invocation: `{command}` "
         + ("(tables only, nothing run). " if wall_seconds is None else
            f"({reps} repetitions, {wall_seconds:.0f} s). ")
@@ -195,6 +237,8 @@ def markdown(agg, names, methods, wall_seconds, reps, command):
             if a["reps"]:
                 acc = f"{a['acc']:.2f} ± {a['acc_std']:.2f}"
                 tt = f"{a['time']:.3g} ± {a['time_std']:.2g}"
+                if len(a.get("machines", ())) > 1:
+                    tt += " ‡"
                 if a["errors"]:
                     acc += f" ({a['errors']} failed)"
                 if m.startswith(NPKL_PREFIXES) and (ours_best is None or a["acc"] > ours_best[1]):
@@ -237,18 +281,20 @@ def speed_table(agg, names, methods, pub):
             if not a or not a["reps"] or not p or p[0] is None:
                 continue
             ratio = p[0] / a["time"] if a["time"] > 0 else float("inf")
+            where = " + ".join(short_machine(x) for x in a.get("machines", ())) or "—"
             rows.append(f"| {name} | {label(m)} | {a['time']:.3g} | {p[0]:.4g} | "
                         f"{ratio:.0f}x | {'yes' if ratio >= SPEEDUP_TARGET else '**no**'} | "
-                        f"{a['reps']} | {p[2]} |")
+                        f"{a['reps']} | {where} | {p[2]} |")
     if not rows:
         return []
     met = sum(r.count("| yes |") for r in rows)
     return ["### Fit time against the papers' CPU times", "",
-            f"Mean fit time per repetition (one thread, this machine) against the CPU time the "
+            f"Mean fit time per repetition (one thread, on the machine named) against the CPU time the "
             f"paper reports for the same method and data set (their machines: see the "
             f"sources); target ≥ {SPEEDUP_TARGET:.0f}x. Met on {met} of {len(rows)}.", "",
-            "| data set | method | ours (s) | published (s) | ratio | ≥ 100x | reps | source |",
-            "|---|---|---|---|---|---|---|---|", *rows, ""]
+            "| data set | method | ours (s) | published (s) | ratio | ≥ 100x | reps | machine | "
+            "source |",
+            "|---|---|---|---|---|---|---|---|---|", *rows, ""]
 
 
 def runtime_table(agg, names, methods, reps=20, workers=2):
@@ -299,7 +345,8 @@ def write_report(records, names, methods, report_path, *, wall_seconds, reps, co
     methods = [m for m in methods if m in seen] + sorted(seen - set(methods))
     agg = aggregate(records)
     figure(agg, names, methods, Path(figure_path or HERE / "accuracy_vs_time.png"))
-    section = markdown(agg, names, methods, wall_seconds, reps, command)
+    section = markdown(agg, names, methods, wall_seconds, reps, command,
+                       machines=machine_counts(records))
     report_path = Path(report_path)
     text = report_path.read_text() if report_path.exists() else "# Benchmark results\n"
     if BEGIN in text and END in text:

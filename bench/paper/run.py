@@ -138,8 +138,11 @@ def run_task(name, rep, methods):
     seed = rep
     ex = InProcessExecutor(1)
     records = []
+    from bench.paper.report import machine
+
+    here = machine()
     for method in methods:
-        rec = {"dataset": name, "method": method, "rep": rep, "n": n}
+        rec = {"dataset": name, "method": method, "rep": rep, "n": n, "machine": here}
         try:
             t0 = time.perf_counter()
             if method in PEER_METHODS:
