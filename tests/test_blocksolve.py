@@ -318,6 +318,89 @@ def test_line_search_finds_the_1d_minimum(loss_code, global_random_seed):
     assert val <= best + 1e-6 * max(1.0, abs(best))
 
 
+def _subspace_instance(rng, m, with_s=True):
+    """A realistic 2-D search: pair coefficients of V + s1 D + s2 S for random factors."""
+    from npkl_dist._blocksolve import _pair_coeffs2
+
+    n, r = 3 * m, 6
+    V = rng.standard_normal((n, r)) * 0.5
+    Vprev = V - 0.1 * rng.standard_normal((n, r))
+    S = 0.1 * rng.standard_normal((n, r)) if with_s else np.zeros((n, r))
+    pi = rng.choice(n, m)
+    pj = (pi + 1 + rng.choice(n - 1, m)) % n
+    pt = rng.choice([-1.0, 1.0], m)
+    C = np.empty((m, 6))
+    _pair_coeffs2(pi.astype(np.int64), pj.astype(np.int64), pt, V, Vprev, S, C)
+    G = rng.standard_normal((2, 2))
+    B = G @ G.T + 0.5 * np.eye(2)
+    if not with_s:
+        B[0, 1] = B[1, 0] = B[1, 1] = 0.0
+    a = rng.standard_normal(2)
+    return a, B, C
+
+
+@pytest.mark.parametrize("loss_code", [1, 2])
+@pytest.mark.parametrize("with_s", [True, False])
+def test_subspace_search_newton_matches_the_derivative_free_reference(loss_code, with_s,
+                                                                      global_random_seed):
+    """The Newton searches (square: polynomial; squared hinge: a pass per step) reach the
+    value of the Nelder-Mead reference, or a lower one (the reference's first stage only
+    looks at s1 >= 0), and only ever return a decrease."""
+    from npkl_dist._blocksolve import _phi_pairs, subspace_search, subspace_search_nelder_mead
+
+    rng = np.random.default_rng(global_random_seed)
+    for _ in range(5):
+        a, B, C = _subspace_instance(rng, 400, with_s)
+        s1, s2, v = subspace_search(a, B, C, 1.0, loss_code)
+        r1, r2, rv = subspace_search_nelder_mead(a, B, C, 1.0, loss_code)
+        assert v <= 0.0
+        if not with_s:
+            assert s2 == 0.0
+        exact = (2 * (a[0] * s1 + a[1] * s2) + B[0, 0] * s1 * s1 + 2 * B[0, 1] * s1 * s2
+                 + B[1, 1] * s2 * s2 + _phi_pairs(C, s1, s2, loss_code))
+        assert v == exact
+        assert v <= rv + 1e-9 * max(1.0, abs(rv))
+
+
+def test_pair_polynomial_and_derivatives_against_direct_sums(global_random_seed):
+    """_pair_gram's quartic equals the pair sum; _pair_derivs' gradient and Hessian equal
+    central differences of it (square loss everywhere; squared hinge where no pair sits on
+    its kink)."""
+    from npkl_dist._blocksolve import _pair_derivs, _pair_gram, _phi_pairs, _poly_phi
+
+    rng = np.random.default_rng(global_random_seed)
+    a, B, C = _subspace_instance(rng, 300)
+    Q = _pair_gram(C)
+    h = 1e-5
+    for s1, s2 in rng.standard_normal((4, 2)) * 0.7:
+        val, g, H = _poly_phi(a, B, Q, 1.0, s1, s2, 2)
+        smooth = 2 * (a[0] * s1 + a[1] * s2) + B[0, 0] * s1 ** 2 + 2 * B[0, 1] * s1 * s2 \
+            + B[1, 1] * s2 ** 2
+        assert val == pytest.approx(smooth + _phi_pairs(C, s1, s2, 2), rel=1e-10, abs=1e-9)
+        for code in (1, 2):
+            def f(x, y):
+                return _pair_derivs(C, x, y, code)[0]
+
+            d = _pair_derivs(C, s1, s2, code)
+            assert d[0] == pytest.approx(_phi_pairs(C, s1, s2, code), rel=1e-12, abs=1e-9)
+            fd_g = [(f(s1 + h, s2) - f(s1 - h, s2)) / (2 * h),
+                    (f(s1, s2 + h) - f(s1, s2 - h)) / (2 * h)]
+            fd_h11 = (f(s1 + h, s2) - 2 * f(s1, s2) + f(s1 - h, s2)) / h ** 2
+            fd_h22 = (f(s1, s2 + h) - 2 * f(s1, s2) + f(s1, s2 - h)) / h ** 2
+            fd_h12 = (f(s1 + h, s2 + h) - f(s1 + h, s2 - h) - f(s1 - h, s2 + h)
+                      + f(s1 - h, s2 - h)) / (4 * h * h)
+            assert d[1:3] == pytest.approx(fd_g, rel=1e-5, abs=1e-5)
+            assert [d[3], d[5], d[4]] == pytest.approx([fd_h11, fd_h22, fd_h12], rel=1e-3,
+                                                       abs=1e-2)
+            if code == 2:  # the polynomial's derivatives are the same sums
+                assert g == pytest.approx([2 * (a[0] + B[0, 0] * s1 + B[0, 1] * s2) + d[1],
+                                           2 * (a[1] + B[0, 1] * s1 + B[1, 1] * s2) + d[2]],
+                                          rel=1e-9, abs=1e-8)
+                assert H == pytest.approx(np.array([[2 * B[0, 0] + d[3], 2 * B[0, 1] + d[4]],
+                                                    [2 * B[0, 1] + d[4], 2 * B[1, 1] + d[5]]]),
+                                          rel=1e-9, abs=1e-8)
+
+
 # --------------------------------------------------------------------------------------------
 # KKT residual against dense references
 # --------------------------------------------------------------------------------------------
