@@ -306,7 +306,7 @@ class _Kernels:
     NAMES = ("_matvec_dot", "_pre_smooth", "_post_smooth", "_csr_mm", "_scale_rows",
              "_cg_update", "_dots", "_jacobi_dots", "_direction", "_neg_residual_rows",
              "_copy_delta", "_direction_LD", "_residual_dots",
-             "_subspace_step", "_save")
+             "_subspace_step", "_save", "_pair_coeffs2")
 
     def __init__(self, serial: bool):
         from ._kernels import pair_terms_serial, serial_variant
@@ -809,13 +809,13 @@ def _subspace_step(V, Vprev, LD, S, LS, s1, s2, part, R, Q, alpha, use_q, dinv, 
             part_g[ch] = g
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, parallel=True)
 def _pair_coeffs2(pi, pj, pt, V, Vprev, S, out):
     """t z along V + s1 D + s2 S (D = V - Vprev) is
     c0 + s1 c1 + s2 c2 + s1^2 c11 + s2^2 c22 + s1 s2 c12; out[:, 0..5] = (c0, c1, c2, c11,
     c22, c12) per pair."""
     r = V.shape[1]
-    for k in range(pi.shape[0]):
+    for k in prange(pi.shape[0]):  # pairs are independent: any thread count, same bits
         i = pi[k]
         j = pj[k]
         c0 = 0.0
@@ -1457,7 +1457,7 @@ class BlockPart:
                            self.V, self.Vprev, self._no_q, self._alpha0(), False, self.LD,
                            self.S, self.LS, pa, pb, part)
         coeffs = np.empty((self.pair_own.shape[0], 6))
-        _pair_coeffs2(self.pair_own, self.pair_other, self.pair_t, self.V, self.Vprev, self.S,
+        K.pair_coeffs2(self.pair_own, self.pair_other, self.pair_t, self.V, self.Vprev, self.S,
                       coeffs)
         return pa, pb, part, coeffs
 
