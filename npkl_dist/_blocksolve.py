@@ -907,7 +907,7 @@ def _damped_newton(fun, dims, max_iter=100):
     """Minimise from s = 0 by Newton steps damped Levenberg-Marquardt style: the shift mu
     makes H + mu I positive definite and grows until the step lowers the value, so every
     accepted step decreases it. Stops when a step no longer changes s (relative 1e-12) or
-    the value."""
+    the value, or when the model predicts a decrease below phi's rounding."""
     s = np.zeros(dims)
     val, g, H = fun(s)
     mu = 0.0
@@ -926,6 +926,11 @@ def _damped_newton(fun, dims, max_iter=100):
             except np.linalg.LinAlgError:
                 d = None
             if d is not None and np.all(np.isfinite(d)):
+                # the quadratic model's decrease; below rounding of phi, stop (a trial pass
+                # would only see rounding noise)
+                pred = -float(g @ d) - 0.5 * float(d @ H @ d)
+                if pred <= 1e-15 * max(abs(val), 1e-300):
+                    break
                 nv, ng, nH = fun(s + d)
                 if nv <= val:
                     accepted = True
