@@ -306,7 +306,7 @@ class _Kernels:
     NAMES = ("_matvec_dot", "_pre_smooth", "_post_smooth", "_csr_mm", "_scale_rows",
              "_cg_update", "_dots", "_jacobi_dots", "_direction", "_neg_residual_rows",
              "_copy_delta", "_direction_LD", "_residual_dots",
-             "_subspace_step", "_save", "_pair_coeffs2")
+             "_subspace_step", "_save", "_pair_coeffs2", "_rows_smooth")
 
     def __init__(self, serial: bool):
         from ._kernels import pair_terms_serial, serial_variant
@@ -647,11 +647,11 @@ def _copy_delta(X, Xold, V, copy, set_old, n2_part, d2_part):
         d2_part[ch] = b
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, parallel=True)
 def _rows_smooth(rows, indptr, indices, data, diag, V, out):
-    """out[q] = v_i'(L V)_i for i = rows[q]."""
+    """out[q] = v_i'(L V)_i for i = rows[q] (rows independent: any thread count, same bits)."""
     r = V.shape[1]
-    for q in range(rows.shape[0]):
+    for q in prange(rows.shape[0]):
         i = rows[q]
         acc = 0.0
         for c in range(r):
@@ -1501,7 +1501,7 @@ class BlockPart:
         V = self.V
         c = np.arange(self.nu, self.n_own, dtype=np.int64)
         sm = np.empty(c.shape[0])
-        _rows_smooth(c, self.indptr, self.indices, self.data, self.diag, V, sm)
+        self.K.rows_smooth(c, self.indptr, self.indices, self.data, self.diag, V, sm)
         pairs = np.empty(self.pair_own.shape[0])
         self.K.pair_terms(self.pair_own, self.pair_other, self.pair_t, V, self.loss_code,
                           pairs)
