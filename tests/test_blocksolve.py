@@ -651,9 +651,10 @@ def test_direction_from_the_cg_step_equals_the_product_with_L(loss, maxiter):
 def test_fit_with_direction_from_cg_follows_the_reference(loss, monkeypatch):
     """Whole fits with and without the fast L D and residual: monotone, and the same
     objectives and KKT residuals after 30 outer iterations. Not bit for bit: L D and R
-    differ in rounding, and the 2-D subspace search (Nelder-Mead, xatol 1e-7 of the step)
-    turns that into step sizes that differ within its tolerance (measured: 1.5e-9 relative
-    in the objective; the hinge's kinks amplify it, 1.2e-6 by outer iteration 18)."""
+    differ in rounding, and the 2-D subspace search (Newton; for the hinge Nelder-Mead,
+    xatol 1e-7 of the step) turns that into step sizes that differ within its tolerance
+    (measured with Nelder-Mead for every loss: 1.5e-9 relative in the objective; the hinge's
+    kinks amplify it, 1.2e-6 by outer iteration 18)."""
     from npkl_dist import _blocksolve as bs
 
     problem = sparse_constrained_problem(5, loss, n=600, rank=4, frac=0.1)
