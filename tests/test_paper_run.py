@@ -150,7 +150,7 @@ def test_run_task_records_the_machine(monkeypatch):
     from bench.paper import report
 
     monkeypatch.setattr(report, "machine", lambda: "Test CPU, 7 cores")
-    recs = run.run_task("soybean", 0, ["k-means"])
+    recs = run.run_task("chessboard", 0, ["k-means"])  # generated: no optional data
     assert [r["machine"] for r in recs] == ["Test CPU, 7 cores"]
     assert report.short_machine("Intel(R) Xeon(R) Processor, 2 cores") == "Intel Xeon"
 
