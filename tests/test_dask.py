@@ -205,3 +205,32 @@ def test_existing_scheduler_address(global_random_seed):
         finally:
             ex.client.close()
     np.testing.assert_array_equal(got.V, ref.V)
+
+
+class _FakeClient:
+    """ncores() empty until wait_for_workers is called (a cluster whose workers are still
+    joining), or always (``never``)."""
+
+    def __init__(self, never=False):
+        self.never, self.waited = never, []
+        self.scheduler = type("S", (), {"address": "tcp://fake:8786"})()
+
+    def ncores(self):
+        return {} if self.never or not self.waited else {"tcp://w2:1": 1, "tcp://w1:1": 1}
+
+    def wait_for_workers(self, n, timeout=None):
+        self.waited.append((n, timeout))
+        if self.never:
+            raise TimeoutError("no workers")
+
+
+def test_worker_addresses_wait_for_a_worker_then_fail_clearly():
+    ex = DaskExecutor.__new__(DaskExecutor)
+    ex.client = _FakeClient()
+    assert ex._worker_addresses(timeout=5) == ["tcp://w1:1", "tcp://w2:1"]
+    assert ex.client.waited == [(1, 5)]
+    ex.client = _FakeClient(never=True)
+    from npkl_dist.executors._dask import WorkerLostError
+
+    with pytest.raises(WorkerLostError, match="has no workers.*5 s"):
+        ex._worker_addresses(timeout=5)

@@ -373,8 +373,26 @@ class DaskExecutor:
         self.close()
 
     # -- helpers -----------------------------------------------------------------------
+    def _worker_addresses(self, timeout: float = 60.0) -> list:
+        """The workers' addresses, asked of the scheduler (``ncores``: not the client's
+        periodically refreshed ``scheduler_info`` cache, which can be momentarily empty).
+        With none connected, waits up to ``timeout`` s for one; then a clear error."""
+        workers = sorted(self.client.ncores())
+        if not workers:
+            try:
+                self.client.wait_for_workers(1, timeout=timeout)
+            except Exception:  # noqa: BLE001 - distributed raises TimeoutError variants
+                pass
+            workers = sorted(self.client.ncores())
+        if not workers:
+            raise WorkerLostError(
+                f"dask: the cluster at {self.client.scheduler.address} has no workers "
+                f"(none joined within {timeout:g} s); start workers, or use the "
+                f"in-process executor")
+        return workers
+
     def _actors(self, specs, make_args, cls=None):
-        workers = list(self.client.scheduler_info()["workers"])
+        workers = self._worker_addresses()
         futs = []
         with self.client.as_current():  # actor handles bind to the current client
             for k, spec in enumerate(specs):
