@@ -216,10 +216,64 @@ def cmd_ritz(args):
             show(f"Ritz step every {every} ({mode} the momentum)", res, f_star)
 
 
+def cmd_anderson(args):
+    """Anderson acceleration (type II, memory m) of the outer iteration, as a fixed-point
+    map V -> step(V), applied from ``on_sweep``; a combination is taken only where it
+    lowers f (so the fit stays monotone)."""
+    P = problem(args.n, args.frac, args.rank)
+    f_star = reference(P, args.ref_iters).objective
+    for extrap in (True, False):
+        show(f"no Anderson (extrapolate={extrap})",
+             fit_bcd(P, method="block", max_sweeps=args.outer, tol=0, extrapolate=extrap),
+             f_star)
+    for m in args.m:
+        for extrap in (True, False):
+            st = {"X": [], "F": [], "acc": 0}
+
+            def aa(state, session):
+                prep, part = session.prep, session.parts[0]
+                V = part.V
+                if "Li" not in st:
+                    st["Li"] = internal_L(prep)
+                    st["prev"] = None
+                Li, pt = st["Li"], prep.pt.astype(np.float64)
+
+                def f(W):
+                    z = pt * np.einsum("kr,kr->k", W[prep.pi], W[prep.pj])
+                    return np.sum(W * (Li @ W)) + prep.gamma * np.sum((1 - z) ** 2)
+
+                x_prev = st["prev"]
+                st["prev"] = V.copy()
+                if x_prev is None:
+                    return
+                Fk = V - x_prev  # g(x_{k-1}) - x_{k-1}
+                st["X"].append(x_prev)
+                st["F"].append(Fk)
+                if len(st["X"]) > m + 1:
+                    st["X"].pop(0)
+                    st["F"].pop(0)
+                if len(st["F"]) < 2:
+                    return
+                dF = [st["F"][i + 1] - st["F"][i] for i in range(len(st["F"]) - 1)]
+                dG = [(st["X"][i + 1] + st["F"][i + 1]) - (st["X"][i] + st["F"][i])
+                      for i in range(len(st["F"]) - 1)]
+                A = np.stack([d.ravel() for d in dF], axis=1)
+                gam, *_ = np.linalg.lstsq(A, Fk.ravel(), rcond=None)
+                Vn = V - sum(g * d for g, d in zip(gam, dG))
+                if f(Vn) < f(V):
+                    st["acc"] += 1
+                    replace_V(session, Vn.astype(V.dtype))
+                    st["prev"] = part.V.copy()
+
+            res = fit_bcd(P, method="block", max_sweeps=args.outer, tol=0, on_sweep=aa,
+                          extrapolate=extrap)
+            show(f"Anderson m={m} (extrapolate={extrap}, {st['acc']} accepted)", res, f_star)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("errors", "rank", "coarse", "ritz"):
+    for name in ("errors", "rank", "coarse", "ritz", "anderson"):
         p = sub.add_parser(name)
         p.add_argument("--n", type=int, default=100_000)
         p.add_argument("--frac", type=float, default=0.01)
@@ -230,12 +284,15 @@ def main(argv=None):
             p.add_argument("--ranks", type=int, nargs="+", default=[8, 9, 12, 16])
         if name == "coarse":
             p.add_argument("--m", type=int, nargs="+", default=[20000, 3000])
+        if name == "anderson":
+            p.add_argument("--m", type=int, nargs="+", default=[3, 6])
         if name == "ritz":
             p.add_argument("--every", type=int, nargs="+", default=[1, 3, 5])
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", ConvergenceWarning)
     t0 = time.perf_counter()
-    {"errors": cmd_errors, "rank": cmd_rank, "coarse": cmd_coarse, "ritz": cmd_ritz}[
+    {"errors": cmd_errors, "rank": cmd_rank, "coarse": cmd_coarse, "ritz": cmd_ritz,
+     "anderson": cmd_anderson}[
         args.cmd](args)
     print(f"wall {time.perf_counter() - t0:.0f} s")
 
