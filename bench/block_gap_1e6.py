@@ -10,6 +10,9 @@ reference run made here with ``--f-star 0``. Then a few plain sweeps give the ti
 sweep: sweep-equivalents = the solver's time to the gap / the median plain sweep.
 Repeats ``--runs`` times and prints every run and the medians.
 
+``--dtype float32``: V, L and the work arrays in single precision (the sums stay in float64);
+the plain sweeps then run in float32 too.
+
 ``--reuse-setup``: the fits share one ``fit_setup`` (as select_gamma's grid does on one fold):
 a first fit through it builds the AMG hierarchy and touches the work arrays, and the timed
 fits (the second and later on this graph and these constraints) skip that set-up.
@@ -44,6 +47,8 @@ def main(argv=None):
     ap.add_argument("--sweeps", type=int, default=7, help="plain sweeps timed")
     ap.add_argument("--reuse-setup", action="store_true",
                     help="time fits that share one fit_setup (after a first fit through it)")
+    ap.add_argument("--dtype", default="float64", choices=["float64", "float32"],
+                    help="the problem's dtype (V, L and the work arrays; sums in float64)")
     ap.add_argument("--precond", default=None, help="block preconditioner (default: the "
                     "library's)")
     args = ap.parse_args(argv)
@@ -51,7 +56,7 @@ def main(argv=None):
     S, y, _ = graph_for(args.n)
     L = npkl_dist.laplacian(S, 1e-3)
     C = constraints_for(y, "0.01")
-    P = NPKLProblem.build(L, C, loss="square", gamma=1.0, rank=16, seed=0)
+    P = NPKLProblem.build(L, C, loss="square", gamma=1.0, rank=16, seed=0, dtype=args.dtype)
     ex = npkl_dist.executors.InProcessExecutor(args.threads)
     fit_bcd(P, method="auto", max_sweeps=1, tol=0, executor=ex)  # compile
     f_star = args.f_star
