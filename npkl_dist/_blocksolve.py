@@ -949,19 +949,34 @@ def _damped_newton(fun, dims, max_iter=100):
 
 
 @njit(nogil=True, cache=True)
-def _pair_gram(C):
-    """The square loss's pair sum as a polynomial in s, from one pass over the pairs (fixed
-    order): sum (1 - z)^2 = m' Q m with m = (1, s1, s2, s1^2, s2^2, s1 s2), Q = sum p p' and
-    p = (1 - c0, -c1, -c2, -c11, -c22, -c12). Returns the 6 x 6 Q."""
-    Q = np.zeros((6, 6))
+def _pair_gram_rows(C, start, stop, Q):
+    """Q (upper triangle) += sum of p p' over pairs start..stop-1 (see :func:`_pair_gram`)."""
     p = np.empty(6)
-    for k in range(C.shape[0]):
+    for k in range(start, stop):
         p[0] = 1.0 - C[k, 0]
         for q in range(1, 6):
             p[q] = -C[k, q]
         for u in range(6):
             for v in range(u, 6):
                 Q[u, v] += p[u] * p[v]
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _pair_gram(C):
+    """The square loss's pair sum as a polynomial in s, from one pass over the pairs: sum
+    (1 - z)^2 = m' Q m with m = (1, s1, s2, s1^2, s2^2, s1 s2), Q = sum p p' and
+    p = (1 - c0, -c1, -c2, -c11, -c22, -c12). Returns the 6 x 6 Q. Blocks of SUM_BLOCK
+    pairs on numba's threads, added in block order (the same bits for any thread count)."""
+    m = C.shape[0]
+    nb = (m + SUM_BLOCK - 1) // SUM_BLOCK
+    part = np.zeros((nb, 6, 6))
+    for b in prange(nb):
+        _pair_gram_rows(C, b * SUM_BLOCK, min((b + 1) * SUM_BLOCK, m), part[b])
+    Q = np.zeros((6, 6))
+    for b in range(nb):
+        for u in range(6):
+            for v in range(u, 6):
+                Q[u, v] += part[b, u, v]
     for u in range(6):
         for v in range(u):
             Q[u, v] = Q[v, u]
@@ -984,17 +999,15 @@ def _poly_phi(a, B, Q, gamma, s1, s2, dims):
 
 
 @njit(nogil=True, cache=True)
-def _pair_derivs(C, s1, s2, loss_code):
-    """sum over pairs of loss(z(s)) - loss(z(0)) with its gradient and Hessian in s, for
-    the squared hinge (``loss_code`` 1; generalised Hessian: the active pairs') or the square
-    loss (2). Returns (f, g1, g2, h11, h12, h22)."""
+def _pair_derivs_rows(C, s1, s2, loss_code, start, stop, out):
+    """out[0..5] = (f, g1, g2, h11, h12, h22) summed over pairs start..stop-1."""
     f = 0.0
     g1 = 0.0
     g2 = 0.0
     h11 = 0.0
     h12 = 0.0
     h22 = 0.0
-    for k in range(C.shape[0]):
+    for k in range(start, stop):
         z0 = C[k, 0]
         c11 = C[k, 3]
         c22 = C[k, 4]
@@ -1022,7 +1035,31 @@ def _pair_derivs(C, s1, s2, loss_code):
         h11 += l2 * z1 * z1 + 2.0 * l1 * c11
         h22 += l2 * z2 * z2 + 2.0 * l1 * c22
         h12 += l2 * z1 * z2 + l1 * c12
-    return f, g1, g2, h11, h12, h22
+    out[0] = f
+    out[1] = g1
+    out[2] = g2
+    out[3] = h11
+    out[4] = h12
+    out[5] = h22
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _pair_derivs(C, s1, s2, loss_code):
+    """sum over pairs of loss(z(s)) - loss(z(0)) with its gradient and Hessian in s, for
+    the squared hinge (``loss_code`` 1; generalised Hessian: the active pairs') or the square
+    loss (2). Returns (f, g1, g2, h11, h12, h22). Blocks of SUM_BLOCK pairs on numba's
+    threads, added in block order (the same bits for any thread count)."""
+    m = C.shape[0]
+    nb = (m + SUM_BLOCK - 1) // SUM_BLOCK
+    part = np.zeros((nb, 6))
+    for b in prange(nb):
+        _pair_derivs_rows(C, s1, s2, loss_code, b * SUM_BLOCK, min((b + 1) * SUM_BLOCK, m),
+                          part[b])
+    t = np.zeros(6)
+    for b in range(nb):
+        for q in range(6):
+            t[q] += part[b, q]
+    return t[0], t[1], t[2], t[3], t[4], t[5]
 
 
 def subspace_search_nelder_mead(a, B, C, gamma, loss_code):
@@ -1069,10 +1106,10 @@ def _save(V, Vprev):
 
 
 @njit(nogil=True, cache=True)
-def _phi_pairs(C, s1, s2, loss_code):
-    """sum over pairs of loss(z(s)) - loss(z(0)), z(s) from the coefficient rows of C."""
+def _phi_pair_rows(C, s1, s2, loss_code, start, stop):
+    """sum over pairs start..stop-1 of loss(z(s)) - loss(z(0)) (in pair order)."""
     tot = 0.0
-    for k in range(C.shape[0]):
+    for k in range(start, stop):
         z0 = C[k, 0]
         z = (z0 + s1 * (C[k, 1] + s1 * C[k, 3]) + s2 * (C[k, 2] + s2 * C[k, 4])
              + s1 * s2 * C[k, 5])
@@ -1086,6 +1123,24 @@ def _phi_pairs(C, s1, s2, loss_code):
             tot += (1.0 - z) * (1.0 - z) - (1.0 - z0) * (1.0 - z0)
         else:
             tot += z0 - z
+    return tot
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _phi_pairs(C, s1, s2, loss_code):
+    """sum over pairs of loss(z(s)) - loss(z(0)), z(s) from the coefficient rows of C.
+
+    Fixed blocks of SUM_BLOCK pairs run on numba's threads; their partial sums are added in
+    block order, so the value does not depend on the thread count."""
+    m = C.shape[0]
+    nb = (m + SUM_BLOCK - 1) // SUM_BLOCK
+    part = np.zeros(nb)
+    for b in prange(nb):
+        part[b] = _phi_pair_rows(C, s1, s2, loss_code, b * SUM_BLOCK,
+                                 min((b + 1) * SUM_BLOCK, m))
+    tot = 0.0
+    for b in range(nb):
+        tot += part[b]
     return tot
 
 

@@ -362,6 +362,52 @@ def test_subspace_search_newton_matches_the_derivative_free_reference(loss_code,
         assert v <= rv + 1e-9 * max(1.0, abs(rv))
 
 
+def test_pair_passes_are_thread_count_independent_and_equal_direct_sums(global_random_seed):
+    """The search's passes over the pairs (_phi_pairs, _pair_derivs, _pair_gram) run in
+    blocks on numba's threads: the same bits with one thread and with several, and the
+    numpy sums of the same per-pair terms to rounding. 5,000 pairs: several blocks."""
+    import numba
+
+    from npkl_dist._blocksolve import _pair_derivs, _pair_gram, _phi_pairs
+
+    rng = np.random.default_rng(global_random_seed)
+    _, _, C = _subspace_instance(rng, 5000)
+    s1, s2 = rng.standard_normal(2) * 0.7
+    z0 = C[:, 0]
+    z = z0 + s1 * C[:, 1] + s2 * C[:, 2] + s1 ** 2 * C[:, 3] + s2 ** 2 * C[:, 4] \
+        + s1 * s2 * C[:, 5]
+    z1 = C[:, 1] + 2 * s1 * C[:, 3] + s2 * C[:, 5]
+    z2 = C[:, 2] + 2 * s2 * C[:, 4] + s1 * C[:, 5]
+    losses = {0: lambda x: np.maximum(1 - x, 0), 1: lambda x: np.maximum(1 - x, 0) ** 2,
+              2: lambda x: (1 - x) ** 2, 3: lambda x: -x}
+    P = np.column_stack([1 - z0, -C[:, 1:]])
+    previous = numba.get_num_threads()
+    results = []
+    try:
+        for threads in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
+            numba.set_num_threads(threads)
+            results.append(([_phi_pairs(C, s1, s2, code) for code in range(4)],
+                            [_pair_derivs(C, s1, s2, code) for code in (1, 2)],
+                            _pair_gram(C)))
+    finally:
+        numba.set_num_threads(previous)
+    phis, derivs, Q = results[0]
+    for other in results[1:]:
+        assert other[0] == phis and other[1] == derivs
+        assert np.array_equal(other[2], Q)
+    for code in range(4):
+        direct = float(np.sum(losses[code](z) - losses[code](z0)))
+        assert phis[code] == pytest.approx(direct, rel=1e-12, abs=1e-9)
+    for d, code in zip(derivs, (1, 2)):
+        e = np.maximum(1 - z, 0) if code == 1 else 1 - z
+        l1, l2 = -2 * e, (e > 0) * 2.0 if code == 1 else np.full_like(z, 2.0)
+        want = [np.sum(losses[code](z) - losses[code](z0)), np.sum(l1 * z1), np.sum(l1 * z2),
+                np.sum(l2 * z1 * z1 + 2 * l1 * C[:, 3]), np.sum(l2 * z1 * z2 + l1 * C[:, 5]),
+                np.sum(l2 * z2 * z2 + 2 * l1 * C[:, 4])]
+        assert list(d) == pytest.approx(want, rel=1e-11, abs=1e-8)
+    assert Q == pytest.approx(P.T @ P, rel=1e-12, abs=1e-9)
+
+
 def test_pair_polynomial_and_derivatives_against_direct_sums(global_random_seed):
     """_pair_gram's quartic equals the pair sum; _pair_derivs' gradient and Hessian equal
     central differences of it (square loss everywhere; squared hinge where no pair sits on
