@@ -857,8 +857,11 @@ def subspace_search(a, B, C, gamma, loss_code):
     - square loss: the pair sum is a quartic polynomial in s, whose coefficients one pass
       over the pairs gives (:func:`_pair_gram`); Newton then costs nothing per step;
     - squared hinge: each Newton step is one pass (:func:`_pair_derivs`);
-    - hinge (not differentiable) and linear loss (not solved by block solves; kept for
-      completeness): :func:`subspace_search_nelder_mead`.
+    - hinge (not differentiable): :func:`subspace_search_nelder_mead` with its trials
+      evaluated on a box around the line search's point (:class:`BoxedPairSum`: the pairs
+      that cannot cross their kink inside the box are summed into one quadratic once);
+    - linear loss (not solved by block solves; kept for completeness): the plain
+      :func:`subspace_search_nelder_mead`.
 
     Either way the returned step's phi is evaluated exactly, pair by pair (:func:`_phi_pairs`),
     and only a decrease is accepted, so the fit stays monotone. At the papers' protocol
@@ -867,7 +870,7 @@ def subspace_search(a, B, C, gamma, loss_code):
     With S = 0 (the first outer iteration, or after a restart) the search is along D only.
     """
     if loss_code not in (1, 2):
-        return subspace_search_nelder_mead(a, B, C, gamma, loss_code)
+        return subspace_search_nelder_mead(a, B, C, gamma, loss_code, boxed=loss_code == 0)
     C = np.ascontiguousarray(C, dtype=np.float64)
     a = np.asarray(a, dtype=np.float64)
     B = np.asarray(B, dtype=np.float64)
@@ -1062,31 +1065,55 @@ def _pair_derivs(C, s1, s2, loss_code):
     return t[0], t[1], t[2], t[3], t[4], t[5]
 
 
-def subspace_search_nelder_mead(a, B, C, gamma, loss_code):
+def subspace_search_nelder_mead(a, B, C, gamma, loss_code, boxed=False):
     """argmin over (s1, s2) of  phi(s) = 2 a's + s'Bs + gamma sum [loss(z(s)) - loss(z(0))],
     z(s) = c0 + s1 c1 + s2 c2 + s1^2 c11 + s2^2 c22 + s1 s2 c12 (C's columns), starting from
     the exact line search along the first direction. Returns (s1, s2, phi) with phi < 0, or
     zeros when nothing decreases the objective.
 
     Derivative-free (a line search, then Nelder-Mead; each trial a pass over the pairs, about
-    150-220 of them per call): the hinge's path, and the slow reference of
-    :func:`subspace_search`'s Newton solvers."""
+    150-350 of them per call): the hinge's path, and the slow reference of
+    :func:`subspace_search`'s Newton solvers.
+
+    ``boxed`` (the hinge): the line search's bracket and Nelder-Mead's trials near the line
+    search's point are evaluated by :class:`BoxedPairSum`, which visits only the pairs that
+    may cross their kink there (the same function up to rounding); the returned phi is the
+    exact pass over every pair, and only a decrease is returned.
+    """
     from scipy.optimize import minimize
 
     C = np.ascontiguousarray(C)
     base = _loss_sum(C[:, 0], loss_code)
 
+    def smooth(s1, s2):
+        return (2.0 * (a[0] * s1 + a[1] * s2) + B[0, 0] * s1 * s1 + 2.0 * B[0, 1] * s1 * s2
+                + B[1, 1] * s2 * s2)
+
     def phi(s):
         s1, s2 = float(s[0]), float(s[1])
-        return (2.0 * (a[0] * s1 + a[1] * s2) + B[0, 0] * s1 * s1 + 2.0 * B[0, 1] * s1 * s2
-                + B[1, 1] * s2 * s2 + gamma * _phi_pairs(C, s1, s2, loss_code))
+        return smooth(s1, s2) + gamma * _phi_pairs(C, s1, s2, loss_code)
+
+    def on_box(centre, half):
+        box = BoxedPairSum(C, centre, half)
+
+        def phi_box(s):
+            s1, s2 = float(s[0]), float(s[1])
+            return smooth(s1, s2) + gamma * box(s1, s2)
+        return phi_box
+
+    bracket = None
+    if boxed:
+        def bracket(lo, hi):
+            f = on_box((0.5 * (lo + hi), 0.0), (0.5 * (hi - lo), 0.0))
+            return lambda t: f((t, 0.0))
 
     s1, v1 = line_search(a[0], B[0, 0], C[:, 0], C[:, 1], C[:, 3], gamma, loss_code,
-                         base=base, phi=lambda t: phi((t, 0.0)))
+                         base=base, phi=lambda t: phi((t, 0.0)), bracket_phi=bracket)
     best = (s1, 0.0, v1)
     if B[1, 1] > 0:
         scale = max(abs(s1), 1e-3)
-        res = minimize(phi, np.array([s1, 0.0]), method="Nelder-Mead",
+        trial = on_box((s1, 0.0), (2.0 * scale, 2.0 * scale)) if boxed else phi
+        res = minimize(trial, np.array([s1, 0.0]), method="Nelder-Mead",
                        options={"xatol": 1e-7 * scale, "fatol": 1e-15 * max(1.0, abs(base)),
                                 "maxiter": 600, "initial_simplex": np.array(
                                     [[s1, 0.0], [s1 + 0.5 * scale, 0.0],
@@ -1094,7 +1121,54 @@ def subspace_search_nelder_mead(a, B, C, gamma, loss_code):
         v = phi(res.x)
         if v < best[2]:
             best = (float(res.x[0]), float(res.x[1]), v)
+    if boxed and best[2] < 0.0:  # the line search's value came from the box: exact now
+        best = (best[0], best[1], phi((best[0], best[1])))
     return best if best[2] < 0.0 else (0.0, 0.0, 0.0)
+
+
+class BoxedPairSum:
+    """The hinge's pair sum  sum_k max(1 - z_k(s), 0) - max(1 - z_k(0), 0)  for s in a box
+    |s1 - c1| <= h1, |s2 - c2| <= h2, visiting only the pairs that may cross their kink there.
+
+    z_k(s) = z_k(c) + grad z_k(c)'u + c11 u1^2 + c22 u2^2 + c12 u1 u2 (u = s - c), so over the
+    box |z_k(s) - z_k(c)| <= |dz1| h1 + |dz2| h2 + |c11| h1^2 + |c22| h2^2 + |c12| h1 h2 =: b_k.
+    Pairs with z_k(c) - b_k > 1 are inactive everywhere in the box (they add the constant
+    -h0_k); pairs with z_k(c) + b_k < 1 are active everywhere (they add 1 - z_k(s) - h0_k, a
+    quadratic in s whose six coefficients are summed once). The rest are evaluated pair by
+    pair at every call. Outside the box every pair is (:func:`_phi_pairs`). The classification
+    keeps a relative margin of 1e-12, so rounding can only move a pair to the exact list.
+    """
+
+    def __init__(self, C, centre, half):
+        C = np.ascontiguousarray(C, dtype=np.float64)
+        self.C = C
+        c1, c2 = float(centre[0]), float(centre[1])
+        h1, h2 = abs(float(half[0])), abs(float(half[1]))
+        self.lo = (c1 - h1, c2 - h2)
+        self.hi = (c1 + h1, c2 + h2)
+        z0 = C[:, 0]
+        zc = z0 + c1 * (C[:, 1] + c1 * C[:, 3]) + c2 * (C[:, 2] + c2 * C[:, 4]) \
+            + c1 * c2 * C[:, 5]
+        d1 = C[:, 1] + 2.0 * c1 * C[:, 3] + c2 * C[:, 5]
+        d2 = C[:, 2] + 2.0 * c2 * C[:, 4] + c1 * C[:, 5]
+        b = (np.abs(d1) * h1 + np.abs(d2) * h2 + np.abs(C[:, 3]) * h1 * h1
+             + np.abs(C[:, 4]) * h2 * h2 + np.abs(C[:, 5]) * h1 * h2)
+        b = b + 1e-12 * (np.abs(zc) + b + 1.0)
+        off = zc - b > 1.0
+        on = zc + b < 1.0
+        h0 = np.maximum(1.0 - z0, 0.0)
+        Con = C[on]
+        # active pairs: sum (1 - z(s)) - h0 = k0 - s1 k1 - s2 k2 - s1^2 k11 - s2^2 k22 - s1 s2 k12
+        self.k = (float(np.sum(1.0 - Con[:, 0] - h0[on])) - float(np.sum(h0[off])),) \
+            + tuple(float(x) for x in Con[:, 1:].sum(axis=0))
+        self.rest = np.ascontiguousarray(C[~(on | off)])
+
+    def __call__(self, s1, s2):
+        if not (self.lo[0] <= s1 <= self.hi[0] and self.lo[1] <= s2 <= self.hi[1]):
+            return _phi_pairs(self.C, s1, s2, 0)
+        k0, k1, k2, k11, k22, k12 = self.k
+        return (k0 - s1 * (k1 + s1 * k11) - s2 * (k2 + s2 * k22) - s1 * s2 * k12
+                + _phi_pairs(self.rest, s1, s2, 0))
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -1154,12 +1228,14 @@ def _loss_sum(z, loss_code):
     return float(-z.sum())
 
 
-def line_search(a, b, c0, c1, c2, gamma, loss_code, base=None, phi=None):
+def line_search(a, b, c0, c1, c2, gamma, loss_code, base=None, phi=None, bracket_phi=None):
     """argmin over s >= 0 of  phi(s) = 2 s a + s^2 b + gamma sum loss(c0 + s c1 + s^2 c2)
     minus phi(0); returns (s, phi(s) - phi(0)) with s = 0 when nothing decreases.
 
     phi is exact (the smooth part is the quadratic <V+sD, L(V+sD)>), so accepting only
-    decreases keeps the objective monotone.
+    decreases keeps the objective monotone. ``bracket_phi(lo, hi)``, if given, returns the
+    function the bounded search evaluates inside the bracket [lo, hi] (the same phi, cheaper
+    there: :class:`BoxedPairSum`).
     """
     from scipy.optimize import minimize_scalar
 
@@ -1181,7 +1257,8 @@ def line_search(a, b, c0, c1, c2, gamma, loss_code, base=None, phi=None):
     k = int(np.argmin(vals))
     lo_b = grid[k - 1] if k > 0 else 0.0
     hi_b = grid[k + 1] if k + 1 < grid.shape[0] else hi
-    res = minimize_scalar(phi, bounds=(lo_b, hi_b), method="bounded",
+    inner = phi if bracket_phi is None else bracket_phi(lo_b, hi_b)
+    res = minimize_scalar(inner, bounds=(lo_b, hi_b), method="bounded",
                           options={"xatol": 1e-6 * hi_b})
     s, v = (float(res.x), float(res.fun)) if res.fun < vals[k] else (float(grid[k]),
                                                                        float(vals[k]))

@@ -408,6 +408,43 @@ def test_pair_passes_are_thread_count_independent_and_equal_direct_sums(global_r
     assert Q == pytest.approx(P.T @ P, rel=1e-12, abs=1e-9)
 
 
+def test_boxed_hinge_pair_sum_equals_the_full_pass(global_random_seed):
+    """BoxedPairSum (the hinge search's trials near its line-search point) equals the pass
+    over every pair inside its box and outside it, with pairs sitting on their kink; it
+    visits fewer pairs than all."""
+    from npkl_dist._blocksolve import BoxedPairSum, _phi_pairs
+
+    rng = np.random.default_rng(global_random_seed)
+    _, _, C = _subspace_instance(rng, 3000)
+    C[rng.choice(3000, 400, replace=False), 0] = 1.0  # on the kink at s = 0
+    centre, half = (0.3, 0.05), (0.2, 0.1)
+    box = BoxedPairSum(C, centre, half)
+    assert box.rest.shape[0] < C.shape[0]
+    inside = np.column_stack([rng.uniform(0.1, 0.5, 25), rng.uniform(-0.05, 0.15, 25)])
+    outside = np.column_stack([rng.uniform(0.6, 2.0, 10), rng.uniform(-1.0, 1.0, 10)])
+    for s1, s2 in np.vstack([inside, outside, [[0.1, -0.05], [0.5, 0.15], centre]]):
+        assert box(s1, s2) == pytest.approx(_phi_pairs(C, s1, s2, 0), rel=1e-12, abs=1e-9)
+
+
+@pytest.mark.parametrize("with_s", [True, False])
+def test_hinge_search_on_the_box_matches_the_reference(with_s, global_random_seed):
+    """The hinge's search (Nelder-Mead on the boxed pair sums) reaches the plain reference's
+    value, returns the exact value of its step and only a decrease."""
+    from npkl_dist._blocksolve import _phi_pairs, subspace_search, subspace_search_nelder_mead
+
+    rng = np.random.default_rng(global_random_seed)
+    for _ in range(4):
+        a, B, C = _subspace_instance(rng, 1500, with_s)
+        C[rng.choice(1500, 200, replace=False), 0] = 1.0
+        s1, s2, v = subspace_search(a, B, C, 1.0, 0)
+        r1, r2, rv = subspace_search_nelder_mead(a, B, C, 1.0, 0)
+        assert v <= 0.0
+        exact = (2 * (a[0] * s1 + a[1] * s2) + B[0, 0] * s1 * s1 + 2 * B[0, 1] * s1 * s2
+                 + B[1, 1] * s2 * s2 + _phi_pairs(C, s1, s2, 0))
+        assert v == exact
+        assert v == pytest.approx(rv, rel=1e-9, abs=1e-9)
+
+
 def test_pair_polynomial_and_derivatives_against_direct_sums(global_random_seed):
     """_pair_gram's quartic equals the pair sum; _pair_derivs' gradient and Hessian equal
     central differences of it (square loss everywhere; squared hinge where no pair sits on
