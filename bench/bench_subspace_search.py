@@ -9,7 +9,9 @@ derivatives (square loss: a quartic whose coefficients take one pass over the pa
 squared hinge: one pass per step); the reference, ``subspace_search_nelder_mead``, is the
 line search plus Nelder-Mead that the block method used before (150-220 passes over the
 pairs per outer iteration). With 1.2 pairs per point (the papers' protocol) the passes cost
-about a sweep's worth of time.
+about a sweep's worth of time. For the hinge both are Nelder-Mead: the default evaluates the
+line search's bracket and the trials near its point on a box (``BoxedPairSum``: only the
+pairs that may cross their kink there, pair by pair), the reference every pair per trial.
 
 Problem: bench_block's (10-cluster mixture in 8-D, kNN k = 10, delta = 1e-3, r = 16,
 gamma = 1). Per case: f* from a long block fit (KKT < 1e-9 or 400 outer iterations), then
