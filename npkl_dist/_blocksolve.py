@@ -1110,6 +1110,7 @@ def subspace_search_nelder_mead(a, B, C, gamma, loss_code, boxed=False):
     s1, v1 = line_search(a[0], B[0, 0], C[:, 0], C[:, 1], C[:, 3], gamma, loss_code,
                          base=base, phi=lambda t: phi((t, 0.0)), bracket_phi=bracket)
     best = (s1, 0.0, v1)
+    exact = not boxed  # whether best's value is the pass over every pair
     if B[1, 1] > 0:
         scale = max(abs(s1), 1e-3)
         trial = on_box((s1, 0.0), (2.0 * scale, 2.0 * scale)) if boxed else phi
@@ -1120,8 +1121,8 @@ def subspace_search_nelder_mead(a, B, C, gamma, loss_code, boxed=False):
                                      [s1, 0.5 * scale]])})
         v = phi(res.x)
         if v < best[2]:
-            best = (float(res.x[0]), float(res.x[1]), v)
-    if boxed and best[2] < 0.0:  # the line search's value came from the box: exact now
+            best, exact = (float(res.x[0]), float(res.x[1]), v), True
+    if not exact and best[2] < 0.0:  # the line search's value came from the box: exact now
         best = (best[0], best[1], phi((best[0], best[1])))
     return best if best[2] < 0.0 else (0.0, 0.0, 0.0)
 
