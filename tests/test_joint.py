@@ -180,6 +180,33 @@ def test_box_qp_equals_the_bvls_reference(n_pairs, global_random_seed):
     assert np.array_equal(_min_norm_multipliers(A, b), alpha)
 
 
+@pytest.mark.parametrize("n_pairs", [80, 300])
+def test_box_qp_free_set_by_cg_reaches_the_bvls_optimum(n_pairs, global_random_seed, monkeypatch):
+    """Large free sets are solved by Jacobi-PCG instead of sparse LU (whose fill explodes at
+    1e6 points). Forced here on small problems from a rough projected-gradient point
+    (tol=1e-6, which alone is 1e-5 off): CG runs and reaches the least-norm point of scipy's
+    dense BVLS, with the exact optimum's free residual."""
+    import scipy.sparse.linalg as spla
+    from scipy.optimize import lsq_linear
+
+    from npkl_dist import _joint
+
+    A, b = _pair_lsq(global_random_seed, n_pairs=n_pairs)
+    Q, c = (A.T @ A).tocsr(), A.T @ b
+    ref = lsq_linear(A.toarray(), b, bounds=(0.0, 1.0), method="bvls", tol=1e-14).x
+    calls = []
+    real = spla.cg
+    monkeypatch.setattr(spla, "cg", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(_joint, "_DIRECT_MAX", 0)
+    alpha = _joint._box_qp(Q, c, tol=1e-6)
+    assert calls == [1]
+    assert alpha is not None and np.all((alpha >= 0) & (alpha <= 1))
+    free = (alpha > 0) & (alpha < 1)
+    assert free.sum() >= 5
+    assert np.abs((A @ alpha - b) - (A @ ref - b)).max() <= 1e-10 * np.abs(b).max()
+    assert np.abs((Q @ alpha - c)[free]).max() <= 1e-12 * np.abs(c).max()
+
+
 def test_box_qp_declines_when_not_converged_and_the_reference_decides(monkeypatch):
     from npkl_dist import _joint
 
