@@ -49,6 +49,17 @@ __all__ = ["BlockLayout", "block_layout", "AMGPreconditioner", "JacobiPreconditi
 
 PRECONDITIONERS = ("amg", "amg-plain", "amg-additive", "jacobi")
 
+#: Rounding guard of the subspace search, in units of V's machine epsilon: a step (s1, s2)
+#: is taken only if its decrease exceeds SEARCH_NOISE * eps * (|s1| + |s2|) * max(diag L) *
+#: ||V||^2. The search's coefficients <LD, V>, <LS, V> carry absolute errors of about
+#: eps * ||L|| * ||V||^2 (LD's U rows come from the CG step alpha P, while V moved by the
+#: rounded X + alpha P; LS is carried by a recurrence), which a step multiplies. Near a
+#: stationary point D and S are at rounding level, the model is flat, and the search found
+#: steps of 1e7 whose claimed decrease of 3e-9 was an increase of 6e-9 (measured error per
+#: unit step: 0.03 eps max(diag L) ||V||^2), which the carried residual then kept as an
+#: offset of the objective. Rejected, the outer iteration keeps its plain block step.
+SEARCH_NOISE = 64.0
+
 #: rows per reduction chunk (partial sums in a fixed order: thread-count independent)
 RB = SUM_BLOCK
 
@@ -1718,6 +1729,8 @@ class BlockSession:
         self.cg_iterations = []
         self.steps_taken = []
         self._cache = cache
+        self._noise = (SEARCH_NOISE * float(np.finfo(V.dtype).eps)
+                       * (float(np.max(prep.diag)) if prep.diag.size else 0.0))
         self._threads(self._setup, prep, layout, V, precond)
         self._threads(self._residual)
 
@@ -1795,16 +1808,17 @@ class BlockSession:
         d2 += float(_canonical_sum(np.concatenate([x[0] for x in res])))
         n2 += float(_canonical_sum(np.concatenate([x[1] for x in res])))
         if self.extrapolate:
-            d2, n2 = self._extrapolate()  # ends with the exact residual
+            d2, n2 = self._extrapolate(n2)  # ends with the exact residual
         else:
             self._residual()
         self.cg_iterations.append(it)
         return d2, n2, it
 
-    def _extrapolate(self):
+    def _extrapolate(self, norm2):
         """Exact minimisation of the objective over V + s1 D + s2 S, D = this outer step and
         S = the previous outer iteration's whole step (a conjugate-gradient-like momentum);
-        accepted only where it lowers the objective, so the fit stays monotone."""
+        accepted only where it lowers the objective by more than the search's rounding
+        (``SEARCH_NOISE``; ``norm2`` = ||V||^2), so the fit stays monotone."""
         p = self.prep
         res = self._call("direction")
         tot = self._total([x[2] for x in res])
@@ -1813,7 +1827,9 @@ class BlockSession:
         coeffs = np.empty((p.pi.shape[0], 6))
         for idx, x in zip(self.pair_index, res):
             coeffs[idx] = x[3]
-        s1, s2, _ = subspace_search(a, B, coeffs, p.gamma, p.loss_code)
+        s1, s2, v = subspace_search(a, B, coeffs, p.gamma, p.loss_code)
+        if -v <= self._noise * (abs(s1) + abs(s2)) * norm2:
+            s1 = s2 = 0.0
         self.steps_taken.append((s1, s2))
         res = self._call("subspace_step", s1, s2)
         tot2 = self._total([x[0] for x in res])

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from numba import njit, prange
 
 __all__ = ["JointMove", "hinge_joint_move", "joint_kkt", "KINK_RTOL"]
 
@@ -185,14 +186,116 @@ def _box_qp(Q, c, *, tol=1e-13, max_iter=_BOX_QP_MAX_ITER):
     return a
 
 
-def _min_norm_multipliers(A, b):
-    """argmin_{alpha in [0,1]^K} ||A alpha - b|| (A sparse): ``_box_qp`` on A'A, else the
-    reference ``_box_lsq_reference``."""
-    A = sp.csr_matrix(A)
-    alpha = _box_qp((A.T @ A).tocsr(), A.T @ b)
+def _min_norm_multipliers(Q, c, lsq_problem):
+    """argmin_{alpha in [0,1]^K} ||A alpha - b|| given Q = A'A and c = A'b: ``_box_qp``,
+    else the reference ``_box_lsq_reference`` on the (A, b) that ``lsq_problem()`` builds."""
+    alpha = _box_qp(Q, c)
     if alpha is None:
-        alpha = _box_lsq_reference(A, b)
+        alpha = _box_lsq_reference(*lsq_problem())
     return alpha
+
+
+@njit(nogil=True, cache=True)
+def _scatter_pairs(G, pi, pj, coef, V):
+    """G[pi_k] -= coef_k V[pj_k] for every k, then G[pj_k] -= coef_k V[pi_k]: the pairs'
+    subgradient terms, in numpy ``add.at``'s order (the i rows first), so the sums are
+    those of ``np.add.at(G, pi, -coef V[pj]); np.add.at(G, pj, -coef V[pi])``."""
+    r = V.shape[1]
+    for k in range(pi.shape[0]):
+        a, b, t = pi[k], pj[k], coef[k]
+        for c in range(r):
+            G[a, c] += -t * V[b, c]
+    for k in range(pi.shape[0]):
+        a, b, t = pi[k], pj[k], coef[k]
+        for c in range(r):
+            G[b, c] += -t * V[a, c]
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _kink_gram_entries(ptr, pair, other, ends, V, w2, coef, start, rows, cols, vals):
+    """Q's entries point by point: at point s, for kink pairs p, q through s (ends of
+    ``ptr[s]:ptr[s+1]``; ``other`` = the pair's other point), w_s^2 coef_p coef_q
+    <v_other(p), v_other(q)>, written from ``start[s]`` on (COO; pairs sharing both points
+    get one entry per point, summed when the matrix is formed)."""
+    r = V.shape[1]
+    for e in prange(ends.shape[0]):
+        s = ends[e]
+        lo, hi = ptr[s], ptr[s + 1]
+        pos = start[e]
+        for x in range(lo, hi):
+            p, op = pair[x], other[x]
+            for y in range(lo, hi):
+                q, oq = pair[y], other[y]
+                d = 0.0
+                for c in range(r):
+                    d += V[op, c] * V[oq, c]
+                rows[pos] = p
+                cols[pos] = q
+                vals[pos] = w2[s] * coef[p] * coef[q] * d
+                pos += 1
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _kink_rhs(ki, kj, V, G, w2, coef, out):
+    """c_p = -coef_p (w_i^2 <v_j, G_i> + w_j^2 <v_i, G_j>) for kink pair p = (i, j)."""
+    r = V.shape[1]
+    for p in prange(ki.shape[0]):
+        i, j = ki[p], kj[p]
+        a = 0.0
+        b = 0.0
+        for c in range(r):
+            a += V[j, c] * G[i, c]
+            b += V[i, c] * G[j, c]
+        out[p] = -coef[p] * (w2[i] * a + w2[j] * b)
+
+
+def _kink_matrix(V, G, w, ki, kj, coef):
+    """The bounded least-squares problem of the joint move in its original form: A (one
+    column a_q = W (coef_q (e_i v_j' + e_j v_i')) per kink pair, restricted to the rows the
+    kink pairs touch, flattened row-major) and b = -W G on those rows. The reference of
+    :func:`_kink_gram` (Q = A'A, c = A'b) and the input of the fallback
+    ``_box_lsq_reference``."""
+    r = V.shape[1]
+    K = ki.size
+    rows = np.unique(np.concatenate([ki, kj]))
+    pos = np.searchsorted(rows, np.concatenate([ki, kj]))
+    vals = np.concatenate([coef[:, None] * V[kj] * w[ki][:, None],
+                           coef[:, None] * V[ki] * w[kj][:, None]])
+    ridx = (pos[:, None] * r + np.arange(r)[None, :]).ravel()
+    cidx = np.repeat(np.concatenate([np.arange(K), np.arange(K)]), r)
+    A = sp.csr_matrix((vals.ravel(), (ridx, cidx)), shape=(rows.size * r, K))
+    b = -(w[rows][:, None] * G[rows]).ravel()
+    return A, b
+
+
+def _kink_gram(V, G, w, ki, kj, coef):
+    """Q = A'A (CSR) and c = A'b of :func:`_kink_matrix` without forming A: two kink pairs
+    interact only at a shared point s, through w_s^2 coef_p coef_q <v_other(p), v_other(q)>
+    (at 1e6 points, the papers' protocol, A has 28M entries for 879k kink pairs, and
+    building it and A'A took most of a joint move)."""
+    K = ki.size
+    pts = np.concatenate([ki, kj])
+    order = np.argsort(pts, kind="stable")
+    pair = np.concatenate([np.arange(K), np.arange(K)])[order]
+    other = np.concatenate([kj, ki])[order]
+    ends, counts = np.unique(pts[order], return_counts=True)
+    n = V.shape[0]
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    ptr[ends + 1] = counts
+    np.cumsum(ptr, out=ptr)
+    sizes = counts.astype(np.int64) ** 2
+    start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    m = int(sizes.sum())
+    rows = np.empty(m, dtype=np.int64)
+    cols = np.empty(m, dtype=np.int64)
+    vals = np.empty(m)
+    w2 = w * w
+    _kink_gram_entries(ptr, pair.astype(np.int64), other.astype(np.int64), ends.astype(np.int64),
+                       V, w2, coef, start, rows, cols, vals)
+    Q = sp.csr_matrix((vals, (rows, cols)), shape=(K, K))
+    c = np.empty(K)
+    _kink_rhs(ki.astype(np.int64), kj.astype(np.int64), V, G, w2, coef, c)
+    return Q, c
 
 
 def _subgradient(prep, V, kink_rtol):
@@ -207,27 +310,14 @@ def _subgradient(prep, V, kink_rtol):
     inside = (z < 1.0) & ~kink
     w = 1.0 / (2.0 * prep.diag.astype(np.float64))
     if inside.any():
-        ti = (gamma * t[inside])[:, None]
-        np.add.at(G, pi[inside], -ti * V[pj[inside]])
-        np.add.at(G, pj[inside], -ti * V[pi[inside]])
+        _scatter_pairs(G, pi[inside], pj[inside], gamma * t[inside], V)
     K = np.flatnonzero(kink)
     if K.size:
-        n, r = V.shape
         ki, kj = pi[K], pj[K]
-        rows = np.unique(np.concatenate([ki, kj]))
-        pos = np.searchsorted(rows, np.concatenate([ki, kj]))
-        # A: (len(rows) * r, |K|), column q = W a_q on the rows it touches
         coef = -gamma * t[K]
-        vals = np.concatenate([coef[:, None] * V[kj] * w[ki][:, None],
-                               coef[:, None] * V[ki] * w[kj][:, None]])
-        ridx = (pos[:, None] * r + np.arange(r)[None, :]).ravel()
-        cidx = np.repeat(np.concatenate([np.arange(K.size), np.arange(K.size)]), r)
-        A = sp.csr_matrix((vals.ravel(), (ridx, cidx)), shape=(rows.size * r, K.size))
-        b = -(w[rows][:, None] * G[rows]).ravel()
-        alpha = _min_norm_multipliers(A, b)
-        ta = (gamma * t[K] * alpha)[:, None]
-        np.add.at(G, ki, -ta * V[kj])
-        np.add.at(G, kj, -ta * V[ki])
+        Q, c = _kink_gram(V, G, w, ki, kj, coef)
+        alpha = _min_norm_multipliers(Q, c, lambda: _kink_matrix(V, G, w, ki, kj, coef))
+        _scatter_pairs(G, ki, kj, gamma * t[K] * alpha, V)
     return LV, z, kink, G, w
 
 

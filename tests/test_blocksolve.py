@@ -750,3 +750,35 @@ def test_fit_with_direction_from_cg_follows_the_reference(loss, monkeypatch):
     rtol = 1e-5 if loss == "hinge" else 1e-7
     np.testing.assert_allclose(fast.objective_trace, ref.objective_trace, rtol=rtol)
     np.testing.assert_allclose(fast.kkt_trace, ref.kkt_trace, rtol=100 * rtol)
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_search_steps_within_rounding_are_refused(dtype, monkeypatch):
+    """A subspace step whose claimed decrease is within the search's rounding for its size
+    (SEARCH_NOISE: near a stationary point the search found steps of 1e7 whose claimed
+    decrease of 3e-9 was an increase) is refused: the outer iteration keeps its block step,
+    the objective stays monotone and its by-product equals the exact objective."""
+    import npkl_dist._blocksolve as bs
+    from npkl_dist._objective import objective
+
+    problem = blob_problem(3, "square", n=200, rank=4, dtype=dtype)
+    ex = InProcessExecutor(n_threads=1)
+    clean = fit_bcd(problem, method="block", max_sweeps=6, tol=0, executor=ex)
+    real = bs.subspace_search
+    seen = []
+
+    def noisy(a, B, C, gamma, loss_code):  # a huge step claiming a tiny decrease
+        s1, s2, v = real(a, B, C, gamma, loss_code)
+        seen.append(v)
+        return 1e7, 1e7, -1e-300
+
+    monkeypatch.setattr(bs, "subspace_search", noisy)
+    res = fit_bcd(problem, method="block", max_sweeps=6, tol=0, executor=ex)
+    assert len(seen) == 6
+    trace = np.array([res.objective_initial] + res.objective_trace)
+    assert np.all(np.diff(trace) <= 1e-12 * np.abs(trace[1:]))
+    exact = objective(problem, res.V.astype(np.float64))
+    assert res.objective == pytest.approx(exact, rel=1e-5 if dtype == "float32" else 1e-10)
+    # the refused steps are the plain block steps: above the fit that took its searches
+    assert res.objective > clean.objective

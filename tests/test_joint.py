@@ -177,7 +177,7 @@ def test_box_qp_equals_the_bvls_reference(n_pairs, global_random_seed):
     assert np.linalg.norm(g) <= np.linalg.norm(g_ref) * (1 + 1e-12)
     if n_pairs >= 80:  # all three kinds of multipliers occur
         assert (alpha == 0).any() and (alpha == 1).any() and ((alpha > 0) & (alpha < 1)).any()
-    assert np.array_equal(_min_norm_multipliers(A, b), alpha)
+    assert np.array_equal(_min_norm_multipliers((A.T @ A).tocsr(), A.T @ b, None), alpha)
 
 
 @pytest.mark.parametrize("n_pairs", [80, 300])
@@ -207,6 +207,47 @@ def test_box_qp_free_set_by_cg_reaches_the_bvls_optimum(n_pairs, global_random_s
     assert np.abs((Q @ alpha - c)[free]).max() <= 1e-12 * np.abs(c).max()
 
 
+def test_kink_gram_equals_the_products_of_the_kink_matrix(global_random_seed):
+    """Q and c built point by point equal A'A and A'b of the joint move's least-squares
+    matrix, with repeated pairs (sharing both points) and points in several kink pairs."""
+    from npkl_dist._joint import _kink_gram, _kink_matrix
+
+    rng = np.random.default_rng(global_random_seed)
+    n, r, K = 40, 6, 90
+    V = rng.standard_normal((n, r))
+    G = rng.standard_normal((n, r))
+    w = rng.uniform(0.1, 2.0, n)
+    ki = rng.integers(0, n, K)
+    kj = (ki + rng.integers(1, n, K)) % n
+    ki[-3:], kj[-3:] = ki[0], kj[0]  # the first pair three more times
+    kj[-1], ki[-1] = ki[0], kj[0]  # once with its ends swapped
+    coef = rng.choice([-1.0, 1.0], K) * rng.uniform(0.5, 2.0, K)
+    A, b = _kink_matrix(V, G, w, ki, kj, coef)
+    Q, c = _kink_gram(V, G, w, ki, kj, coef)
+    Qref = (A.T @ A).toarray()
+    assert np.abs(Q.toarray() - Qref).max() <= 1e-12 * np.abs(Qref).max()
+    cref = A.T @ b
+    assert np.abs(c - cref).max() <= 1e-12 * np.abs(cref).max()
+    assert np.bincount(np.r_[ki, kj]).max() >= 5
+
+
+def test_scatter_pairs_is_numpy_add_at_bitwise(global_random_seed):
+    from npkl_dist._joint import _scatter_pairs
+
+    rng = np.random.default_rng(global_random_seed)
+    n, r, m = 30, 5, 200
+    V = rng.standard_normal((n, r))
+    G = rng.standard_normal((n, r))
+    pi = rng.integers(0, n, m)
+    pj = (pi + rng.integers(1, n, m)) % n
+    coef = rng.standard_normal(m)
+    ref = G.copy()
+    np.add.at(ref, pi, -coef[:, None] * V[pj])
+    np.add.at(ref, pj, -coef[:, None] * V[pi])
+    _scatter_pairs(G, pi, pj, coef, V)
+    assert np.array_equal(G, ref)
+
+
 def test_box_qp_declines_when_not_converged_and_the_reference_decides(monkeypatch):
     from npkl_dist import _joint
 
@@ -218,7 +259,7 @@ def test_box_qp_declines_when_not_converged_and_the_reference_decides(monkeypatc
     real = _joint._box_lsq_reference
     monkeypatch.setattr(_joint, "_box_lsq_reference",
                         lambda A_, b_: calls.append(1) or real(A_, b_))
-    alpha = _joint._min_norm_multipliers(A, b)
+    alpha = _joint._min_norm_multipliers((A.T @ A).tocsr(), A.T @ b, lambda: (A, b))
     assert calls == [1]
     assert np.array_equal(alpha, real(A, b))
 
