@@ -17,9 +17,9 @@ kink pair, it solves the box-constrained least-squares problem
 a small bounded least-squares problem. It is solved through its K x K Gram matrix
 Q = A'A (sparse: two kink pairs interact only through a shared point; on the adult benchmarks
 it is well conditioned) as the box QP min 1/2 a'Qa - c'a, c = A'b, by accelerated projected
-gradient followed by a solve on the identified free set (sparse LU when small, CG when large), accepted only after a KKT
-check (``_box_qp``); where that check fails, scipy ``lsq_linear`` on A itself (the previous
-path, kept as ``_box_lsq_reference``) decides. g* = G + sum alpha*_p a_p is
+gradient followed by a solve on the identified free set (sparse LU when small, CG when
+large), accepted only after a KKT check (``_box_qp``); where that check fails, scipy
+``lsq_linear`` on A itself (the previous path, kept as ``_box_lsq_reference``) decides. g* = G + sum alpha*_p a_p is
 the subgradient of least W-norm, so ||W g*|| / ||V|| is the joint (honest) KKT residual, and
 D = -W^2 g* is a descent direction: the directional derivative of f along D is
 max_{g in subdifferential} <g, D> <= -||W g*||^2 < 0 (the min-norm point's variational
@@ -212,15 +212,15 @@ def _scatter_pairs(G, pi, pj, coef, V):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _kink_gram_entries(ptr, pair, other, ends, V, w2, coef, start, rows, cols, vals):
-    """Q's entries point by point: at point s, for kink pairs p, q through s (ends of
-    ``ptr[s]:ptr[s+1]``; ``other`` = the pair's other point), w_s^2 coef_p coef_q
-    <v_other(p), v_other(q)>, written from ``start[s]`` on (COO; pairs sharing both points
-    get one entry per point, summed when the matrix is formed)."""
+def _kink_gram_entries(bounds, pair, other, ends, V, w2, coef, start, rows, cols, vals):
+    """Q's entries point by point: at point s = ends[e], for kink pairs p, q through s
+    (``bounds[e]:bounds[e+1]`` of ``pair``/``other``, ``other`` = the pair's other point),
+    w_s^2 coef_p coef_q <v_other(p), v_other(q)>, written from ``start[e]`` on (COO; pairs
+    sharing both points get one entry per point, summed when the matrix is formed)."""
     r = V.shape[1]
     for e in prange(ends.shape[0]):
         s = ends[e]
-        lo, hi = ptr[s], ptr[s + 1]
+        lo, hi = bounds[e], bounds[e + 1]
         pos = start[e]
         for x in range(lo, hi):
             p, op = pair[x], other[x]
@@ -279,19 +279,16 @@ def _kink_gram(V, G, w, ki, kj, coef):
     pair = np.concatenate([np.arange(K), np.arange(K)])[order]
     other = np.concatenate([kj, ki])[order]
     ends, counts = np.unique(pts[order], return_counts=True)
-    n = V.shape[0]
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    ptr[ends + 1] = counts
-    np.cumsum(ptr, out=ptr)
-    sizes = counts.astype(np.int64) ** 2
-    start = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    m = int(sizes.sum())
+    counts = counts.astype(np.int64)
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    start = np.concatenate([[0], np.cumsum(counts * counts)])
+    m = int(start[-1])
     rows = np.empty(m, dtype=np.int64)
     cols = np.empty(m, dtype=np.int64)
     vals = np.empty(m)
     w2 = w * w
-    _kink_gram_entries(ptr, pair.astype(np.int64), other.astype(np.int64), ends.astype(np.int64),
-                       V, w2, coef, start, rows, cols, vals)
+    _kink_gram_entries(bounds, pair.astype(np.int64), other.astype(np.int64),
+                       ends.astype(np.int64), V, w2, coef, start, rows, cols, vals)
     Q = sp.csr_matrix((vals, (rows, cols)), shape=(K, K))
     c = np.empty(K)
     _kink_rhs(ki.astype(np.int64), kj.astype(np.int64), V, G, w2, coef, c)
