@@ -87,6 +87,21 @@ def internal_L(prep):
     return (off + sp.diags(prep.diag)).tocsr()
 
 
+def aggregates(Li, m_max):
+    """The first level of a plain-aggregation AMG hierarchy of ``Li`` with at most
+    ``m_max`` aggregates, as the (n, m) piecewise-constant map T (float64; row i has its
+    aggregate's column), and the hierarchy's level sizes."""
+    import pyamg
+
+    ml = pyamg.smoothed_aggregation_solver(Li, smooth=None, max_coarse=10, keep=True)
+    T = sp.identity(Li.shape[0], format="csr")
+    for lev in ml.levels[:-1]:
+        T = (T @ lev.AggOp).tocsr()
+        if T.shape[1] <= m_max:
+            break
+    return T.astype(np.float64), [lev.A.shape[0] for lev in ml.levels]
+
+
 def replace_V(session, V_new, momentum=None):
     """Overwrite the in-process session's V through its ``assign`` (the joint moves' path:
     U copy and exact residual kept in step, momentum restarted); with ``momentum`` (r x r)
@@ -131,7 +146,6 @@ def cmd_rank(args):
 
 
 def cmd_coarse(args):
-    import pyamg
     from scipy.optimize import minimize
 
     P = problem(args.n, args.frac, args.rank)
@@ -144,17 +158,9 @@ def cmd_coarse(args):
             prep, V = session.prep, session.parts[0].V
             if "agg" not in st:
                 Li = internal_L(prep)
-                ml = pyamg.smoothed_aggregation_solver(Li, smooth=None, max_coarse=10,
-                                                       keep=True)
-                T = sp.identity(Li.shape[0], format="csr")
-                for lev in ml.levels[:-1]:
-                    T = (T @ lev.AggOp).tocsr()
-                    if T.shape[1] <= m_max:
-                        break
-                T = T.astype(np.float64)
+                T, sizes = aggregates(Li, m_max)
                 st.update(Li=Li, agg=T.indices.copy(), Ac=(T.T @ Li @ T).tocsr(), T=T)
-                print(f"  levels {[lev.A.shape[0] for lev in ml.levels]}, coarse space "
-                      f"{T.shape[1]} aggregates", flush=True)
+                print(f"  levels {sizes}, coarse space {T.shape[1]} aggregates", flush=True)
             Li, agg, Ac, T = st["Li"], st["agg"], st["Ac"], st["T"]
             m, r = Ac.shape[0], V.shape[1]
             b = T.T @ (Li @ V)
@@ -277,21 +283,6 @@ def cmd_anderson(args):
             show(f"Anderson m={m} (extrapolate={extrap}, {st['acc']} accepted)", res, f_star)
 
 
-def region_map(prep, m_max):
-    """Aggregates of a plain-aggregation AMG level of L with at most m_max of them: an
-    (n,) array of region numbers in the session's internal order."""
-    import pyamg
-
-    Li = internal_L(prep)
-    ml = pyamg.smoothed_aggregation_solver(Li, smooth=None, max_coarse=10, keep=True)
-    T = sp.identity(Li.shape[0], format="csr")
-    for lev in ml.levels[:-1]:
-        T = (T @ lev.AggOp).tocsr()
-        if T.shape[1] <= m_max:
-            break
-    return Li, T.indices.copy(), T.shape[1]
-
-
 def cmd_regions(args):
     """Per-region r x r transforms V_a -> V_a (I + B_a), the objective minimised over all
     B_a by L-BFGS from the exact restriction of f (smooth part from V_a' L_ab V_b and
@@ -312,7 +303,9 @@ def cmd_regions(args):
                 t0 = time.perf_counter()
                 prep, V = session.prep, session.parts[0].V.astype(np.float64)
                 if "agg" not in st:
-                    st["Li"], st["agg"], st["m"] = region_map(prep, m_max)
+                    st["Li"] = internal_L(prep)
+                    T, _ = aggregates(st["Li"], m_max)
+                    st["agg"], st["m"] = T.indices.copy(), T.shape[1]
                     print(f"  region sizes {np.bincount(st['agg']).min()}-"
                           f"{np.bincount(st['agg']).max()}", flush=True)
                 Li, agg, m = st["Li"], st["agg"], st["m"]
@@ -346,14 +339,14 @@ def cmd_regions(args):
                                options={"maxiter": args.maxiter})
                 if res.fun < 0:
                     B = res.x.reshape(m, r, r)
-                    Vn = V + np.einsum("nr,nrs->ns", V, B[agg])
+                    dV = np.einsum("nr,nrs->ns", V, B[agg])
                     part = session.parts[0]
                     S = part.S.astype(np.float64) if part.extrapolate else None
-                    replace_V(session, Vn.astype(part.V.dtype))
+                    replace_V(session, (V + dV).astype(part.V.dtype))
                     if S is not None and args.momentum != "restart":
-                        Sn = S + np.einsum("nr,nrs->ns", S, B[agg])
-                        if args.momentum == "sum":  # the whole step: S + (Vn - V)
-                            Sn = S + (Vn - V)
+                        # 'sum': the whole step S + dV; 'transform': S_a (I + B_a)
+                        Sn = S + (dV if args.momentum == "sum"
+                                  else np.einsum("nr,nrs->ns", S, B[agg]))
                         part.S[...] = Sn
                         part.LS[...] = (Li @ Sn)[:part.LS.shape[0]]
                 st["log"].append(res.fun)
