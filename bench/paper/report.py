@@ -91,6 +91,7 @@ def aggregate(records):
             "acc_std": float(acc.std(ddof=1)) if acc.size > 1 else 0.0,
             "time": float(t.mean()) if t.size else np.nan,
             "time_std": float(t.std(ddof=1)) if t.size > 1 else 0.0,
+            "time_median": float(np.median(t)) if t.size else np.nan,
             "reps": len(ok),
             "errors": len(rs) - len(ok),
             "error_example": next((r["error"] for r in rs if "error" in r), None),
@@ -285,32 +286,43 @@ SPEEDUP_TARGET = 100.0
 
 
 def speed_table(agg, names, methods, pub):
-    """Our mean fit time against the CPU time the paper reports for the same method and data
-    set (``published_value(..., quantity='cpu')``), one row per pair that has both."""
+    """Our median fit time against the CPU time the paper reports for the same method and
+    data set (``published_value(..., quantity='cpu')``), one row per pair that has both.
+
+    The verdict uses the median over repetitions, the statistic every timing in
+    bench/RESULTS.md uses: a repetition's fit time also holds whatever else the machine did
+    meanwhile, and the first fit in each worker process pays numba's loading of its
+    compiled kernels (0.3-0.4 s, chessboard's KL-ADMM repetitions 0 and 1 against 0.03 s
+    for the others). The mean is shown beside it, and the count the mean would give."""
     if pub is None or not hasattr(pub, "published_value"):
         return []
-    rows = []
+    rows, met_mean = [], 0
     for name in names:
         for m in methods:
             a = agg.get((name, m))
             p = pub.published_value(name, m, quantity="cpu")
             if not a or not a["reps"] or not p or p[0] is None:
                 continue
-            ratio = p[0] / a["time"] if a["time"] > 0 else float("inf")
+            med = a["time_median"]
+            ratio = p[0] / med if med > 0 else float("inf")
+            met_mean += a["time"] > 0 and p[0] / a["time"] >= SPEEDUP_TARGET
             where = " + ".join(short_machine(x) for x in a.get("machines", ())) or "—"
-            rows.append(f"| {name} | {label(m)} | {a['time']:.3g} | {p[0]:.4g} | "
+            rows.append(f"| {name} | {label(m)} | {med:.3g} | {a['time']:.3g} | {p[0]:.4g} | "
                         f"{ratio:.0f}x | {'yes' if ratio >= SPEEDUP_TARGET else '**no**'} | "
                         f"{a['reps']} | {where} | {p[2]} |")
     if not rows:
         return []
     met = sum(r.count("| yes |") for r in rows)
     return ["### Fit time against the papers' CPU times", "",
-            f"Mean fit time per repetition (one thread, on the machine named) against the CPU time the "
-            f"paper reports for the same method and data set (their machines: see the "
-            f"sources); target ≥ {SPEEDUP_TARGET:.0f}x. Met on {met} of {len(rows)}.", "",
-            "| data set | method | ours (s) | published (s) | ratio | ≥ 100x | reps | machine | "
-            "source |",
-            "|---|---|---|---|---|---|---|---|---|", *rows, ""]
+            f"Median fit time per repetition (one thread, on the machine named) against the CPU "
+            f"time the paper reports for the same method and data set (their machines: see "
+            f"the sources); target ≥ {SPEEDUP_TARGET:.0f}x, judged on the median (the "
+            f"statistic of every timing in this file; the mean also holds the first fit of "
+            f"each worker process, which loads numba's compiled kernels, and whatever else "
+            f"the machine ran). Met on {met} of {len(rows)} (on {met_mean} by the mean).", "",
+            "| data set | method | ours, median (s) | ours, mean (s) | published (s) | ratio "
+            "| ≥ 100x | reps | machine | source |",
+            "|---|---|---|---|---|---|---|---|---|---|", *rows, ""]
 
 
 def runtime_table(agg, names, methods, reps=20, workers=2):
