@@ -24,6 +24,13 @@ holds the experiments behind the analysis in bench/RESULTS.md, on bench_block's 
             of L (at most --m); --momentum: restart it, transform it region by region, or
             ``sum`` (S + the region step: the whole step since the outer iteration began).
 
+``schur``   the local coupling of the two blocks: for --samples constrained rows i, the
+            diagonal of the Schur complement S = L_CC - L_CU L_UU^-1 L_UC against L's,
+            S_ii / L_ii (L_UU^-1 by smoothed-aggregation AMG-CG to 1e-12). The exact row update
+            of v_i with U fixed sees L_ii; with U following it (the reduced problem) S_ii. A
+            ratio near 1 says the C/U split is weakly coupled row by row, so the block
+            Gauss-Seidel alternation itself is not what makes the tail slow.
+
 The ``coarse``, ``ritz`` and ``regions`` steps run from ``on_sweep`` and reach into the in-process
 session's state (prototypes, not library features). Usage::
 
@@ -32,6 +39,7 @@ session's state (prototypes, not library features). Usage::
     python bench/block_tail.py coarse --n 100000 --m 20000 3000
     python bench/block_tail.py ritz --n 100000 --every 1 3 5
     python bench/block_tail.py regions --n 100000 --m 100 --every 1 2 --start 2 --momentum sum
+    python bench/block_tail.py schur --n 1000000 --frac 0.01
 """
 
 from __future__ import annotations
@@ -359,10 +367,35 @@ def cmd_regions(args):
                   " ".join(f"{x:.2e}" for x in st["log"][:12]), flush=True)
 
 
+def cmd_schur(args):
+    import pyamg
+
+    P = problem(args.n, args.frac, args.rank)
+    L = P.L.tocsr().astype(np.float64)
+    c = P.constraints
+    C = np.unique(np.concatenate([c.i, c.j]))
+    free = np.ones(args.n, bool)
+    free[C] = False
+    U = np.flatnonzero(free)
+    L_UU = L[U][:, U].tocsr()
+    L_UC = L[U][:, C].tocsc()
+    ml = pyamg.smoothed_aggregation_solver(L_UU, symmetry="hermitian")
+    ratios = []
+    for k in np.random.default_rng(0).choice(C.size, min(args.samples, C.size), replace=False):
+        b = L_UC[:, k].toarray().ravel()
+        x = ml.solve(b, tol=1e-12, maxiter=200, accel="cg")
+        l_ii = L[C[k], C[k]]
+        ratios.append((l_ii - b @ x) / l_ii)
+    ratios = np.array(ratios)
+    print(f"n {args.n}, {C.size} constrained rows, {c.i.size} pairs: S_ii / L_ii over "
+          f"{ratios.size} rows: median {np.median(ratios):.3f}, min {ratios.min():.3f}, "
+          f"max {ratios.max():.3f}", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("errors", "rank", "coarse", "ritz", "anderson", "regions"):
+    for name in ("errors", "rank", "coarse", "ritz", "anderson", "regions", "schur"):
         p = sub.add_parser(name)
         p.add_argument("--n", type=int, default=100_000)
         p.add_argument("--frac", type=float, default=0.01)
@@ -381,13 +414,15 @@ def main(argv=None):
             p.add_argument("--start", type=int, default=2)
             p.add_argument("--maxiter", type=int, default=200)
             p.add_argument("--momentum", choices=("restart", "transform", "sum"), default="restart")
+        if name == "schur":
+            p.add_argument("--samples", type=int, default=30)
         if name == "ritz":
             p.add_argument("--every", type=int, nargs="+", default=[1, 3, 5])
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore", ConvergenceWarning)
     t0 = time.perf_counter()
     {"errors": cmd_errors, "rank": cmd_rank, "coarse": cmd_coarse, "ritz": cmd_ritz,
-     "anderson": cmd_anderson, "regions": cmd_regions}[
+     "anderson": cmd_anderson, "regions": cmd_regions, "schur": cmd_schur}[
         args.cmd](args)
     print(f"wall {time.perf_counter() - t0:.0f} s")
 
