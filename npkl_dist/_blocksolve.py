@@ -32,8 +32,8 @@ import scipy.sparse as sp
 from numba import njit, prange
 
 from ._errors import ValidationError
-from ._kernels import (CHUNK, SUM_BLOCK, greedy_colouring, pair_terms, sweep_units,
-                       sweep_units_serial)
+from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, greedy_colouring, pair_terms,
+                       sweep_units, sweep_units_serial)
 from ._kkt import kkt_row_terms
 from ._plan import _constraint_lists, permute
 from .executors._inprocess import chunked_sums, ordered_total
@@ -144,11 +144,7 @@ def _row_times(i, indptr, indices, data, diag, X, q):
     d = np.float64(diag[i])
     for c in range(r):
         q[c] = d * X[i, c]
-    for p in range(indptr[i], indptr[i + 1]):
-        k = indices[p]
-        w = np.float64(data[p])
-        for c in range(r):
-            q[c] += w * X[k, c]
+    _add_row_products(i, indptr, indices, data, X, q, r, 1.0)
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -617,11 +613,7 @@ def _neg_residual_rows(n_free, indptr, indices, data, diag, V, X, R, dinv, part_
             d = np.float64(diag[i])
             for c in range(r):
                 q[c] = -d * X[i, c]
-            for p in range(indptr[i], indptr[i + 1]):
-                k = indices[p]
-                w = np.float64(data[p])
-                for c in range(r):
-                    q[c] -= w * V[k, c]
+            _add_row_products(i, indptr, indices, data, V, q, r, -1.0)
             s = dinv[i]
             for c in range(r):
                 R[i, c] = q[c]
@@ -683,11 +675,30 @@ def _row_times_step(i, indptr, indices, data, diag, V, Vprev, q):
     d = np.float64(diag[i])
     for c in range(r):
         q[c] = d * (np.float64(V[i, c]) - Vprev[i, c])
-    for p in range(indptr[i], indptr[i + 1]):
+    # four neighbours per pass over q, as _add_row_products (the same roundings)
+    p = indptr[i]
+    end = indptr[i + 1]
+    while p + 3 < end:
+        k0 = indices[p]
+        k1 = indices[p + 1]
+        k2 = indices[p + 2]
+        k3 = indices[p + 3]
+        w0 = np.float64(data[p])
+        w1 = np.float64(data[p + 1])
+        w2 = np.float64(data[p + 2])
+        w3 = np.float64(data[p + 3])
+        for c in range(r):
+            q[c] = ((((q[c] + w0 * (np.float64(V[k0, c]) - Vprev[k0, c]))
+                      + w1 * (np.float64(V[k1, c]) - Vprev[k1, c]))
+                     + w2 * (np.float64(V[k2, c]) - Vprev[k2, c]))
+                    + w3 * (np.float64(V[k3, c]) - Vprev[k3, c]))
+        p += 4
+    while p < end:
         k = indices[p]
         w = np.float64(data[p])
         for c in range(r):
             q[c] += w * (np.float64(V[k, c]) - Vprev[k, c])
+        p += 1
 
 
 @njit(nogil=True, cache=True, parallel=True)
