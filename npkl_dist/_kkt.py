@@ -72,11 +72,10 @@ def _row_kkt(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, b
                 acc += A[s, c] * g[c]
             qv[s] = acc
         box_qp(H, qv, gamma, nk, alpha, grad, M, wy, free)
-        for c in range(r):
-            acc = g[c]
-            for s in range(nk):
-                acc -= alpha[s] * A[s, c]
-            g[c] = acc
+        for s in range(nk):  # the same running sum per c, one pass over g per s
+            a_s = alpha[s]
+            for c in range(r):
+                g[c] -= a_s * A[s, c]
     if loss == 3:
         vn = 0.0
         gv = 0.0
