@@ -233,7 +233,14 @@ def markdown(agg, names, methods, wall_seconds, reps, command, machines=None):
         f"processes; `--reps 5 --datasets adult-a4a`; `--reps 2 --datasets adult-a5a "
         f"adult-a6a`). The earlier rows, computed with the paper's Alg. 1, are kept as "
         f"\"SimpleNPKL-sqhinge (Alg. 1)\" (`--methods SimpleNPKL-sqhinge-alg1`, not run by "
-        f"default) and are not in the fit-time comparison.",
+        f"default) and are not in the fit-time comparison. KL-ADMM (fixed γ) was re-run on "
+        f"every data set after the unrolled row products and back-substitutions (commits "
+        f"8214d88, 8fbf06c: iterates bitwise unchanged, so its accuracies equal the earlier "
+        f"rows to the last digit) with `npkl bench paper --methods KL-ADMM --fresh-methods "
+        f"KL-ADMM --reps 20 --workers 2`: 202 s on the otherwise idle Intel Xeon machine, "
+        f"2026-11-24. Its earlier rows up to adult-a5a had run on the AMD EPYC machine; the "
+        f"code's own share of the change, measured on one machine, is 1.07-1.22x "
+        f"(bench/RESULTS.md, \"bench_row_products\").",
         "",
         "Pairwise (Rand) accuracy in %, mean ± std over repetitions; fit time in seconds "
         "(kernel learning, or the peer's whole fit; for the \"γ by CV\" methods the "
