@@ -103,7 +103,7 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
   the full top-rank problem instead. Every step that can be followed by a refinement (each ``_SLACK_CHECK``-th, the
   refinement's own dual step) and the final one (re-solved if needed: the certificate, the
   refinement subspace span(P) and ``eigenvalues`` use all rank eigenpairs) are full solves.
-* Up to ``_FAST_DENSE_MAX_N`` = 200 points A is densified and ``numpy.linalg.eigh`` used
+* Up to ``_FAST_DENSE_MAX_N`` = 240 points A is densified and ``numpy.linalg.eigh`` used
   (ARPACK's set-up per call costs more there: soybean 0.2 vs 1.2 ms per solve).
 * One BLAS thread for the whole fit (threadpoolctl) while ARPACK's basis is small
   (``n (2 rank + 1) <= _ONE_THREAD_MAX_BASIS``, 4 MB): the dense work is then on small
@@ -347,10 +347,12 @@ def _use_dense(n: int, k: int) -> bool:
 
 #: Fast path: dense ``eigh`` up to this many points (ARPACK's per-call set-up dominates
 #: there: whole linear-loss fits on soybean, n = 47, 1.2 vs 2.5 ms; iris, n = 150, 3.5 vs
-#: 5.2 ms; squared hinge on wine, n = 178, 37 vs 48 ms). From about 200 points ARPACK's
-#: positive-only solves win (glass, n = 214: 72 vs 65 ms), and on heart (n = 270) the dense
-#: run took 200 iterations where ARPACK's stopped after 31 (the iterates differ by rounding).
-_FAST_DENSE_MAX_N = 200
+#: 5.2 ms; squared hinge on wine, n = 178, 37 vs 48 ms). With the L-BFGS-B dual, on the idle
+#: Intel Xeon machine (``bench/simplenpkl_dense_threshold.py glass sonar heart --runs 7``),
+#: dense still wins on sonar (n = 208; squared hinge 19.1 vs 22.9 ms, linear 3.4 vs 3.7 ms)
+#: and glass (n = 214; 26.6 vs 31.3 ms, 3.2 vs 4.0 ms) and loses on heart (n = 270; 184 vs
+#: 154 ms, 6.0 vs 4.9 ms): the crossover lies between, hence 240 (was 200).
+_FAST_DENSE_MAX_N = 240
 
 
 def _dense_solve(n: int, k: int, fast: bool) -> bool:
