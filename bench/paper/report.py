@@ -245,7 +245,7 @@ def markdown(agg, names, methods, wall_seconds, reps, command, machines=None):
         f"240 points (glass and sonar now solve densely) with `npkl bench paper --methods "
         f"SimpleNPKL-linear SimpleNPKL-sqhinge --fresh-methods SimpleNPKL-linear "
         f"SimpleNPKL-sqhinge --datasets {SMALL} adult-a1a adult-a2a adult-a3a adult-a4a "
-        f"adult-a5a --reps 20 --workers 2`: about 1420 s on the otherwise idle Intel Xeon "
+        f"adult-a5a --reps 20 --workers 2`: 1408 s on the otherwise idle Intel Xeon "
         f"machine, 2026-11-24. On this machine the ARPACK-bound adult fits are 1.3-1.9x "
         f"slower than the earlier rows from the AMD EPYC machine (adult-a4a squared hinge: "
         f"36.5 s against 19.6 s), while the small sets and KL-ADMM are faster; adult-a6a keeps "
