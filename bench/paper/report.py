@@ -249,7 +249,13 @@ def markdown(agg, names, methods, wall_seconds, reps, command, machines=None):
         f"machine, 2026-11-24. On this machine the ARPACK-bound adult fits are 1.3-1.9x "
         f"slower than the earlier rows from the AMD EPYC machine (adult-a4a squared hinge: "
         f"36.5 s against 19.6 s), while the small sets and KL-ADMM are faster; adult-a6a keeps "
-        f"its earlier SimpleNPKL rows (no published time to compare with).",
+        f"its earlier SimpleNPKL rows (no published time to compare with). After the "
+        f"Lanczos basis went from 2k + 1 to 1.5k + 1 vectors, the data sets that solve by "
+        f"ARPACK (more than 240 points) were re-run: `npkl bench paper --methods "
+        f"SimpleNPKL-linear SimpleNPKL-sqhinge --fresh-methods SimpleNPKL-linear "
+        f"SimpleNPKL-sqhinge --datasets heart breast-cancer adult-a1a adult-a2a adult-a3a "
+        f"adult-a4a adult-a5a --reps 20 --workers 2`: 1321 s on the otherwise idle Intel Xeon "
+        f"machine, 2026-11-24 (accuracies unchanged to the digit).",
         "",
         "Pairwise (Rand) accuracy in %, mean ± std over repetitions; fit time in seconds "
         "(kernel learning, or the peer's whole fit; for the \"γ by CV\" methods the "
