@@ -63,11 +63,8 @@ else:
     n = int(arg)
     X, y = make_blobs(n, centers=10, n_features=8, random_state=0)
     L = nk.knn_graph(X, 10, seed=0, warn=False).laplacian(1e-3)
-    from npkl_dist._constraints import Constraints
-    rng = np.random.default_rng(0)
-    pts = rng.choice(n, max(2, n // 100 // 2 * 2), replace=False)  # as bench_block.py
-    i, j = pts[::2], pts[1::2]
-    cons = Constraints.from_arrays(i, j, np.where(y[i] == y[j], 1, -1), n)
+    from bench.bench_block import constraints_for
+    cons = constraints_for(y, 0.01)
     p = nk.NPKLProblem.build(L, cons, loss="square", rank=16, seed=0)
     def fit():
         return nk.fit_bcd(p, max_sweeps=10, tol=0, method=kind,
@@ -117,15 +114,12 @@ def main(argv=None):
         b, a = float(np.median(times[0])), float(np.median(times[1]))
         same = digests[0] == digests[1] and len(digests[0]) == 1
         rows.append((case, b, a, b / a, same))
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    sys.path.insert(0, os.path.dirname(HERE))
+    from bench.paper.report import machine
+
     lines = [
         f"## bench_row_products — {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC", "",
-        f"- machine: {cpu}, {os.cpu_count()} cores; python {platform.python_version()}",
+        f"- machine: {machine()}; python {platform.python_version()}",
         f"- command: `python bench/bench_row_products.py {shlex.join(sys.argv[1:])}`",
         f"- one thread; each tree in its own child processes, alternating; per child the median "
         f"of {args.reps} fits after a warm-up; table: median over {args.runs} children", "",

@@ -106,7 +106,8 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
 * Up to ``_FAST_DENSE_MAX_N`` = 240 points A is densified and ``numpy.linalg.eigh`` used
   (ARPACK's set-up per call costs more there: soybean 0.2 vs 1.2 ms per solve).
 * One BLAS thread for the whole fit (threadpoolctl) while ARPACK's basis is small
-  (``n (2 rank + 1) <= _ONE_THREAD_MAX_BASIS``, 4 MB): the dense work is then on small
+  (``n (2 rank + 1) <= _ONE_THREAD_MAX_BASIS``, 4 MB, the basis size when this was
+  measured; the basis is now 1.5 rank + 1 vectors, see ``_eigsh``): the dense work is then on small
   n x rank blocks and level-2 steps on a cached basis, where threads gain little and contend
   on a busy machine (adult-a1a, squared hinge, original code: 208-212 s with the default
   threads on the loaded 2-core machine, 41-44 s otherwise, 43 s with one thread; fast path
@@ -171,8 +172,9 @@ _MAX_BACKTRACK = 40
 EIGENSOLVER = "fast"
 _EIGENSOLVERS = ("fast", "arpack")
 
-#: Fast path: one BLAS thread when ARPACK's basis, n x (2 rank + 1) doubles, has at most this
-#: many entries (4 MB). Measured on the shared 2-core EPYC: one thread 1.35x faster on
+#: Fast path: one BLAS thread when n x (2 rank + 1) -- ARPACK's basis when this was measured;
+#: ``_eigsh`` now keeps 1.5 rank + 1 vectors, and the rule is left as measured -- has at most
+#: this many entries (4 MB). Measured on the shared 2-core EPYC: one thread 1.35x faster on
 #: adult-a1a (n x ncv = 2e5), 1.2x slower on adult-a4a (1e6).
 _ONE_THREAD_MAX_BASIS = 500_000
 
