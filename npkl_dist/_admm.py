@@ -21,6 +21,12 @@ term, so no separate pass over L is needed and no Python runs per iteration. It 
 same iterates and traces bit for bit (``tests/test_admm.py::test_fused_*``): every
 residual and objective is a sum of per-row terms, added left to right in SUM_BLOCK partials
 (``_kernels.block_sums``) on every path.
+
+Arithmetic: the half-step's sparse product, dot products and back-substitution, and the
+objective's smooth and pair terms, add each product by a fused multiply-add (rounded once;
+``_kernels._fmadd``), and the small Woodbury systems multiply by reciprocal pivots. Every
+path (fused loop, session, Dask) uses these same kernels. The BCD solvers keep their
+two-rounding arithmetic.
 """
 
 from __future__ import annotations

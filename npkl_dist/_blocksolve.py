@@ -32,7 +32,7 @@ import scipy.sparse as sp
 from numba import njit, prange
 
 from ._errors import ValidationError
-from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, greedy_colouring, pair_terms,
+from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, greedy_colouring, pair_terms,
                        sweep_units, sweep_units_serial)
 from ._kkt import kkt_row_terms
 from ._plan import _constraint_lists, permute
@@ -144,7 +144,7 @@ def _row_times(i, indptr, indices, data, diag, X, q):
     d = np.float64(diag[i])
     for c in range(r):
         q[c] = d * X[i, c]
-    _add_row_products(i, indptr, indices, data, X, q, r, 1.0)
+    _add_row_products(i, indptr, indices, data, X, q, r, 1.0, _madd)
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -613,7 +613,7 @@ def _neg_residual_rows(n_free, indptr, indices, data, diag, V, X, R, dinv, part_
             d = np.float64(diag[i])
             for c in range(r):
                 q[c] = -d * X[i, c]
-            _add_row_products(i, indptr, indices, data, V, q, r, -1.0)
+            _add_row_products(i, indptr, indices, data, V, q, r, -1.0, _madd)
             s = dinv[i]
             for c in range(r):
                 R[i, c] = q[c]

@@ -6,7 +6,7 @@ import scipy.optimize as so
 
 import npkl_dist as nk
 from npkl_dist._admm import admm_objective, admm_objective_dense, fit_admm
-from npkl_dist._kernels import admm_rows
+from npkl_dist._kernels import admm_row_norms, admm_rows
 from npkl_dist.executors import InProcessExecutor
 
 pytestmark = pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
@@ -59,8 +59,11 @@ def test_half_step_rows_are_exact_minimisers(seed, lam_sign):
     Lam = rng.standard_normal((n, r))
     rho = 3.0
     out = np.zeros((n, r))
+    nrm = np.empty(n)
+    admm_row_norms(X, nrm)
     admm_rows(0, n, prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx,
-              prep.csgn, True, X, Lam, lam_sign, rho, problem.gamma, prep.pmax, out, np.empty(0))
+              prep.csgn, True, X, Lam, lam_sign, rho, problem.gamma, prep.pmax, out, np.empty(0),
+              nrm)
     eye = np.eye(r)
     for i in range(n):
         f = augmented_lagrangian_row(problem, i, X, Lam, rho, lam_sign, True)
@@ -187,7 +190,7 @@ def got_plan_order(problem):
 
 def test_half_step_smooth_by_product_equals_smooth_terms(seed):
     """The U-step's by-product x_i'(L X)_i is the objective's smooth term, bit for bit."""
-    from npkl_dist._kernels import smooth_terms
+    from npkl_dist._kernels import admm_smooth_terms
 
     problem, _ = small_problem(seed, n=200, n_pairs=150, rank=8)
     plan = nk.make_plan(problem)
@@ -198,9 +201,11 @@ def test_half_step_smooth_by_product_equals_smooth_terms(seed):
     out, out_plain, sm, ref = np.empty((n, r)), np.empty((n, r)), np.empty(n), np.empty(n)
     args = (prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx, prep.csgn,
             True, X, Lam, 1.0, 7.0, problem.gamma, prep.pmax)
-    admm_rows(0, n, *args, out, sm)
-    admm_rows(0, n, *args, out_plain, np.empty(0))
-    smooth_terms(prep.indptr, prep.indices, prep.data, prep.diag, X, ref)
+    nrm = np.empty(n)
+    admm_row_norms(X, nrm)
+    admm_rows(0, n, *args, out, sm, nrm)
+    admm_rows(0, n, *args, out_plain, np.empty(0), nrm)
+    admm_smooth_terms(prep.indptr, prep.indices, prep.data, prep.diag, X, ref)
     np.testing.assert_array_equal(sm, ref)
     np.testing.assert_array_equal(out, out_plain)
     assert sm.sum() == pytest.approx(np.sum(X * (problem.L.toarray()[np.ix_(plan.order,

@@ -1,14 +1,41 @@
 """The unrolled sparse row products (four neighbours per pass over the accumulator) give
 exactly the sums of the plain loop over the neighbours, in order, for every row length
 (the unrolled body and the tail), both dtypes and both signs; and the CSR product to
-rounding. Every solver's row product goes through one of these kernels."""
+rounding. Every solver's row product goes through one of these kernels. With ``_fmadd``
+(KL-ADMM) each term is added by one correctly rounded fused multiply-add, checked against
+exact rational arithmetic."""
+
+from fractions import Fraction
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numba import njit
 
 from npkl_dist._blocksolve import _row_times_step
-from npkl_dist._kernels import _add_row_products, _gather
+from npkl_dist._kernels import (_add_row_products, _dot_row_vec, _dot_rows, _fma, _fmadd,
+                                _gather, _madd)
+
+
+def fma_exact(a, b, c):
+    """a * b + c rounded once to the nearest double (ties to even): Fraction is exact and
+    its conversion to float rounds correctly."""
+    return float(Fraction(a) * Fraction(b) + Fraction(c))
+
+
+@njit
+def _fma_compiled(a, b, c):
+    return _fma(a, b, c)
+
+
+@njit
+def _dots(A, i, B, j, y, fused):
+    if fused:
+        return _dot_rows(A, i, B, j, A.shape[1], _fmadd), _dot_row_vec(A, i, y, A.shape[1],
+                                                                        _fmadd)
+    return _dot_rows(A, i, B, j, A.shape[1], _madd), _dot_row_vec(A, i, y, A.shape[1], _madd)
 
 
 def _csr(seed, n=40, dtype=np.float64):
@@ -21,23 +48,35 @@ def _csr(seed, n=40, dtype=np.float64):
     return indptr, indices.astype(np.int64), data
 
 
-def _plain(i, indptr, indices, data, X, y, sign, f64=True):
-    """The plain loop in Python floats (IEEE double, as the compiled code without fastmath)."""
+def _plain(i, indptr, indices, data, X, y, sign, f64=True, fused=False):
+    """The plain loop in Python floats (IEEE double, as the compiled code without fastmath);
+    ``fused``: each term added by an exactly rounded fma instead."""
     y = [float(v) for v in y]
     for p in range(indptr[i], indptr[i + 1]):
         k = indices[p]
         for q in range(X.shape[1]):
-            if f64:
+            if fused:
+                y[q] = fma_exact(sign * float(data[p]), float(X[k, q]), y[q])
+            elif f64:
                 y[q] = y[q] + (sign * float(data[p])) * float(X[k, q])
             else:  # the BCD gather: the product in the problem's dtype, the sum in float64
                 y[q] = y[q] + float(data[p] * X[k, q])
     return np.array(y)
 
 
+@njit
+def _row_products(i, indptr, indices, data, X, y, sign, fused):
+    if fused:
+        _add_row_products(i, indptr, indices, data, X, y, X.shape[1], sign, _fmadd)
+    else:
+        _add_row_products(i, indptr, indices, data, X, y, X.shape[1], sign, _madd)
+
+
+@pytest.mark.parametrize("fused", [False, True])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_add_row_products_equals_the_plain_loop_bitwise(seed, sign, dtype):
+def test_add_row_products_equals_the_plain_loop_bitwise(seed, sign, dtype, fused):
     indptr, indices, data = _csr(seed, dtype=dtype)
     n = indptr.size - 1
     rng = np.random.default_rng(seed + 10)
@@ -45,13 +84,14 @@ def test_add_row_products_equals_the_plain_loop_bitwise(seed, sign, dtype):
     y0 = rng.standard_normal(7)
     for i in range(n):
         y = y0.copy()
-        _add_row_products(i, indptr, indices, data, X, y, 7, sign)
-        np.testing.assert_array_equal(y, _plain(i, indptr, indices, data, X, y0, sign))
+        _row_products(i, indptr, indices, data, X, y, sign, fused)
+        np.testing.assert_array_equal(
+            y, _plain(i, indptr, indices, data, X, y0, sign, fused=fused))
     # and the sparse product, to rounding
     A = sp.csr_matrix((data.astype(np.float64), indices, indptr), shape=(n, n))
     Y = np.zeros((n, 7))
     for i in range(n):
-        _add_row_products(i, indptr, indices, data, X, Y[i], 7, sign)
+        _row_products(i, indptr, indices, data, X, Y[i], sign, fused)
     np.testing.assert_allclose(Y, sign * (A @ X.astype(np.float64)), rtol=1e-12, atol=1e-12)
 
 
@@ -81,3 +121,48 @@ def test_row_times_step_equals_the_plain_loop_bitwise(dtype):
         _row_times_step(i, indptr, indices, data, diag, V, Vprev, q)
         ref = _plain(i, indptr, indices, data, D, diag[i] * D[i], 1.0)
         np.testing.assert_array_equal(q, ref)
+
+
+_finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_finite, _finite, _finite)
+def test_fma_rounds_once(a, b, c):
+    """The compiled fma is a * b + c rounded once, where the two-rounding form differs."""
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    if abs(exact) >= 2.0 ** 1023:  # overflows as a double: nothing to compare
+        return
+    assert _fma_compiled(a, b, c) == fma_exact(a, b, c)
+
+
+def test_fma_differs_from_two_roundings_where_it_should():
+    # 0.1 * 3 rounds up; the fused form keeps the lost bits
+    a, b, c = 0.1, 3.0, -0.30000000000000004
+    assert a * b + c == 0.0
+    assert _fma_compiled(a, b, c) == fma_exact(a, b, c) == -2.7755575615628914e-17
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("r", [1, 3, 4, 7, 8, 13])
+def test_dots_follow_their_lane_order_bitwise(r, fused):
+    """``_dot_rows`` and ``_dot_row_vec``: lanes q mod 4 summed separately, combined
+    (0 + 1) + (2 + 3), then the tail, each term by ``madd``: checked in Python floats."""
+    rng = np.random.default_rng(r)
+    A, B = rng.standard_normal((3, r)), rng.standard_normal((3, r))
+    y = rng.standard_normal(r)
+
+    def ref(x, z):
+        add = fma_exact if fused else (lambda u, v, w: u * v + w)
+        lanes = [0.0] * 4
+        q4 = r - r % 4
+        for q in range(q4):
+            lanes[q % 4] = add(float(x[q]), float(z[q]), lanes[q % 4])
+        acc = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+        for q in range(q4, r):
+            acc = add(float(x[q]), float(z[q]), acc)
+        return acc
+
+    d_rows, d_vec = _dots(A, 1, B, 2, y, fused)
+    assert d_rows == ref(A[1], B[2])
+    assert d_vec == ref(A[1], y)

@@ -251,16 +251,18 @@ class BlockActor:
     def admm_half(self, which, incoming, lam_sign, rho, gamma, diagonal):
         """Half-step: rows of ``which`` ('V' or 'U') from the other factor's local array.
         ``incoming``: halo rows of the other factor (positions, rows)."""
-        from .._kernels import admm_rows
+        from .._kernels import admm_row_norms_serial, admm_rows
 
         spec = self.spec
         other = self.U if which == "V" else self.X
         for pos, rows in incoming:
             other[pos] = rows
         nb = spec.n_own
+        nrm = np.empty(other.shape[0])  # own and halo rows: the constraint partners' norms
+        admm_row_norms_serial(other, nrm)
         admm_rows(0, nb, spec.indptr, spec.indices, spec.data, spec.diag, spec.cptr, spec.cidx,
                   spec.csgn, bool(diagonal), other, self.Lam, float(lam_sign), float(rho),
-                  float(gamma), spec.pmax, self.out, np.empty(0))
+                  float(gamma), spec.pmax, self.out, np.empty(0), nrm)
         target = self.X if which == "V" else self.U
         if which == "V":
             self.step2 = row_norms2(self.out[:nb], self.X[:nb])
@@ -280,12 +282,12 @@ class BlockActor:
     def admm_objective_parts(self, gamma, diagonal):
         from .._kernels import admm_diag_terms_serial as admm_diag_terms
         from .._kernels import admm_pair_terms_serial as admm_pair_terms
-        from .._kernels import smooth_terms_serial as smooth_terms
+        from .._kernels import admm_smooth_terms_serial as admm_smooth_terms
 
         spec = self.spec
         nb = spec.n_own
         sm = np.empty(nb)
-        smooth_terms(spec.indptr, spec.indices, spec.data, spec.diag, self.X, sm)
+        admm_smooth_terms(spec.indptr, spec.indices, spec.data, spec.diag, self.X, sm)
         pv = np.empty(spec.pair_own.shape[0])
         admm_pair_terms(spec.pair_own, spec.pair_other, spec.pair_t, self.X, pv)
         dg = np.empty(self.X.shape[0])

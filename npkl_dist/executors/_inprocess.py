@@ -12,9 +12,12 @@ from .._kernels import (
     admm_diag_terms,
     admm_half_step,
     admm_pair_terms,
+    admm_row_norms,
+    admm_row_norms_serial,
     admm_rows,
     admm_run,
     admm_run_serial,
+    admm_smooth_terms,
     block_sums,
     pair_terms,
     row_sq,
@@ -129,13 +132,16 @@ class InProcessExecutor:
                 prep.csgn, bool(diagonal), X, Lam, float(lam_sign), float(rho), float(gamma),
                 prep.pmax)
         no_sm = np.empty(0)
+        nrm = np.empty(n)
         if self.n_threads == 1 or n <= 2 * CHUNK:
-            admm_rows(0, n, *args, out, no_sm)
+            admm_row_norms_serial(X, nrm)
+            admm_rows(0, n, *args, out, no_sm, nrm)
             return
         previous = numba.get_num_threads()
         numba.set_num_threads(self.n_threads)
         try:
-            admm_half_step(*args, out, no_sm)
+            admm_row_norms(X, nrm)
+            admm_half_step(*args, out, no_sm, nrm)
         finally:
             numba.set_num_threads(previous)
 
@@ -151,19 +157,20 @@ class InProcessExecutor:
             admm_diag_terms(V, diag_terms)
         finally:
             numba.set_num_threads(previous)
-        total = self.smooth(prep, V) + gamma * _pair_total(pairs, prep.pi, n)
+        total = self.smooth(prep, V, admm_smooth_terms) + gamma * _pair_total(pairs, prep.pi, n)
         if diagonal:
             total += 0.5 * gamma * ordered_total(chunked_sums(diag_terms))
         return total
 
-    def smooth(self, prep, V) -> float:
-        """tr(V' L V), per-row terms summed in a fixed order."""
+    def smooth(self, prep, V, kernel=smooth_terms) -> float:
+        """tr(V' L V), per-row terms summed in a fixed order (``kernel``: ``smooth_terms``,
+        or ``admm_smooth_terms`` for KL-ADMM's arithmetic)."""
         n = V.shape[0]
         sm = np.empty(n)
         previous = numba.get_num_threads()
         numba.set_num_threads(self.n_threads if n > 64 * CHUNK else 1)
         try:
-            smooth_terms(prep.indptr, prep.indices, prep.data, prep.diag, V, sm)
+            kernel(prep.indptr, prep.indices, prep.data, prep.diag, V, sm)
         finally:
             numba.set_num_threads(previous)
         return ordered_total(chunked_sums(sm))
