@@ -255,7 +255,14 @@ def markdown(agg, names, methods, wall_seconds, reps, command, machines=None):
         f"SimpleNPKL-linear SimpleNPKL-sqhinge --fresh-methods SimpleNPKL-linear "
         f"SimpleNPKL-sqhinge --datasets heart breast-cancer adult-a1a adult-a2a adult-a3a "
         f"adult-a4a adult-a5a --reps 20 --workers 2`: 1321 s on the otherwise idle Intel Xeon "
-        f"machine, 2026-11-24 (accuracies unchanged to the digit).",
+        f"machine, 2026-11-24 (accuracies unchanged to the digit). KL-ADMM (fixed γ) was "
+        f"re-run on every data set after its half-step and objective moved to fused "
+        f"multiply-adds, per-row norms and reciprocal pivots (commit fcd58fe; the iterates "
+        f"change in the last bits, the accuracies did not change in any printed digit; "
+        f"1.18-1.23x on one machine, bench/RESULTS.md \"bench_row_products\") with `npkl "
+        f"bench paper --methods KL-ADMM --fresh-methods KL-ADMM --reps 20 --workers 2`: 173 s "
+        f"on the otherwise idle Intel Xeon machine, 2026-11-24. KL-ADMM (γ by CV) keeps its "
+        f"rows from the earlier arithmetic.",
         "",
         "Pairwise (Rand) accuracy in %, mean ± std over repetitions; fit time in seconds "
         "(kernel learning, or the peer's whole fit; for the \"γ by CV\" methods the "
