@@ -47,8 +47,8 @@ _QP_CD_ITER = 200
 def _fma(typingctx, a, b, c):
     """a * b + c rounded once (LLVM's llvm.fma.f64: the FMA instruction where the CPU has
     one, an exact software fma where not, so the result is the same on every machine)."""
-    if not all(isinstance(t, types.Float) for t in (a, b, c)):
-        return None
+    if not all(t == types.float64 for t in (a, b, c)):
+        return None  # float64 only (callers convert): no implicit casts inside the fma
     sig = types.float64(types.float64, types.float64, types.float64)
 
     def codegen(context, builder, signature, args):
