@@ -46,7 +46,8 @@ _QP_CD_ITER = 200
 @intrinsic
 def _fma(typingctx, a, b, c):
     """a * b + c rounded once (LLVM's llvm.fma.f64: the FMA instruction where the CPU has
-    one, an exact software fma where not, so the result is the same on every machine)."""
+    one, an exact software fma where not, so the result is the same on every machine; the
+    software fallback, on x86 CPUs older than Haswell / Piledriver, is many times slower)."""
     if not all(t == types.float64 for t in (a, b, c)):
         return None  # float64 only (callers convert): no implicit casts inside the fma
     sig = types.float64(types.float64, types.float64, types.float64)
