@@ -129,7 +129,7 @@ _finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
 @settings(max_examples=300, deadline=None)
 @given(_finite, _finite, _finite)
 def test_fma_rounds_once(a, b, c):
-    """The compiled fma is a * b + c rounded once, where the two-rounding form differs."""
+    """The compiled fma is a * b + c computed exactly, then rounded once."""
     exact = Fraction(a) * Fraction(b) + Fraction(c)
     if abs(exact) >= 2.0 ** 1023:  # overflows as a double: nothing to compare
         return

@@ -261,8 +261,13 @@ def markdown(agg, names, methods, wall_seconds, reps, command, machines=None):
         f"change in the last bits, the accuracies did not change in any printed digit; "
         f"1.18-1.23x on one machine, bench/RESULTS.md \"bench_row_products\") with `npkl "
         f"bench paper --methods KL-ADMM --fresh-methods KL-ADMM --reps 20 --workers 2`: 173 s "
-        f"on the otherwise idle Intel Xeon machine, 2026-11-24. KL-ADMM (γ by CV) keeps its "
-        f"rows from the earlier arithmetic.",
+        f"on the otherwise idle Intel Xeon machine, 2026-11-24. KL-ADMM (γ by CV) was re-run "
+        f"with the same arithmetic on every data set (`npkl bench paper --methods KL-ADMM-cv "
+        f"--fresh-methods KL-ADMM-cv --datasets chessboard dbl-spiral glass heart iris sonar "
+        f"soybean wine breast-cancer adult-a1a adult-a2a adult-a3a adult-a4a adult-a5a --reps "
+        f"20 --workers 2`: 1079 s; then `--datasets adult-a6a`: 847 s; both on the "
+        f"otherwise idle Intel Xeon machine, 2026-11-24): the accuracies did not change in any "
+        f"printed digit.",
         "",
         "Pairwise (Rand) accuracy in %, mean ± std over repetitions; fit time in seconds "
         "(kernel learning, or the peer's whole fit; for the \"γ by CV\" methods the "
