@@ -2,8 +2,12 @@
 
 For each data set (bench/paper/run.py repetition 0, kNN k = 5, B = 100), whole
 ``fit_simplenpkl`` fits with the linear and squared hinge losses, with the fast path's dense
-threshold set to 0 (ARPACK always) and to ``--dense-max-n`` (dense eigh up to that many
-points); median of ``--runs`` after a warm-up. Prints one line per data set.
+threshold set to 0 (ARPACK always) and to ``--dense-max-n`` (dense solves up to that many
+points), the dense solve being the fast path's LAPACK ``dsyevr`` for the top rank eigenpairs
+only (``_dense_top_eigs``) or, as before 2026-11-24, ``numpy.linalg.eigh`` of all n
+(``numpy-eigh``). The three variants alternate within each run (``--runs`` rounds after a
+warm-up; medians). One BLAS thread, as the fits themselves set it. Prints one line per data
+set.
 
 Usage::
 
@@ -32,27 +36,49 @@ def main(argv=None):
     ap.add_argument("datasets", nargs="+")
     ap.add_argument("--dense-max-n", type=int, default=400)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--subsample", type=int, nargs="*", default=[],
+                    help="also fit random subsets (seed 0) of these many points of each set")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
+    thr0, dsyevr = snp._FAST_DENSE_MAX_N, snp._dense_top_eigs
+    jobs = []
     for name in args.datasets:
-        X, y, meta = prepare_data(name)
+        X, y, _ = prepare_data(name)
+        jobs.append((name, X, y))
+        for size in args.subsample:
+            if size < X.shape[0]:
+                keep = np.sort(np.random.default_rng(0).choice(X.shape[0], size, replace=False))
+                jobs.append((f"{name}[{size}]", X[keep], y[keep]))
+    for name, X, y in jobs:
         g = nk.knn_graph(X, 5, seed=0, warn=False)
         cons = nk.sample_constraints(y, seed=0)
         L = g.laplacian(1e-3)
         out = []
         for loss in ("linear", "squared_hinge"):
             p = nk.NPKLProblem.build(L, cons, loss=loss, seed=0)
-            for thr in (0, args.dense_max_n):
-                snp._FAST_DENSE_MAX_N = thr
-                snp.fit_simplenpkl(p, B=100.0)
-                ts = []
-                for _ in range(args.runs):
+            variants = {"arpack": (0, dsyevr), "numpy-eigh": (args.dense_max_n, _numpy_top),
+                        "dsyevr": (args.dense_max_n, dsyevr)}
+            ts = {v: [] for v in variants}
+            its = {}
+            for rnd in range(args.runs + 1):
+                for v, (thr, solver) in variants.items():
+                    snp._FAST_DENSE_MAX_N = thr
+                    snp._dense_top_eigs = solver
                     t0 = time.perf_counter()
                     r = snp.fit_simplenpkl(p, B=100.0)
-                    ts.append(time.perf_counter() - t0)
-                out.append(f"{loss} dense<={thr}: {np.median(ts) * 1e3:.1f} ms "
-                           f"({r.n_sweeps} it)")
+                    if rnd:  # round 0 is the warm-up
+                        ts[v].append(time.perf_counter() - t0)
+                    its[v] = r.n_sweeps
+            out.append(f"{loss}: " + ", ".join(
+                f"{v} {np.median(ts[v]) * 1e3:.2f} ms ({its[v]} it)" for v in variants))
+        snp._FAST_DENSE_MAX_N, snp._dense_top_eigs = thr0, dsyevr
         print(name, X.shape[0], " | ".join(out), flush=True)
+
+
+def _numpy_top(M, k):
+    """The dense solve before 2026-11-24: numpy.linalg.eigh of all n, top k kept."""
+    w, P = np.linalg.eigh(M)
+    return w[::-1][:k].copy(), P[:, ::-1][:, :k].copy()
 
 
 if __name__ == "__main__":

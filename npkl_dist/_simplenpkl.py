@@ -103,8 +103,10 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
   the full top-rank problem instead. Every step that can be followed by a refinement (each ``_SLACK_CHECK``-th, the
   refinement's own dual step) and the final one (re-solved if needed: the certificate, the
   refinement subspace span(P) and ``eigenvalues`` use all rank eigenpairs) are full solves.
-* Up to ``_FAST_DENSE_MAX_N`` = 240 points A is densified and ``numpy.linalg.eigh`` used
-  (ARPACK's set-up per call costs more there: soybean 0.2 vs 1.2 ms per solve).
+* Up to ``_FAST_DENSE_MAX_N`` = 400 points A is densified and LAPACK ``dsyevr`` computes
+  its top rank eigenpairs only (ARPACK's set-up per call costs more there: soybean 0.2 vs
+  1.2 ms per solve; ``dsyevr`` for k of n pairs instead of ``numpy.linalg.eigh`` for all n:
+  1.1x at n = 178, 1.3x at n = 240, and the crossover with ARPACK moved from ~240 to ~400).
 * One BLAS thread for the whole fit (threadpoolctl) while ARPACK's basis is small
   (``n (2 rank + 1) <= _ONE_THREAD_MAX_BASIS``, 4 MB, the basis size when this was
   measured; the basis is now 1.5 rank + 1 vectors, see ``_eigsh``): the dense work is then on small
@@ -347,14 +349,17 @@ def _use_dense(n: int, k: int) -> bool:
     return n <= 2 * k + 1
 
 
-#: Fast path: dense ``eigh`` up to this many points (ARPACK's per-call set-up dominates
-#: there: whole linear-loss fits on soybean, n = 47, 1.2 vs 2.5 ms; iris, n = 150, 3.5 vs
-#: 5.2 ms; squared hinge on wine, n = 178, 37 vs 48 ms). With the L-BFGS-B dual, on the idle
-#: Intel Xeon machine (``bench/simplenpkl_dense_threshold.py glass sonar heart --runs 7``),
-#: dense still wins on sonar (n = 208; squared hinge 19.1 vs 22.9 ms, linear 3.4 vs 3.7 ms)
-#: and glass (n = 214; 26.6 vs 31.3 ms, 3.2 vs 4.0 ms) and loses on heart (n = 270; 184 vs
-#: 154 ms, 6.0 vs 4.9 ms): the crossover lies between, hence 240 (was 200).
-_FAST_DENSE_MAX_N = 240
+#: Fast path: dense solves up to this many points (ARPACK's per-call set-up dominates
+#: there). Until 2026-11-24 the dense solve was ``numpy.linalg.eigh`` (all n eigenpairs) and
+#: the crossover lay between sonar/glass (n = 208-214, dense faster) and heart (n = 270,
+#: ARPACK faster), hence 240. With LAPACK ``dsyevr`` asked for the top rank eigenpairs only
+#: (``_dense_top_eigs``), ``bench/simplenpkl_dense_threshold.py ... --subsample`` on the idle
+#: Intel Xeon, one BLAS thread, medians of 5-9 alternating rounds, whole fits dense vs ARPACK:
+#: heart (n = 270) linear 4.58 vs 5.15 ms, squared hinge 122 vs 167 ms; breast-cancer subsets
+#: n = 300: 5.0 vs 6.3 / 38 vs 47 ms; 350: 6.5 vs 7.3 / 116 vs 133 ms; 400: 8.5 vs 8.9 /
+#: 57.5 vs 57.7 ms; 450: 10.1 vs 9.8 / 79 vs 77 ms; 500: 13.1 vs 11.1 / 102 vs 93 ms. The
+#: crossover is near 400-450 points, hence 400.
+_FAST_DENSE_MAX_N = 400
 
 
 def _dense_solve(n: int, k: int, fast: bool) -> bool:
@@ -379,15 +384,35 @@ def _top_eigs(A, k: int, v0, fast: bool = False):
     """Top-k eigenpairs of symmetric A, descending. Returns (sigma (k,), P (n, k)).
 
     ``fast``: ARPACK's products go through :class:`_CSROperator` (same products), and
-    up to ``_FAST_DENSE_MAX_N`` points dense ``eigh`` replaces ARPACK.
+    up to ``_FAST_DENSE_MAX_N`` points the dense ``_dense_top_eigs`` replaces ARPACK.
     """
     n = A.shape[0]
+    if fast and n <= _FAST_DENSE_MAX_N:
+        return _dense_top_eigs(A.toarray(), k)
     if _dense_solve(n, k, fast):
         w, P = np.linalg.eigh(A.toarray())
         return w[::-1][:k].copy(), P[:, ::-1][:, :k].copy()
     w, P = _eigsh(A, k, v0, fast)
     order = np.argsort(w)[::-1]
     return w[order], P[:, order]
+
+
+def _dense_top_eigs(M, k: int):
+    """Top-k eigenpairs of the symmetric dense M (overwritten), descending: LAPACK ``dsyevr``
+    asked for eigenpairs n - k + 1 ... n only (``numpy.linalg.eigh``, the reference, computes
+    all n and back-transforms all n vectors: wine, n = 178, k = 20, 1.72 vs 1.60 ms; n = 240,
+    k = 24, 3.56 vs 2.81 ms; one BLAS thread, bench/RESULTS.md)."""
+    from scipy.linalg import lapack
+
+    n = M.shape[0]
+    w, Z, m, _, info = lapack.dsyevr(M, compute_v=1, range="I", il=n - k + 1, iu=n,
+                                      overwrite_a=1)
+    if info != 0 or m != k:
+        raise NpklError(
+            f"simplenpkl: LAPACK dsyevr failed on the {n} x {n} matrix A (info={info}, "
+            f"{m} of {k} eigenpairs); check the Laplacian and constraints for NaN or inf"
+        )
+    return w[:k][::-1].copy(), Z[:, :k][:, ::-1].copy()
 
 
 class _CSROperator(spla.LinearOperator):

@@ -22,7 +22,7 @@ from npkl_dist._simplenpkl import fit_simplenpkl
 
 @pytest.fixture(autouse=True)
 def arpack_fast_path(monkeypatch):
-    """These problems (n = 80-150) would take the fast path's dense eigh (n <= 200); keep
+    """These problems (n = 80-150) would take the fast path's dense solve (n <= 400); keep
     them on its ARPACK path, which is what they test. ``test_small_n_fast_path_is_dense``
     covers the dense one."""
     monkeypatch.setattr(snp, "_FAST_DENSE_MAX_N", 0)
@@ -315,6 +315,51 @@ def test_eigsh_no_convergence_retries_then_raises(monkeypatch):
     monkeypatch.setattr(snp.spla, "eigsh", never)
     with pytest.raises(nk.NpklError, match="did not converge"):
         snp._top_eigs_positive(A, 10, None, 6)
+
+
+@pytest.mark.parametrize("n, k", [(1, 1), (47, 6), (120, 18), (120, 120), (200, 1)])
+def test_dense_top_eigs_match_numpy_eigh(global_random_seed, n, k):
+    """The fast path's dense solve (LAPACK dsyevr for eigenpairs n-k+1..n only) against the
+    reference numpy.linalg.eigh (all n): same top-k eigenvalues, the same eigenvectors up
+    to sign (a spectrum with gaps >= 1e-3), orthonormal, and the input is not needed
+    afterwards (it is overwritten)."""
+    rng = np.random.default_rng(global_random_seed)
+    spec = np.sort(rng.uniform(-3.0, 3.0, n))
+    spec += 1e-3 * np.arange(n)  # distinct, gaps >= 1e-3: vectors are determined up to sign
+    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    M = (Q * spec) @ Q.T
+    M = 0.5 * (M + M.T)
+    wd, Pd = np.linalg.eigh(M)
+    wd, Pd = wd[::-1][:k], Pd[:, ::-1][:, :k]
+    sigma, P = snp._dense_top_eigs(M.copy(), k)
+    assert sigma.shape == (k,) and P.shape == (n, k)
+    assert np.all(np.diff(sigma) <= 0)
+    np.testing.assert_allclose(sigma, wd, atol=1e-12 * 3 * n)
+    np.testing.assert_allclose(P.T @ P, np.eye(k), atol=1e-12 * n)
+    signs = np.sign(np.sum(P * Pd, axis=0))
+    np.testing.assert_allclose(P * signs, Pd, atol=1e-9)
+
+
+def test_dense_top_eigs_refuses_a_matrix_with_nan():
+    M = np.eye(6)
+    M[1, 2] = M[2, 1] = np.nan
+    with pytest.raises(nk.NpklError, match="dsyevr failed.*NaN"):
+        snp._dense_top_eigs(M, 3)
+
+
+def test_fast_small_n_solve_is_dsyevr(global_random_seed, monkeypatch):
+    """Up to _FAST_DENSE_MAX_N points the fast path's kernel steps go through
+    ``_dense_top_eigs`` (not numpy's full eigh), and the reference path does not."""
+    monkeypatch.setattr(snp, "_FAST_DENSE_MAX_N", 200)
+    p = medium_problem(global_random_seed, "squared_hinge")
+    calls = []
+    real = snp._dense_top_eigs
+    monkeypatch.setattr(snp, "_dense_top_eigs", lambda *a: calls.append(1) or real(*a))
+    fast = quiet(p, B=10.0, eigensolver="fast", max_iter=20)
+    assert fast.n_sweeps >= 1 and len(calls) >= fast.n_sweeps  # one or more per iteration
+    calls.clear()
+    quiet(p, B=10.0, eigensolver="arpack", max_iter=20)
+    assert not calls
 
 
 @pytest.mark.parametrize("loss", ["linear", "squared_hinge", "square"])
