@@ -321,8 +321,7 @@ def test_eigsh_no_convergence_retries_then_raises(monkeypatch):
 def test_dense_top_eigs_match_numpy_eigh(global_random_seed, n, k):
     """The fast path's dense solve (LAPACK dsyevr for eigenpairs n-k+1..n only) against the
     reference numpy.linalg.eigh (all n): same top-k eigenvalues, the same eigenvectors up
-    to sign (a spectrum with gaps >= 1e-3), orthonormal, and the input is not needed
-    afterwards (it is overwritten)."""
+    to sign (a spectrum with gaps >= 1e-3), orthonormal, in descending order."""
     rng = np.random.default_rng(global_random_seed)
     spec = np.sort(rng.uniform(-3.0, 3.0, n))
     spec += 1e-3 * np.arange(n)  # distinct, gaps >= 1e-3: vectors are determined up to sign
