@@ -3,9 +3,9 @@
 For each data set (bench/paper/run.py repetition 0, kNN k = 5, B = 100), whole
 ``fit_simplenpkl`` fits with the linear and squared hinge losses, with the fast path's dense
 threshold set to 0 (ARPACK always) and to ``--dense-max-n`` (dense solves up to that many
-points), the dense solve being the fast path's LAPACK ``dsyevr`` for the top rank eigenpairs
-only (``_dense_top_eigs``) or, as before 2026-11-24, ``numpy.linalg.eigh`` of all n
-(``numpy-eigh``). The three variants alternate within each run (``--runs`` rounds after a
+points), the dense solve being the fast path's ``_dense_top_eigs`` (``dsyevr``: LAPACK's
+dsyevr for the top rank eigenpairs only, from ``_EVR_MIN_N`` points on, numpy's eigh below)
+or, as before 2026-11-24, ``numpy.linalg.eigh`` of all n (``numpy-eigh``). The three variants alternate within each run (``--runs`` rounds after a
 warm-up; medians). One BLAS thread, as the fits themselves set it. Prints one line per data
 set.
 

@@ -344,6 +344,32 @@ class _SparseA:
         return self.A
 
 
+class _DenseA:
+    """A(w) = sum_p w_p t_p E_p - L as a fresh dense array per call (the fast path's dense
+    solves overwrite it). Entry for entry the values of ``_SparseA(problem).set(w).toarray()``:
+    the same one addition of w_p t_p / 2 to -L_ij (pairs are distinct with i < j), without the
+    sparse pattern's set-up and the conversion at every step."""
+
+    def __init__(self, problem: NPKLProblem):
+        n = problem.n_points
+        c = problem.constraints
+        # (-L).toarray(), not -(L.toarray()): the entries outside L's pattern must be +0.0 as
+        # in the sparse A (LAPACK's Householder steps read the sign of zero; with -0.0 the
+        # eigenvectors differ in the last bits)
+        self.neg_L = (-sp.csr_matrix(problem.L, dtype=np.float64)).toarray()
+        self.flat_ij = c.i.astype(np.int64) * n + c.j
+        self.flat_ji = c.j.astype(np.int64) * n + c.i
+        self.t = c.t.astype(np.float64)
+
+    def set(self, w: np.ndarray) -> np.ndarray:
+        M = self.neg_L.copy()
+        half = 0.5 * w * self.t
+        flat = M.reshape(-1)
+        flat[self.flat_ij] += half
+        flat[self.flat_ji] += half
+        return M
+
+
 def _use_dense(n: int, k: int) -> bool:
     """Dense eigh only where ARPACK cannot work well and n x n is O(n x rank) memory."""
     return n <= 2 * k + 1
@@ -388,7 +414,7 @@ def _top_eigs(A, k: int, v0, fast: bool = False):
     """
     n = A.shape[0]
     if fast and n <= _FAST_DENSE_MAX_N:
-        return _dense_top_eigs(A.toarray(), k)
+        return _dense_top_eigs(A if isinstance(A, np.ndarray) else A.toarray(), k)
     if _dense_solve(n, k, fast):
         w, P = np.linalg.eigh(A.toarray())
         return w[::-1][:k].copy(), P[:, ::-1][:, :k].copy()
@@ -397,14 +423,24 @@ def _top_eigs(A, k: int, v0, fast: bool = False):
     return w[order], P[:, order]
 
 
+#: Below this many points ``_dense_top_eigs`` keeps ``numpy.linalg.eigh`` (one BLAS thread,
+#: median of 2,000 solves: n = 47, k = 10: 140 us against dsyevr's 169 us; n = 100, k = 15:
+#: 550 against 596 us; n = 150, k = 18: 1.20 against 1.17 ms; bench/RESULTS.md).
+_EVR_MIN_N = 128
+
+
 def _dense_top_eigs(M, k: int):
-    """Top-k eigenpairs of the symmetric dense M (overwritten), descending: LAPACK ``dsyevr``
-    asked for eigenpairs n - k + 1 ... n only (``numpy.linalg.eigh``, the reference, computes
-    all n and back-transforms all n vectors: wine, n = 178, k = 20, 1.72 vs 1.60 ms; n = 240,
-    k = 24, 3.56 vs 2.81 ms; one BLAS thread, bench/RESULTS.md)."""
+    """Top-k eigenpairs of the symmetric dense M (may be overwritten), descending: LAPACK
+    ``dsyevr`` asked for eigenpairs n - k + 1 ... n only (``numpy.linalg.eigh``, the
+    reference, computes all n and back-transforms all n vectors: wine, n = 178, k = 20, 1.72
+    vs 1.60 ms; n = 240, k = 24, 3.56 vs 2.81 ms; one BLAS thread, bench/RESULTS.md). Below
+    ``_EVR_MIN_N`` points, where numpy's ``eigh`` is the faster, that."""
     from scipy.linalg import lapack
 
     n = M.shape[0]
+    if n < _EVR_MIN_N:
+        w, P = np.linalg.eigh(M)
+        return w[::-1][:k].copy(), P[:, ::-1][:, :k].copy()
     w, Z, m, _, info = lapack.dsyevr(M, compute_v=1, range="I", il=n - k + 1, iu=n,
                                       overwrite_a=1)
     if info != 0 or m != k:
@@ -787,7 +823,7 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
     gamma = problem.gamma
     c = problem.constraints
     rng = np.random.default_rng(problem.seed)
-    Aop = _SparseA(problem)
+    Aop = _DenseA(problem) if fast and n <= _FAST_DENSE_MAX_N else _SparseA(problem)
     L64 = sp.csr_matrix(problem.L, dtype=np.float64)
     sqB = np.sqrt(B)
     quad = 0.0 if loss in ("hinge", "linear") else 1.0 / (4.0 * gamma)
@@ -991,11 +1027,13 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
             if acc["stop"] or acc["it"] >= max_iter:
                 raise StopIteration
 
-        bounds = [(None if loss == "square" else 0.0, gamma if loss == "hinge" else None)]
+        # the loss's box as arrays (a list of m pairs costs scipy a conversion per call)
+        bounds = optimize.Bounds(np.full(c.m, -np.inf if loss == "square" else 0.0),
+                                 np.full(c.m, gamma if loss == "hinge" else np.inf))
         while True:
             acc["stop"] = None
             optimize.minimize(neg_dual, acc["a"], jac=True, method="L-BFGS-B",
-                              bounds=bounds * c.m,
+                              bounds=bounds,
                               callback=lambda intermediate_result: record(intermediate_result.x),
                               options={"maxiter": max_iter - acc["it"],
                                        "maxfun": 2 * (max_iter - acc["it"]) + 10,

@@ -233,6 +233,22 @@ def _grad_and_J(p, op, alpha, B):
     return g, J, norm
 
 
+@pytest.mark.parametrize("loss", ["linear", "squared_hinge"])
+def test_dense_A_equals_the_sparse_one(global_random_seed, loss):
+    """The fast path's dense assembly of A(w) (``_DenseA``) is entry for entry the sparse
+    A(w) densified, for any weights, and each call returns a fresh array."""
+    p = tiny_problem(global_random_seed, loss, n=14, n_pairs=10, gamma=1.7)
+    sparse_op, dense_op = snp._SparseA(p), snp._DenseA(p)
+    rng = np.random.default_rng(global_random_seed)
+    for w in (np.full(p.constraints.m, p.gamma), rng.standard_normal(p.constraints.m)):
+        M = dense_op.set(w)
+        np.testing.assert_array_equal(M, sparse_op.set(w).toarray())
+        # signed zeros too: LAPACK's eigensolvers read the sign of zero entries
+        np.testing.assert_array_equal(np.signbit(M), np.signbit(sparse_op.set(w).toarray()))
+        M[:] = 0.0  # the solver overwrites it: the next call must not see that
+        np.testing.assert_array_equal(dense_op.set(w), sparse_op.set(w).toarray())
+
+
 def test_dual_gradient_and_local_lipschitz_bound(global_random_seed):
     """grad J = 1 - t K_ij - alpha/(2 gamma) (finite differences) and
     ||grad J(a) - grad J(a')|| <= (sqrt(B)/(2||A_+||) + 1/(2 gamma)) ||a - a'|| locally."""

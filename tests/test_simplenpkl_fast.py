@@ -317,11 +317,14 @@ def test_eigsh_no_convergence_retries_then_raises(monkeypatch):
         snp._top_eigs_positive(A, 10, None, 6)
 
 
-@pytest.mark.parametrize("n, k", [(1, 1), (47, 6), (120, 18), (120, 120), (200, 1)])
-def test_dense_top_eigs_match_numpy_eigh(global_random_seed, n, k):
+@pytest.mark.parametrize("n, k", [(1, 1), (47, 6), (128, 1), (150, 18), (150, 150), (200, 1),
+                                  (240, 24)])
+def test_dense_top_eigs_match_numpy_eigh(global_random_seed, n, k, monkeypatch):
     """The fast path's dense solve (LAPACK dsyevr for eigenpairs n-k+1..n only) against the
     reference numpy.linalg.eigh (all n): same top-k eigenvalues, the same eigenvectors up
-    to sign (a spectrum with gaps >= 1e-3), orthonormal, in descending order."""
+    to sign (a spectrum with gaps >= 1e-3), orthonormal, in descending order. dsyevr itself
+    at every size (``_EVR_MIN_N`` = 0), the default size rule separately below."""
+    monkeypatch.setattr(snp, "_EVR_MIN_N", 0)
     rng = np.random.default_rng(global_random_seed)
     spec = np.sort(rng.uniform(-3.0, 3.0, n))
     spec += 1e-3 * np.arange(n)  # distinct, gaps >= 1e-3: vectors are determined up to sign
@@ -339,7 +342,26 @@ def test_dense_top_eigs_match_numpy_eigh(global_random_seed, n, k):
     np.testing.assert_allclose(P * signs, Pd, atol=1e-9)
 
 
-def test_dense_top_eigs_refuses_a_matrix_with_nan():
+def test_dense_top_eigs_size_rule(monkeypatch):
+    """Below _EVR_MIN_N points numpy's eigh (faster there), from it on dsyevr."""
+    from scipy.linalg import lapack
+
+    calls = []
+    real = lapack.dsyevr
+    monkeypatch.setattr(lapack, "dsyevr", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    rng = np.random.default_rng(0)
+    for n, expect in ((snp._EVR_MIN_N - 1, 0), (snp._EVR_MIN_N, 1)):
+        X = rng.standard_normal((n, n))
+        M = X + X.T
+        w_ref = np.linalg.eigvalsh(M)[::-1][:5]
+        calls.clear()
+        sigma, P = snp._dense_top_eigs(M.copy(), 5)
+        assert len(calls) == expect
+        np.testing.assert_allclose(sigma, w_ref, atol=1e-10)
+
+
+def test_dense_top_eigs_refuses_a_matrix_with_nan(monkeypatch):
+    monkeypatch.setattr(snp, "_EVR_MIN_N", 0)
     M = np.eye(6)
     M[1, 2] = M[2, 1] = np.nan
     with pytest.raises(nk.NpklError, match="dsyevr failed.*NaN"):
