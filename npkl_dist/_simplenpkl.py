@@ -103,10 +103,11 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
   the full top-rank problem instead. Every step that can be followed by a refinement (each ``_SLACK_CHECK``-th, the
   refinement's own dual step) and the final one (re-solved if needed: the certificate, the
   refinement subspace span(P) and ``eigenvalues`` use all rank eigenpairs) are full solves.
-* Up to ``_FAST_DENSE_MAX_N`` = 400 points A is densified and LAPACK ``dsyevr`` computes
-  its top rank eigenpairs only (ARPACK's set-up per call costs more there: soybean 0.2 vs
-  1.2 ms per solve; ``dsyevr`` for k of n pairs instead of ``numpy.linalg.eigh`` for all n:
-  1.1x at n = 178, 1.3x at n = 240, and the crossover with ARPACK moved from ~240 to ~400).
+* Up to ``_FAST_DENSE_MAX_N`` = 400 points A is assembled dense (``_DenseA``) and LAPACK
+  ``dsyevr`` computes its top rank eigenpairs only, numpy's ``eigh`` below ``_EVR_MIN_N`` =
+  128 points (ARPACK's set-up per call costs more there: soybean 0.2 vs 1.2 ms per solve;
+  ``dsyevr`` for k of n pairs instead of ``numpy.linalg.eigh`` for all n: 1.1x at n = 178,
+  1.3x at n = 240, and the crossover with ARPACK moved from ~240 to ~400).
 * One BLAS thread for the whole fit (threadpoolctl) while ARPACK's basis is small
   (``n (2 rank + 1) <= _ONE_THREAD_MAX_BASIS``, 4 MB, the basis size when this was
   measured; the basis is now 1.5 rank + 1 vectors, see ``_eigsh``): the dense work is then on small
@@ -440,15 +441,20 @@ def _dense_top_eigs(M, k: int):
     n = M.shape[0]
     if n < _EVR_MIN_N:
         w, P = np.linalg.eigh(M)
-        return w[::-1][:k].copy(), P[:, ::-1][:, :k].copy()
-    w, Z, m, _, info = lapack.dsyevr(M, compute_v=1, range="I", il=n - k + 1, iu=n,
-                                      overwrite_a=1)
-    if info != 0 or m != k:
+        info, m = (0, k) if np.all(np.isfinite(w)) else (-1, 0)
+        w, P = w[::-1][:k].copy(), P[:, ::-1][:, :k].copy()
+    else:
+        w, Z, m, _, info = lapack.dsyevr(M, compute_v=1, range="I", il=n - k + 1, iu=n,
+                                          overwrite_a=1)
+        w, P = w[:k][::-1].copy(), Z[:, :k][:, ::-1].copy()
+    # numpy's eigh returns NaN eigenvalues (maybe not among the top k) for a NaN entry,
+    # dsyevr fewer pairs: the same error for both
+    if info != 0 or m != k or not np.all(np.isfinite(w)):
         raise NpklError(
-            f"simplenpkl: LAPACK dsyevr failed on the {n} x {n} matrix A (info={info}, "
+            f"simplenpkl: the dense eigensolver failed on the {n} x {n} matrix A (info={info}, "
             f"{m} of {k} eigenpairs); check the Laplacian and constraints for NaN or inf"
         )
-    return w[:k][::-1].copy(), Z[:, :k][:, ::-1].copy()
+    return w, P
 
 
 class _CSROperator(spla.LinearOperator):

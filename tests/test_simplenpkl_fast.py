@@ -360,11 +360,12 @@ def test_dense_top_eigs_size_rule(monkeypatch):
         np.testing.assert_allclose(sigma, w_ref, atol=1e-10)
 
 
-def test_dense_top_eigs_refuses_a_matrix_with_nan(monkeypatch):
-    monkeypatch.setattr(snp, "_EVR_MIN_N", 0)
+@pytest.mark.parametrize("evr_min_n", [0, 128])  # dsyevr, numpy's eigh
+def test_dense_top_eigs_refuses_a_matrix_with_nan(monkeypatch, evr_min_n):
+    monkeypatch.setattr(snp, "_EVR_MIN_N", evr_min_n)
     M = np.eye(6)
     M[1, 2] = M[2, 1] = np.nan
-    with pytest.raises(nk.NpklError, match="dsyevr failed.*NaN"):
+    with pytest.raises(nk.NpklError, match="dense eigensolver failed.*NaN"):
         snp._dense_top_eigs(M, 3)
 
 
