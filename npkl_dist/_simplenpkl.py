@@ -147,6 +147,7 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from scipy import optimize
+from scipy.linalg import lapack
 
 try:  # scipy's compiled CSR product, the kernel behind ``csr @ vector``
     from scipy.sparse._sparsetools import csr_matvec as _csr_matvec
@@ -389,8 +390,13 @@ def _use_dense(n: int, k: int) -> bool:
 _FAST_DENSE_MAX_N = 400
 
 
+def _fast_dense(n: int, fast: bool) -> bool:
+    """The fast path's dense regime: A assembled dense (``_DenseA``), ``_dense_top_eigs``."""
+    return fast and n <= _FAST_DENSE_MAX_N
+
+
 def _dense_solve(n: int, k: int, fast: bool) -> bool:
-    return _use_dense(n, k) or (fast and n <= _FAST_DENSE_MAX_N)
+    return _use_dense(n, k) or _fast_dense(n, fast)
 
 
 _BLAS_CONTROLLER = None
@@ -414,9 +420,9 @@ def _top_eigs(A, k: int, v0, fast: bool = False):
     up to ``_FAST_DENSE_MAX_N`` points the dense ``_dense_top_eigs`` replaces ARPACK.
     """
     n = A.shape[0]
-    if fast and n <= _FAST_DENSE_MAX_N:
+    if _fast_dense(n, fast):
         return _dense_top_eigs(A if isinstance(A, np.ndarray) else A.toarray(), k)
-    if _dense_solve(n, k, fast):
+    if _use_dense(n, k):
         w, P = np.linalg.eigh(A.toarray())
         return w[::-1][:k].copy(), P[:, ::-1][:, :k].copy()
     w, P = _eigsh(A, k, v0, fast)
@@ -436,8 +442,6 @@ def _dense_top_eigs(M, k: int):
     reference, computes all n and back-transforms all n vectors: wine, n = 178, k = 20, 1.72
     vs 1.60 ms; n = 240, k = 24, 3.56 vs 2.81 ms; one BLAS thread, bench/RESULTS.md). Below
     ``_EVR_MIN_N`` points, where numpy's ``eigh`` is the faster, that."""
-    from scipy.linalg import lapack
-
     n = M.shape[0]
     if n < _EVR_MIN_N:
         w, P = np.linalg.eigh(M)
@@ -829,7 +833,7 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
     gamma = problem.gamma
     c = problem.constraints
     rng = np.random.default_rng(problem.seed)
-    Aop = _DenseA(problem) if fast and n <= _FAST_DENSE_MAX_N else _SparseA(problem)
+    Aop = _DenseA(problem) if _fast_dense(n, fast) else _SparseA(problem)
     L64 = sp.csr_matrix(problem.L, dtype=np.float64)
     sqB = np.sqrt(B)
     quad = 0.0 if loss in ("hinge", "linear") else 1.0 / (4.0 * gamma)
