@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,3 +200,43 @@ def test_kmeans_restarts_reproduces_the_harness_at_its_restart_count():
         assert rows[m][0][10][0] == pytest.approx(100.0 * recs[m]["rand_accuracy"], abs=1e-9)
     table = out.getvalue().splitlines()
     assert table[0].startswith("| method | reps |") and len(table) == 2 + len(methods)
+
+
+def test_fit_time_floor_selects_the_pairs_below_100x(tmp_path):
+    floor = pytest.importorskip("bench.fit_time_floor")
+    path = tmp_path / "results.jsonl"
+    recs = []
+    # published CPU seconds: iris SimpleNPKL-linear 0.04 (budget 0.4 ms), KL-ADMM 3.44
+    for rep, t in enumerate((0.0010, 0.0012, 0.0050)):  # median 1.2 ms: 33x, below
+        recs.append({**_rec("iris", "SimpleNPKL-linear", rep), "fit_seconds": t})
+    for rep, t in enumerate((0.020, 0.030, 0.900)):  # median 30 ms: 115x, above
+        recs.append({**_rec("iris", "KL-ADMM", rep), "fit_seconds": t})
+    recs.append({**_rec("iris", "SimpleNPKL-sqhinge", 0), "error": "boom"})  # not timed
+    recs.append(_rec("iris", "BCD-hinge", 0))  # no floor for BCD
+    _write(path, recs)
+    assert floor.pairs_from_results(path, [], False) == [
+        ("iris", "SimpleNPKL-linear", 0.0012, 0.04)]
+    both = floor.pairs_from_results(path, [], True)
+    assert [(d, m) for d, m, *_ in both] == [("iris", "SimpleNPKL-linear"), ("iris", "KL-ADMM")]
+    assert both[1][2] == pytest.approx(0.030)
+    assert floor.pairs_from_results(path, ["wine"], True) == []
+
+
+def test_fit_time_floor_times_every_eigensolve_of_a_fit_and_restores_the_solvers():
+    floor = pytest.importorskip("bench.fit_time_floor")
+    import npkl_dist as nk
+    from npkl_dist import _simplenpkl as snp
+
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(0, 1, (30, 2)), rng.normal(5, 1, (30, 2))])
+    y = np.repeat([0, 1], 30)
+    L = nk.knn_graph(X, 5, seed=0, warn=False).laplacian(1e-3)
+    p = nk.NPKLProblem.build(L, nk.sample_constraints(y, seed=0), loss="squared_hinge",
+                             seed=0)
+    before = (snp._eigsh, snp._dense_top_eigs)
+    res, total, inside, calls = floor.timed_fit(snp.fit_simplenpkl, p, B=100.0)
+    assert (snp._eigsh, snp._dense_top_eigs) == before
+    assert calls == res.n_eigsolves >= 2
+    assert 0.0 < inside < total
+    ref = snp.fit_simplenpkl(p, B=100.0)  # the wrapper does not change the fit
+    np.testing.assert_array_equal(res.V, ref.V)
