@@ -369,7 +369,12 @@ def speed_table(agg, names, methods, pub):
             f"the sources); target ≥ {SPEEDUP_TARGET:.0f}x, judged on the median (the "
             f"statistic of every timing in this file; the mean also holds the first fit of "
             f"each worker process, which loads numba's compiled kernels, and whatever else "
-            f"the machine ran). Met on {met} of {len(rows)} (on {met_mean} by the mean).", "",
+            f"the machine ran). Met on {met} of {len(rows)} (on {met_mean} by the mean)."
+            + ("" if met == len(rows) else
+               " Where the misses' time goes, and what it cannot go below: `python "
+               "bench/fit_time_floor.py` (bench/RESULTS.md, \"Fit-time floors of the pairs "
+               "below 100x\")."),
+            "",
             "| data set | method | ours, median (s) | ours, mean (s) | published (s) | ratio "
             "| ≥ 100x | reps | machine | source |",
             "|---|---|---|---|---|---|---|---|---|---|", *rows, ""]
