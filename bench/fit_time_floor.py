@@ -204,7 +204,7 @@ def main(argv=None):
                       f"{m / p.n_points if m else float('nan'):.2f} |", flush=True)
         return
     print("| data set | method | n | rank | table median (s) | budget = published / 100 (s) "
-          "| the unavoidable part, timed alone | floor (s) | floor / budget |")
+          "| what the floor is | floor (s) | floor / budget |")
     print("|---|---|---:|---:|---:|---:|---|---:|---:|")
     for name, method, med, published in pairs_from_results(args.results, args.datasets,
                                                             args.all):
