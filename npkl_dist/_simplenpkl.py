@@ -445,18 +445,19 @@ def _dense_top_eigs(M, k: int):
     n = M.shape[0]
     if n < _EVR_MIN_N:
         w, P = np.linalg.eigh(M)
-        info, m = (0, k) if np.all(np.isfinite(w)) else (-1, 0)
+        # for a NaN entry numpy's eigh returns NaN eigenvalues, maybe not among the top k
+        failure = None if np.all(np.isfinite(w)) else "numpy's eigh: non-finite eigenvalues"
         w, P = w[::-1][:k].copy(), P[:, ::-1][:, :k].copy()
     else:
         w, Z, m, _, info = lapack.dsyevr(M, compute_v=1, range="I", il=n - k + 1, iu=n,
                                           overwrite_a=1)
+        ok = info == 0 and m == k and np.all(np.isfinite(w[:m]))
+        failure = None if ok else f"dsyevr: info={info}, {m} of {k} eigenpairs"
         w, P = w[:k][::-1].copy(), Z[:, :k][:, ::-1].copy()
-    # numpy's eigh returns NaN eigenvalues (maybe not among the top k) for a NaN entry,
-    # dsyevr fewer pairs: the same error for both
-    if info != 0 or m != k or not np.all(np.isfinite(w)):
+    if failure is not None:
         raise NpklError(
-            f"simplenpkl: the dense eigensolver failed on the {n} x {n} matrix A (info={info}, "
-            f"{m} of {k} eigenpairs); check the Laplacian and constraints for NaN or inf"
+            f"simplenpkl: the dense eigensolver failed on the {n} x {n} matrix A ({failure}); "
+            f"check the Laplacian and constraints for NaN or inf"
         )
     return w, P
 
