@@ -240,3 +240,22 @@ def test_fit_time_floor_times_every_eigensolve_of_a_fit_and_restores_the_solvers
     assert 0.0 < inside < total
     ref = snp.fit_simplenpkl(p, B=100.0)  # the wrapper does not change the fit
     np.testing.assert_array_equal(res.V, ref.V)
+
+
+def test_fit_time_floor_single_precision_solves_the_same_eigenproblem():
+    from bench import fit_time_floor as floor  # a broken bench fails here, not skips
+    import npkl_dist as nk
+
+    rng = np.random.default_rng(1)
+    X = np.concatenate([rng.normal(0, 1, (40, 2)), rng.normal(5, 1, (40, 2))])
+    y = np.repeat([0, 1], 40)
+    L = nk.knn_graph(X, 5, seed=0, warn=False).laplacian(1e-3)
+    p = nk.NPKLProblem.build(L, nk.sample_constraints(y, seed=0), loss="linear", seed=0)
+    assert p.n_points > 2 * p.rank + 1  # both the dense and the ARPACK solve run
+    out = floor.single_precision(p, runs=1, dense_max_n=2000)
+    assert set(out) == {"ssyevr top k", "ARPACK", "eigenvalue error"}
+    assert out["ssyevr top k"] > 0.0 and out["ARPACK"] > 0.0
+    # single precision: the top eigenvalues agree with float64 to ~1e-6, not to the last bit
+    assert 0.0 < out["eigenvalue error"] < 1e-4
+    dense_only = floor.single_precision(p, runs=1, dense_max_n=10)
+    assert set(dense_only) == {"ARPACK", "eigenvalue error"}
