@@ -287,9 +287,10 @@ def main(argv=None):
                 if args.float32:
                     single = single_precision(p, args.runs, args.dense_max_n)
                     err = single.pop("eigenvalue error")
-                    fastest = min(single.values())
-                    extra = (" " + ", ".join(f"{s} {_t(t)}" for s, t in single.items())
-                             + f" (eigenvalues to {err:.0e}) | {fastest / budget:.2f} |")
+                    if single:  # none when n <= 2 rank + 1 exceeds --dense-max-n
+                        extra = (" " + ", ".join(f"{s} {_t(t)}" for s, t in single.items())
+                                 + f" (eigenvalues to {err:.0e}) | "
+                                 f"{min(single.values()) / budget:.2f} |")
             else:
                 fit_simplenpkl(p, B=B)  # warm-up
                 rows = [timed_fit(fit_simplenpkl, p, B=B)
