@@ -45,6 +45,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.bench_sweep import median_time  # noqa: E402
 from bench.paper import published as pub  # noqa: E402
 from bench.paper.run import DEFAULT_RESULTS, _is_adult, task_inputs  # noqa: E402
 
@@ -58,12 +59,7 @@ def _t(seconds):
 
 def _median_time(fn, runs):
     fn()  # warm-up (compilation, first touch)
-    ts = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+    return median_time(fn, runs)[0]
 
 
 def pairs_from_results(path, datasets, include_all):
@@ -143,7 +139,7 @@ def single_precision(problem, runs, dense_max_n, tol=1e-5):
     if n > 2 * k + 1:
         A32 = A.astype(np.float32)
         v0 = np.random.default_rng(problem.seed).standard_normal(n).astype(np.float32)
-        ncv = min(n, max((3 * k) // 2 + 1, 20))
+        ncv = snp._lanczos_ncv(n, k)
 
         def arpack():
             return spla.eigsh(A32, k=k, which="LA", v0=v0, tol=tol, ncv=ncv,

@@ -485,16 +485,21 @@ class _CSROperator(spla.LinearOperator):
         return self._A @ X
 
 
+def _lanczos_ncv(n: int, k: int) -> int:
+    """ARPACK's basis for k eigenpairs of an n x n matrix: 1.5k + 1 vectors (scipy's default:
+    2k + 1): more restarts, but each step orthogonalises against a quarter fewer vectors
+    (adult-a3a, k = 86: 547 vs 641 ms per solve, squared hinge fit 11.7 vs 13.2 s; adult-a5a,
+    k = 123: 2.72 vs 2.87 s; a1a, k = 61: the same; bench/RESULTS.md)."""
+    return min(n, max((3 * k) // 2 + 1, 20))
+
+
 def _eigsh(A, k, v0, fast):
     """eigsh(which='LA') as the reference calls it; ``fast``: through :class:`_CSROperator`."""
     n = A.shape[0]
     op = _CSROperator(A) if fast and _csr_matvec is not None else A
-    # a Lanczos basis of 1.5k + 1 vectors (scipy's default: 2k + 1): more restarts, but each
-    # step orthogonalises against a quarter fewer vectors (adult-a3a, k = 86: 547 vs 641 ms
-    # per solve, squared hinge fit 11.7 vs 13.2 s; adult-a5a, k = 123: 2.72 vs 2.87 s;
-    # a1a, k = 61: the same; bench/RESULTS.md). Both paths use it, so that the fast path's
-    # products stay bitwise those of the reference's.
-    ncv = min(n, max((3 * k) // 2 + 1, 20))
+    # both paths use the same basis, so that the fast path's products stay bitwise those of
+    # the reference's
+    ncv = _lanczos_ncv(n, k)
     try:
         return spla.eigsh(op, k=k, which="LA", v0=v0, tol=_EIG_TOL, ncv=ncv)
     except spla.ArpackNoConvergence:

@@ -202,6 +202,17 @@ def test_kmeans_restarts_reproduces_the_harness_at_its_restart_count():
     assert table[0].startswith("| method | reps |") and len(table) == 2 + len(methods)
 
 
+def _two_blobs(per_blob, seed, loss):
+    """A small SimpleNPKL problem: two 2-D Gaussian blobs, kNN graph, protocol constraints."""
+    import npkl_dist as nk
+
+    rng = np.random.default_rng(seed)
+    X = np.concatenate([rng.normal(0, 1, (per_blob, 2)), rng.normal(5, 1, (per_blob, 2))])
+    y = np.repeat([0, 1], per_blob)
+    L = nk.knn_graph(X, 5, seed=0, warn=False).laplacian(1e-3)
+    return nk.NPKLProblem.build(L, nk.sample_constraints(y, seed=0), loss=loss, seed=0)
+
+
 def test_fit_time_floor_selects_the_pairs_below_100x(tmp_path):
     from bench import fit_time_floor as floor  # a broken bench fails here, not skips
     path = tmp_path / "results.jsonl"
@@ -224,15 +235,9 @@ def test_fit_time_floor_selects_the_pairs_below_100x(tmp_path):
 
 def test_fit_time_floor_times_every_eigensolve_of_a_fit_and_restores_the_solvers():
     from bench import fit_time_floor as floor  # a broken bench fails here, not skips
-    import npkl_dist as nk
     from npkl_dist import _simplenpkl as snp
 
-    rng = np.random.default_rng(0)
-    X = np.concatenate([rng.normal(0, 1, (30, 2)), rng.normal(5, 1, (30, 2))])
-    y = np.repeat([0, 1], 30)
-    L = nk.knn_graph(X, 5, seed=0, warn=False).laplacian(1e-3)
-    p = nk.NPKLProblem.build(L, nk.sample_constraints(y, seed=0), loss="squared_hinge",
-                             seed=0)
+    p = _two_blobs(30, 0, "squared_hinge")
     before = (snp._eigsh, snp._dense_top_eigs)
     res, total, inside, calls = floor.timed_fit(snp.fit_simplenpkl, p, B=100.0)
     assert (snp._eigsh, snp._dense_top_eigs) == before
@@ -244,13 +249,8 @@ def test_fit_time_floor_times_every_eigensolve_of_a_fit_and_restores_the_solvers
 
 def test_fit_time_floor_single_precision_solves_the_same_eigenproblem():
     from bench import fit_time_floor as floor  # a broken bench fails here, not skips
-    import npkl_dist as nk
 
-    rng = np.random.default_rng(1)
-    X = np.concatenate([rng.normal(0, 1, (40, 2)), rng.normal(5, 1, (40, 2))])
-    y = np.repeat([0, 1], 40)
-    L = nk.knn_graph(X, 5, seed=0, warn=False).laplacian(1e-3)
-    p = nk.NPKLProblem.build(L, nk.sample_constraints(y, seed=0), loss="linear", seed=0)
+    p = _two_blobs(40, 1, "linear")
     assert p.n_points > 2 * p.rank + 1  # both the dense and the ARPACK solve run
     out = floor.single_precision(p, runs=1, dense_max_n=2000)
     assert set(out) == {"ssyevr top k", "ARPACK", "eigenvalue error"}
