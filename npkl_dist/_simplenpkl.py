@@ -103,11 +103,13 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
   the full top-rank problem instead. Every step that can be followed by a refinement (each ``_SLACK_CHECK``-th, the
   refinement's own dual step) and the final one (re-solved if needed: the certificate, the
   refinement subspace span(P) and ``eigenvalues`` use all rank eigenpairs) are full solves.
-* Up to ``_FAST_DENSE_MAX_N`` = 400 points A is assembled dense (``_DenseA``) and LAPACK
-  ``dsyevr`` computes its top rank eigenpairs only, numpy's ``eigh`` below ``_EVR_MIN_N`` =
-  128 points (ARPACK's set-up per call costs more there: soybean 0.2 vs 1.2 ms per solve;
-  ``dsyevr`` for k of n pairs instead of ``numpy.linalg.eigh`` for all n: 1.1x at n = 178,
-  1.3x at n = 240, and the crossover with ARPACK moved from ~240 to ~400).
+* Up to ``_FAST_DENSE_MAX_N`` = 400 points A is assembled dense (``_DenseA``) and only its
+  top rank eigenpairs are computed, by ``dsyevr``'s algorithm for a part of the spectrum
+  (tridiagonalisation, bisection, inverse iteration) with the bisection compiled and run for
+  all rank eigenvalues side by side (``npkl_dist._tridiag``); numpy's ``eigh`` below
+  ``_TRIDIAG_MIN_N`` = 24 points. ARPACK's set-up per call costs more at these sizes
+  (soybean 0.2 vs 1.2 ms per solve); the route is 1.7-1.8x faster than ``eigh`` for all n
+  pairs and 1.4-1.9x faster than LAPACK's own ``dsyevr`` from n = 100 to 270.
 * One BLAS thread for the whole fit (threadpoolctl) while ARPACK's basis is small
   (``n (2 rank + 1) <= _ONE_THREAD_MAX_BASIS``, 4 MB, the basis size when this was
   measured; the basis is now 1.5 rank + 1 vectors, see ``_eigsh``): the dense work is then on small
@@ -147,7 +149,6 @@ import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from scipy import optimize
-from scipy.linalg import lapack
 
 try:  # scipy's compiled CSR product, the kernel behind ``csr @ vector``
     from scipy.sparse._sparsetools import csr_matvec as _csr_matvec
@@ -158,6 +159,7 @@ from ._bcd import FitResult
 from ._errors import ConvergenceWarning, NpklError, ValidationError, fmt_value
 from ._objective import loss_fn
 from ._problem import NPKLProblem
+from ._tridiag import tridiagonal_top_eigs
 
 __all__ = ["fit_simplenpkl", "simplenpkl_objective", "SimpleNPKLResult", "DEFAULT_B"]
 
@@ -431,29 +433,34 @@ def _top_eigs(A, k: int, v0, fast: bool = False):
 
 
 #: Below this many points ``_dense_top_eigs`` keeps ``numpy.linalg.eigh`` (one BLAS thread,
-#: median of 2,000 solves: n = 47, k = 10: 140 us against dsyevr's 169 us; n = 100, k = 15:
-#: 550 against 596 us; n = 150, k = 18: 1.20 against 1.17 ms; bench/RESULTS.md).
-_EVR_MIN_N = 128
+#: median of 300 solves: n = 16, k = 3: 22 us against the tridiagonal route's 30 us; n = 24,
+#: k = 4: 44 against 40 us; bench/RESULTS.md).
+_TRIDIAG_MIN_N = 24
 
 
 def _dense_top_eigs(M, k: int):
-    """Top-k eigenpairs of the symmetric dense M (may be overwritten), descending: LAPACK
-    ``dsyevr`` asked for eigenpairs n - k + 1 ... n only (``numpy.linalg.eigh``, the
-    reference, computes all n and back-transforms all n vectors: wine, n = 178, k = 20, 1.72
-    vs 1.60 ms; n = 240, k = 24, 3.56 vs 2.81 ms; one BLAS thread, bench/RESULTS.md). Below
-    ``_EVR_MIN_N`` points, where numpy's ``eigh`` is the faster, that."""
+    """Top-k eigenpairs of the symmetric dense M, descending: ``dsyevr``'s algorithm for
+    eigenpairs n - k + 1 ... n only, with its bisection compiled and run for the k
+    eigenvalues side by side (:func:`npkl_dist._tridiag.tridiagonal_top_eigs`). numpy's
+    ``eigh`` (all n pairs) is the reference; one BLAS thread, n = 100, k = 15: 0.32 against
+    eigh's 0.56 and dsyevr's 0.61 ms; n = 270, k = 24: 2.3 against 4.2 and 3.3 ms. Below
+    ``_TRIDIAG_MIN_N`` points, where numpy's ``eigh`` is the faster, and if inverse iteration
+    ever fails to converge, that."""
     n = M.shape[0]
-    if n < _EVR_MIN_N:
+    failure = None
+    if n >= _TRIDIAG_MIN_N and k < n:
+        w, Z, failure = tridiagonal_top_eigs(M, k)
+        if failure is None:
+            return w[::-1].copy(), np.ascontiguousarray(Z[:, ::-1])
+        if failure.startswith("dsytrd"):  # not finite: numpy's eigh would not help
+            failure = f"the tridiagonal route's {failure}"
+        else:
+            failure = None
+    if failure is None:
         w, P = np.linalg.eigh(M)
         # for a NaN entry numpy's eigh returns NaN eigenvalues, maybe not among the top k
         failure = None if np.all(np.isfinite(w)) else "numpy's eigh: non-finite eigenvalues"
         w, P = w[::-1][:k].copy(), P[:, ::-1][:, :k].copy()
-    else:
-        w, Z, m, _, info = lapack.dsyevr(M, compute_v=1, range="I", il=n - k + 1, iu=n,
-                                          overwrite_a=1)
-        ok = info == 0 and m == k and np.all(np.isfinite(w[:m]))
-        failure = None if ok else f"dsyevr: info={info}, {m} of {k} eigenpairs"
-        w, P = w[:k][::-1].copy(), Z[:, :k][:, ::-1].copy()
     if failure is not None:
         raise NpklError(
             f"simplenpkl: the dense eigensolver failed on the {n} x {n} matrix A ({failure}); "

@@ -12,6 +12,8 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import scipy.sparse as sp
 
 import npkl_dist as nk
@@ -317,14 +319,15 @@ def test_eigsh_no_convergence_retries_then_raises(monkeypatch):
         snp._top_eigs_positive(A, 10, None, 6)
 
 
-@pytest.mark.parametrize("n, k", [(1, 1), (47, 6), (128, 1), (150, 18), (150, 150), (200, 1),
-                                  (240, 24)])
+@pytest.mark.parametrize("n, k", [(1, 1), (2, 1), (47, 6), (128, 1), (150, 18), (150, 149),
+                                  (150, 150), (200, 1), (240, 24)])
 def test_dense_top_eigs_match_numpy_eigh(global_random_seed, n, k, monkeypatch):
-    """The fast path's dense solve (LAPACK dsyevr for eigenpairs n-k+1..n only) against the
-    reference numpy.linalg.eigh (all n): same top-k eigenvalues, the same eigenvectors up
-    to sign (a spectrum with gaps >= 1e-3), orthonormal, in descending order. dsyevr itself
-    at every size (``_EVR_MIN_N`` = 0), the default size rule separately below."""
-    monkeypatch.setattr(snp, "_EVR_MIN_N", 0)
+    """The fast path's dense solve (tridiagonalisation, compiled bisection for eigenvalues
+    n-k+1..n, inverse iteration) against the reference numpy.linalg.eigh (all n): same top-k
+    eigenvalues, the same eigenvectors up to sign (a spectrum with gaps >= 1e-3),
+    orthonormal, in descending order. The tridiagonal route at every size
+    (``_TRIDIAG_MIN_N`` = 0), the default size rule separately below."""
+    monkeypatch.setattr(snp, "_TRIDIAG_MIN_N", 0)
     rng = np.random.default_rng(global_random_seed)
     spec = np.sort(rng.uniform(-3.0, 3.0, n))
     spec += 1e-3 * np.arange(n)  # distinct, gaps >= 1e-3: vectors are determined up to sign
@@ -333,7 +336,9 @@ def test_dense_top_eigs_match_numpy_eigh(global_random_seed, n, k, monkeypatch):
     M = 0.5 * (M + M.T)
     wd, Pd = np.linalg.eigh(M)
     wd, Pd = wd[::-1][:k], Pd[:, ::-1][:, :k]
-    sigma, P = snp._dense_top_eigs(M.copy(), k)
+    kept = M.copy()
+    sigma, P = snp._dense_top_eigs(M, k)
+    np.testing.assert_array_equal(M, kept)  # the input is not overwritten
     assert sigma.shape == (k,) and P.shape == (n, k)
     assert np.all(np.diff(sigma) <= 0)
     np.testing.assert_allclose(sigma, wd, atol=1e-12 * 3 * n)
@@ -342,15 +347,65 @@ def test_dense_top_eigs_match_numpy_eigh(global_random_seed, n, k, monkeypatch):
     np.testing.assert_allclose(P * signs, Pd, atol=1e-9)
 
 
-def test_dense_top_eigs_size_rule(monkeypatch):
-    """Below _EVR_MIN_N points numpy's eigh (faster there), from it on dsyevr."""
+@given(n=st.integers(2, 60), k_frac=st.floats(0.0, 1.0), levels=st.integers(1, 4),
+       split=st.booleans(), seed=st.integers(0, 2**31 - 1))
+@settings(max_examples=60, deadline=None)
+def test_tridiagonal_top_eigs_on_repeated_and_split_spectra(n, k_frac, levels, split, seed):
+    """The hard cases for bisection plus inverse iteration: eigenvalues repeated many times
+    (a few levels only), and matrices whose tridiagonal form splits (block diagonal, zero
+    couplings). The top-k eigenvalues equal numpy's, the vectors are orthonormal and
+    A Z = Z diag(w) to rounding (with repeated eigenvalues vectors are not unique, the
+    invariant subspace is)."""
+    from npkl_dist._tridiag import tridiagonal_top_eigs
+
+    rng = np.random.default_rng(seed)
+    k = max(1, min(n, int(round(k_frac * n))))
+    spec = rng.integers(0, levels, n).astype(float) * rng.uniform(0.5, 2.0)
+    if split:
+        M = np.diag(spec)  # already tridiagonal, every coupling zero
+        perm = rng.permutation(n)
+        M = M[np.ix_(perm, perm)]
+    else:
+        Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+        M = (Q * spec) @ Q.T
+        M = 0.5 * (M + M.T)
+    w, Z, failure = tridiagonal_top_eigs(M, k)
+    assert failure is None
+    scale = max(1.0, np.abs(spec).max())
+    np.testing.assert_allclose(w, np.linalg.eigvalsh(M)[n - k:], atol=1e-12 * n * scale)
+    np.testing.assert_allclose(Z.T @ Z, np.eye(k), atol=1e-11 * n)
+    np.testing.assert_allclose(M @ Z, Z * w, atol=1e-11 * n * scale)
+
+
+def test_tridiagonal_bisection_matches_lapack_dstebz(global_random_seed):
+    """The compiled bisection is dstebz's (same Sturm recurrence, guard and tolerance): the
+    eigenvalues agree with LAPACK's to a few ulps of ||T||."""
     from scipy.linalg import lapack
 
+    from npkl_dist import _tridiag as tri
+
+    rng = np.random.default_rng(global_random_seed)
+    n, k = 120, 17
+    d, e = rng.standard_normal(n), rng.standard_normal(n - 1)
+    m, w_ref, *_ = lapack.dstebz(d, e, 2, 0.0, 0.0, n - k + 1, n, 0.0, "B")
+    e2 = e * e
+    w = tri._bisect_top(d, e2, k, tri._SAFMIN * max(1.0, e2.max()),
+                        tri._EPS * (np.abs(d).max() + 2 * np.abs(e).max()))
+    assert m == k
+    np.testing.assert_allclose(w, w_ref[:k], rtol=0, atol=8 * tri._EPS * np.abs(w_ref).max())
+
+
+def test_dense_top_eigs_size_rule(monkeypatch):
+    """Below _TRIDIAG_MIN_N points numpy's eigh (faster there), from it on the tridiagonal
+    route; and numpy's eigh whenever inverse iteration fails to converge."""
+    from npkl_dist import _tridiag as tri
+
     calls = []
-    real = lapack.dsyevr
-    monkeypatch.setattr(lapack, "dsyevr", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    real = tri.tridiagonal_top_eigs
+    monkeypatch.setattr(snp, "tridiagonal_top_eigs",
+                        lambda *a: calls.append(1) or real(*a))
     rng = np.random.default_rng(0)
-    for n, expect in ((snp._EVR_MIN_N - 1, 0), (snp._EVR_MIN_N, 1)):
+    for n, expect in ((snp._TRIDIAG_MIN_N - 1, 0), (snp._TRIDIAG_MIN_N, 1)):
         X = rng.standard_normal((n, n))
         M = X + X.T
         w_ref = np.linalg.eigvalsh(M)[::-1][:5]
@@ -358,18 +413,23 @@ def test_dense_top_eigs_size_rule(monkeypatch):
         sigma, P = snp._dense_top_eigs(M.copy(), 5)
         assert len(calls) == expect
         np.testing.assert_allclose(sigma, w_ref, atol=1e-10)
+    # a failed inverse iteration (dstein's info > 0) falls back to numpy's eigh
+    monkeypatch.setattr(tri.lapack, "dstein", lambda *a: (np.zeros((n, 5)), 2))
+    sigma, P = snp._dense_top_eigs(M.copy(), 5)
+    np.testing.assert_allclose(sigma, w_ref, atol=1e-10)
+    np.testing.assert_allclose(M @ P, P * sigma, atol=1e-9)
 
 
-@pytest.mark.parametrize("evr_min_n", [0, 128])  # dsyevr, numpy's eigh
-def test_dense_top_eigs_refuses_a_matrix_with_nan(monkeypatch, evr_min_n):
-    monkeypatch.setattr(snp, "_EVR_MIN_N", evr_min_n)
+@pytest.mark.parametrize("tridiag_min_n", [0, 128])  # tridiagonal route, numpy's eigh
+def test_dense_top_eigs_refuses_a_matrix_with_nan(monkeypatch, tridiag_min_n):
+    monkeypatch.setattr(snp, "_TRIDIAG_MIN_N", tridiag_min_n)
     M = np.eye(6)
     M[1, 2] = M[2, 1] = np.nan
     with pytest.raises(nk.NpklError, match="dense eigensolver failed.*NaN"):
         snp._dense_top_eigs(M, 3)
 
 
-def test_fast_small_n_solve_is_dsyevr(global_random_seed, monkeypatch):
+def test_fast_small_n_solve_is_dense_top_eigs(global_random_seed, monkeypatch):
     """Up to _FAST_DENSE_MAX_N points the fast path's kernel steps go through
     ``_dense_top_eigs`` (not numpy's full eigh), and the reference path does not."""
     monkeypatch.setattr(snp, "_FAST_DENSE_MAX_N", 200)
