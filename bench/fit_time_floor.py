@@ -8,8 +8,9 @@ same method can drop, and sets it against the budget = published CPU seconds / 1
 
 * ``SimpleNPKL-linear`` is one top-rank eigendecomposition of A(gamma) (Prop. 1). Timed with
   every eigensolver the package has or has tried in place: numpy's ``eigh`` (all n pairs,
-  dense), LAPACK ``dsyevr`` for the top rank pairs (dense) and ARPACK's ``eigsh`` (sparse,
-  the fast path's operator and basis). Dense solves only up to ``--dense-max-n`` points.
+  dense), LAPACK ``dsyevr`` for the top rank pairs (dense), the package's tridiagonal route
+  (dsyevr's algorithm with the bisection compiled, dense; ``npkl_dist._tridiag``) and
+  ARPACK's ``eigsh`` (sparse, the fast path's operator and basis). Dense solves only up to ``--dense-max-n`` points.
   The floor is the fastest of them.
 * ``SimpleNPKL-sqhinge``: the fit is run once with its eigensolver calls timed (``_eigsh`` and
   ``_dense_top_eigs``, the only places its eigenpairs come from); the floor is the time inside
@@ -83,9 +84,21 @@ def pairs_from_results(path, datasets, include_all):
     return out
 
 
+def _dsyevr_top_eigs(M, k):
+    """LAPACK dsyevr for eigenpairs n-k+1..n of M (overwritten)."""
+    from scipy.linalg import lapack
+
+    n = M.shape[0]
+    w, Z, m, _, info = lapack.dsyevr(M, compute_v=1, range="I", il=n - k + 1, iu=n,
+                                      overwrite_a=1)
+    assert info == 0 and m == k, (info, m, k)
+    return w, Z
+
+
 def linear_floor(problem, runs, dense_max_n):
     """{solver: median seconds} of one top-rank eigensolve of A(gamma)."""
     from npkl_dist import _simplenpkl as snp
+    from npkl_dist._tridiag import tridiagonal_top_eigs
 
     n, k = problem.n_points, problem.rank
     w = np.full(problem.constraints.m, problem.gamma)
@@ -94,12 +107,10 @@ def linear_floor(problem, runs, dense_max_n):
         dense = snp._DenseA(problem)
         # the assembly of dense A is part of either dense solve (it is overwritten)
         out["numpy eigh"] = _median_time(lambda: np.linalg.eigh(dense.set(w)), runs)
-        saved = snp._EVR_MIN_N
-        snp._EVR_MIN_N = 0  # dsyevr at every n
-        try:
-            out["dsyevr top k"] = _median_time(lambda: snp._dense_top_eigs(dense.set(w), k), runs)
-        finally:
-            snp._EVR_MIN_N = saved
+        out["dsyevr top k"] = _median_time(lambda: _dsyevr_top_eigs(dense.set(w), k), runs)
+        if k < n:
+            out["tridiagonal top k"] = _median_time(
+                lambda: tridiagonal_top_eigs(dense.set(w), k), runs)
     if n > 2 * k + 1:
         sparse = snp._SparseA(problem)
         v0 = np.random.default_rng(problem.seed).standard_normal(n)

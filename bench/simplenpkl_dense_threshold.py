@@ -3,10 +3,12 @@
 For each data set (bench/paper/run.py repetition 0, kNN k = 5, B = 100), whole
 ``fit_simplenpkl`` fits with the linear and squared hinge losses, with the fast path's dense
 threshold set to 0 (ARPACK always) and to ``--dense-max-n`` (dense solves up to that many
-points), the dense solve being the fast path's ``_dense_top_eigs`` (``dsyevr``: LAPACK's
-dsyevr for the top rank eigenpairs only, from ``_EVR_MIN_N`` points on, numpy's eigh below)
-or, as before 2026-11-24, ``numpy.linalg.eigh`` of all n (``numpy-eigh``: the same function
-with ``_EVR_MIN_N`` raised above every n). The three variants alternate within each run
+points), the dense solve being the fast path's ``_dense_top_eigs`` (``tridiagonal``:
+dsyevr's algorithm for the top rank eigenpairs with the bisection compiled, from
+``_TRIDIAG_MIN_N`` points on, numpy's eigh below), LAPACK's own ``dsyevr`` for the top rank
+eigenpairs (``dsyevr``: the dense solve from 2026-11-24 until the tridiagonal route replaced
+it, here in place of ``_dense_top_eigs``), or, as before that, ``numpy.linalg.eigh`` of all
+n (``numpy-eigh``: ``_TRIDIAG_MIN_N`` raised above every n). The variants alternate within each run
 (``--runs`` rounds after a warm-up; medians). One BLAS thread, as the fits themselves set
 it. Prints one line per data set.
 
@@ -32,6 +34,21 @@ from bench.paper.run import prepare_data  # noqa: E402
 from npkl_dist import _simplenpkl as snp  # noqa: E402
 
 
+def _dsyevr_top_eigs(M, k):
+    """LAPACK dsyevr for eigenpairs n-k+1..n, descending (the dense solve before the
+    tridiagonal route; numpy's eigh below ``_TRIDIAG_MIN_N`` points as there)."""
+    from scipy.linalg import lapack
+
+    n = M.shape[0]
+    if n < snp._TRIDIAG_MIN_N or k >= n:
+        w, P = np.linalg.eigh(M)
+        return w[::-1][:k].copy(), P[:, ::-1][:, :k].copy()
+    w, Z, m, _, info = lapack.dsyevr(M, compute_v=1, range="I", il=n - k + 1, iu=n,
+                                      overwrite_a=1)
+    assert info == 0 and m == k, (info, m, k)
+    return w[:k][::-1].copy(), Z[:, :k][:, ::-1].copy()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("datasets", nargs="+")
@@ -41,7 +58,7 @@ def main(argv=None):
                     help="also fit random subsets (seed 0) of these many points of each set")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
-    thr0, evr0 = snp._FAST_DENSE_MAX_N, snp._EVR_MIN_N
+    thr0, tri0, top0 = snp._FAST_DENSE_MAX_N, snp._TRIDIAG_MIN_N, snp._dense_top_eigs
     jobs = []
     for name in args.datasets:
         X, y, _ = prepare_data(name)
@@ -57,15 +74,18 @@ def main(argv=None):
         out = []
         for loss in ("linear", "squared_hinge"):
             p = nk.NPKLProblem.build(L, cons, loss=loss, seed=0)
-            # (dense limit, _EVR_MIN_N): numpy's eigh is _dense_top_eigs below _EVR_MIN_N
-            variants = {"arpack": (0, evr0), "numpy-eigh": (args.dense_max_n, sys.maxsize),
-                        "dsyevr": (args.dense_max_n, evr0)}
+            # (dense limit, _TRIDIAG_MIN_N, dense solve)
+            variants = {"arpack": (0, tri0, top0),
+                        "numpy-eigh": (args.dense_max_n, sys.maxsize, top0),
+                        "dsyevr": (args.dense_max_n, tri0, _dsyevr_top_eigs),
+                        "tridiagonal": (args.dense_max_n, tri0, top0)}
             ts = {v: [] for v in variants}
             its = {}
             for rnd in range(args.runs + 1):
-                for v, (thr, evr_min_n) in variants.items():
+                for v, (thr, tri_min_n, top) in variants.items():
                     snp._FAST_DENSE_MAX_N = thr
-                    snp._EVR_MIN_N = evr_min_n
+                    snp._TRIDIAG_MIN_N = tri_min_n
+                    snp._dense_top_eigs = top
                     t0 = time.perf_counter()
                     r = snp.fit_simplenpkl(p, B=100.0)
                     if rnd:  # round 0 is the warm-up
@@ -73,7 +93,7 @@ def main(argv=None):
                     its[v] = r.n_sweeps
             out.append(f"{loss}: " + ", ".join(
                 f"{v} {np.median(ts[v]) * 1e3:.2f} ms ({its[v]} it)" for v in variants))
-        snp._FAST_DENSE_MAX_N, snp._EVR_MIN_N = thr0, evr0
+        snp._FAST_DENSE_MAX_N, snp._TRIDIAG_MIN_N, snp._dense_top_eigs = thr0, tri0, top0
         print(name, X.shape[0], " | ".join(out), flush=True)
 
 

@@ -1076,3 +1076,29 @@ pair_terms_serial = serial_variant(pair_terms)
 admm_pair_terms_serial = serial_variant(admm_pair_terms)
 admm_diag_terms_serial = serial_variant(admm_diag_terms)
 admm_run_serial = serial_variant(admm_run)
+
+
+@njit(nogil=True, cache=True)
+def csr_max_asymmetry(indptr, indices, data):
+    """max |M_ij - M_ji| of a square CSR matrix with sorted, duplicate-free indices: for
+    each stored (i, j), M_ji found by binary search in row j (0 where not stored). Equals
+    ``abs(M - M.T).max()`` (0 for an empty matrix) without building M.T and M - M.T
+    (chessboard's 100-point Laplacian: ~70 us in scipy, most of a problem's validation)."""
+    n = indptr.size - 1
+    worst = 0.0
+    for i in range(n):
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            lo = indptr[j]
+            hi = indptr[j + 1]
+            while lo < hi:  # first stored column >= i in row j
+                mid = (lo + hi) // 2
+                if indices[mid] < i:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            other = data[lo] if lo < indptr[j + 1] and indices[lo] == i else 0.0
+            diff = abs(data[p] - other)
+            if diff > worst:
+                worst = diff
+    return worst

@@ -103,7 +103,7 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
   the full top-rank problem instead. Every step that can be followed by a refinement (each ``_SLACK_CHECK``-th, the
   refinement's own dual step) and the final one (re-solved if needed: the certificate, the
   refinement subspace span(P) and ``eigenvalues`` use all rank eigenpairs) are full solves.
-* Up to ``_FAST_DENSE_MAX_N`` = 400 points A is assembled dense (``_DenseA``) and only its
+* Up to ``_FAST_DENSE_MAX_N`` = 560 points A is assembled dense (``_DenseA``) and only its
   top rank eigenpairs are computed, by ``dsyevr``'s algorithm for a part of the spectrum
   (tridiagonalisation, bisection, inverse iteration) with the bisection compiled and run for
   all rank eigenvalues side by side (``npkl_dist._tridiag``); numpy's ``eigh`` below
@@ -360,7 +360,14 @@ class _DenseA:
         # (-L).toarray(), not -(L.toarray()): the entries outside L's pattern must be +0.0 as
         # in the sparse A (LAPACK's Householder steps read the sign of zero; with -0.0 the
         # eigenvectors differ in the last bits)
-        self.neg_L = (-sp.csr_matrix(problem.L, dtype=np.float64)).toarray()
+        L = problem.L
+        if isinstance(L, sp.csr_matrix) and L.has_canonical_format:  # as build() leaves it
+            self.neg_L = np.zeros((n, n))
+            rows = np.repeat(np.arange(n), np.diff(L.indptr))
+            # 0 - x, not -x: a stored zero must stay +0.0, as outside the pattern
+            self.neg_L[rows, L.indices] = 0.0 - L.data.astype(np.float64, copy=False)
+        else:
+            self.neg_L = (-sp.csr_matrix(L, dtype=np.float64)).toarray()
         self.flat_ij = c.i.astype(np.int64) * n + c.j
         self.flat_ji = c.j.astype(np.int64) * n + c.i
         self.t = c.t.astype(np.float64)
@@ -388,8 +395,10 @@ def _use_dense(n: int, k: int) -> bool:
 #: heart (n = 270) linear 4.58 vs 5.15 ms, squared hinge 122 vs 167 ms; breast-cancer subsets
 #: n = 300: 5.0 vs 6.3 / 38 vs 47 ms; 350: 6.5 vs 7.3 / 116 vs 133 ms; 400: 8.5 vs 8.9 /
 #: 57.5 vs 57.7 ms; 450: 10.1 vs 9.8 / 79 vs 77 ms; 500: 13.1 vs 11.1 / 102 vs 93 ms. The
-#: crossover is near 400-450 points, hence 400.
-_FAST_DENSE_MAX_N = 400
+#: crossover was near 400-450 points, hence 400. With the tridiagonal route (same bench, 3-9
+#: rounds): breast-cancer n = 400: 5.6 vs 8.0 / 40 vs 59 ms; 500: 9.2 vs 11.0 / 74 vs 88 ms;
+#: all 569: 13.7 vs 14.0 / 102 vs 110 ms. Dense is still ahead at 569, hence 560.
+_FAST_DENSE_MAX_N = 560
 
 
 def _fast_dense(n: int, fast: bool) -> bool:
@@ -847,6 +856,7 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
     c = problem.constraints
     rng = np.random.default_rng(problem.seed)
     Aop = _DenseA(problem) if _fast_dense(n, fast) else _SparseA(problem)
+    dense = _dense_solve(n, rank, fast)  # every kernel step's eigensolve is dense
     L64 = sp.csr_matrix(problem.L, dtype=np.float64)
     sqB = np.sqrt(B)
     quad = 0.0 if loss in ("hinge", "linear") else 1.0 / (4.0 * gamma)
@@ -863,7 +873,7 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
     def solve(a, P_prev, full=True):
         """Kernel step at a. ``full=False`` (fast path): the positive eigenpairs suffice."""
         A = Aop.set(a)
-        v0 = _v0_from(P_prev, rng, n)
+        v0 = None if dense else _v0_from(P_prev, rng, n)  # a Lanczos start, for ARPACK only
         if not fast:
             sigma, P = _top_eigs(A, rank, v0)
             complete = True
@@ -1092,7 +1102,8 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
         # kernel step, V and J are those of the partial solve up to eigsh's accuracy)
         sigma, P, V, norm, J, complete = solve(alpha, P)
         res.n_eigsolves += 1
-    obj = primal(V)
+    if loss != "linear":  # the linear loss's V is its one kernel step, obj its objective
+        obj = primal(V)
     scale = abs(obj) + 1.0
     if loss != "linear":
         if not slack:

@@ -379,3 +379,49 @@ def test_clustering_metrics_rand_matches_bruteforce(rng):
     m = clustering_metrics(a, b)
     assert m["rand_accuracy"] == pytest.approx(pairwise_accuracy_bruteforce(a, b), abs=1e-12)
     assert 0 <= m["rand_accuracy"] <= 1 and -1 <= m["ari"] <= 1 and 0 <= m["nmi"] <= 1
+
+
+@given(n=st.integers(1, 30), density=st.floats(0.0, 0.5), sym=st.booleans(),
+       dup=st.booleans(), seed=st.integers(0, 2**31 - 1))
+@settings(max_examples=80, deadline=None)
+def test_csr_max_asymmetry_equals_scipy(n, density, sym, dup, seed):
+    """The compiled symmetry check of NPKLProblem.build against scipy's abs(M - M.T).max()
+    on random sparse patterns: symmetric, nearly symmetric, entries whose mirror is not
+    stored, explicit zeros, duplicates (summed first, as build does)."""
+    from npkl_dist._kernels import csr_max_asymmetry
+
+    rng = np.random.default_rng(seed)
+    M = sp.random(n, n, density=density, random_state=rng, format="coo")
+    if sym:
+        M = M + M.T
+        if M.nnz:  # a rounding-sized asymmetry in one entry
+            M = M.tocsr()
+            M.data[rng.integers(M.nnz)] *= 1.0 + 1e-9 * rng.uniform(-1, 1)
+    if dup and M.nnz:
+        M = M.tocoo()
+        M = sp.coo_matrix((np.r_[M.data, M.data[:1], 0.0],
+                           (np.r_[M.row, M.row[:1], M.row[:1]],
+                            np.r_[M.col, M.col[:1], M.col[:1]])), shape=(n, n))
+    M = sp.csr_matrix(M)
+    M.sum_duplicates()
+    diff = abs(M - M.T)
+    expect = diff.max() if diff.nnz else 0.0
+    assert csr_max_asymmetry(M.indptr, M.indices, M.data) == expect
+
+
+def test_build_sums_duplicate_laplacian_entries(chain_L, cons):
+    """Duplicate stored entries are one entry, their sum (scipy's meaning), in the symmetry
+    check and in the problem: an entry stored as two halves passes and is summed."""
+    L = sp.csr_matrix(chain_L)
+    L.sum_duplicates()
+    # row 0's first off-diagonal entry stored twice, each half of it
+    p0 = next(p for p in range(L.indptr[0], L.indptr[1]) if L.indices[p] != 0)
+    data = np.insert(L.data, p0 + 1, 0.5 * L.data[p0])
+    data[p0] *= 0.5
+    indices = np.insert(L.indices, p0 + 1, L.indices[p0])
+    indptr = L.indptr.copy()
+    indptr[1:] += 1
+    Ldup = sp.csr_matrix((data, indices, indptr), shape=L.shape)
+    assert Ldup.nnz == L.nnz + 1 and not Ldup.has_canonical_format
+    p = NPKLProblem.build(Ldup, cons)
+    assert p.L.nnz == L.nnz and abs(p.L - L).max() < 1e-15

@@ -247,6 +247,28 @@ def test_dense_A_equals_the_sparse_one(global_random_seed, loss):
         np.testing.assert_array_equal(np.signbit(M), np.signbit(sparse_op.set(w).toarray()))
         M[:] = 0.0  # the solver overwrites it: the next call must not see that
         np.testing.assert_array_equal(dense_op.set(w), sparse_op.set(w).toarray())
+    # a stored zero in L (+0.0 in A, as outside the pattern), in canonical CSR (the direct
+    # fill) and with a row's entries out of order (scipy's conversion)
+    import dataclasses
+
+    L = p.L.tolil()
+    a, b = next((a, b) for a in range(p.n_points) for b in range(a + 1, p.n_points)
+                if L[a, b] == 0)
+    coo = p.L.tocoo()
+    rows, cols, vals = np.r_[coo.row, a, b], np.r_[coo.col, b, a], np.r_[coo.data, 0.0, 0.0]
+    canonical = sp.csr_matrix((vals, (rows, cols)), shape=p.L.shape)
+    assert canonical.has_canonical_format and canonical.nnz == p.L.nnz + 2
+    lo, hi = canonical.indptr[0], canonical.indptr[1]
+    unsorted = sp.csr_matrix((np.r_[canonical.data[lo:hi][::-1], canonical.data[hi:]],
+                              np.r_[canonical.indices[lo:hi][::-1], canonical.indices[hi:]],
+                              canonical.indptr), shape=p.L.shape)
+    assert hi - lo > 1 and not unsorted.has_canonical_format
+    for L_variant in (canonical, unsorted):
+        q = dataclasses.replace(p, L=L_variant)
+        w = rng.standard_normal(q.constraints.m)
+        M = snp._DenseA(q).set(w)
+        np.testing.assert_array_equal(M, snp._SparseA(q).set(w).toarray())
+        np.testing.assert_array_equal(np.signbit(M), np.signbit(snp._SparseA(q).set(w).toarray()))
 
 
 def test_dual_gradient_and_local_lipschitz_bound(global_random_seed):
