@@ -40,6 +40,32 @@ _SAFMIN = np.finfo(np.float64).tiny
 
 
 @njit(nogil=True, cache=True)
+def _inspect(d, e, e2):  # OUT: e2 = e**2
+    """(all finite, T splits, pivmin, tnorm) of T = (d, e): the split test is ``dstebz``'s
+    (e_i^2 < |d_i d_{i+1}| eps^2 + safmin), pivmin = safmin max(1, max e_i^2) and tnorm =
+    max |d| + 2 max |e| (the bisection's absolute tolerance is eps tnorm)."""
+    finite = True
+    splits = False
+    e2max = 0.0
+    dmax = 0.0
+    emax = 0.0
+    for i in range(d.size):
+        if not np.isfinite(d[i]):
+            finite = False
+        dmax = max(dmax, abs(d[i]))
+    for i in range(e.size):
+        if not np.isfinite(e[i]):
+            finite = False
+        q = e[i] * e[i]
+        e2[i] = q
+        e2max = max(e2max, q)
+        emax = max(emax, abs(e[i]))
+        if q < abs(d[i] * d[i + 1]) * (_EPS * _EPS) + _SAFMIN:
+            splits = True
+    return finite, splits, _SAFMIN * max(1.0, e2max), dmax + 2.0 * emax
+
+
+@njit(nogil=True, cache=True)
 def _sturm_newton(d, e2, x, pivmin, q, dq, count, S):  # OUT: count, S
     """For each x[j]: count[j] = number of eigenvalues of T below x[j] (negative pivots of
     the LDL' of T - x[j] I, ``dlaneg``'s recurrence with ``dstebz``'s guard |q| >= pivmin),
@@ -155,6 +181,138 @@ def _bisect_top(d, e2, k, pivmin, abstol):
     return out
 
 
+@njit(nogil=True, cache=True)
+def _inverse_iteration(d, e, w, Z):  # OUT: Z (n, k)
+    """Eigenvectors of the unreduced symmetric tridiagonal T = (d, e) for its eigenvalues
+    w (ascending), by inverse iteration: LAPACK ``dstein``'s algorithm for one block.
+
+    For each w_j: T - w_j I factored by Gaussian elimination with partial pivoting (pivots
+    below eps ||T||_1 raised to it, ``dlagtf``/``dlagts``'s perturbation); from a
+    pseudo-random start in [-1, 1], up to 5 steps of scaling and solving, each followed by
+    Gram-Schmidt against the vectors of earlier eigenvalues of its cluster (within 1e-3
+    ||T||_1 of the previous one: ``dstein``'s ORTOL), until the solution's largest entry has
+    exceeded sqrt(0.1 / n) three times; eigenvalues closer than 10 eps |w_j| are separated by
+    that much first. Columns are normalised, largest entry positive. Returns the number of
+    vectors that did not converge in 5 steps (``dstein``'s INFO)."""
+    n = d.size
+    k = w.size
+    onenrm = 0.0
+    for i in range(n):
+        r = abs(d[i])
+        if i > 0:
+            r += abs(e[i - 1])
+        if i < n - 1:
+            r += abs(e[i])
+        onenrm = max(onenrm, r)
+    ortol = 1e-3 * onenrm
+    dtpcrt = np.sqrt(0.1 / n)
+    tiny = _EPS * onenrm if onenrm > 0.0 else _SAFMIN
+    diag = np.empty(n)
+    rdiag = np.empty(n)
+    up1 = np.empty(n)
+    up2 = np.empty(n)
+    low = np.empty(n)
+    swap = np.zeros(n, dtype=np.bool_)
+    x = np.empty(n)
+    state = np.uint64(0x9E3779B97F4A7C15)
+    failed = 0
+    group = 0
+    xjm = 0.0
+    for j in range(k):
+        xj = w[j]
+        if j > 0:
+            pertol = 10.0 * abs(_EPS * xj)
+            if xj - xjm < pertol:
+                xj = xjm + pertol
+            if abs(xj - xjm) > ortol:
+                group = j
+        # T - xj I = P L U, U with two superdiagonals (LAPACK dgttrf's elimination)
+        for i in range(n):
+            diag[i] = d[i] - xj
+        for i in range(n - 1):
+            up1[i] = e[i]
+            up2[i] = 0.0
+        for i in range(n - 1):
+            sub = e[i]
+            if abs(diag[i]) >= abs(sub):
+                swap[i] = False
+                f = sub / diag[i] if diag[i] != 0.0 else 0.0
+                low[i] = f
+                diag[i + 1] -= f * up1[i]
+            else:
+                swap[i] = True
+                f = diag[i] / sub
+                diag[i] = sub
+                low[i] = f
+                t = up1[i]
+                up1[i] = diag[i + 1]
+                diag[i + 1] = t - f * diag[i + 1]
+                if i < n - 2:
+                    up2[i] = up1[i + 1]
+                    up1[i + 1] = -f * up1[i + 1]
+        for i in range(n):  # reciprocals: the solves' chains then multiply, not divide
+            if abs(diag[i]) < tiny:
+                diag[i] = tiny if diag[i] >= 0.0 else -tiny
+            rdiag[i] = 1.0 / diag[i]
+        for i in range(n):  # xorshift64*: a fixed, reproducible start
+            state ^= state >> np.uint64(12)
+            state ^= state << np.uint64(25)
+            state ^= state >> np.uint64(27)
+            u = (state * np.uint64(0x2545F4914F6CDD1D)) >> np.uint64(11)
+            x[i] = 2.0 * (float(u) / 9007199254740992.0) - 1.0
+        checks = 0
+        converged = False
+        for _ in range(5):
+            asum = 0.0
+            for i in range(n):
+                asum += abs(x[i])
+            scale = n * onenrm * max(_EPS, abs(diag[n - 1])) / asum
+            for i in range(n):
+                x[i] *= scale
+            for i in range(n - 1):  # L^-1 P
+                if swap[i]:
+                    t = x[i]
+                    x[i] = x[i + 1]
+                    x[i + 1] = t - low[i] * x[i]
+                else:
+                    x[i + 1] -= low[i] * x[i]
+            x[n - 1] *= rdiag[n - 1]  # U^-1
+            if n > 1:
+                x[n - 2] = (x[n - 2] - up1[n - 2] * x[n - 1]) * rdiag[n - 2]
+            for i in range(n - 3, -1, -1):
+                x[i] = (x[i] - up1[i] * x[i + 1] - up2[i] * x[i + 2]) * rdiag[i]
+            for c in range(group, j):  # against the cluster's earlier vectors
+                dot = 0.0
+                for i in range(n):
+                    dot += x[i] * Z[i, c]
+                for i in range(n):
+                    x[i] -= dot * Z[i, c]
+            big = 0.0
+            for i in range(n):
+                big = max(big, abs(x[i]))
+            if big < dtpcrt:
+                continue
+            checks += 1
+            if checks >= 3:
+                converged = True
+                break
+        if not converged:
+            failed += 1
+        norm = 0.0
+        jmax = 0
+        for i in range(n):
+            norm += x[i] * x[i]
+            if abs(x[i]) > abs(x[jmax]):
+                jmax = i
+        inv = 1.0 / np.sqrt(norm)
+        if x[jmax] < 0.0:
+            inv = -inv
+        for i in range(n):
+            Z[i, j] = x[i] * inv
+        xjm = xj
+    return failed
+
+
 def tridiagonal_top_eigs(M, k: int):
     """Top-k eigenpairs of the symmetric (n, n) float64 M (lower triangle read, M kept),
     ascending. Returns (w (k,), Z (n, k), failure): ``failure`` is None, or a message for the
@@ -166,32 +324,30 @@ def tridiagonal_top_eigs(M, k: int):
     if lwork is None:
         lwork = _LWORK[n] = max(1, int(lapack.dsytrd_lwork(n, lower=1)[0]))
     c, d, e, tau, info = lapack.dsytrd(M, lower=1, lwork=lwork)
-    if info != 0 or not (np.all(np.isfinite(d)) and np.all(np.isfinite(e))):
+    e2 = np.empty(n - 1)
+    finite, splits, pivmin, tnorm = _inspect(d, e, e2)
+    if info != 0 or not finite:
         return None, None, f"dsytrd: info={info}, non-finite tridiagonal form"
     if n == 1:
         return d.copy(), np.ones((1, 1)), None
-    e2 = e * e
-    if np.any(e2 < np.abs(d[1:] * d[:-1]) * (_EPS * _EPS) + _SAFMIN):
+    if splits:
         # T splits into blocks (dstebz's test): LAPACK's own bisection, which assigns each
         # eigenvalue to its block, as dstein needs (a zero matrix, disconnected data)
         m, w, block, split, info = lapack.dstebz(d, e, 2, 0.0, 0.0, n - k + 1, n, 0.0, "B")
         if info != 0 or m != k:
             return None, None, f"dstebz: info={info}, {m} of {k} eigenvalues"
         w = w[:k]
+        Z, info = lapack.dstein(d, e, w, block, split)
+        if info != 0:
+            return None, None, f"dstein: info={info} (inverse iteration did not converge)"
+        order = np.argsort(w, kind="stable")  # dstebz orders by block, then ascending
+        w, Z = w[order], np.asfortranarray(Z[:, order])
     else:
-        pivmin = _SAFMIN * max(1.0, float(e2.max()))
-        tnorm = float(np.max(np.abs(d)) + 2.0 * np.max(np.abs(e)))
         w = _bisect_top(d, e2, k, pivmin, _EPS * tnorm)
-        block = np.ones(n, dtype=np.int32)
-        split = np.zeros(n, dtype=np.int32)
-        split[0] = n
-    Z, info = lapack.dstein(d, e, w, block, split)
-    if info != 0:
-        return None, None, f"dstein: info={info} (inverse iteration did not converge)"
-    order = np.argsort(w, kind="stable")  # dstebz orders by block, then ascending
-    if np.any(order != np.arange(k)):
-        w, Z = w[order], Z[:, order]
-    Z = np.asfortranarray(Z)
+        Z = np.empty((n, k), order="F")
+        info = _inverse_iteration(d, e, w, Z)
+        if info != 0:
+            return None, None, f"inverse iteration: {info} vectors did not converge"
     # Q = H(1) ... H(n-1), the reflectors stored below the subdiagonal of c: as a QR of
     # c[1:, :n-1], applied to rows 1.. of Z (LAPACK dormtr, lower, does exactly this)
     Zq, _, info = lapack.dormqr("L", "N", c[1:, : n - 1], tau, Z[1:], lwork=max(1, 64 * k),

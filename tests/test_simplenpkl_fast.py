@@ -395,6 +395,43 @@ def test_tridiagonal_bisection_matches_lapack_dstebz(global_random_seed):
     np.testing.assert_allclose(w, w_ref[:k], rtol=0, atol=8 * tri._EPS * np.abs(w_ref).max())
 
 
+def test_inverse_iteration_matches_lapack_dstein(global_random_seed):
+    """The compiled inverse iteration is dstein's algorithm: on a random unreduced
+    tridiagonal, for its top eigenvalues, the same eigenvectors (both normalised with the
+    largest entry positive) to rounding, with or without close eigenvalues (a cluster of
+    three within 1e-9, reorthogonalised)."""
+    from scipy.linalg import lapack
+
+    from npkl_dist import _tridiag as tri
+
+    rng = np.random.default_rng(global_random_seed)
+    n, k = 90, 14
+    for clustered in (False, True):
+        if clustered:  # T from a matrix with a tight cluster at the top
+            spec = np.r_[rng.uniform(-2, 1, n - 3), 2.0, 2.0 + 1e-9, 2.0 + 2e-9]
+            Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+            _, d, e, _, _ = lapack.dsytrd((Q * spec) @ Q.T, lower=1)
+        else:
+            d, e = rng.standard_normal(n), rng.standard_normal(n - 1)
+        m, w, block, split, _ = lapack.dstebz(d, e, 2, 0.0, 0.0, n - k + 1, n, 0.0, "B")
+        w = w[:k]
+        Z_ref, info = lapack.dstein(d, e, w, block, split)
+        assert info == 0
+        Z = np.empty((n, k), order="F")
+        assert tri._inverse_iteration(d, e, w, Z) == 0
+        T = np.diag(d) + np.diag(e, 1) + np.diag(e, -1)
+        np.testing.assert_allclose(Z.T @ Z, np.eye(k), atol=1e-13 * n)
+        np.testing.assert_allclose(T @ Z, Z * w, atol=1e-13 * n * np.abs(w).max())
+        if not clustered:  # vectors unique up to sign, sign fixed by the largest entry
+            np.testing.assert_allclose(Z, Z_ref * np.sign(Z_ref[np.abs(Z_ref).argmax(0),
+                                                                 np.arange(k)]), atol=1e-12)
+        else:  # the cluster's invariant subspace is
+            P, P_ref = Z[:, -3:] @ Z[:, -3:].T, Z_ref[:, -3:] @ Z_ref[:, -3:].T
+            np.testing.assert_allclose(P, P_ref, atol=1e-7)
+            np.testing.assert_allclose(Z[:, :-3], Z_ref[:, :-3] * np.sign(
+                Z_ref[np.abs(Z_ref[:, :-3]).argmax(0), np.arange(k - 3)]), atol=1e-10)
+
+
 def test_dense_top_eigs_size_rule(monkeypatch):
     """Below _TRIDIAG_MIN_N points numpy's eigh (faster there), from it on the tridiagonal
     route; and numpy's eigh whenever inverse iteration fails to converge."""
@@ -413,8 +450,8 @@ def test_dense_top_eigs_size_rule(monkeypatch):
         sigma, P = snp._dense_top_eigs(M.copy(), 5)
         assert len(calls) == expect
         np.testing.assert_allclose(sigma, w_ref, atol=1e-10)
-    # a failed inverse iteration (dstein's info > 0) falls back to numpy's eigh
-    monkeypatch.setattr(tri.lapack, "dstein", lambda *a: (np.zeros((n, 5)), 2))
+    # a failed inverse iteration (vectors not converged) falls back to numpy's eigh
+    monkeypatch.setattr(tri, "_inverse_iteration", lambda *a: 2)
     sigma, P = snp._dense_top_eigs(M.copy(), 5)
     np.testing.assert_allclose(sigma, w_ref, atol=1e-10)
     np.testing.assert_allclose(M @ P, P * sigma, atol=1e-9)
