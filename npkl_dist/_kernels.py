@@ -1079,16 +1079,30 @@ admm_run_serial = serial_variant(admm_run)
 
 
 @njit(nogil=True, cache=True)
-def csr_max_asymmetry(indptr, indices, data):
-    """max |M_ij - M_ji| of a square CSR matrix with sorted, duplicate-free indices: for
-    each stored (i, j), M_ji found by binary search in row j (0 where not stored). Equals
-    ``abs(M - M.T).max()`` (0 for an empty matrix) without building M.T and M - M.T
-    (chessboard's 100-point Laplacian: ~70 us in scipy, most of a problem's validation)."""
+def csr_laplacian_stats(indptr, indices, data):
+    """(all entries finite, every diagonal entry stored and > 0, max |M_ij|,
+    max |M_ij - M_ji|) of a square CSR matrix with sorted, duplicate-free indices, in one
+    pass: for each stored (i, j), M_ji is found by binary search in row j (0 where not
+    stored). The last equals ``abs(M - M.T).max()`` (0 for an empty matrix) without building
+    M.T and M - M.T (chessboard's 100-point Laplacian: ~70 us in scipy, most of
+    ``NPKLProblem.build``'s validation)."""
     n = indptr.size - 1
+    finite = True
+    diag_positive = True
+    biggest = 0.0
     worst = 0.0
     for i in range(n):
+        has_diag = False
         for p in range(indptr[i], indptr[i + 1]):
             j = indices[p]
+            v = data[p]
+            if not np.isfinite(v):
+                finite = False
+            biggest = max(biggest, abs(v))
+            if j == i:
+                has_diag = True
+                if not v > 0.0:
+                    diag_positive = False
             lo = indptr[j]
             hi = indptr[j + 1]
             while lo < hi:  # first stored column >= i in row j
@@ -1098,7 +1112,41 @@ def csr_max_asymmetry(indptr, indices, data):
                 else:
                     hi = mid
             other = data[lo] if lo < indptr[j + 1] and indices[lo] == i else 0.0
-            diff = abs(data[p] - other)
-            if diff > worst:
-                worst = diff
-    return worst
+            worst = max(worst, abs(v - other))
+        if not has_diag:
+            diag_positive = False
+    return finite, diag_positive, biggest, worst
+
+
+@njit(nogil=True, cache=True)
+def csr_quadratic_form(indptr, indices, data, V):
+    """tr(V' M V) = sum over stored (i, j) of M_ij v_i'v_j, for CSR M (n x n) and V (n, r):
+    the smoothness term of the objective without forming M V (``np.sum(V * (M @ V))``, the
+    reference in ``_objective.objective``)."""
+    n = indptr.size - 1
+    r = V.shape[1]
+    total = 0.0
+    for i in range(n):
+        row = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            dot = 0.0
+            for q in range(r):
+                dot += V[i, q] * V[j, q]
+            row += data[p] * dot
+        total += row
+    return total
+
+
+@njit(nogil=True, cache=True)
+def pair_dots(V, ci, cj, out):  # OUT: out (m,)
+    """out[k] = v_{ci[k]}' v_{cj[k]} (``np.einsum('kr,kr->k', V[ci], V[cj])`` without the two
+    gathered (m, r) copies)."""
+    r = V.shape[1]
+    for k in range(ci.size):
+        a = ci[k]
+        b = cj[k]
+        dot = 0.0
+        for q in range(r):
+            dot += V[a, q] * V[b, q]
+        out[k] = dot

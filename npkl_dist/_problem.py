@@ -16,7 +16,7 @@ import scipy.sparse as sp
 
 from ._constraints import Constraints
 from ._errors import ValidationError, fmt_value
-from ._kernels import csr_max_asymmetry
+from ._kernels import csr_laplacian_stats
 
 __all__ = ["NPKLProblem", "LOSSES", "default_rank", "RANK_CAP"]
 
@@ -119,19 +119,21 @@ class NPKLProblem:
             )
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValidationError(f"seed: expected a non-negative integer, got {fmt_value(seed)}")
-        L = sp.csr_matrix(L, dtype=dt)
+        if not (isinstance(L, sp.csr_matrix) and L.dtype == dt):
+            L = sp.csr_matrix(L, dtype=dt)  # (a CSR matrix of that dtype shares its arrays)
         L.sum_duplicates()  # canonical: sorted indices, no duplicates (and sums them)
-        data = L.data
-        if not np.all(np.isfinite(data)):
+        finite, diag_positive, biggest, asymmetry = csr_laplacian_stats(L.indptr, L.indices,
+                                                                         L.data)
+        if not finite:
             raise ValidationError("L: holds NaN or inf entries; rebuild it from finite data")
-        diag = L.diagonal()
-        if np.any(diag <= 0):
+        if not diag_positive:
+            diag = L.diagonal()
             bad = np.flatnonzero(diag <= 0)[:10].tolist()
             raise ValidationError(
                 f"L: diagonal entries must be > 0 (positive definite Laplacian), rows {bad} are "
                 f"not; build L with laplacian(S, delta > 0)"
             )
-        if csr_max_asymmetry(L.indptr, L.indices, data) > 1e-6 * max(1.0, abs(data).max()):
+        if asymmetry > 1e-6 * max(1.0, biggest):
             raise ValidationError("L: is not symmetric; symmetrise the graph (S = max(S, S'))")
         return cls(L, constraints, loss, float(gamma), int(rank), float(bound), int(seed), dt)
 

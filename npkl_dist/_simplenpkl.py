@@ -158,6 +158,7 @@ except ImportError:  # pragma: no cover - private module moved: plain ``A @ x``
 from ._bcd import FitResult
 from ._errors import ConvergenceWarning, NpklError, ValidationError, fmt_value
 from ._objective import loss_fn
+from ._kernels import csr_quadratic_form, pair_dots
 from ._problem import NPKLProblem
 from ._tridiag import tridiagonal_top_eigs
 
@@ -270,8 +271,11 @@ def _check_problem(problem):
 
 
 def _pair_values(V, c) -> np.ndarray:
-    """K_ij = v_i'v_j for every pair, shape (m,)."""
-    return np.einsum("kr,kr->k", V[c.i], V[c.j])
+    """K_ij = v_i'v_j for every pair, shape (m,) (compiled; the reference is
+    ``np.einsum('kr,kr->k', V[c.i], V[c.j])``)."""
+    out = np.empty(c.m)
+    pair_dots(V, c.i, c.j, out)
+    return out
 
 
 def simplenpkl_objective(problem: NPKLProblem, V, B) -> float:
@@ -415,13 +419,38 @@ _BLAS_CONTROLLER = None
 
 def _blas_controller():
     """One threadpoolctl controller per process: building one scans the loaded libraries
-    (about 4 ms, more than a whole small fit), limiting threads through it is ~10 us."""
+    (about 4 ms, more than a whole small fit)."""
     global _BLAS_CONTROLLER
     if _BLAS_CONTROLLER is None:
         from threadpoolctl import ThreadpoolController  # a scikit-learn dependency
 
         _BLAS_CONTROLLER = ThreadpoolController()
     return _BLAS_CONTROLLER
+
+
+class _OneBlasThread:
+    """``with _OneBlasThread():`` one thread in every BLAS library of the process's
+    controller, each library's own count restored on exit. threadpoolctl's ``limit()`` does
+    the same through ``info()`` dictionaries of every library (~11 us warm, ~50 us with cold
+    caches, a tenth of a 100-point linear fit); this reads and sets only the counts (~2 us)
+    and leaves a library already at one thread alone."""
+
+    __slots__ = ("saved",)
+
+    def __enter__(self):
+        self.saved = []
+        for lib in _blas_controller().lib_controllers:
+            if lib.user_api == "blas":
+                count = lib.get_num_threads()
+                if count != 1:
+                    lib.set_num_threads(1)
+                    self.saved.append((lib, count))
+        return self
+
+    def __exit__(self, *exc):
+        for lib, count in self.saved:
+            lib.set_num_threads(count)
+        return False
 
 
 def _top_eigs(A, k: int, v0, fast: bool = False):
@@ -843,7 +872,7 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
     # small n x rank blocks and ARPACK's level-2 steps on a basis that stays in cache: BLAS
     # threads gain little and, on a busy machine, contend (a1a: 212 s with the default
     # threads against 43 s with one)
-    with _blas_controller().limit(limits=1, user_api="blas"):
+    with _OneBlasThread():
         return _fit(*args)
 
 
@@ -854,10 +883,13 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
     loss = problem.loss
     gamma = problem.gamma
     c = problem.constraints
-    rng = np.random.default_rng(problem.seed)
     Aop = _DenseA(problem) if _fast_dense(n, fast) else _SparseA(problem)
     dense = _dense_solve(n, rank, fast)  # every kernel step's eigensolve is dense
-    L64 = sp.csr_matrix(problem.L, dtype=np.float64)
+    # Lanczos start vectors (ARPACK only; a generator costs more than a small dense solve)
+    rng = None if dense else np.random.default_rng(problem.seed)
+    L64 = problem.L
+    if not (isinstance(L64, sp.csr_matrix) and L64.dtype == np.float64):
+        L64 = sp.csr_matrix(L64, dtype=np.float64)
     sqB = np.sqrt(B)
     quad = 0.0 if loss in ("hinge", "linear") else 1.0 / (4.0 * gamma)
 
@@ -892,7 +924,8 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
 
     def primal(V):
         z = c.t * _pair_values(V, c)
-        return float(np.sum(V * (L64 @ V))) + gamma * float(np.sum(loss_fn(loss)(z)))
+        smooth = csr_quadratic_form(L64.indptr, L64.indices, L64.data, V)  # tr(V'LV)
+        return smooth + gamma * float(np.sum(loss_fn(loss)(z)))
 
     def refine(V, P):
         """Subspace refinement of K = V V' in span(P); (V, objective, duals) or None."""

@@ -384,11 +384,12 @@ def test_clustering_metrics_rand_matches_bruteforce(rng):
 @given(n=st.integers(1, 30), density=st.floats(0.0, 0.5), sym=st.booleans(),
        dup=st.booleans(), seed=st.integers(0, 2**31 - 1))
 @settings(max_examples=80, deadline=None)
-def test_csr_max_asymmetry_equals_scipy(n, density, sym, dup, seed):
-    """The compiled symmetry check of NPKLProblem.build against scipy's abs(M - M.T).max()
-    on random sparse patterns: symmetric, nearly symmetric, entries whose mirror is not
-    stored, explicit zeros, duplicates (summed first, as build does)."""
-    from npkl_dist._kernels import csr_max_asymmetry
+def test_csr_laplacian_stats_equal_numpy_and_scipy(n, density, sym, dup, seed):
+    """The compiled checks of NPKLProblem.build against numpy/scipy on random sparse
+    patterns (symmetric, nearly symmetric, entries whose mirror is not stored, explicit
+    zeros, duplicates summed first as build does, a NaN, diagonals stored or not):
+    finiteness, diagonal > 0, max |M_ij| and scipy's abs(M - M.T).max()."""
+    from npkl_dist._kernels import csr_laplacian_stats
 
     rng = np.random.default_rng(seed)
     M = sp.random(n, n, density=density, random_state=rng, format="coo")
@@ -404,9 +405,17 @@ def test_csr_max_asymmetry_equals_scipy(n, density, sym, dup, seed):
                             np.r_[M.col, M.col[:1], M.col[:1]])), shape=(n, n))
     M = sp.csr_matrix(M)
     M.sum_duplicates()
+    if seed % 3 == 0:  # a positive diagonal, stored
+        M = sp.csr_matrix(M + sp.eye(n) * (1.0 + abs(M).sum()))
     diff = abs(M - M.T)
-    expect = diff.max() if diff.nnz else 0.0
-    assert csr_max_asymmetry(M.indptr, M.indices, M.data) == expect
+    finite, diag_positive, biggest, asym = csr_laplacian_stats(M.indptr, M.indices, M.data)
+    assert finite
+    assert diag_positive == bool(np.all(M.diagonal() > 0))
+    assert biggest == (abs(M.data).max() if M.nnz else 0.0)
+    assert asym == (diff.max() if diff.nnz else 0.0)
+    if M.nnz:
+        M.data[seed % M.nnz] = np.nan
+        assert not csr_laplacian_stats(M.indptr, M.indices, M.data)[0]
 
 
 def test_build_sums_duplicate_laplacian_entries(chain_L, cons):

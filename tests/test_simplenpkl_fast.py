@@ -508,3 +508,44 @@ def test_small_n_fast_path_is_dense(global_random_seed, loss, monkeypatch):
     assert fast.duality_gap >= -eps and ref.duality_gap >= -eps
     assert fast.objective - fast.duality_gap <= ref.objective + eps
     assert ref.objective - ref.duality_gap <= fast.objective + eps
+
+
+@given(n=st.integers(1, 40), r=st.integers(1, 9), m=st.integers(0, 60),
+       density=st.floats(0.0, 0.6), fortran=st.booleans(), seed=st.integers(0, 2**31 - 1))
+@settings(max_examples=60, deadline=None)
+def test_compiled_objective_terms_equal_numpy(n, r, m, density, fortran, seed):
+    """The fits' objective terms, compiled: tr(V'LV) from L's CSR arrays against
+    np.sum(V * (L @ V)), and the pair values v_i'v_j against np.einsum on the gathered rows
+    (any memory layout of V)."""
+    from npkl_dist._kernels import csr_quadratic_form, pair_dots
+
+    rng = np.random.default_rng(seed)
+    M = sp.random(n, n, density=density, random_state=rng, format="csr")
+    M = sp.csr_matrix(M - M.T + sp.diags(rng.uniform(0.5, 2.0, n)))
+    V = rng.standard_normal((n, r))
+    if fortran:
+        V = np.asfortranarray(V)
+    ref = float(np.sum(V * (M @ V)))
+    got = csr_quadratic_form(M.indptr, M.indices, M.data, V)
+    assert abs(got - ref) <= 1e-12 * max(1.0, float(np.sum(np.abs(V) * (abs(M) @ np.abs(V)))))
+    ci, cj = rng.integers(0, n, m), rng.integers(0, n, m)
+    out = np.empty(m)
+    pair_dots(V, ci, cj, out)
+    np.testing.assert_allclose(out, np.einsum("kr,kr->k", V[ci], V[cj]), rtol=1e-12,
+                               atol=1e-12 * r)
+
+
+def test_one_blas_thread_sets_and_restores_on_error():
+    """``_OneBlasThread`` puts every BLAS library of the process's controller at one thread
+    and restores each library's own count on exit, also when the fit raises."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    libs = [lib for lib in snp._blas_controller().lib_controllers if lib.user_api == "blas"]
+    if not libs:
+        pytest.skip("no BLAS library under threadpoolctl's control")
+    with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+        before = [lib.get_num_threads() for lib in libs]
+        with pytest.raises(RuntimeError, match="inside"):
+            with snp._OneBlasThread():
+                assert [lib.get_num_threads() for lib in libs] == [1] * len(libs)
+                raise RuntimeError("inside")
+        assert [lib.get_num_threads() for lib in libs] == before
