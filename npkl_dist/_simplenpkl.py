@@ -108,8 +108,9 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
   (tridiagonalisation, bisection, inverse iteration) with the bisection compiled and run for
   all rank eigenvalues side by side (``npkl_dist._tridiag``); numpy's ``eigh`` below
   ``_TRIDIAG_MIN_N`` = 24 points. ARPACK's set-up per call costs more at these sizes
-  (soybean 0.2 vs 1.2 ms per solve); the route is 1.7-1.8x faster than ``eigh`` for all n
-  pairs and 1.4-1.9x faster than LAPACK's own ``dsyevr`` from n = 100 to 270.
+  (soybean 0.2 vs 1.2 ms per solve); on the paper's data sets (47-270 points) the route is
+  2.2-2.4x faster than ``eigh`` for all n pairs and 1.9-2.7x faster than LAPACK's own
+  ``dsyevr`` (bench/fit_time_floor.py; whole fits 1.5-2.1x, bench/RESULTS.md).
 * One BLAS thread for the whole fit (threadpoolctl) while ARPACK's basis is small
   (``n (2 rank + 1) <= _ONE_THREAD_MAX_BASIS``, 4 MB, the basis size when this was
   measured; the basis is now 1.5 rank + 1 vectors, see ``_eigsh``): the dense work is then on small
@@ -480,8 +481,8 @@ def _dense_top_eigs(M, k: int):
     """Top-k eigenpairs of the symmetric dense M, descending: ``dsyevr``'s algorithm for
     eigenpairs n - k + 1 ... n only, with its bisection compiled and run for the k
     eigenvalues side by side (:func:`npkl_dist._tridiag.tridiagonal_top_eigs`). numpy's
-    ``eigh`` (all n pairs) is the reference; one BLAS thread, n = 100, k = 15: 0.32 against
-    eigh's 0.56 and dsyevr's 0.61 ms; n = 270, k = 24: 2.3 against 4.2 and 3.3 ms. Below
+    ``eigh`` (all n pairs) is the reference; one BLAS thread, n = 100, k = 15: 0.23 against
+    eigh's 0.57 and dsyevr's 0.61 ms; heart's A, n = 270, k = 24: 1.8 against 4.1 and 3.4 ms. Below
     ``_TRIDIAG_MIN_N`` points, where numpy's ``eigh`` is the faster, and if inverse iteration
     ever fails to converge, that."""
     n = M.shape[0]
