@@ -40,6 +40,10 @@ _LWORK: dict[int, int] = {}
 
 _EPS = np.finfo(np.float64).eps
 _SAFMIN = np.finfo(np.float64).tiny
+# dsyevr's safe range for the largest entry (RMIN = sqrt(safmin / eps), RMAX =
+# min(sqrt(1 / RMIN**2), 1 / sqrt(sqrt(safmin))))
+_RMIN = float(np.sqrt(_SAFMIN / _EPS))
+_RMAX = float(min(np.sqrt(1.0 / (_SAFMIN / _EPS)), 1.0 / np.sqrt(np.sqrt(_SAFMIN))))
 
 
 @njit(nogil=True, cache=True)
@@ -326,6 +330,17 @@ def tridiagonal_top_eigs(M, k: int):
     lwork = _LWORK.get(n)
     if lwork is None:
         lwork = _LWORK[n] = max(1, int(lapack.dsytrd_lwork(n, lower=1)[0]))
+    # dsyevr's scaling: entries outside [RMIN, RMAX] in magnitude would underflow or
+    # overflow in the squares and products below (and dstein's eps-based tests assume a
+    # matrix in that range); eigenvalues scale back, eigenvectors are unchanged
+    norm = max(float(M.max()), -float(M.min()))  # NaN: no scaling, caught after dsytrd
+    scale = 1.0
+    if 0.0 < norm < _RMIN:
+        scale = _RMIN / norm
+    elif norm > _RMAX:
+        scale = _RMAX / norm
+    if scale != 1.0:
+        M = M * scale
     c, d, e, tau, info = lapack.dsytrd(M, lower=1, lwork=lwork)
     e2 = np.empty(n - 1)
     finite, splits, pivmin, tnorm = _inspect(d, e, e2)
@@ -358,4 +373,6 @@ def tridiagonal_top_eigs(M, k: int):
     if info != 0:
         return None, None, f"dormqr: info={info}"
     Z[1:] = Zq
+    if scale != 1.0:
+        w = w / scale
     return w, Z, None

@@ -377,6 +377,25 @@ def test_tridiagonal_top_eigs_on_repeated_and_split_spectra(n, k_frac, levels, s
     np.testing.assert_allclose(M @ Z, Z * w, atol=1e-11 * n * scale)
 
 
+@pytest.mark.parametrize("scale", [1e-300, 1e-150, 1e150, 1e300])
+def test_tridiagonal_top_eigs_at_extreme_scales(global_random_seed, scale):
+    """Entries far outside [1e-146, 8e76] are scaled into that range first (``dsyevr``'s
+    RMIN/RMAX), as squares and products would under- or overflow: without it this returned
+    eigenvalues off by 60-90% or no vectors."""
+    from npkl_dist._tridiag import tridiagonal_top_eigs
+
+    rng = np.random.default_rng(global_random_seed)
+    n, k = 60, 9
+    X = rng.standard_normal((n, n))
+    M = (X + X.T) * scale
+    w, Z, failure = tridiagonal_top_eigs(M, k)
+    assert failure is None
+    ref = np.linalg.eigvalsh(M / scale)[n - k:]
+    np.testing.assert_allclose(w / scale, ref, rtol=0, atol=1e-12 * np.abs(ref).max() * n)
+    np.testing.assert_allclose(Z.T @ Z, np.eye(k), atol=1e-12 * n)
+    np.testing.assert_allclose((M / scale) @ Z, Z * (w / scale), atol=1e-11 * n)
+
+
 def test_tridiagonal_bisection_matches_lapack_dstebz(global_random_seed):
     """The compiled bisection is dstebz's (same Sturm recurrence, guard and tolerance): the
     eigenvalues agree with LAPACK's to a few ulps of ||T||."""
