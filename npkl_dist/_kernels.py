@@ -1150,3 +1150,26 @@ def pair_dots(V, ci, cj, out):  # OUT: out (m,)
         for q in range(r):
             dot += V[a, q] * V[b, q]
         out[k] = dot
+
+
+@njit(nogil=True, cache=True)
+def csr_negated_dense(indptr, indices, data, out):  # OUT: out (n, n), zero on entry
+    """out[i, j] = 0 - M_ij over the stored entries of a CSR matrix without duplicates
+    (0 - x, not -x: a stored zero stays +0.0, like the entries outside the pattern)."""
+    for i in range(indptr.size - 1):
+        for p in range(indptr[i], indptr[i + 1]):
+            out[i, indices[p]] = 0.0 - data[p]
+
+
+@njit(nogil=True, cache=True)
+def add_pair_terms(base, ci, cj, w, t, out):  # OUT: out (n, n)
+    """out = base + sum_p (w_p t_p / 2) (E_{i_p j_p} + E_{j_p i_p}), one addition per entry
+    for distinct pairs i_p < j_p (SimpleNPKL's A(w) from -L)."""
+    n = base.shape[0]
+    for a in range(n):
+        for b in range(n):
+            out[a, b] = base[a, b]
+    for p in range(ci.size):
+        half = 0.5 * w[p] * t[p]
+        out[ci[p], cj[p]] += half
+        out[cj[p], ci[p]] += half

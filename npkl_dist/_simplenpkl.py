@@ -159,7 +159,7 @@ except ImportError:  # pragma: no cover - private module moved: plain ``A @ x``
 from ._bcd import FitResult
 from ._errors import ConvergenceWarning, NpklError, ValidationError, fmt_value
 from ._objective import loss_fn
-from ._kernels import csr_quadratic_form, pair_dots
+from ._kernels import add_pair_terms, csr_negated_dense, csr_quadratic_form, pair_dots
 from ._problem import NPKLProblem
 from ._tridiag import tridiagonal_top_eigs
 
@@ -368,21 +368,16 @@ class _DenseA:
         L = problem.L
         if isinstance(L, sp.csr_matrix) and L.has_canonical_format:  # as build() leaves it
             self.neg_L = np.zeros((n, n))
-            rows = np.repeat(np.arange(n), np.diff(L.indptr))
-            # 0 - x, not -x: a stored zero must stay +0.0, as outside the pattern
-            self.neg_L[rows, L.indices] = 0.0 - L.data.astype(np.float64, copy=False)
+            csr_negated_dense(L.indptr, L.indices, L.data.astype(np.float64, copy=False),
+                              self.neg_L)
         else:
             self.neg_L = (-sp.csr_matrix(L, dtype=np.float64)).toarray()
-        self.flat_ij = c.i.astype(np.int64) * n + c.j
-        self.flat_ji = c.j.astype(np.int64) * n + c.i
-        self.t = c.t.astype(np.float64)
+        self.i, self.j = c.i, c.j
+        self.t = c.t.astype(np.float64, copy=False)
 
     def set(self, w: np.ndarray) -> np.ndarray:
-        M = self.neg_L.copy()
-        half = 0.5 * w * self.t
-        flat = M.reshape(-1)
-        flat[self.flat_ij] += half
-        flat[self.flat_ji] += half
+        M = np.empty_like(self.neg_L)
+        add_pair_terms(self.neg_L, self.i, self.j, np.asarray(w, dtype=np.float64), self.t, M)
         return M
 
 
