@@ -72,7 +72,10 @@ def _inspect(d, e, e2):  # OUT: e2 = e**2
     return finite, splits, _SAFMIN * max(1.0, e2max), dmax + 2.0 * emax
 
 
-@njit(nogil=True, cache=True)
+# error_model="numpy": no zero-divisor check per division (q is kept away from 0 by the
+# pivmin guard, so it could not fire), which lets LLVM vectorise the j loop: 2.7x faster
+# passes (n = 178, k = 20: 2.6 against 7.1 us)
+@njit(nogil=True, cache=True, error_model="numpy")
 def _sturm_newton(d, e2, x, pivmin, q, dq, count, S):  # OUT: count, S
     """For each x[j]: count[j] = number of eigenvalues of T below x[j] (negative pivots of
     the LDL' of T - x[j] I, ``dlaneg``'s recurrence with ``dstebz``'s guard |q| >= pivmin),
