@@ -49,6 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.bench_sweep import median_time  # noqa: E402
 from bench.paper import published as pub  # noqa: E402
 from bench.paper.run import DEFAULT_RESULTS, _is_adult, task_inputs  # noqa: E402
+from bench.simplenpkl_dense_threshold import dsyevr_top_eigs  # noqa: E402
 
 METHODS = ("SimpleNPKL-linear", "SimpleNPKL-sqhinge", "KL-ADMM")
 
@@ -84,17 +85,6 @@ def pairs_from_results(path, datasets, include_all):
     return out
 
 
-def _dsyevr_top_eigs(M, k):
-    """LAPACK dsyevr for eigenpairs n-k+1..n of M (overwritten)."""
-    from scipy.linalg import lapack
-
-    n = M.shape[0]
-    w, Z, m, _, info = lapack.dsyevr(M, compute_v=1, range="I", il=n - k + 1, iu=n,
-                                      overwrite_a=1)
-    assert info == 0 and m == k, (info, m, k)
-    return w, Z
-
-
 def linear_floor(problem, runs, dense_max_n):
     """{solver: median seconds} of one top-rank eigensolve of A(gamma)."""
     from npkl_dist import _simplenpkl as snp
@@ -107,7 +97,7 @@ def linear_floor(problem, runs, dense_max_n):
         dense = snp._DenseA(problem)
         # the assembly of dense A is part of either dense solve (it is overwritten)
         out["numpy eigh"] = _median_time(lambda: np.linalg.eigh(dense.set(w)), runs)
-        out["dsyevr top k"] = _median_time(lambda: _dsyevr_top_eigs(dense.set(w), k), runs)
+        out["dsyevr top k"] = _median_time(lambda: dsyevr_top_eigs(dense.set(w), k), runs)
         if k < n:
             out["tridiagonal top k"] = _median_time(
                 lambda: tridiagonal_top_eigs(dense.set(w), k), runs)

@@ -34,9 +34,10 @@ from bench.paper.run import prepare_data  # noqa: E402
 from npkl_dist import _simplenpkl as snp  # noqa: E402
 
 
-def _dsyevr_top_eigs(M, k):
-    """LAPACK dsyevr for eigenpairs n-k+1..n, descending (the dense solve before the
-    tridiagonal route; numpy's eigh below ``_TRIDIAG_MIN_N`` points as there)."""
+def dsyevr_top_eigs(M, k):
+    """LAPACK dsyevr for eigenpairs n-k+1..n of M (overwritten), descending: the dense solve
+    before the tridiagonal route, a drop-in for ``_dense_top_eigs`` (numpy's eigh below
+    ``_TRIDIAG_MIN_N`` points as there; also timed by bench/fit_time_floor.py)."""
     from scipy.linalg import lapack
 
     n = M.shape[0]
@@ -77,7 +78,7 @@ def main(argv=None):
             # (dense limit, _TRIDIAG_MIN_N, dense solve)
             variants = {"arpack": (0, tri0, top0),
                         "numpy-eigh": (args.dense_max_n, sys.maxsize, top0),
-                        "dsyevr": (args.dense_max_n, tri0, _dsyevr_top_eigs),
+                        "dsyevr": (args.dense_max_n, tri0, dsyevr_top_eigs),
                         "tridiagonal": (args.dense_max_n, tri0, top0)}
             ts = {v: [] for v in variants}
             its = {}

@@ -1119,37 +1119,12 @@ def csr_laplacian_stats(indptr, indices, data):
 
 
 @njit(nogil=True, cache=True)
-def csr_quadratic_form(indptr, indices, data, V):
-    """tr(V' M V) = sum over stored (i, j) of M_ij v_i'v_j, for CSR M (n x n) and V (n, r):
-    the smoothness term of the objective without forming M V (``np.sum(V * (M @ V))``, the
-    reference in ``_objective.objective``)."""
-    n = indptr.size - 1
-    r = V.shape[1]
-    total = 0.0
-    for i in range(n):
-        row = 0.0
-        for p in range(indptr[i], indptr[i + 1]):
-            j = indices[p]
-            dot = 0.0
-            for q in range(r):
-                dot += V[i, q] * V[j, q]
-            row += data[p] * dot
-        total += row
-    return total
-
-
-@njit(nogil=True, cache=True)
 def pair_dots(V, ci, cj, out):  # OUT: out (m,)
     """out[k] = v_{ci[k]}' v_{cj[k]} (``np.einsum('kr,kr->k', V[ci], V[cj])`` without the two
-    gathered (m, r) copies)."""
+    gathered (m, r) copies), in ``_dot_rows``'s arithmetic."""
     r = V.shape[1]
     for k in range(ci.size):
-        a = ci[k]
-        b = cj[k]
-        dot = 0.0
-        for q in range(r):
-            dot += V[a, q] * V[b, q]
-        out[k] = dot
+        out[k] = _dot_rows(V, ci[k], V, cj[k], r, _madd)
 
 
 @njit(nogil=True, cache=True)

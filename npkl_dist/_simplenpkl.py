@@ -159,7 +159,8 @@ except ImportError:  # pragma: no cover - private module moved: plain ``A @ x``
 from ._bcd import FitResult
 from ._errors import ConvergenceWarning, NpklError, ValidationError, fmt_value
 from ._objective import loss_fn
-from ._kernels import add_pair_terms, csr_negated_dense, csr_quadratic_form, pair_dots
+from ._kernels import (LOSS_CODES, add_pair_terms, csr_negated_dense, pair_dots, pair_terms_serial,
+                       smooth_terms_serial)
 from ._problem import NPKLProblem
 from ._tridiag import tridiagonal_top_eigs
 
@@ -478,29 +479,27 @@ def _dense_top_eigs(M, k: int):
     eigenvalues side by side (:func:`npkl_dist._tridiag.tridiagonal_top_eigs`). numpy's
     ``eigh`` (all n pairs) is the reference; one BLAS thread, n = 100, k = 15: 0.23 against
     eigh's 0.57 and dsyevr's 0.61 ms; heart's A, n = 270, k = 24: 1.8 against 4.1 and 3.4 ms. Below
-    ``_TRIDIAG_MIN_N`` points, where numpy's ``eigh`` is the faster, and if inverse iteration
-    ever fails to converge, that."""
+    ``_TRIDIAG_MIN_N`` points, where numpy's ``eigh`` is the faster, for k = n, and if the
+    route fails (inverse iteration not converged, a non-finite matrix), that."""
     n = M.shape[0]
-    failure = None
     if n >= _TRIDIAG_MIN_N and k < n:
         w, Z, failure = tridiagonal_top_eigs(M, k)
         if failure is None:
             return w[::-1].copy(), np.ascontiguousarray(Z[:, ::-1])
-        if failure.startswith("dsytrd"):  # not finite: numpy's eigh would not help
-            failure = f"the tridiagonal route's {failure}"
-        else:
-            failure = None
-    if failure is None:
+    # numpy's eigh: below _TRIDIAG_MIN_N points, for k = n, or after the route failed. The
+    # input is checked, not eigh's output: for a NaN entry eigh may return finite
+    # eigenvalues (a 30 x 30 identity with one NaN pair does)
+    if not np.all(np.isfinite(M)):
+        failure = "the matrix holds NaN or inf entries"
+    else:
         w, P = np.linalg.eigh(M)
-        # for a NaN entry numpy's eigh returns NaN eigenvalues, maybe not among the top k
         failure = None if np.all(np.isfinite(w)) else "numpy's eigh: non-finite eigenvalues"
-        w, P = w[::-1][:k].copy(), P[:, ::-1][:, :k].copy()
     if failure is not None:
         raise NpklError(
             f"simplenpkl: the dense eigensolver failed on the {n} x {n} matrix A ({failure}); "
             f"check the Laplacian and constraints for NaN or inf"
         )
-    return w, P
+    return w[::-1][:k].copy(), P[:, ::-1][:, :k].copy()
 
 
 class _CSROperator(spla.LinearOperator):
@@ -918,10 +917,15 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
             J += float(np.sum(a)) - quad * float(a @ a)
         return sigma, P, V, norm, J, complete
 
+    # the objective's compiled terms (as the BCD objective's): tr(V'LV) row by row over L's
+    # CSR arrays (its diagonal among them, so the separate diagonal is 0), the pair losses
+    no_diag, rows_out, pairs_out = np.zeros(n), np.empty(n), np.empty(c.m)
+    loss_code = LOSS_CODES[loss]
+
     def primal(V):
-        z = c.t * _pair_values(V, c)
-        smooth = csr_quadratic_form(L64.indptr, L64.indices, L64.data, V)  # tr(V'LV)
-        return smooth + gamma * float(np.sum(loss_fn(loss)(z)))
+        smooth_terms_serial(L64.indptr, L64.indices, L64.data, no_diag, V, rows_out)
+        pair_terms_serial(c.i, c.j, c.t, V, loss_code, pairs_out)
+        return float(np.sum(rows_out)) + gamma * float(np.sum(pairs_out))
 
     def refine(V, P):
         """Subspace refinement of K = V V' in span(P); (V, objective, duals) or None."""

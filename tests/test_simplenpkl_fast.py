@@ -476,10 +476,11 @@ def test_dense_top_eigs_size_rule(monkeypatch):
     np.testing.assert_allclose(M @ P, P * sigma, atol=1e-9)
 
 
+@pytest.mark.parametrize("n", [6, 30])  # at 30, numpy's eigh returns finite eigenvalues
 @pytest.mark.parametrize("tridiag_min_n", [0, 128])  # tridiagonal route, numpy's eigh
-def test_dense_top_eigs_refuses_a_matrix_with_nan(monkeypatch, tridiag_min_n):
+def test_dense_top_eigs_refuses_a_matrix_with_nan(monkeypatch, tridiag_min_n, n):
     monkeypatch.setattr(snp, "_TRIDIAG_MIN_N", tridiag_min_n)
-    M = np.eye(6)
+    M = np.eye(n)
     M[1, 2] = M[2, 1] = np.nan
     with pytest.raises(nk.NpklError, match="dense eigensolver failed.*NaN"):
         snp._dense_top_eigs(M, 3)
@@ -533,10 +534,10 @@ def test_small_n_fast_path_is_dense(global_random_seed, loss, monkeypatch):
        density=st.floats(0.0, 0.6), fortran=st.booleans(), seed=st.integers(0, 2**31 - 1))
 @settings(max_examples=60, deadline=None)
 def test_compiled_objective_terms_equal_numpy(n, r, m, density, fortran, seed):
-    """The fits' objective terms, compiled: tr(V'LV) from L's CSR arrays against
-    np.sum(V * (L @ V)), and the pair values v_i'v_j against np.einsum on the gathered rows
-    (any memory layout of V)."""
-    from npkl_dist._kernels import csr_quadratic_form, pair_dots
+    """The fits' objective terms, compiled: tr(V'LV) from L's whole CSR arrays (diagonal
+    included, so the separate diagonal is 0) against np.sum(V * (L @ V)), and the pair
+    values v_i'v_j against np.einsum on the gathered rows (any memory layout of V)."""
+    from npkl_dist._kernels import pair_dots, smooth_terms_serial
 
     rng = np.random.default_rng(seed)
     M = sp.random(n, n, density=density, random_state=rng, format="csr")
@@ -545,7 +546,9 @@ def test_compiled_objective_terms_equal_numpy(n, r, m, density, fortran, seed):
     if fortran:
         V = np.asfortranarray(V)
     ref = float(np.sum(V * (M @ V)))
-    got = csr_quadratic_form(M.indptr, M.indices, M.data, V)
+    rows = np.empty(n)
+    smooth_terms_serial(M.indptr, M.indices, M.data, np.zeros(n), V, rows)
+    got = float(np.sum(rows))
     assert abs(got - ref) <= 1e-12 * max(1.0, float(np.sum(np.abs(V) * (abs(M) @ np.abs(V)))))
     ci, cj = rng.integers(0, n, m), rng.integers(0, n, m)
     out = np.empty(m)
