@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 import scipy.sparse as sp
 
@@ -438,6 +438,9 @@ def test_inverse_iteration_matches_lapack_dstein(global_random_seed):
         assert info == 0
         Z = np.empty((n, k), order="F")
         assert tri._inverse_iteration(d, e, w, Z) == 0
+        Z_batched = np.empty((n, k), order="F")
+        assert tri._inverse_iteration_batched(d, e, w, Z_batched) == 0
+        np.testing.assert_array_equal(Z_batched, Z)  # the same vectors, bit for bit
         T = np.diag(d) + np.diag(e, 1) + np.diag(e, -1)
         np.testing.assert_allclose(Z.T @ Z, np.eye(k), atol=1e-13 * n)
         np.testing.assert_allclose(T @ Z, Z * w, atol=1e-13 * n * np.abs(w).max())
@@ -449,6 +452,48 @@ def test_inverse_iteration_matches_lapack_dstein(global_random_seed):
             np.testing.assert_allclose(P, P_ref, atol=1e-7)
             np.testing.assert_allclose(Z[:, :-3], Z_ref[:, :-3] * np.sign(
                 Z_ref[np.abs(Z_ref[:, :-3]).argmax(0), np.arange(k - 3)]), atol=1e-10)
+
+
+@given(n=st.integers(2, 70), k_frac=st.floats(0.0, 1.0),
+       kind=st.sampled_from(["random", "levels", "cluster", "graded"]),
+       seed=st.integers(0, 2**31 - 1))
+@settings(max_examples=80, deadline=None)
+def test_batched_inverse_iteration_equals_the_sequential_one(n, k_frac, kind, seed):
+    """The route's inverse iteration runs up to _LANES eigenvalues side by side; its vectors
+    and failure count are the one-at-a-time loop's (dstein's algorithm, the slow reference)
+    bit for bit, with clusters (where batches must break: a vector is orthogonalised
+    against its cluster's earlier ones), repeated levels, graded spectra and batches of
+    every length."""
+    from scipy.linalg import lapack
+
+    from npkl_dist import _tridiag as tri
+
+    rng = np.random.default_rng(seed)
+    k = max(1, min(n, int(round(k_frac * n))))
+    if kind == "random":
+        X = rng.standard_normal((n, n))
+        M = X + X.T
+    else:
+        if kind == "levels":
+            spec = rng.integers(0, 3, n) + 1e-7 * rng.standard_normal(n)
+        elif kind == "cluster":
+            spec = rng.standard_normal(n)
+            top = rng.integers(1, n + 1)
+            spec[:top] = 1.0 + 1e-10 * rng.standard_normal(top)
+        else:
+            spec = 10.0 ** rng.uniform(-12, 0, n)
+        Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+        M = (Q * spec) @ Q.T
+        M = 0.5 * (M + M.T)
+    _, d, e, _, _ = lapack.dsytrd(M, lower=1)
+    e2 = np.empty(n - 1)
+    _, splits, pivmin, tnorm = tri._inspect(d, e, e2)
+    assume(not splits)  # split T goes to LAPACK's dstebz + dstein instead
+    w = tri._bisect_top(d, e2, k, pivmin, tri._EPS * tnorm)
+    Z, Z_batched = np.empty((n, k), order="F"), np.empty((n, k), order="F")
+    assert tri._inverse_iteration_batched(d, e, w, Z_batched) == tri._inverse_iteration(
+        d, e, w, Z)
+    np.testing.assert_array_equal(Z_batched, Z)
 
 
 def test_dense_top_eigs_size_rule(monkeypatch):
@@ -470,7 +515,7 @@ def test_dense_top_eigs_size_rule(monkeypatch):
         assert len(calls) == expect
         np.testing.assert_allclose(sigma, w_ref, atol=1e-10)
     # a failed inverse iteration (vectors not converged) falls back to numpy's eigh
-    monkeypatch.setattr(tri, "_inverse_iteration", lambda *a: 2)
+    monkeypatch.setattr(tri, "_inverse_iteration_batched", lambda *a: 2)
     sigma, P = snp._dense_top_eigs(M.copy(), 5)
     np.testing.assert_allclose(sigma, w_ref, atol=1e-10)
     np.testing.assert_allclose(M @ P, P * sigma, atol=1e-9)
