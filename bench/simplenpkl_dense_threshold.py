@@ -8,7 +8,10 @@ dsyevr's algorithm for the top rank eigenpairs with the bisection compiled, from
 ``_TRIDIAG_MIN_N`` points on, numpy's eigh below), LAPACK's own ``dsyevr`` for the top rank
 eigenpairs (``dsyevr``: the dense solve from 2026-11-24 until the tridiagonal route replaced
 it, here in place of ``_dense_top_eigs``), or, as before that, ``numpy.linalg.eigh`` of all
-n (``numpy-eigh``: ``_TRIDIAG_MIN_N`` raised above every n). The variants alternate within each run
+n (``numpy-eigh``: ``_TRIDIAG_MIN_N`` raised above every n); ``tridiagonal-before`` is the route
+as it was before 2026-11-24 late evening: inverse iteration one eigenvalue at a time
+(``_tridiag._inverse_iteration``, now the reference of the batched one) and LAPACK's panel
+width of 32 in ``dsytrd``. The variants alternate within each run
 (``--runs`` rounds after a warm-up; medians). One BLAS thread, as the fits themselves set
 it. Prints one line per data set.
 
@@ -32,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import npkl_dist as nk  # noqa: E402
 from bench.paper.run import prepare_data  # noqa: E402
 from npkl_dist import _simplenpkl as snp  # noqa: E402
+from npkl_dist import _tridiag as tri  # noqa: E402
 
 
 def dsyevr_top_eigs(M, k):
@@ -60,6 +64,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     thr0, tri0, top0 = snp._FAST_DENSE_MAX_N, snp._TRIDIAG_MIN_N, snp._dense_top_eigs
+    inv0, nb0 = tri._inverse_iteration_batched, tri._dsytrd_block
     jobs = []
     for name in args.datasets:
         X, y, _ = prepare_data(name)
@@ -75,15 +80,19 @@ def main(argv=None):
         out = []
         for loss in ("linear", "squared_hinge"):
             p = nk.NPKLProblem.build(L, cons, loss=loss, seed=0)
-            # (dense limit, _TRIDIAG_MIN_N, dense solve)
-            variants = {"arpack": (0, tri0, top0),
-                        "numpy-eigh": (args.dense_max_n, sys.maxsize, top0),
-                        "dsyevr": (args.dense_max_n, tri0, dsyevr_top_eigs),
-                        "tridiagonal": (args.dense_max_n, tri0, top0)}
+            # (dense limit, _TRIDIAG_MIN_N, dense solve, the route's inverse iteration and
+            # panel width)
+            variants = {"arpack": (0, tri0, top0, inv0, nb0),
+                        "numpy-eigh": (args.dense_max_n, sys.maxsize, top0, inv0, nb0),
+                        "dsyevr": (args.dense_max_n, tri0, dsyevr_top_eigs, inv0, nb0),
+                        "tridiagonal-before": (args.dense_max_n, tri0, top0,
+                                               tri._inverse_iteration, lambda n: 32),
+                        "tridiagonal": (args.dense_max_n, tri0, top0, inv0, nb0)}
             ts = {v: [] for v in variants}
             its = {}
             for rnd in range(args.runs + 1):
-                for v, (thr, tri_min_n, top) in variants.items():
+                for v, (thr, tri_min_n, top, inv, nb) in variants.items():
+                    tri._inverse_iteration_batched, tri._dsytrd_block = inv, nb
                     snp._FAST_DENSE_MAX_N = thr
                     snp._TRIDIAG_MIN_N = tri_min_n
                     snp._dense_top_eigs = top
@@ -95,6 +104,7 @@ def main(argv=None):
             out.append(f"{loss}: " + ", ".join(
                 f"{v} {np.median(ts[v]) * 1e3:.2f} ms ({its[v]} it)" for v in variants))
         snp._FAST_DENSE_MAX_N, snp._TRIDIAG_MIN_N, snp._dense_top_eigs = thr0, tri0, top0
+        tri._inverse_iteration_batched, tri._dsytrd_block = inv0, nb0
         print(name, X.shape[0], " | ".join(out), flush=True)
 
 
