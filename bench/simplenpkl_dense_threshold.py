@@ -38,10 +38,12 @@ from npkl_dist import _simplenpkl as snp  # noqa: E402
 from npkl_dist import _tridiag as tri  # noqa: E402
 
 
-def dsyevr_top_eigs(M, k):
-    """LAPACK dsyevr for eigenpairs n-k+1..n of M (overwritten), descending: the dense solve
-    before the tridiagonal route, a drop-in for ``_dense_top_eigs`` (numpy's eigh below
-    ``_TRIDIAG_MIN_N`` points as there; also timed by bench/fit_time_floor.py)."""
+def dsyevr_top_eigs(M, k, overwrite=False):
+    """LAPACK dsyevr for eigenpairs n-k+1..n of M, descending: the dense solve before the
+    tridiagonal route, a drop-in for ``_dense_top_eigs`` (numpy's eigh below
+    ``_TRIDIAG_MIN_N`` points as there; also timed by bench/fit_time_floor.py). M is copied
+    (C-ordered for LAPACK's Fortran order), as it was then; ``overwrite`` is accepted and
+    ignored."""
     from scipy.linalg import lapack
 
     n = M.shape[0]

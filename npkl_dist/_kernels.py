@@ -1144,6 +1144,13 @@ def add_pair_terms(base, ci, cj, w, t, out):  # OUT: out (n, n)
     for a in range(n):
         for b in range(n):
             out[a, b] = base[a, b]
+    add_pairs_in_place(out, ci, cj, w, t)
+
+
+@njit(nogil=True, cache=True)
+def add_pairs_in_place(out, ci, cj, w, t):  # OUT: out (n, n)
+    """out += sum_p (w_p t_p / 2) (E_{i_p j_p} + E_{j_p i_p}) (:func:`add_pair_terms`
+    without the copy)."""
     for p in range(ci.size):
         half = 0.5 * w[p] * t[p]
         out[ci[p], cj[p]] += half

@@ -159,7 +159,7 @@ except ImportError:  # pragma: no cover - private module moved: plain ``A @ x``
 from ._bcd import FitResult
 from ._errors import ConvergenceWarning, NpklError, ValidationError, fmt_value
 from ._objective import loss_fn
-from ._kernels import (LOSS_CODES, add_pair_terms, csr_negated_dense, pair_dots, pair_terms_serial,
+from ._kernels import (LOSS_CODES, add_pair_terms, add_pairs_in_place, csr_negated_dense, pair_dots, pair_terms_serial,
                        smooth_terms_serial)
 from ._problem import NPKLProblem
 from ._tridiag import tridiagonal_top_eigs
@@ -358,11 +358,16 @@ class _DenseA:
     """A(w) = sum_p w_p t_p E_p - L as a fresh dense array per call (the fast path's dense
     solves overwrite it). Entry for entry the values of ``_SparseA(problem).set(w).toarray()``:
     the same one addition of w_p t_p / 2 to -L_ij (pairs are distinct with i < j), without the
-    sparse pattern's set-up and the conversion at every step."""
+    sparse pattern's set-up and the conversion at every step.
 
-    def __init__(self, problem: NPKLProblem):
+    ``single``: the first ``set`` adds the pair terms to -L in place and hands that array out
+    (one n x n array written and read instead of two: the linear loss solves once); a later
+    call assembles -L again."""
+
+    def __init__(self, problem: NPKLProblem, single: bool = False):
         n = problem.n_points
         c = problem.constraints
+        self.problem, self.single = problem, single
         # (-L).toarray(), not -(L.toarray()): the entries outside L's pattern must be +0.0 as
         # in the sparse A (LAPACK's Householder steps read the sign of zero; with -0.0 the
         # eigenvectors differ in the last bits)
@@ -377,8 +382,15 @@ class _DenseA:
         self.t = c.t.astype(np.float64, copy=False)
 
     def set(self, w: np.ndarray) -> np.ndarray:
+        w = np.asarray(w, dtype=np.float64)
+        if self.single:
+            if self.neg_L is None:  # handed out already: -L again
+                self.__init__(self.problem, single=True)
+            M, self.neg_L = self.neg_L, None
+            add_pairs_in_place(M, self.i, self.j, w, self.t)
+            return M
         M = np.empty_like(self.neg_L)
-        add_pair_terms(self.neg_L, self.i, self.j, np.asarray(w, dtype=np.float64), self.t, M)
+        add_pair_terms(self.neg_L, self.i, self.j, w, self.t, M)
         return M
 
 
@@ -450,15 +462,18 @@ class _OneBlasThread:
         return False
 
 
-def _top_eigs(A, k: int, v0, fast: bool = False):
+def _top_eigs(A, k: int, v0, fast: bool = False, overwrite: bool = False):
     """Top-k eigenpairs of symmetric A, descending. Returns (sigma (k,), P (n, k)).
 
     ``fast``: ARPACK's products go through :class:`_CSROperator` (same products), and
     up to ``_FAST_DENSE_MAX_N`` points the dense ``_dense_top_eigs`` replaces ARPACK.
+    ``overwrite``: a dense A may be overwritten.
     """
     n = A.shape[0]
     if _fast_dense(n, fast):
-        return _dense_top_eigs(A if isinstance(A, np.ndarray) else A.toarray(), k)
+        if isinstance(A, np.ndarray):
+            return _dense_top_eigs(A, k, overwrite=overwrite)
+        return _dense_top_eigs(A.toarray(), k, overwrite=True)
     if _use_dense(n, k):
         w, P = np.linalg.eigh(A.toarray())
         return w[::-1][:k].copy(), P[:, ::-1][:, :k].copy()
@@ -473,19 +488,26 @@ def _top_eigs(A, k: int, v0, fast: bool = False):
 _TRIDIAG_MIN_N = 24
 
 
-def _dense_top_eigs(M, k: int):
+def _dense_top_eigs(M, k: int, overwrite: bool = False):
     """Top-k eigenpairs of the symmetric dense M, descending: ``dsyevr``'s algorithm for
     eigenpairs n - k + 1 ... n only, with its bisection compiled and run for the k
     eigenvalues side by side (:func:`npkl_dist._tridiag.tridiagonal_top_eigs`). numpy's
     ``eigh`` (all n pairs) is the reference; one BLAS thread, n = 100, k = 15: 0.23 against
     eigh's 0.57 and dsyevr's 0.61 ms; heart's A, n = 270, k = 24: 1.8 against 4.1 and 3.4 ms. Below
     ``_TRIDIAG_MIN_N`` points, where numpy's ``eigh`` is the faster, for k = n, and if the
-    route fails (inverse iteration not converged, a non-finite matrix), that."""
+    route fails (inverse iteration not converged, a non-finite matrix), that.
+    ``overwrite``: M may be overwritten (the route then reduces it in place)."""
     n = M.shape[0]
     if n >= _TRIDIAG_MIN_N and k < n:
-        w, Z, failure = tridiagonal_top_eigs(M, k)
+        in_place = overwrite and M.flags.c_contiguous and M.dtype == np.float64
+        diag = np.diag(M).copy() if in_place else None
+        w, Z, failure = tridiagonal_top_eigs(M, k, overwrite=in_place)
         if failure is None:
             return w[::-1].copy(), np.ascontiguousarray(Z[:, ::-1])
+        if in_place:  # the route reduced M's upper triangle in place: M from the rest
+            M = np.tril(M, -1)
+            M += M.T
+            M[np.diag_indices(n)] = diag
     # numpy's eigh: below _TRIDIAG_MIN_N points, for k = n, or after the route failed. The
     # input is checked, not eigh's output: for a NaN entry eigh may return finite
     # eigenvalues (a 30 x 30 identity with one NaN pair does)
@@ -553,7 +575,7 @@ def _eigsh(A, k, v0, fast):
             ) from exc
 
 
-def _top_eigs_positive(A, k: int, v0, k_try: int):
+def _top_eigs_positive(A, k: int, v0, k_try: int, overwrite: bool = False):
     """Top-k eigenpairs of A as far as they are positive: what the kernel step and J use.
 
     Computes the top ``k_try`` < k eigenpairs (fast eigsh). If the smallest of them is
@@ -572,7 +594,7 @@ def _top_eigs_positive(A, k: int, v0, k_try: int):
         if w[-1] <= 0.0:
             sigma = np.concatenate([w, np.full(k - k_try, w[-1])])
             return sigma, np.hstack([P, np.zeros((n, k - k_try))]), False
-    sigma, P = _top_eigs(A, k, v0, fast=True)
+    sigma, P = _top_eigs(A, k, v0, fast=True, overwrite=overwrite)
     return sigma, P, True
 
 
@@ -878,7 +900,8 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
     loss = problem.loss
     gamma = problem.gamma
     c = problem.constraints
-    Aop = _DenseA(problem) if _fast_dense(n, fast) else _SparseA(problem)
+    # the linear loss's one kernel step: A assembled in -L's own array
+    Aop = _DenseA(problem, single=loss == "linear") if _fast_dense(n, fast) else _SparseA(problem)
     dense = _dense_solve(n, rank, fast)  # every kernel step's eigensolve is dense
     # Lanczos start vectors (ARPACK only; a generator costs more than a small dense solve)
     rng = None if dense else np.random.default_rng(problem.seed)
@@ -899,17 +922,17 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
 
     def solve(a, P_prev, full=True):
         """Kernel step at a. ``full=False`` (fast path): the positive eigenpairs suffice."""
-        A = Aop.set(a)
+        A = Aop.set(a)  # a fresh A, the eigensolve may overwrite it
         v0 = None if dense else _v0_from(P_prev, rng, n)  # a Lanczos start, for ARPACK only
         if not fast:
             sigma, P = _top_eigs(A, rank, v0)
             complete = True
         elif full or state["n_pos"] is None:
-            sigma, P = _top_eigs(A, rank, v0, fast=True)
+            sigma, P = _top_eigs(A, rank, v0, fast=True, overwrite=True)
             complete = True
         else:
             k_try = state["n_pos"] + max(_POSITIVE_MARGIN, int(np.ceil(0.1 * rank)))
-            sigma, P, complete = _top_eigs_positive(A, rank, v0, k_try)
+            sigma, P, complete = _top_eigs_positive(A, rank, v0, k_try, overwrite=True)
         state["n_pos"] = int(np.count_nonzero(sigma > 0.0))
         V, norm = _kernel_step(sigma, P, B)
         J = -float(sqB) * norm

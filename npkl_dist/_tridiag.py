@@ -545,10 +545,15 @@ def _store_vector(x, q, Z, j):  # OUT: Z[:, j]
         Z[i, j] = x[i, q] * inv
 
 
-def tridiagonal_top_eigs(M, k: int):
-    """Top-k eigenpairs of the symmetric (n, n) float64 M (lower triangle read, M kept),
-    ascending. Returns (w (k,), Z (n, k), failure): ``failure`` is None, or a message for the
-    caller's error when the input is not finite or inverse iteration did not converge."""
+def tridiagonal_top_eigs(M, k: int, overwrite: bool = False):
+    """Top-k eigenpairs of the symmetric (n, n) float64 M, ascending. Returns (w (k,),
+    Z (n, k), failure): ``failure`` is None, or a message for the caller's error when the
+    input is not finite or inverse iteration did not converge.
+
+    One triangle of M is read. M is kept, unless ``overwrite`` and M is C-contiguous: then
+    ``dsytrd`` works in M's own buffer (as the Fortran-ordered M', whose lower triangle is M's
+    upper one) instead of a copy, and M's upper triangle and diagonal are overwritten; its
+    strict lower triangle is kept."""
     n = M.shape[0]
     if not 1 <= k <= n:
         raise ValueError(f"tridiagonal_top_eigs: k={k} must be in 1..n={n}")
@@ -563,8 +568,14 @@ def tridiagonal_top_eigs(M, k: int):
     elif norm > _RMAX:
         scale = _RMAX / norm
     if scale != 1.0:
-        M = M * scale
-    c, d, e, tau, info = lapack.dsytrd(M, lower=1, lwork=lwork)
+        M = M * scale  # a copy of its own
+        overwrite = True
+    if overwrite and M.flags.c_contiguous and M.dtype == np.float64:
+        # M' is M (symmetric) and Fortran-ordered: dsytrd needs no copy (one n x n array
+        # less to write and read; wine's linear fit in the harness 0.858 -> 0.823 ms)
+        c, d, e, tau, info = lapack.dsytrd(M.T, lower=1, lwork=lwork, overwrite_a=1)
+    else:
+        c, d, e, tau, info = lapack.dsytrd(M, lower=1, lwork=lwork)
     e2 = np.empty(n - 1)
     finite, splits, pivmin, tnorm = _inspect(d, e, e2)
     if info != 0 or not finite:

@@ -233,12 +233,13 @@ def _grad_and_J(p, op, alpha, B):
     return g, J, norm
 
 
+@pytest.mark.parametrize("single", [False, True])  # single: the pairs added to -L in place
 @pytest.mark.parametrize("loss", ["linear", "squared_hinge"])
-def test_dense_A_equals_the_sparse_one(global_random_seed, loss):
+def test_dense_A_equals_the_sparse_one(global_random_seed, loss, single):
     """The fast path's dense assembly of A(w) (``_DenseA``) is entry for entry the sparse
     A(w) densified, for any weights, and each call returns a fresh array."""
     p = tiny_problem(global_random_seed, loss, n=14, n_pairs=10, gamma=1.7)
-    sparse_op, dense_op = snp._SparseA(p), snp._DenseA(p)
+    sparse_op, dense_op = snp._SparseA(p), snp._DenseA(p, single=single)
     rng = np.random.default_rng(global_random_seed)
     for w in (np.full(p.constraints.m, p.gamma), rng.standard_normal(p.constraints.m)):
         M = dense_op.set(w)
@@ -266,7 +267,7 @@ def test_dense_A_equals_the_sparse_one(global_random_seed, loss):
     for L_variant in (canonical, unsorted):
         q = dataclasses.replace(p, L=L_variant)
         w = rng.standard_normal(q.constraints.m)
-        M = snp._DenseA(q).set(w)
+        M = snp._DenseA(q, single=single).set(w)
         np.testing.assert_array_equal(M, snp._SparseA(q).set(w).toarray())
         np.testing.assert_array_equal(np.signbit(M), np.signbit(snp._SparseA(q).set(w).toarray()))
 

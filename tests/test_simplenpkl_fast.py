@@ -56,8 +56,8 @@ def _spy_partial(monkeypatch):
     calls = {"partial": 0, "full": 0}
     orig = snp._top_eigs_positive
 
-    def spy(A, k, v0, k_try):
-        out = orig(A, k, v0, k_try)
+    def spy(A, k, v0, k_try, **kw):
+        out = orig(A, k, v0, k_try, **kw)
         calls["full" if out[2] else "partial"] += 1
         return out
 
@@ -129,9 +129,9 @@ def test_module_switch_selects_the_reference(global_random_seed, monkeypatch):
     seen = []
     orig = snp._top_eigs
 
-    def spy(A, k, v0, fast=False):
+    def spy(A, k, v0, fast=False, **kw):
         seen.append(fast)
-        return orig(A, k, v0, fast)
+        return orig(A, k, v0, fast, **kw)
 
     monkeypatch.setattr(snp, "_top_eigs", spy)
     monkeypatch.setattr(snp, "EIGENSOLVER", "arpack")
@@ -504,7 +504,7 @@ def test_dense_top_eigs_size_rule(monkeypatch):
     calls = []
     real = tri.tridiagonal_top_eigs
     monkeypatch.setattr(snp, "tridiagonal_top_eigs",
-                        lambda *a: calls.append(1) or real(*a))
+                        lambda *a, **kw: calls.append(1) or real(*a, **kw))
     rng = np.random.default_rng(0)
     for n, expect in ((snp._TRIDIAG_MIN_N - 1, 0), (snp._TRIDIAG_MIN_N, 1)):
         X = rng.standard_normal((n, n))
@@ -514,11 +514,34 @@ def test_dense_top_eigs_size_rule(monkeypatch):
         sigma, P = snp._dense_top_eigs(M.copy(), 5)
         assert len(calls) == expect
         np.testing.assert_allclose(sigma, w_ref, atol=1e-10)
-    # a failed inverse iteration (vectors not converged) falls back to numpy's eigh
+    # a failed inverse iteration (vectors not converged) falls back to numpy's eigh, also
+    # when the route has reduced M in place (M is rebuilt from its strict lower triangle and
+    # diagonal, which that keeps)
     monkeypatch.setattr(tri, "_inverse_iteration_batched", lambda *a: 2)
-    sigma, P = snp._dense_top_eigs(M.copy(), 5)
-    np.testing.assert_allclose(sigma, w_ref, atol=1e-10)
-    np.testing.assert_allclose(M @ P, P * sigma, atol=1e-9)
+    for overwrite in (False, True):
+        sigma, P = snp._dense_top_eigs(M.copy(), 5, overwrite=overwrite)
+        np.testing.assert_allclose(sigma, w_ref, atol=1e-10)
+        np.testing.assert_allclose(M @ P, P * sigma, atol=1e-9)
+        w_all, P_all = np.linalg.eigh(M)
+        np.testing.assert_array_equal(sigma, w_all[::-1][:5])  # eigh of the original M
+        np.testing.assert_array_equal(P, P_all[:, ::-1][:, :5])
+
+
+def test_dense_top_eigs_in_place_equals_the_copy(global_random_seed):
+    """``overwrite=True`` (the fits' fresh A: dsytrd reduces it in its own buffer, as the
+    Fortran-ordered transpose) gives the eigenpairs of the copying call bit for bit on a
+    symmetric matrix, and leaves M's strict lower triangle as it was."""
+    rng = np.random.default_rng(global_random_seed)
+    for n, k in ((30, 4), (100, 15), (200, 20)):  # both dsytrd panel widths
+        X = rng.standard_normal((n, n))
+        M = X + X.T
+        w0, P0 = snp._dense_top_eigs(M, k)
+        M1 = M.copy()
+        w1, P1 = snp._dense_top_eigs(M1, k, overwrite=True)
+        np.testing.assert_array_equal(w1, w0)
+        np.testing.assert_array_equal(P1, P0)
+        assert not np.array_equal(M1, M)  # reduced in place
+        np.testing.assert_array_equal(np.tril(M1, -1), np.tril(M, -1))
 
 
 @pytest.mark.parametrize("n", [6, 30])  # at 30, numpy's eigh returns finite eigenvalues
@@ -538,7 +561,8 @@ def test_fast_small_n_solve_is_dense_top_eigs(global_random_seed, monkeypatch):
     p = medium_problem(global_random_seed, "squared_hinge")
     calls = []
     real = snp._dense_top_eigs
-    monkeypatch.setattr(snp, "_dense_top_eigs", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(snp, "_dense_top_eigs",
+                        lambda *a, **kw: calls.append(1) or real(*a, **kw))
     fast = quiet(p, B=10.0, eigensolver="fast", max_iter=20)
     assert fast.n_sweeps >= 1 and len(calls) >= fast.n_sweeps  # one or more per iteration
     calls.clear()
