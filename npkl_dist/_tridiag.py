@@ -46,10 +46,10 @@ def _dsytrd_block(n: int) -> int:
 
     LAPACK's ``ilaenv`` answers 32 at every n; on these small matrices narrower panels are
     faster (``python bench/dsytrd_block.py``, one BLAS thread, medians of alternating calls
-    on the Intel Xeon, bench/RESULTS.md: n = 100: 95 us at 6 against 131 at 32; 178: 349
-    against 427; 270: 1016 at 16 against 1096; 560: 5240 at 16 against 6089). The best
-    widths were 6-8 up to 190 points and 12-24 from 208 on; the rule's are within 7% of the
-    best at every n measured."""
+    on the Intel Xeon, bench/RESULTS.md: n = 100: 101 us at 6 against 123 at 32; 178: 348
+    against 409; 270: 1031 at 16 against 1200; 560: 6944 against 7689). The best width
+    moves between 6 and 24 from run to run; the rule's are within 7% of the best at every n
+    measured."""
     return 6 if n < 190 else 16
 
 
