@@ -159,8 +159,8 @@ except ImportError:  # pragma: no cover - private module moved: plain ``A @ x``
 from ._bcd import FitResult
 from ._errors import ConvergenceWarning, NpklError, ValidationError, fmt_value
 from ._objective import loss_fn
-from ._kernels import (LOSS_CODES, add_pair_terms, add_pairs_in_place, csr_negated_dense, pair_dots, pair_terms_serial,
-                       smooth_terms_serial)
+from ._kernels import (LOSS_CODES, add_pair_terms, add_pairs_in_place, csr_negated_dense,
+                       pair_dots, pair_terms_serial, smooth_terms_serial)
 from ._problem import NPKLProblem
 from ._tridiag import tridiagonal_top_eigs
 
@@ -504,7 +504,8 @@ def _dense_top_eigs(M, k: int, overwrite: bool = False):
         w, Z, failure = tridiagonal_top_eigs(M, k, overwrite=in_place)
         if failure is None:
             return w[::-1].copy(), np.ascontiguousarray(Z[:, ::-1])
-        if in_place:  # the route reduced M's upper triangle in place: M from the rest
+        if in_place:  # the route reduced M's upper triangle in place: M (symmetric) from
+            # its strict lower triangle and diagonal, which eigh reads (UPLO='L') as before
             M = np.tril(M, -1)
             M += M.T
             M[np.diag_indices(n)] = diag

@@ -40,7 +40,6 @@ from numba import njit
 from scipy.linalg import lapack
 
 
-
 def _dsytrd_block(n: int) -> int:
     """``dsytrd``'s panel width for an n x n matrix, set through its work size (n x width).
 
@@ -369,9 +368,10 @@ def _inverse_iteration_batched(d, e, w, Z):  # OUT: Z (n, k)
     time the core waits on each step's latency; consecutive eigenvalues are independent
     unless they share a cluster (within ``dstein``'s ORTOL, where a vector is
     orthogonalised against the cluster's earlier ones), so a batch is a run of up to
-    ``_LANES`` eigenvalues each outside its predecessor's cluster, and its chains run in
-    the lanes of one vector register. Pivoting choices differ per lane: both branches are
-    computed and the pivot's selected. Returns the number of vectors that did not converge
+    ``_LANES`` eigenvalues each outside its predecessor's cluster, and its chains run
+    interleaved, lane by lane (LLVM vectorises part of the lane loops; 2x faster in all,
+    not 8x). Pivoting choices differ per lane: both branches are computed and the pivot's
+    selected. Returns the number of vectors that did not converge
     in 5 steps."""
     n = d.size
     k = w.size
