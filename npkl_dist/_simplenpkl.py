@@ -367,26 +367,27 @@ class _DenseA:
     def __init__(self, problem: NPKLProblem, single: bool = False):
         n = problem.n_points
         c = problem.constraints
-        self.problem, self.single = problem, single
+        self.L, self.single = problem.L, single
+        self.neg_L = self._negated_L(n)
+        self.i, self.j = c.i, c.j
+        self.t = c.t.astype(np.float64, copy=False)
+
+    def _negated_L(self, n):
         # (-L).toarray(), not -(L.toarray()): the entries outside L's pattern must be +0.0 as
         # in the sparse A (LAPACK's Householder steps read the sign of zero; with -0.0 the
         # eigenvectors differ in the last bits)
-        L = problem.L
+        L = self.L
         if isinstance(L, sp.csr_matrix) and L.has_canonical_format:  # as build() leaves it
-            self.neg_L = np.zeros((n, n))
-            csr_negated_dense(L.indptr, L.indices, L.data.astype(np.float64, copy=False),
-                              self.neg_L)
-        else:
-            self.neg_L = (-sp.csr_matrix(L, dtype=np.float64)).toarray()
-        self.i, self.j = c.i, c.j
-        self.t = c.t.astype(np.float64, copy=False)
+            out = np.zeros((n, n))
+            csr_negated_dense(L.indptr, L.indices, L.data.astype(np.float64, copy=False), out)
+            return out
+        return (-sp.csr_matrix(L, dtype=np.float64)).toarray()
 
     def set(self, w: np.ndarray) -> np.ndarray:
         w = np.asarray(w, dtype=np.float64)
         if self.single:
-            if self.neg_L is None:  # handed out already: -L again
-                self.__init__(self.problem, single=True)
-            M, self.neg_L = self.neg_L, None
+            M = self.neg_L if self.neg_L is not None else self._negated_L(self.L.shape[0])
+            self.neg_L = None  # handed out: a later call assembles -L again
             add_pairs_in_place(M, self.i, self.j, w, self.t)
             return M
         M = np.empty_like(self.neg_L)
@@ -499,13 +500,13 @@ def _dense_top_eigs(M, k: int, overwrite: bool = False):
     ``overwrite``: M may be overwritten (the route then reduces it in place)."""
     n = M.shape[0]
     if n >= _TRIDIAG_MIN_N and k < n:
-        in_place = overwrite and M.flags.c_contiguous and M.dtype == np.float64
-        diag = np.diag(M).copy() if in_place else None
-        w, Z, failure = tridiagonal_top_eigs(M, k, overwrite=in_place)
+        diag = np.diag(M).copy() if overwrite else None
+        w, Z, failure = tridiagonal_top_eigs(M, k, overwrite=overwrite)
         if failure is None:
             return w[::-1].copy(), np.ascontiguousarray(Z[:, ::-1])
-        if in_place:  # the route reduced M's upper triangle in place: M (symmetric) from
-            # its strict lower triangle and diagonal, which eigh reads (UPLO='L') as before
+        if overwrite:  # the route may have reduced M's upper triangle in place: M (symmetric)
+            # from its strict lower triangle and diagonal, which it keeps and which eigh
+            # reads (UPLO='L') as before
             M = np.tril(M, -1)
             M += M.T
             M[np.diag_indices(n)] = diag

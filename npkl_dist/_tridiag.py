@@ -206,6 +206,75 @@ def _bisect_top(d, e2, k, pivmin, abstol):
 
 
 @njit(nogil=True, cache=True)
+def _dstein_setup(d, e, w):
+    """What ``dstein`` fixes before its iterations, for T = (d, e) and eigenvalues w
+    (ascending): (onenrm = ||T||_1, dtpcrt = sqrt(0.1 / n), tiny = the smallest pivot
+    eps ||T||_1, xs = the shifts, each at least 10 eps |w_j| above the previous one,
+    group = the first index of each shift's cluster: shifts within ORTOL = 1e-3 ||T||_1 of
+    their predecessor share it)."""
+    n = d.size
+    k = w.size
+    onenrm = 0.0
+    for i in range(n):
+        r = abs(d[i])
+        if i > 0:
+            r += abs(e[i - 1])
+        if i < n - 1:
+            r += abs(e[i])
+        onenrm = max(onenrm, r)
+    ortol = 1e-3 * onenrm
+    tiny = _EPS * onenrm if onenrm > 0.0 else _SAFMIN
+    xs = np.empty(k)
+    group = np.empty(k, dtype=np.int64)
+    g = 0
+    xjm = 0.0
+    for j in range(k):
+        xj = w[j]
+        if j > 0:
+            pertol = 10.0 * abs(_EPS * xj)
+            if xj - xjm < pertol:
+                xj = xjm + pertol
+            if abs(xj - xjm) > ortol:
+                g = j
+        xs[j] = xj
+        group[j] = g
+        xjm = xj
+    return onenrm, np.sqrt(0.1 / n), tiny, xs, group
+
+
+@njit(nogil=True, cache=True)
+def _xorshift_starts(n, k, X):  # OUT: X (n, k)
+    """Column j: the pseudo-random start in [-1, 1] of inverse iteration for the j-th
+    eigenvalue (one xorshift64* stream, n draws per eigenvalue, in order: fixed and
+    reproducible)."""
+    state = np.uint64(0x9E3779B97F4A7C15)
+    for j in range(k):
+        for i in range(n):
+            state ^= state >> np.uint64(12)
+            state ^= state << np.uint64(25)
+            state ^= state >> np.uint64(27)
+            u = (state * np.uint64(0x2545F4914F6CDD1D)) >> np.uint64(11)
+            X[i, j] = 2.0 * (float(u) / 9007199254740992.0) - 1.0
+
+
+@njit(nogil=True, cache=True)
+def _store_vector(x, Z, j):  # OUT: Z[:, j]
+    """Z[:, j] = x normalised, its largest entry (the first of equal ones) positive."""
+    n = x.size
+    norm = 0.0
+    jmax = 0
+    for i in range(n):
+        norm += x[i] * x[i]
+        if abs(x[i]) > abs(x[jmax]):
+            jmax = i
+    inv = 1.0 / np.sqrt(norm)
+    if x[jmax] < 0.0:
+        inv = -inv
+    for i in range(n):
+        Z[i, j] = x[i] * inv
+
+
+@njit(nogil=True, cache=True)
 def _inverse_iteration(d, e, w, Z):  # OUT: Z (n, k)
     """Eigenvectors of the unreduced symmetric tridiagonal T = (d, e) for its eigenvalues
     w (ascending), by inverse iteration: LAPACK ``dstein``'s algorithm for one block.
@@ -220,17 +289,9 @@ def _inverse_iteration(d, e, w, Z):  # OUT: Z (n, k)
     vectors that did not converge in 5 steps (``dstein``'s INFO)."""
     n = d.size
     k = w.size
-    onenrm = 0.0
-    for i in range(n):
-        r = abs(d[i])
-        if i > 0:
-            r += abs(e[i - 1])
-        if i < n - 1:
-            r += abs(e[i])
-        onenrm = max(onenrm, r)
-    ortol = 1e-3 * onenrm
-    dtpcrt = np.sqrt(0.1 / n)
-    tiny = _EPS * onenrm if onenrm > 0.0 else _SAFMIN
+    onenrm, dtpcrt, tiny, xs, group = _dstein_setup(d, e, w)
+    starts = np.empty((n, k))
+    _xorshift_starts(n, k, starts)
     diag = np.empty(n)
     rdiag = np.empty(n)
     up1 = np.empty(n)
@@ -238,18 +299,9 @@ def _inverse_iteration(d, e, w, Z):  # OUT: Z (n, k)
     low = np.empty(n)
     swap = np.zeros(n, dtype=np.bool_)
     x = np.empty(n)
-    state = np.uint64(0x9E3779B97F4A7C15)
     failed = 0
-    group = 0
-    xjm = 0.0
     for j in range(k):
-        xj = w[j]
-        if j > 0:
-            pertol = 10.0 * abs(_EPS * xj)
-            if xj - xjm < pertol:
-                xj = xjm + pertol
-            if abs(xj - xjm) > ortol:
-                group = j
+        xj = xs[j]
         # T - xj I = P L U, U with two superdiagonals (LAPACK dgttrf's elimination)
         for i in range(n):
             diag[i] = d[i] - xj
@@ -278,12 +330,8 @@ def _inverse_iteration(d, e, w, Z):  # OUT: Z (n, k)
             if abs(diag[i]) < tiny:
                 diag[i] = tiny if diag[i] >= 0.0 else -tiny
             rdiag[i] = 1.0 / diag[i]
-        for i in range(n):  # xorshift64*: a fixed, reproducible start
-            state ^= state >> np.uint64(12)
-            state ^= state << np.uint64(25)
-            state ^= state >> np.uint64(27)
-            u = (state * np.uint64(0x2545F4914F6CDD1D)) >> np.uint64(11)
-            x[i] = 2.0 * (float(u) / 9007199254740992.0) - 1.0
+        for i in range(n):
+            x[i] = starts[i, j]
         checks = 0
         converged = False
         for _ in range(5):
@@ -305,7 +353,7 @@ def _inverse_iteration(d, e, w, Z):  # OUT: Z (n, k)
                 x[n - 2] = (x[n - 2] - up1[n - 2] * x[n - 1]) * rdiag[n - 2]
             for i in range(n - 3, -1, -1):
                 x[i] = (x[i] - up1[i] * x[i + 1] - up2[i] * x[i + 2]) * rdiag[i]
-            for c in range(group, j):  # against the cluster's earlier vectors
+            for c in range(group[j], j):  # against the cluster's earlier vectors
                 dot = 0.0
                 for i in range(n):
                     dot += x[i] * Z[i, c]
@@ -322,37 +370,12 @@ def _inverse_iteration(d, e, w, Z):  # OUT: Z (n, k)
                 break
         if not converged:
             failed += 1
-        norm = 0.0
-        jmax = 0
-        for i in range(n):
-            norm += x[i] * x[i]
-            if abs(x[i]) > abs(x[jmax]):
-                jmax = i
-        inv = 1.0 / np.sqrt(norm)
-        if x[jmax] < 0.0:
-            inv = -inv
-        for i in range(n):
-            Z[i, j] = x[i] * inv
-        xjm = xj
+        _store_vector(x, Z, j)
     return failed
 
 
 #: lanes of the batched inverse iteration (one AVX-512 register of float64)
 _LANES = 8
-
-
-@njit(nogil=True, cache=True)
-def _xorshift_starts(n, k, X):  # OUT: X (n, k)
-    """Column j: the pseudo-random start in [-1, 1] that :func:`_inverse_iteration` draws for
-    its j-th eigenvalue (one xorshift64* stream, n draws per eigenvalue, in order)."""
-    state = np.uint64(0x9E3779B97F4A7C15)
-    for j in range(k):
-        for i in range(n):
-            state ^= state >> np.uint64(12)
-            state ^= state << np.uint64(25)
-            state ^= state >> np.uint64(27)
-            u = (state * np.uint64(0x2545F4914F6CDD1D)) >> np.uint64(11)
-            X[i, j] = 2.0 * (float(u) / 9007199254740992.0) - 1.0
 
 
 # error_model="numpy": the lane loops divide without a zero check (the unselected branch of a
@@ -375,34 +398,8 @@ def _inverse_iteration_batched(d, e, w, Z):  # OUT: Z (n, k)
     in 5 steps."""
     n = d.size
     k = w.size
-    onenrm = 0.0
-    for i in range(n):
-        r = abs(d[i])
-        if i > 0:
-            r += abs(e[i - 1])
-        if i < n - 1:
-            r += abs(e[i])
-        onenrm = max(onenrm, r)
-    ortol = 1e-3 * onenrm
-    dtpcrt = np.sqrt(0.1 / n)
-    tiny = _EPS * onenrm if onenrm > 0.0 else _SAFMIN
     B = _LANES
-    # the shifts (dstein's separation of close eigenvalues) and cluster groups, in order
-    xs = np.empty(k)
-    group = np.empty(k, dtype=np.int64)
-    g = 0
-    xjm = 0.0
-    for j in range(k):
-        xj = w[j]
-        if j > 0:
-            pertol = 10.0 * abs(_EPS * xj)
-            if xj - xjm < pertol:
-                xj = xjm + pertol
-            if abs(xj - xjm) > ortol:
-                g = j
-        xs[j] = xj
-        group[j] = g
-        xjm = xj
+    onenrm, dtpcrt, tiny, xs, group = _dstein_setup(d, e, w)
     starts = np.empty((n, k))
     _xorshift_starts(n, k, starts)
     diag = np.empty((n, B))
@@ -515,34 +512,16 @@ def _inverse_iteration_batched(d, e, w, Z):  # OUT: Z (n, k)
                     checks[q] += 1
                     if checks[q] >= 3:
                         active[q] = False
-                        _store_vector(x, q, Z, j0 + q)
+                        _store_vector(x[:, q], Z, j0 + q)
                 more = more or active[q]
             if not more:
                 break
         for q in range(nb):
             if active[q]:  # not converged in 5 steps: its last iterate, as dstein
                 failed += 1
-                _store_vector(x, q, Z, j0 + q)
+                _store_vector(x[:, q], Z, j0 + q)
         j0 += nb
     return failed
-
-
-@njit(nogil=True, cache=True)
-def _store_vector(x, q, Z, j):  # OUT: Z[:, j]
-    """Z[:, j] = lane q of x normalised, its largest entry (the first of equal ones)
-    positive."""
-    n = x.shape[0]
-    norm = 0.0
-    jmax = 0
-    for i in range(n):
-        norm += x[i, q] * x[i, q]
-        if abs(x[i, q]) > abs(x[jmax, q]):
-            jmax = i
-    inv = 1.0 / np.sqrt(norm)
-    if x[jmax, q] < 0.0:
-        inv = -inv
-    for i in range(n):
-        Z[i, j] = x[i, q] * inv
 
 
 def tridiagonal_top_eigs(M, k: int, overwrite: bool = False):
