@@ -126,7 +126,15 @@ def _sturm_newton(d, e2, x, pivmin, q, dq, count, S):  # OUT: count, S
 
 @njit(nogil=True, cache=True)
 def _bisect_top(d, e2, k, pivmin, abstol):
-    """The k largest eigenvalues of the symmetric tridiagonal T = (d, sqrt(e2)), ascending.
+    """The k largest eigenvalues of the symmetric tridiagonal T = (d, sqrt(e2)), ascending
+    (:func:`_bisect_range` from index n - k)."""
+    return _bisect_range(d, e2, d.size - k, k, pivmin, abstol)
+
+
+@njit(nogil=True, cache=True)
+def _bisect_range(d, e2, first, k, pivmin, abstol):
+    """Eigenvalues first .. first + k - 1 (ascending, 0-based) of the symmetric tridiagonal
+    T = (d, sqrt(e2)), ascending.
 
     Bisection on the Sturm count from T's (widened) Gershgorin interval, ``dstebz``'s
     method and tolerance: eigenvalue j is found when its interval is narrower than abstol
@@ -170,7 +178,7 @@ def _bisect_top(d, e2, k, pivmin, abstol):
         for j in range(k):
             if done[j]:
                 continue
-            idx = n - k + j  # ascending 0-based index of the wanted eigenvalue
+            idx = first + j  # ascending 0-based index of the wanted eigenvalue
             if count[j] > idx:
                 hi[j] = x[j]
                 count_hi[j] = count[j]

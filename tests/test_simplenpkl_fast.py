@@ -30,6 +30,14 @@ def arpack_fast_path(monkeypatch):
     monkeypatch.setattr(snp, "_FAST_DENSE_MAX_N", 0)
 
 
+@pytest.fixture
+def no_lanczos(monkeypatch):
+    """The fast path's sparse solves through ARPACK (its fallback), whose products are
+    bitwise the reference's: for the tests that check iterates equal the reference's."""
+    monkeypatch.setattr(snp, "lanczos_top_eigs",
+                        lambda *a, **k: (None, None, {}, "disabled by the test"))
+
+
 def medium_problem(seed, loss, n=150, n_pairs=60, k=6, gamma=1.0):
     """kNN graph on a 3-cluster mixture; Pataki rank 10 for 60 pairs (eigsh path)."""
     rng = np.random.default_rng(seed)
@@ -102,10 +110,13 @@ def test_fast_fit_matches_the_reference(global_random_seed, loss, B, n_pairs, du
 @pytest.mark.parametrize("dual", ["alg1", "lbfgs"])
 @pytest.mark.parametrize("loss", ["squared_hinge", "square"])
 def test_partial_steps_happen_and_keep_the_iterates(global_random_seed, loss, monkeypatch,
-                                                    dual):
+                                                    dual, no_lanczos):
     """The positive-only steps are exercised (few positive eigenvalues at the end) and every
     iterate equals the reference's; max_iter = 23 ends on a partial step, re-solved in full
-    for the certificate and the reported eigenvalues."""
+    for the certificate and the reported eigenvalues. (ARPACK on both sides: the
+    refinement at iteration 10 runs to tol = 0, i.e. 500 FISTA steps per stage, whose
+    restarts turn 1e-12 differences of the eigenvectors into 1e-7 ones of the iterates;
+    the next test covers Lanczos.)"""
     p = medium_problem(global_random_seed, loss, n_pairs=120)  # rank 15
     B = 100.0 * p.n_points  # the adult setting: few positive eigenvalues after a while
     ref = quiet(p, B=B, eigensolver="arpack", max_iter=23, tol=0.0, dual=dual)
@@ -122,6 +133,31 @@ def test_partial_steps_happen_and_keep_the_iterates(global_random_seed, loss, mo
     # the final eigenvalues are all rank of them (not padded), as the reference's
     np.testing.assert_allclose(fast.eigenvalues, ref.eigenvalues, atol=1e-7)
     assert len(np.unique(fast.eigenvalues)) == p.rank
+
+
+@pytest.mark.parametrize("loss", ["squared_hinge", "hinge"])
+def test_partial_steps_with_lanczos_follow_the_reference(global_random_seed, loss,
+                                                         monkeypatch):
+    """The default fast path (Lanczos for the sparse solves) with partial steps: the
+    iterates before the first refinement equal the reference's to 1e-9 (the eigenpairs
+    agree to eigsh's tolerance), and the fit ends at the reference's objective."""
+    p = medium_problem(global_random_seed, loss, n_pairs=120)
+    B = 100.0 * p.n_points
+    ref = quiet(p, B=B, eigensolver="arpack", max_iter=23, tol=0.0, dual="alg1")
+    calls = _spy_partial(monkeypatch)
+    used = []
+    real = snp.lanczos_top_eigs
+    monkeypatch.setattr(snp, "lanczos_top_eigs",
+                        lambda *a, **k: used.append(1) or real(*a, **k))
+    fast = quiet(p, B=B, eigensolver="fast", max_iter=23, tol=0.0, dual="alg1")
+    assert calls["partial"] > 0 and len(used) >= fast.n_eigsolves
+    assert fast.n_sweeps == ref.n_sweeps == 23
+    first = snp._SLACK_CHECK - 1  # the trace entry of the first refinement's iteration
+    np.testing.assert_allclose(fast.objective_trace[:first], ref.objective_trace[:first],
+                               rtol=1e-9)
+    np.testing.assert_allclose(fast.dual_trace[:first], ref.dual_trace[:first], rtol=1e-9)
+    scale = abs(ref.objective) + 1.0
+    assert abs(fast.objective - ref.objective) <= 1e-6 * scale
 
 
 def test_module_switch_selects_the_reference(global_random_seed, monkeypatch):
@@ -209,7 +245,7 @@ def _positive_kernel(sigma, P):
     return (P * w) @ P.T
 
 
-def test_csr_operator_products_are_those_of_A(global_random_seed):
+def test_csr_operator_products_are_those_of_A(global_random_seed, no_lanczos):
     rng = np.random.default_rng(global_random_seed)
     A = _random_sparse_symmetric(rng, 300, 0.05)
     op = snp._CSROperator(A)

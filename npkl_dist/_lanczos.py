@@ -1,0 +1,387 @@
+"""Top-k eigenpairs of a sparse symmetric matrix: Lanczos with partial reorthogonalisation.
+
+SimpleNPKL's fast path above ``_FAST_DENSE_MAX_N`` points (the adult sets) needs the top
+rank eigenpairs of the sparse A = sum w_p t_p E_p - L, once per kernel step. ARPACK
+(``scipy.sparse.linalg.eigsh``, the reference) spends 70-80% of such a solve outside the
+products with A: it keeps a basis of 1.5 rank + 1 vectors, orthogonalises every new vector
+against all of them (two passes over the basis per step) and restarts. This is the other
+classic design (Simon 1984; Larsen's PROPACK):
+
+1. plain Lanczos, every vector kept (``Q``, one row per step), no restarts;
+2. orthogonality monitored by Simon's recurrence for the inner products
+   w_{j+1,k} ~ q_{j+1}' q_k (from the tridiagonal coefficients alone, O(j) per step, with a
+   rounding term 0.5 sqrt(n) eps ||A|| per step); when some |w| passes eps^0.6, the new
+   vector is orthogonalised (modified Gram-Schmidt, a second pass when the first cancels
+   more than 1/sqrt(2) of it) against the rows whose |w| is above eps^(3/4) around the
+   offending ones, and again at the next step. The basis then stays a little better than
+   semi-orthogonal (|q_j' q_k| <= sqrt(eps) keeps the Ritz values of T accurate to
+   rounding, Simon's theorem; the tighter eps^0.6 keeps the Ritz vectors accurate too, see
+   ``_OMEGA_MAX``) at a fraction of full reorthogonalisation's cost;
+3. convergence by ARPACK's test: the residual bound |beta_m s_{m,i}| of each wanted Ritz
+   pair of the m x m tridiagonal T_m at most ``tol max(eps^(2/3), |theta_i|)``. It is
+   first tested on the k-th largest Ritz value alone (the last to converge; one bisection
+   and one inverse iteration on T_m, :mod:`npkl_dist._tridiag`), at steps predicted from
+   the bound's geometric decrease, and then on all k;
+4. the Ritz vectors Q_m' S, then Rayleigh-Ritz on their span (Cholesky QR, Y'AY, eigh):
+   a semi-orthogonal basis leaves the Ritz vectors orthonormal only to about sqrt(eps);
+   the projection restores that to rounding, and gives the true residuals
+   ||A y_i - theta_i y_i||, which are checked against ``_VERIFY`` times the tolerance; where
+   one is above, up to ``_REFINE`` Rayleigh-Ritz steps on span(Y, residuals) follow (one
+   block Lanczos step each: seen on small matrices run to all n steps).
+
+Anything off (a non-finite value, no convergence within the row budget, a residual check
+that fails) returns a failure message and the caller falls back to ARPACK.
+
+A single-vector Lanczos method sees one copy of an exactly repeated eigenvalue per start
+vector (so does ARPACK: on a diagonal matrix with each eigenvalue thrice, eigsh returns
+each once). Where the Krylov space closes early (``_BREAKDOWN``) the solver reports it and
+the caller falls back; small or dense problems go through :mod:`npkl_dist._tridiag`.
+
+Measured (one thread, the harness's repetition-0 A of SimpleNPKL-linear, bench/RESULTS.md):
+adult-a1a (n = 1605, k = 61) 475 steps, 56 ms against ARPACK's 100 ms; adult-a5a (6414,
+123) 1148 steps against ARPACK's 1.55 s.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.linalg as sla
+from numba import njit
+
+from . import _tridiag
+
+_EPS = float(np.finfo(np.float64).eps)
+_EPS23 = _EPS ** (2.0 / 3.0)
+
+#: Reorthogonalise when an estimated |q_{j+1}' q_k| passes this. Simon's semi-orthogonality
+#: bound, sqrt(eps), keeps the Ritz values exact to rounding but lets the reorthogonalisation
+#: terms (left out of T) reach the Ritz vectors: after Rayleigh-Ritz their true residuals were
+#: up to 9.3x the Lanczos bound (heart's A; adult-a2a 2.6x), ARPACK's tol then only just met.
+#: At eps^0.6 they are at most 0.09x the bound on the paper's sets, for 1.1-1.25x the
+#: time (adult-a1a 46 -> 50 ms, a5a 745 -> 928 ms; bench/RESULTS.md).
+_OMEGA_MAX = _EPS ** 0.6
+
+#: The true residual after Rayleigh-Ritz may exceed the Lanczos bound by this factor.
+_VERIFY = 10.0
+
+#: Rayleigh-Ritz rounds on span(Y, AY - Y theta) when a residual is above the check's limit.
+_REFINE = 2
+
+#: A step with beta <= this x ||A|| closes the Krylov space (to rounding): the start vector
+#: lies in fewer than n eigenvectors' span, e.g. A has a repeated eigenvalue, of which
+#: Lanczos sees one copy. The solver then reports failure. (A diagonal matrix with each
+#: eigenvalue thrice: beta = 2e-11 ||A|| at the 20th step, where the 20 distinct ones are
+#: found. Nearly repeated eigenvalues, block-diagonal copies: found, rounding splits them.)
+_BREAKDOWN = float(np.sqrt(_EPS))
+
+#: Rows of Q are at most this many bytes in all (then ARPACK) -- or 4x ARPACK's basis.
+_MAX_BYTES = 512 * 2**20
+
+
+@njit(nogil=True, cache=True)
+def _upper_part(indptr, indices, data):
+    """(indptr, indices, data) of the strict upper triangle of the CSR matrix, and its
+    diagonal. ``indices`` come out unsigned: numba then skips the negative-index
+    wrap-around test on x[indices[p]] (that test made a CSR product 2.4x slower than
+    scipy's ``csr_matvec``: adult-a1a, 121k entries, 120 against 50 us)."""
+    n = indptr.size - 1
+    count = 0
+    for i in range(n):
+        for p in range(indptr[i], indptr[i + 1]):
+            if indices[p] > i:
+                count += 1
+    uptr = np.zeros(n + 1, dtype=np.uint64)
+    uidx = np.empty(count, dtype=np.uint32)
+    udata = np.empty(count)
+    diag = np.zeros(n)
+    c = 0
+    for i in range(n):
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            if j > i:
+                uidx[c] = j
+                udata[c] = data[p]
+                c += 1
+            elif j == i:
+                diag[i] += data[p]
+        uptr[i + 1] = c
+    return uptr, uidx, udata, diag
+
+
+@njit(nogil=True, cache=True)
+def _sym_matvec(uptr, uidx, udata, diag, x, y):  # OUT: y = A x
+    """y = A x for the symmetric A = D + U + U' stored as its strict upper triangle U (CSR)
+    and diagonal D: each stored entry is read once for both of its products (adult-a5a,
+    504k entries: 196 us against 255 us through the full CSR)."""
+    for i in range(y.size):
+        y[i] = 0.0
+    for i in range(y.size):
+        xi = x[i]
+        s = diag[i] * xi
+        for p in range(uptr[i], uptr[i + 1]):
+            j = uidx[p]
+            v = udata[p]
+            s += v * x[j]
+            y[j] += v * xi
+        y[i] += s
+
+
+@njit(nogil=True, cache=True)
+def _orthogonalise(Q, r, sel, m):  # OUT: r
+    """One modified Gram-Schmidt pass of r against the rows k < m of Q with sel[k] (each
+    row read once: its product and its update are one visit)."""
+    n = r.size
+    for k in range(m):
+        if sel[k]:
+            qk = Q[k]
+            s = 0.0
+            for i in range(n):
+                s += qk[i] * r[i]
+            for i in range(n):
+                r[i] -= s * qk[i]
+
+
+@njit(nogil=True, cache=True)
+def _lanczos(uptr, uidx, udata, diag, Q, a, b, w_prev, w_cur, w_next, sel, j0, j1, state):
+    """Lanczos steps j0 .. j1 - 1 (Q[j0] set; writes a[j], b[j], Q[j + 1]). Returns the
+    step count reached (< j1 if an invariant subspace was found: b[j] <= _BREAKDOWN ||A||).
+
+    ``state`` (in/out): [||A|| estimate, reorthogonalise at the next step (0/1), count of
+    reorthogonalised steps, count of vector-vector orthogonalisations]. w_prev/w_cur hold
+    the estimates w_{j-1,.}, w_{j,.}; ``sel`` the rows of the last reorthogonalisation."""
+    n = Q.shape[1]
+    r = np.empty(n)
+    eta = _EPS ** 0.75
+    noise = 0.5 * np.sqrt(n) * _EPS
+    for j in range(j0, j1):
+        q = Q[j]
+        _sym_matvec(uptr, uidx, udata, diag, q, r)
+        if j > 0:
+            bp = b[j - 1]
+            qp = Q[j - 1]
+            for i in range(n):
+                r[i] -= bp * qp[i]
+        alpha = 0.0
+        for i in range(n):
+            alpha += q[i] * r[i]
+        beta = 0.0
+        for i in range(n):
+            r[i] -= alpha * q[i]
+            beta += r[i] * r[i]
+        beta = np.sqrt(beta)
+        a[j] = alpha
+        if not (np.isfinite(alpha) and np.isfinite(beta)):
+            b[j] = np.nan
+            return j + 1
+        est = abs(alpha) + beta + (b[j - 1] if j > 0 else 0.0)
+        if est > state[0]:
+            state[0] = est
+        anorm = state[0]
+        reorth = False
+        if j > 0 and beta > 0.0:
+            # Simon's recurrence: b_j w_{j+1,k} = b_k w_{j,k+1} + (a_k - a_j) w_{j,k}
+            #   + b_{k-1} w_{j,k-1} - b_{j-1} w_{j-1,k}, plus a rounding term of w's sign
+            eps1 = noise * anorm
+            for k in range(j):
+                t = (a[k] - alpha) * w_cur[k] - b[j - 1] * w_prev[k] + b[k] * w_cur[k + 1]
+                if k > 0:
+                    t += b[k - 1] * w_cur[k - 1]
+                w_next[k] = (t + (eps1 if t >= 0.0 else -eps1)) / beta
+            if state[1] > 0.0:
+                # the step after a reorthogonalisation: the same rows and the newest two
+                reorth = True
+                sel[j - 1] = True
+                sel[j] = True
+                state[1] = 0.0
+            else:
+                for k in range(j + 1):
+                    sel[k] = False
+                for k in range(j):
+                    if abs(w_next[k]) > _OMEGA_MAX and not sel[k]:
+                        reorth = True
+                        sel[k] = True
+                        lo = k - 1
+                        while lo >= 0 and not sel[lo] and abs(w_next[lo]) > eta:
+                            sel[lo] = True
+                            lo -= 1
+                        hi = k + 1
+                        while hi < j and abs(w_next[hi]) > eta:
+                            sel[hi] = True
+                            hi += 1
+                if reorth:
+                    state[1] = 1.0
+        if reorth:
+            count = 0
+            for k in range(j + 1):
+                if sel[k]:
+                    count += 1
+            for _ in range(2):
+                before = beta
+                _orthogonalise(Q, r, sel, j + 1)
+                beta = 0.0
+                for i in range(n):
+                    beta += r[i] * r[i]
+                beta = np.sqrt(beta)
+                state[3] += count
+                if beta > 0.7071067811865476 * before:
+                    break
+            state[2] += 1
+            for k in range(j):
+                if sel[k]:
+                    w_next[k] = _EPS
+        b[j] = beta
+        if beta <= _BREAKDOWN * anorm:  # an invariant subspace, to rounding: the caller stops
+            return j + 1
+        w_next[j] = _EPS * anorm / beta
+        w_next[j + 1] = 1.0
+        for k in range(j + 2):
+            w_prev[k] = w_cur[k]
+            w_cur[k] = w_next[k]
+        inv = 1.0 / beta
+        qn = Q[j + 1]
+        for i in range(n):
+            qn[i] = r[i] * inv
+    return j1
+
+
+def _ritz(a, b, m, k, first):
+    """Ritz values (ascending) and eigenvectors of T_m = (a[:m], b[:m-1]) for the ascending
+    indices first .. first + k - 1, or None if T_m splits or inverse iteration failed."""
+    d = a[:m].copy()
+    e = b[: m - 1].copy()
+    e2 = np.empty(m - 1)
+    finite, splits, pivmin, tnorm = _tridiag._inspect(d, e, e2)
+    if not finite or splits:
+        return None
+    w = _tridiag._bisect_range(d, e2, first, k, pivmin, _EPS * tnorm)
+    S = np.empty((m, k), order="F")
+    if k == 1:
+        info = _tridiag._inverse_iteration(d, e, w, S)
+    else:
+        info = _tridiag._inverse_iteration_batched(d, e, w, S)
+    return None if info != 0 else (w, S)
+
+
+def lanczos_top_eigs(A, k: int, v0, tol: float, max_rows: int | None = None):
+    """Top-k eigenpairs of the symmetric CSR ``A`` (float64), descending, by Lanczos with
+    partial reorthogonalisation (module docstring).
+
+    Returns ``(sigma (k,), P (n, k), stats, None)``, or ``(None, None, stats, failure)``
+    when it could not certify the result (the caller then uses ARPACK). ``stats``: steps,
+    reorthogonalised steps, vector orthogonalisations, convergence checks, refinements."""
+    n = A.shape[0]
+    stats = {"steps": 0, "reorth_steps": 0, "orth_vectors": 0, "checks": 0, "refinements": 0}
+    if not 1 <= k < n:
+        return None, None, stats, f"k={k} not in 1..n-1={n - 1}"
+    if max_rows is None:
+        max_rows = max(_MAX_BYTES // (8 * n), 4 * (3 * k // 2 + 1))
+    cap = int(min(n, max_rows))
+    if cap <= k:
+        return None, None, stats, f"row budget {cap} <= k={k}"
+    v0 = np.asarray(v0, dtype=np.float64)
+    norm0 = float(np.linalg.norm(v0))
+    if not np.isfinite(norm0) or norm0 == 0.0:
+        return None, None, stats, "start vector zero or not finite"
+    if n >= 2**32:
+        return None, None, stats, f"n={n} beyond 32-bit indices"
+    upper = _upper_part(A.indptr, A.indices, np.ascontiguousarray(A.data, dtype=np.float64))
+    rows = min(cap, max(4 * k, 64))
+    Q = np.empty((rows + 1, n))
+    Q[0] = v0 / norm0
+    a = np.zeros(cap)
+    b = np.zeros(cap)
+    w_prev = np.zeros(cap + 2)
+    w_cur = np.zeros(cap + 2)
+    w_cur[0] = 1.0
+    w_next = np.zeros(cap + 2)
+    sel = np.zeros(cap + 1, dtype=np.bool_)
+    state = np.zeros(4)
+    j = 0
+    target = min(cap, 2 * k + 10)
+    history = []
+    found = None
+    while True:
+        if target > rows:  # grow Q (amortised doubling, within the budget)
+            rows = min(cap, max(target, 2 * rows))
+            grown = np.empty((rows + 1, n))
+            grown[: j + 1] = Q[: j + 1]
+            Q = grown
+        reached = _lanczos(*upper, Q, a, b, w_prev, w_cur, w_next, sel,
+                           j, target, state)
+        stepped_to = j = reached
+        if not np.isfinite(b[j - 1]):
+            return None, None, _stats(stats, j, state), "non-finite Lanczos coefficient"
+        if b[j - 1] <= _BREAKDOWN * state[0] and j < n:
+            # (numerically) an invariant Krylov subspace: the start vector lies in fewer
+            # than n eigenvectors' span, e.g. A has repeated eigenvalues (one copy each seen)
+            return None, None, _stats(stats, j, state), (
+                f"invariant subspace of dimension {j} < n={n} (repeated eigenvalues)")
+        exhausted = j >= cap
+        stats["checks"] += 1
+        last = _ritz(a, b, j, 1, j - k)  # the k-th largest Ritz pair
+        if last is None:
+            return None, None, _stats(stats, j, state), "tridiagonal T_m splits"
+        ratio = abs(b[j - 1] * last[1][-1, 0]) / (tol * max(_EPS23, abs(last[0][0])))
+        if ratio <= 1.0 or exhausted:
+            ritz = _ritz(a, b, j, k, j - k)
+            if ritz is None:
+                return None, None, _stats(stats, j, state), "tridiagonal T_m splits"
+            w, S = ritz
+            bounds = np.abs(b[j - 1] * S[-1])
+            if np.all(bounds <= tol * np.maximum(_EPS23, np.abs(w))):
+                found = (w, S)
+                break
+            if exhausted:
+                return None, None, _stats(stats, j, state), (
+                    f"not converged in {j} steps (row budget {cap})")
+            ratio = max(ratio, 1.0 + 1e-9)
+        history.append((j, ratio))
+        step = max(5, j // 10)
+        if len(history) >= 2 and history[-1][1] < history[-2][1]:
+            (m0, r0), (m1, r1) = history[-2], history[-1]
+            rate = np.log(r0 / r1) / (m1 - m0)  # decrease of log(bound) per step
+            step = int(np.ceil(np.log(r1) / rate)) + 1
+        target = min(cap, stepped_to + min(max(step, 5), max(5, j // 5)))
+    w, S = found
+    m = j
+    stats = _stats(stats, m, state)
+    Y = Q[:m].T @ S
+    # Rayleigh-Ritz on span(Y): Cholesky QR, then the k x k projection of A
+    try:
+        C = np.linalg.cholesky(Y.T @ Y)
+    except np.linalg.LinAlgError:
+        return None, None, stats, "Ritz vectors not independent"
+    Y = sla.solve_triangular(C, Y.T, lower=True, check_finite=False).T
+    theta, Y, AY = _rayleigh_ritz(A, Y, A @ Y, k)
+    limit = _VERIFY * tol * np.maximum(_EPS23, np.abs(theta))
+    for _ in range(_REFINE):
+        R = AY - Y * theta
+        residual = np.linalg.norm(R, axis=0)
+        if np.all(residual <= limit):
+            break
+        # Rayleigh-Ritz on span(Y, R) (a block Lanczos step from the Ritz vectors)
+        stats["refinements"] += 1
+        Z, _ = np.linalg.qr(np.hstack([Y, R]))
+        theta, Y, AY = _rayleigh_ritz(A, Z, A @ Z, k)
+        limit = _VERIFY * tol * np.maximum(_EPS23, np.abs(theta))
+    residual = np.linalg.norm(AY - Y * theta, axis=0)
+    if not np.all(residual <= limit):
+        worst = int(np.argmax(residual / limit))
+        return None, None, stats, (
+            f"residual {residual[worst]:.3g} of Ritz value {theta[worst]:.6g} above "
+            f"{limit[worst]:.3g} after Rayleigh-Ritz")
+    return theta[::-1].copy(), np.ascontiguousarray(Y[:, ::-1]), stats, None
+
+
+def _rayleigh_ritz(A, Z, AZ, k):
+    """The top k Ritz pairs of A on span(Z) (Z orthonormal, AZ = A Z): (theta ascending,
+    Y, AY)."""
+    H = Z.T @ AZ
+    theta, U = np.linalg.eigh(0.5 * (H + H.T))
+    U = U[:, -k:]
+    return theta[-k:], Z @ U, AZ @ U
+
+
+def _stats(stats, steps, state):
+    stats.update(steps=int(steps), reorth_steps=int(state[2]), orth_vectors=int(state[3]))
+    return stats

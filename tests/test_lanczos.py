@@ -1,0 +1,159 @@
+"""Lanczos with partial reorthogonalisation (npkl_dist._lanczos) against dense references."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.linalg import eigvalsh_tridiagonal
+
+from npkl_dist import _lanczos as lz
+from npkl_dist import _simplenpkl as snp
+from npkl_dist import _tridiag as tri
+
+TOL = 1e-10
+
+
+def npkl_like(n, seed, n_pairs=None, extra=3):
+    """-L of a connected random graph (a ring plus random edges, random weights) plus
+    symmetric pair terms: the shape of SimpleNPKL's A."""
+    rng = np.random.default_rng(seed)
+    i = np.r_[np.arange(n), rng.integers(0, n, extra * n)]
+    j = np.r_[(np.arange(n) + 1) % n, rng.integers(0, n, extra * n)]
+    keep = i != j
+    W = sp.coo_matrix((rng.uniform(0.1, 1.0, keep.sum()), (i[keep], j[keep])), shape=(n, n))
+    W = (W + W.T).tocsr()
+    L = sp.diags(np.asarray(W.sum(axis=1)).ravel()) - W
+    m = n_pairs or n
+    pi, pj = rng.integers(0, n, m), rng.integers(0, n, m)
+    ok = pi != pj
+    T = sp.coo_matrix((rng.choice([-1.0, 1.0], ok.sum()) * rng.uniform(0.5, 2.0, ok.sum()),
+                       (pi[ok], pj[ok])), shape=(n, n))
+    A = (0.5 * (T + T.T) - L).tocsr()
+    A.sum_duplicates()
+    return A
+
+
+def check_against_eigh(A, k, w, P):
+    n = A.shape[0]
+    dense = A.toarray()
+    ev, U = np.linalg.eigh(dense)
+    ev, U = ev[::-1][:k + 1], U[:, ::-1]
+    scale = np.abs(ev).max()
+    np.testing.assert_allclose(w, ev[:k], rtol=0, atol=1e-10 * scale)
+    assert np.all(np.diff(w) <= 0)
+    np.testing.assert_allclose(P.T @ P, np.eye(k), atol=1e-12)
+    residual = np.linalg.norm(dense @ P - P * w, axis=0)
+    assert np.all(residual <= lz._VERIFY * TOL * np.maximum(lz._EPS23, np.abs(w)))
+    # the eigenvectors, where the spectrum leaves a gap: the spans agree
+    gaps = ev[:k] - ev[1:k + 1]
+    for c in np.flatnonzero(gaps > 1e-4 * scale) + 1:  # top c pairs are separated
+        Uc = U[:, :c]
+        assert np.linalg.norm(P[:, :c] @ (P[:, :c].T @ Uc) - Uc) <= 1e-6 * np.sqrt(c)
+    assert P.shape == (n, k)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(30, 260), k_frac=st.floats(0.02, 0.3), seed=st.integers(0, 2**31),
+       pairs=st.floats(0.2, 2.0))
+def test_top_eigenpairs_equal_dense_eigh(n, k_frac, seed, pairs):
+    A = npkl_like(n, seed, n_pairs=max(1, int(pairs * n)))
+    k = max(1, int(k_frac * n))
+    v0 = np.random.default_rng(seed + 1).standard_normal(n)
+    w, P, stats, failure = lz.lanczos_top_eigs(A, k, v0, TOL)
+    assert failure is None, (failure, stats)
+    check_against_eigh(A, k, w, P)
+    assert k <= stats["steps"] <= n and stats["checks"] >= 1
+
+
+def test_a_simplenpkl_problem_and_its_reorthogonalisation():
+    """The paper-shaped A of a 400-point problem: it takes enough steps to lose
+    orthogonality (reorthogonalised steps happen), and the result is still eigh's."""
+    A = npkl_like(400, 3, n_pairs=480)
+    k = 30
+    v0 = np.random.default_rng(0).standard_normal(400)
+    w, P, stats, failure = lz.lanczos_top_eigs(A, k, v0, TOL)
+    assert failure is None
+    assert stats["reorth_steps"] > 0 and stats["orth_vectors"] > 0
+    check_against_eigh(A, k, w, P)
+
+
+def test_clustered_and_graded_spectra():
+    """Top eigenvalues 1e-7 apart and a graded tail: resolved to tolerance."""
+    rng = np.random.default_rng(5)
+    n, k = 200, 12
+    lam = np.r_[1.0 + 1e-7 * np.arange(6), 0.9 * np.logspace(0, -8, n - 6)]
+    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    A = sp.csr_matrix((Q * lam) @ Q.T)
+    w, P, stats, failure = lz.lanczos_top_eigs(A, k, rng.standard_normal(n), TOL)
+    assert failure is None
+    np.testing.assert_allclose(w, np.sort(lam)[::-1][:k], rtol=0, atol=1e-10)
+    residual = np.linalg.norm(A @ P - P * w, axis=0)
+    assert residual.max() <= lz._VERIFY * TOL
+
+
+def test_repeated_eigenvalues_are_reported_not_returned():
+    """A diagonal matrix with repeated entries: the Krylov space closes before n steps (one
+    copy of each eigenvalue) and the solver says so instead of returning one copy short."""
+    d = np.repeat(np.linspace(1.0, 2.0, 20), 3)
+    A = sp.diags(d).tocsr()
+    v0 = np.random.default_rng(0).standard_normal(d.size)
+    w, P, stats, failure = lz.lanczos_top_eigs(A, 5, v0, TOL)
+    assert w is None and "invariant subspace" in failure
+
+
+@pytest.mark.parametrize("case", ["nan", "k", "v0", "budget"])
+def test_failures_are_reported(case):
+    A = npkl_like(120, 1)
+    v0 = np.random.default_rng(1).standard_normal(120)
+    k, kw = 10, {}
+    if case == "nan":
+        A = A.copy()
+        A.data[5] = np.nan
+    elif case == "k":
+        k = 120
+    elif case == "v0":
+        v0 = np.zeros(120)
+    else:
+        kw = {"max_rows": 15}
+    w, P, stats, failure = lz.lanczos_top_eigs(A, k, v0, TOL, **kw)
+    assert w is None and P is None and isinstance(failure, str) and failure
+
+
+def test_eigsh_falls_back_to_arpack_when_lanczos_fails(monkeypatch):
+    A = npkl_like(150, 2)
+    v0 = np.random.default_rng(2).standard_normal(150)
+    ref = snp._eigsh(A, 8, v0, False)  # the reference: ARPACK
+    monkeypatch.setattr(snp, "lanczos_top_eigs",
+                        lambda *a, **k: (None, None, {}, "forced failure"))
+    w, P = snp._eigsh(A, 8, v0, True)
+    np.testing.assert_array_equal(np.sort(w), np.sort(ref[0]))  # eigsh's own products
+    monkeypatch.undo()
+    w2, P2 = snp._eigsh(A, 8, v0, True)  # Lanczos: the same pairs to tolerance
+    np.testing.assert_allclose(np.sort(w2), np.sort(ref[0]), atol=1e-10)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 80), seed=st.integers(0, 2**31), density=st.floats(0.0, 0.5))
+def test_symmetric_product_equals_the_csr_product(n, seed, density):
+    rng = np.random.default_rng(seed)
+    M = sp.random(n, n, density=density, random_state=rng, format="csr")
+    A = (M + M.T + sp.diags(rng.standard_normal(n))).tocsr()
+    x = rng.standard_normal(n)
+    y = np.empty(n)
+    lz._sym_matvec(*lz._upper_part(A.indptr, A.indices, A.data), x, y)
+    np.testing.assert_allclose(y, A @ x, rtol=1e-13, atol=1e-13 * (np.abs(A.data).sum() + 1))
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(2, 120), seed=st.integers(0, 2**31), data=st.data())
+def test_bisection_of_an_index_range_equals_lapack(n, seed, data):
+    rng = np.random.default_rng(seed)
+    d, e = rng.standard_normal(n), rng.standard_normal(n - 1)
+    first = data.draw(st.integers(0, n - 1))
+    k = data.draw(st.integers(1, n - first))
+    e2 = np.empty(n - 1)
+    finite, splits, pivmin, tnorm = tri._inspect(d, e, e2)
+    w = tri._bisect_range(d, e2, first, k, pivmin, tri._EPS * tnorm)
+    ref = eigvalsh_tridiagonal(d, e, select="i", select_range=(first, first + k - 1))
+    np.testing.assert_allclose(w, ref, rtol=0, atol=4 * tri._EPS * tnorm)
