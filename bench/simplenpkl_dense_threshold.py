@@ -2,7 +2,9 @@
 
 For each data set (bench/paper/run.py repetition 0, kNN k = 5, B = 100), whole
 ``fit_simplenpkl`` fits with the linear and squared hinge losses, with the fast path's dense
-threshold set to 0 (ARPACK always) and to ``--dense-max-n`` (dense solves up to that many
+threshold set to 0 (sparse solves always: ``lanczos``, the fast path's Lanczos with partial
+reorthogonalisation since 2026-11-25, or ``arpack``, its ARPACK fallback, the sparse solver
+before) and to ``--dense-max-n`` (dense solves up to that many
 points), the dense solve being the fast path's ``_dense_top_eigs`` (``tridiagonal``:
 dsyevr's algorithm for the top rank eigenpairs with the bisection compiled, from
 ``_TRIDIAG_MIN_N`` points on, numpy's eigh below), LAPACK's own ``dsyevr`` for the top rank
@@ -56,17 +58,24 @@ def dsyevr_top_eigs(M, k, overwrite=False):
     return w[:k][::-1].copy(), Z[:, :k][:, ::-1].copy()
 
 
+def _no_lanczos(*args, **kw):
+    return None, None, {}, "switched off (the arpack variant)"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("datasets", nargs="+")
     ap.add_argument("--dense-max-n", type=int, default=400)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--variants", nargs="*", default=None,
+                    help="run only these variants (default: all)")
     ap.add_argument("--subsample", type=int, nargs="*", default=[],
                     help="also fit random subsets (seed 0) of these many points of each set")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     thr0, tri0, top0 = snp._FAST_DENSE_MAX_N, snp._TRIDIAG_MIN_N, snp._dense_top_eigs
     inv0, nb0 = tri._inverse_iteration_batched, tri._dsytrd_block
+    lanczos0 = snp.lanczos_top_eigs
     jobs = []
     for name in args.datasets:
         X, y, _ = prepare_data(name)
@@ -84,12 +93,15 @@ def main(argv=None):
             p = nk.NPKLProblem.build(L, cons, loss=loss, seed=0)
             # (dense limit, _TRIDIAG_MIN_N, dense solve, the route's inverse iteration and
             # panel width)
-            variants = {"arpack": (0, tri0, top0, inv0, nb0),
+            variants = {"lanczos": (0, tri0, top0, inv0, nb0),
+                        "arpack": (0, tri0, top0, inv0, nb0),
                         "numpy-eigh": (args.dense_max_n, sys.maxsize, top0, inv0, nb0),
                         "dsyevr": (args.dense_max_n, tri0, dsyevr_top_eigs, inv0, nb0),
                         "tridiagonal-before": (args.dense_max_n, tri0, top0,
                                                tri._inverse_iteration, lambda n: 32),
                         "tridiagonal": (args.dense_max_n, tri0, top0, inv0, nb0)}
+            if args.variants:
+                variants = {v: variants[v] for v in args.variants}
             ts = {v: [] for v in variants}
             its = {}
             for rnd in range(args.runs + 1):
@@ -98,6 +110,7 @@ def main(argv=None):
                     snp._FAST_DENSE_MAX_N = thr
                     snp._TRIDIAG_MIN_N = tri_min_n
                     snp._dense_top_eigs = top
+                    snp.lanczos_top_eigs = lanczos0 if v != "arpack" else _no_lanczos
                     t0 = time.perf_counter()
                     r = snp.fit_simplenpkl(p, B=100.0)
                     if rnd:  # round 0 is the warm-up
@@ -106,6 +119,7 @@ def main(argv=None):
             out.append(f"{loss}: " + ", ".join(
                 f"{v} {np.median(ts[v]) * 1e3:.2f} ms ({its[v]} it)" for v in variants))
         snp._FAST_DENSE_MAX_N, snp._TRIDIAG_MIN_N, snp._dense_top_eigs = thr0, tri0, top0
+        snp.lanczos_top_eigs = lanczos0
         tri._inverse_iteration_batched, tri._dsytrd_block = inv0, nb0
         print(name, X.shape[0], " | ".join(out), flush=True)
 

@@ -92,7 +92,7 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
 ``eigensolver='arpack'`` is exactly that at every kernel step (the reference). The default
 ``'fast'`` computes the same things with less work:
 
-* Above ``_FAST_DENSE_MAX_N`` points the top eigenpairs come from Lanczos with partial
+* Above ``_FAST_DENSE_MAX_N`` = 350 points the top eigenpairs come from Lanczos with partial
   reorthogonalisation, every vector kept and no restarts (``npkl_dist._lanczos``), at
   eigsh's tolerance and checked by their true residuals after a Rayleigh-Ritz step:
   1.8-2.7x faster than eigsh on the adult sets, whose solves spend 70-80% outside the
@@ -109,7 +109,7 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
   the full top-rank problem instead. Every step that can be followed by a refinement (each ``_SLACK_CHECK``-th, the
   refinement's own dual step) and the final one (re-solved if needed: the certificate, the
   refinement subspace span(P) and ``eigenvalues`` use all rank eigenpairs) are full solves.
-* Up to ``_FAST_DENSE_MAX_N`` = 560 points A is assembled dense (``_DenseA``) and only its
+* Up to ``_FAST_DENSE_MAX_N`` = 350 points A is assembled dense (``_DenseA``) and only its
   top rank eigenpairs are computed, by ``dsyevr``'s algorithm for a part of the spectrum
   (tridiagonalisation, bisection, inverse iteration) with the bisection compiled and run for
   all rank eigenvalues side by side (``npkl_dist._tridiag``); numpy's ``eigh`` below
@@ -421,8 +421,14 @@ def _use_dense(n: int, k: int) -> bool:
 #: 57.5 vs 57.7 ms; 450: 10.1 vs 9.8 / 79 vs 77 ms; 500: 13.1 vs 11.1 / 102 vs 93 ms. The
 #: crossover was near 400-450 points, hence 400. With the tridiagonal route (same bench, 3-9
 #: rounds): breast-cancer n = 400: 5.6 vs 8.0 / 40 vs 59 ms; 500: 9.2 vs 11.0 / 74 vs 88 ms;
-#: all 569: 13.7 vs 14.0 / 102 vs 110 ms. Dense is still ahead at 569, hence 560.
-_FAST_DENSE_MAX_N = 560
+#: all 569: 13.7 vs 14.0 / 102 vs 110 ms. Dense was still ahead at 569, hence 560. Against
+#: the sparse path's Lanczos (``npkl_dist._lanczos``, 2026-11-25; same bench, ``--runs 5
+#: --variants lanczos arpack tridiagonal``, dense vs Lanczos, linear / squared hinge): glass
+#: (214) 1.01 vs 1.73 / 9.6 vs 11.7 ms; heart (270) 1.56 vs 1.94 / 56.3 vs 55.9 ms;
+#: breast-cancer n = 300: 2.05 vs 2.39 / 18.0 vs 16.8 ms; 400: 3.89 vs 3.27 / 31.0 vs
+#: 22.8 ms; 500: 6.9 vs 4.4 / 59.9 vs 35.5 ms; all 569: 10.5 vs 6.1 / 89 vs 45 ms. The
+#: crossover lies between 300 and 400 points, hence 350.
+_FAST_DENSE_MAX_N = 350
 
 
 def _fast_dense(n: int, fast: bool) -> bool:

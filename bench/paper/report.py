@@ -276,8 +276,16 @@ def markdown(agg, names, methods, wall_seconds, reps, command, machines=None):
         f"9 s on the otherwise idle Intel Xeon machine, 2026-11-24; the accuracies did not "
         f"change in any printed digit. The same command was run again after the dense path "
         f"assembled A(α) directly and kept numpy's eigh below 128 points (commit 1d4bc6a; the "
-        f"matrices are bitwise those of the sparse assembly): 10 s, accuracies unchanged; "
-        f"these are the rows shown.",
+        f"matrices are bitwise those of the sparse assembly): 10 s, accuracies unchanged. "
+        f"After the sparse eigensolves moved from ARPACK to Lanczos with partial "
+        f"reorthogonalisation (npkl_dist._lanczos) and the dense limit from 560 to 350 points, "
+        f"the data sets that solve sparsely were re-run: `npkl bench paper --methods "
+        f"SimpleNPKL-linear SimpleNPKL-sqhinge --fresh-methods SimpleNPKL-linear "
+        f"SimpleNPKL-sqhinge --datasets breast-cancer adult-a1a adult-a2a adult-a3a adult-a4a "
+        f"adult-a5a --reps 20 --workers 2`: 629 s on the otherwise idle Intel Xeon machine, "
+        f"2026-11-25 (with ARPACK: 1321 s for these rows and heart's); the accuracies did "
+        f"not change in any printed digit. The small sets' rows are those of the tridiagonal route "
+        f"(2026-11-24, late session); these are the rows shown.",
         "",
         "Pairwise (Rand) accuracy in %, mean ± std over repetitions; fit time in seconds "
         "(kernel learning, or the peer's whole fit; for the \"γ by CV\" methods the "
