@@ -182,18 +182,24 @@ def _lanczos(uptr, uidx, udata, diag, Q, a, b, w_prev, w_cur, w_next, sel, j0, j
             # Simon's recurrence: b_j w_{j+1,k} = b_k w_{j,k+1} + (a_k - a_j) w_{j,k}
             #   + b_{k-1} w_{j,k-1} - b_{j-1} w_{j-1,k}, plus a rounding term of w's sign
             eps1 = noise * anorm
-            for k in range(j):
-                t = (a[k] - alpha) * w_cur[k] - b[j - 1] * w_prev[k] + b[k] * w_cur[k + 1]
-                if k > 0:
-                    t += b[k - 1] * w_cur[k - 1]
-                w_next[k] = (t + (eps1 if t >= 0.0 else -eps1)) / beta
+            inv = 1.0 / beta
+            bj = b[j - 1]
+            t = (a[0] - alpha) * w_cur[0] - bj * w_prev[0] + b[0] * w_cur[1]
+            w_next[0] = (t + np.copysign(eps1, t)) * inv
+            w_max = abs(w_next[0])
+            for k in range(1, j):
+                t = ((a[k] - alpha) * w_cur[k] - bj * w_prev[k] + b[k] * w_cur[k + 1]
+                     + b[k - 1] * w_cur[k - 1])
+                t = (t + np.copysign(eps1, t)) * inv
+                w_next[k] = t
+                w_max = max(w_max, abs(t))
             if state[1] > 0.0:
                 # the step after a reorthogonalisation: the same rows and the newest two
                 reorth = True
                 sel[j - 1] = True
                 sel[j] = True
                 state[1] = 0.0
-            else:
+            elif w_max > _OMEGA_MAX:
                 for k in range(j + 1):
                     sel[k] = False
                 for k in range(j):
@@ -244,22 +250,102 @@ def _lanczos(uptr, uidx, udata, diag, Q, a, b, w_prev, w_cur, w_next, sel, j0, j
     return j1
 
 
+@njit(nogil=True, cache=True)
 def _ritz(a, b, m, k, first):
     """Ritz values (ascending) and eigenvectors of T_m = (a[:m], b[:m-1]) for the ascending
-    indices first .. first + k - 1, or None if T_m splits or inverse iteration failed."""
+    indices first .. first + k - 1, and a status: 0, or _SPLIT if T_m splits (or is not
+    finite), or _INVIT if inverse iteration did not converge."""
     d = a[:m].copy()
     e = b[: m - 1].copy()
     e2 = np.empty(m - 1)
+    S = np.empty((k, m)).T  # Fortran order, as the inverse iterations write it
     finite, splits, pivmin, tnorm = _tridiag._inspect(d, e, e2)
     if not finite or splits:
-        return None
+        return np.empty(k), S, _SPLIT
     w = _tridiag._bisect_range(d, e2, first, k, pivmin, _EPS * tnorm)
-    S = np.empty((m, k), order="F")
     if k == 1:
         info = _tridiag._inverse_iteration(d, e, w, S)
     else:
         info = _tridiag._inverse_iteration_batched(d, e, w, S)
-    return None if info != 0 else (w, S)
+    return w, S, (0 if info == 0 else _INVIT)
+
+
+# status codes of _run
+_CONVERGED, _NONFINITE, _CLOSED, _SPLIT, _INVIT, _BUDGET = 0, 1, 2, 3, 4, 5
+
+
+@njit(nogil=True, cache=True)
+def _run(uptr, uidx, udata, diag, Q, k, tol, cap, state, first, growth):
+    """Lanczos steps until the top k Ritz pairs pass the residual test (module docstring,
+    step 3). Returns (status, steps m, Ritz values w ascending, vectors S (m, k) of T_m, Q).
+    Q (rows + 1, n) holds the start vector in row 0 and grows (doubling, up to cap + 1
+    rows) as the steps need. ``state``: see :func:`_lanczos`, then [4] the count of
+    convergence checks."""
+    n = Q.shape[1]
+    a = np.zeros(cap)
+    b = np.zeros(cap)
+    w_prev = np.zeros(cap + 2)
+    w_cur = np.zeros(cap + 2)
+    w_cur[0] = 1.0
+    w_next = np.zeros(cap + 2)
+    sel = np.zeros(cap + 1, dtype=np.bool_)
+    j = 0
+    target = min(cap, int(first * k) + 10)
+    m0, r0 = -1, 0.0  # the previous check's step and bound ratio
+    while True:
+        if target + 1 > Q.shape[0]:
+            grown = np.empty((min(cap, max(target, 2 * (Q.shape[0] - 1))) + 1, n))
+            grown[: j + 1] = Q[: j + 1]
+            Q = grown
+        stepped_to = _lanczos(uptr, uidx, udata, diag, Q, a, b, w_prev, w_cur, w_next, sel,
+                              j, target, state)
+        j = stepped_to
+        if not np.isfinite(b[j - 1]):
+            return _NONFINITE, j, np.empty(k), np.empty((k, j)).T, Q
+        if b[j - 1] <= _BREAKDOWN * state[0] and j < n:
+            return _CLOSED, j, np.empty(k), np.empty((k, j)).T, Q
+        exhausted = j >= cap
+        state[4] += 1
+        w1, S1, status = _ritz(a, b, j, 1, j - k)  # the k-th largest Ritz pair
+        if status != 0:
+            return status, j, w1, S1, Q
+        ratio = abs(b[j - 1] * S1[j - 1, 0]) / (tol * max(_EPS23, abs(w1[0])))
+        if ratio <= 1.0 or exhausted:
+            w, S, status = _ritz(a, b, j, k, j - k)
+            if status != 0:
+                return status, j, w, S, Q
+            ok = True
+            for i in range(k):
+                if abs(b[j - 1] * S[j - 1, i]) > tol * max(_EPS23, abs(w[i])):
+                    ok = False
+            if ok:
+                return _CONVERGED, j, w, S, Q
+            if exhausted:
+                return _BUDGET, j, w, S, Q
+            ratio = max(ratio, 1.0 + 1e-9)
+        step = max(5, j // 10)
+        if m0 >= 0 and ratio < r0:
+            rate = np.log(r0 / ratio) / (j - m0)  # decrease of log(bound) per step
+            step = int(np.ceil(np.log(ratio) / rate)) + 1
+        m0, r0 = j, ratio
+        target = min(cap, j + min(max(step, 5), max(5, int(growth * j))))
+
+
+#: Convergence checks: the first after _FIRST k + 10 steps, then every _GROWTH of the steps
+#: so far (fewer, if the bound's decrease predicts convergence sooner). A check costs
+#: O(m) (one bisection and one inverse iteration on T_m), a step O(nnz(A) + m n): on small
+#: matrices a check costs as much as 5-10 steps and is spaced out, on large ones it is
+#: cheap and overshooting costs more. Index 0: n < _CHECK_SMALL_N, index 1: larger n.
+_FIRST = (4, 2)
+_GROWTH = (0.2, 0.1)
+_CHECK_SMALL_N = 1000
+_FAILURES = {
+    _NONFINITE: "non-finite Lanczos coefficient",
+    _CLOSED: "invariant subspace of dimension {m} < n={n} (repeated eigenvalues)",
+    _SPLIT: "tridiagonal T_m splits",
+    _INVIT: "inverse iteration on T_m did not converge",
+    _BUDGET: "not converged in {m} steps (row budget {cap})",
+}
 
 
 def lanczos_top_eigs(A, k: int, v0, tol: float, max_rows: int | None = None):
@@ -285,66 +371,15 @@ def lanczos_top_eigs(A, k: int, v0, tol: float, max_rows: int | None = None):
     if n >= 2**32:
         return None, None, stats, f"n={n} beyond 32-bit indices"
     upper = _upper_part(A.indptr, A.indices, np.ascontiguousarray(A.data, dtype=np.float64))
-    rows = min(cap, max(4 * k, 64))
-    Q = np.empty((rows + 1, n))
-    Q[0] = v0 / norm0
-    a = np.zeros(cap)
-    b = np.zeros(cap)
-    w_prev = np.zeros(cap + 2)
-    w_cur = np.zeros(cap + 2)
-    w_cur[0] = 1.0
-    w_next = np.zeros(cap + 2)
-    sel = np.zeros(cap + 1, dtype=np.bool_)
-    state = np.zeros(4)
-    j = 0
-    target = min(cap, 2 * k + 10)
-    history = []
-    found = None
-    while True:
-        if target > rows:  # grow Q (amortised doubling, within the budget)
-            rows = min(cap, max(target, 2 * rows))
-            grown = np.empty((rows + 1, n))
-            grown[: j + 1] = Q[: j + 1]
-            Q = grown
-        reached = _lanczos(*upper, Q, a, b, w_prev, w_cur, w_next, sel,
-                           j, target, state)
-        stepped_to = j = reached
-        if not np.isfinite(b[j - 1]):
-            return None, None, _stats(stats, j, state), "non-finite Lanczos coefficient"
-        if b[j - 1] <= _BREAKDOWN * state[0] and j < n:
-            # (numerically) an invariant Krylov subspace: the start vector lies in fewer
-            # than n eigenvectors' span, e.g. A has repeated eigenvalues (one copy each seen)
-            return None, None, _stats(stats, j, state), (
-                f"invariant subspace of dimension {j} < n={n} (repeated eigenvalues)")
-        exhausted = j >= cap
-        stats["checks"] += 1
-        last = _ritz(a, b, j, 1, j - k)  # the k-th largest Ritz pair
-        if last is None:
-            return None, None, _stats(stats, j, state), "tridiagonal T_m splits"
-        ratio = abs(b[j - 1] * last[1][-1, 0]) / (tol * max(_EPS23, abs(last[0][0])))
-        if ratio <= 1.0 or exhausted:
-            ritz = _ritz(a, b, j, k, j - k)
-            if ritz is None:
-                return None, None, _stats(stats, j, state), "tridiagonal T_m splits"
-            w, S = ritz
-            bounds = np.abs(b[j - 1] * S[-1])
-            if np.all(bounds <= tol * np.maximum(_EPS23, np.abs(w))):
-                found = (w, S)
-                break
-            if exhausted:
-                return None, None, _stats(stats, j, state), (
-                    f"not converged in {j} steps (row budget {cap})")
-            ratio = max(ratio, 1.0 + 1e-9)
-        history.append((j, ratio))
-        step = max(5, j // 10)
-        if len(history) >= 2 and history[-1][1] < history[-2][1]:
-            (m0, r0), (m1, r1) = history[-2], history[-1]
-            rate = np.log(r0 / r1) / (m1 - m0)  # decrease of log(bound) per step
-            step = int(np.ceil(np.log(r1) / rate)) + 1
-        target = min(cap, stepped_to + min(max(step, 5), max(5, j // 5)))
-    w, S = found
-    m = j
-    stats = _stats(stats, m, state)
+    Q = np.empty((min(cap, 4 * k + 10) + 1, n))  # grows in _run (doubling)
+    np.multiply(v0, 1.0 / norm0, out=Q[0])
+    state = np.zeros(5)
+    large = int(n >= _CHECK_SMALL_N)
+    status, m, w, S, Q = _run(*upper, Q, k, tol, cap, state, _FIRST[large], _GROWTH[large])
+    stats.update(steps=int(m), reorth_steps=int(state[2]), orth_vectors=int(state[3]),
+                 checks=int(state[4]))
+    if status != _CONVERGED:
+        return None, None, stats, _FAILURES[status].format(m=m, n=n, cap=cap)
     Y = Q[:m].T @ S
     # Rayleigh-Ritz on span(Y): Cholesky QR, then the k x k projection of A
     try:
@@ -380,8 +415,3 @@ def _rayleigh_ritz(A, Z, AZ, k):
     theta, U = np.linalg.eigh(0.5 * (H + H.T))
     U = U[:, -k:]
     return theta[-k:], Z @ U, AZ @ U
-
-
-def _stats(stats, steps, state):
-    stats.update(steps=int(steps), reorth_steps=int(state[2]), orth_vectors=int(state[3]))
-    return stats
