@@ -334,10 +334,12 @@ def _run(uptr, uidx, udata, diag, Q, k, tol, cap, state, first, growth):
 #: Convergence checks: the first after _FIRST k + 10 steps, then every _GROWTH of the steps
 #: so far (fewer, if the bound's decrease predicts convergence sooner). A check costs
 #: O(m) (one bisection and one inverse iteration on T_m), a step O(nnz(A) + m n): on small
-#: matrices a check costs as much as 5-10 steps and is spaced out, on large ones it is
-#: cheap and overshooting costs more. Index 0: n < _CHECK_SMALL_N, index 1: larger n.
+#: matrices a check costs as much as 5-10 steps and the first comes later. _FIRST[0] for
+#: n < _CHECK_SMALL_N, _FIRST[1] above. Medians of 5 alternating solves (first, growth):
+#: glass's A (4, 0.2) 0.79 ms, (2, 0.2) 0.83 ms; adult-a4a (2, 0.2) 515 ms, (2, 0.1) 568 ms,
+#: (4, 0.2) 633 ms; a5a 1137, 1142 and 1364 ms (bench/RESULTS.md).
 _FIRST = (4, 2)
-_GROWTH = (0.2, 0.1)
+_GROWTH = 0.2
 _CHECK_SMALL_N = 1000
 _FAILURES = {
     _NONFINITE: "non-finite Lanczos coefficient",
@@ -375,7 +377,7 @@ def lanczos_top_eigs(A, k: int, v0, tol: float, max_rows: int | None = None):
     np.multiply(v0, 1.0 / norm0, out=Q[0])
     state = np.zeros(5)
     large = int(n >= _CHECK_SMALL_N)
-    status, m, w, S, Q = _run(*upper, Q, k, tol, cap, state, _FIRST[large], _GROWTH[large])
+    status, m, w, S, Q = _run(*upper, Q, k, tol, cap, state, _FIRST[large], _GROWTH)
     stats.update(steps=int(m), reorth_steps=int(state[2]), orth_vectors=int(state[3]),
                  checks=int(state[4]))
     if status != _CONVERGED:
