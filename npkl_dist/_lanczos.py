@@ -20,8 +20,9 @@ classic design (Simon 1984; Larsen's PROPACK):
 3. convergence by ARPACK's test: the residual bound |beta_m s_{m,i}| of each wanted Ritz
    pair of the m x m tridiagonal T_m at most ``tol max(eps^(2/3), |theta_i|)``. It is
    first tested on the k-th largest Ritz value alone (the last to converge; one bisection
-   and one inverse iteration on T_m, :mod:`npkl_dist._tridiag`), at steps predicted from
-   the bound's geometric decrease, and then on all k;
+   and one inverse iteration on T_m, :mod:`npkl_dist._tridiag`), every 20% of the steps or
+   sooner where the bound's geometric decrease predicts convergence (``_FIRST``), and
+   then on all k;
 4. the Ritz vectors Q_m' S, then Rayleigh-Ritz on their span (Cholesky QR, Y'AY, eigh):
    a semi-orthogonal basis leaves the Ritz vectors orthonormal only to about sqrt(eps);
    the projection restores that to rounding, and gives the true residuals
@@ -37,9 +38,10 @@ vector (so does ARPACK: on a diagonal matrix with each eigenvalue thrice, eigsh 
 each once). Where the Krylov space closes early (``_BREAKDOWN``) the solver reports it and
 the caller falls back; small or dense problems go through :mod:`npkl_dist._tridiag`.
 
-Measured (one thread, the harness's repetition-0 A of SimpleNPKL-linear, bench/RESULTS.md):
-adult-a1a (n = 1605, k = 61) 475 steps, 56 ms against ARPACK's 100 ms; adult-a5a (6414,
-123) 1148 steps against ARPACK's 1.55 s.
+Measured (one thread, the harness's repetition-0 A of SimpleNPKL-linear, medians of 5
+alternating solves, ``bench/lanczos_vs_arpack.py``): adult-a1a (n = 1605, k = 61) 515
+steps, 55 ms against ARPACK's 106 ms; adult-a5a (6414, 123) 1155 steps, 1.21 s against
+1.58 s; heart (270, 24) 1.3 against 4.5 ms.
 """
 
 from __future__ import annotations
@@ -56,8 +58,8 @@ _EPS23 = _EPS ** (2.0 / 3.0)
 #: Reorthogonalise when an estimated |q_{j+1}' q_k| passes this. Simon's semi-orthogonality
 #: bound, sqrt(eps), keeps the Ritz values exact to rounding but lets the reorthogonalisation
 #: terms (left out of T) reach the Ritz vectors: after Rayleigh-Ritz their true residuals were
-#: up to 9.3x the Lanczos bound (heart's A; adult-a2a 2.6x), ARPACK's tol then only just met.
-#: At eps^0.6 they are at most 0.09x the bound on the paper's sets, for 1.1-1.25x the
+#: up to 9.3x ARPACK's tolerance (heart's A; adult-a2a 2.6-4.5x). At eps^0.6 they are at
+#: most 0.87x on the paper's sets (breast-cancer; 0.01-0.65x elsewhere), for 1.1-1.25x the
 #: time (adult-a1a 46 -> 50 ms, a5a 745 -> 928 ms; bench/RESULTS.md).
 _OMEGA_MAX = _EPS ** 0.6
 
@@ -74,7 +76,8 @@ _REFINE = 2
 #: found. Nearly repeated eigenvalues, block-diagonal copies: found, rounding splits them.)
 _BREAKDOWN = float(np.sqrt(_EPS))
 
-#: Rows of Q are at most this many bytes in all (then ARPACK) -- or 4x ARPACK's basis.
+#: The basis Q holds at most max(this many bytes, 4x ARPACK's basis) (past that: failure,
+#: and the caller's ARPACK).
 _MAX_BYTES = 512 * 2**20
 
 
