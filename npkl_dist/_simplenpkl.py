@@ -95,8 +95,8 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
 * Above ``_FAST_DENSE_MAX_N`` = 350 points the top eigenpairs come from Lanczos with partial
   reorthogonalisation, every vector kept and no restarts (``npkl_dist._lanczos``), at
   eigsh's tolerance and checked by their true residuals after a Rayleigh-Ritz step:
-  1.8-2.7x faster than eigsh on the adult sets, whose solves spend 70-80% outside the
-  products with A. Where it cannot certify its result (non-finite values, a repeated
+  1.3-2.5x faster than eigsh on the adult sets, whose solves spend 70-80% outside the
+  products with A (``bench/lanczos_vs_arpack.py``). Where it cannot certify its result (non-finite values, a repeated
   eigenvalue seen, no convergence within its memory budget of ``_lanczos._MAX_BYTES``, a
   residual check failing), eigsh runs instead, with its products straight through scipy's
   compiled CSR kernel (``A @ x`` spends about 30 us of Python dispatch per product around a
@@ -749,10 +749,13 @@ def _polish(problem, P, S0, B, L64, *, max_iter=500, tol=1e-7):
         return 0.5 * (G + G.T)
 
     r = P.shape[1]
-    # the start is diagonal, so that the estimate does not depend on the signs of P's
-    # columns, which the eigensolvers leave arbitrary (a random start did: its 1e-4
-    # stopping tolerance then moved FISTA's step with the solver's sign choices)
-    D = np.diag(np.linspace(1.0, 2.0, r))
+    # the start is built from P itself (the identity and the pair matrix sum_p t_p
+    # sym(p_i p_j')), so that the estimate does not depend on P's basis: the eigensolvers
+    # leave the signs of its columns arbitrary, and with a fixed random start the 1e-4
+    # stopping tolerance moved FISTA's step with the solver's sign choices
+    D = sym_pairs(t)
+    nd = float(np.linalg.norm(D))
+    D = np.eye(r) + (D / nd if nd > 0.0 else 0.0)
     h = 0.0
     for _ in range(100):  # power iteration on the pair Gram operator (psd)
         nd = float(np.linalg.norm(D))

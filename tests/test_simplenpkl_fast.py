@@ -676,3 +676,25 @@ def test_one_blas_thread_sets_and_restores_on_error():
                 assert [lib.get_num_threads() for lib in libs] == [1] * len(libs)
                 raise RuntimeError("inside")
         assert [lib.get_num_threads() for lib in libs] == before
+
+
+@pytest.mark.parametrize("loss", ["squared_hinge", "hinge"])
+def test_refinement_does_not_depend_on_the_signs_of_the_eigenvectors(global_random_seed,
+                                                                     loss):
+    """The subspace refinement (_polish) on P and on P with some columns negated (what two
+    eigensolvers may return for the same eigenpairs) reaches the same kernel: its
+    Lipschitz estimate starts from a matrix built from P, not a fixed random one."""
+    p = medium_problem(global_random_seed, loss, n_pairs=120)
+    A = snp._SparseA(p).set(np.full(p.constraints.m, p.gamma))
+    w, P = np.linalg.eigh(A.toarray())
+    P = P[:, ::-1][:, :p.rank]
+    S0 = np.diag(np.maximum(w[::-1][:p.rank], 0.0))
+    signs = np.where(np.random.default_rng(global_random_seed).random(p.rank) < 0.5, -1.0, 1.0)
+    L64 = sp.csr_matrix(p.L, dtype=np.float64)
+    S1, f1, its1, mu1 = snp._polish(p, P, S0, 100.0, L64)
+    S2, f2, its2, mu2 = snp._polish(p, P * signs, S0, 100.0, L64)
+    assert its1 == its2 and mu1 == mu2
+    assert abs(f1 - f2) <= 1e-10 * (abs(f1) + 1.0)
+    K1 = P @ S1 @ P.T
+    K2 = (P * signs) @ S2 @ (P * signs).T
+    np.testing.assert_allclose(K2, K1, atol=1e-9 * np.abs(K1).max())
