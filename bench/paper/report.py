@@ -284,8 +284,14 @@ def markdown(agg, names, methods, wall_seconds, reps, command, machines=None):
         f"SimpleNPKL-sqhinge --datasets breast-cancer adult-a1a adult-a2a adult-a3a adult-a4a "
         f"adult-a5a --reps 20 --workers 2`: 629 s on the otherwise idle Intel Xeon machine, "
         f"2026-11-25 (with ARPACK: 1321 s for these rows and heart's); the accuracies did "
-        f"not change in any printed digit. The small sets' rows are those of the tridiagonal route "
-        f"(2026-11-24, late session); these are the rows shown.",
+        f"not change in any printed digit. After the subspace refinement's Lipschitz "
+        f"estimate was made independent of the eigenvectors' signs, both SimpleNPKL rows "
+        f"were re-run on every data set but adult-a6a (`--datasets soybean chessboard "
+        f"dbl-spiral iris wine sonar glass heart breast-cancer adult-a1a adult-a2a adult-a3a "
+        f"adult-a4a adult-a5a`, same options): 776 s on the Intel Xeon machine, 2026-11-25, "
+        f"accuracies unchanged in every printed digit; these are the rows shown (a run just "
+        f"before it was discarded: unchanged code such as glass's dense linear fit took 4x "
+        f"its usual time in 4 of 20 repetitions; bench/RESULTS.md).",
         "",
         "Pairwise (Rand) accuracy in %, mean ± std over repetitions; fit time in seconds "
         "(kernel learning, or the peer's whole fit; for the \"γ by CV\" methods the "
