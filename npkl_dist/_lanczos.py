@@ -355,7 +355,8 @@ _FAILURES = {
 
 def lanczos_top_eigs(A, k: int, v0, tol: float, max_rows: int | None = None):
     """Top-k eigenpairs of the symmetric CSR ``A`` (float64), descending, by Lanczos with
-    partial reorthogonalisation (module docstring).
+    partial reorthogonalisation (module docstring), started from ``v0`` (None: a seeded
+    random vector).
 
     Returns ``(sigma (k,), P (n, k), stats, None)``, or ``(None, None, stats, failure)``
     when it could not certify the result (the caller then uses ARPACK). ``stats``: steps,
@@ -369,6 +370,8 @@ def lanczos_top_eigs(A, k: int, v0, tol: float, max_rows: int | None = None):
     cap = int(min(n, max_rows))
     if cap <= k:
         return None, None, stats, f"row budget {cap} <= k={k}"
+    if v0 is None:  # as eigsh: a random start (seeded, for reproducible results)
+        v0 = np.random.default_rng(0).standard_normal(n)
     v0 = np.asarray(v0, dtype=np.float64)
     norm0 = float(np.linalg.norm(v0))
     if not np.isfinite(norm0) or norm0 == 0.0:

@@ -66,6 +66,15 @@ def test_top_eigenpairs_equal_dense_eigh(n, k_frac, seed, pairs):
     assert k <= stats["steps"] <= n and stats["checks"] >= 1
 
 
+def test_no_start_vector_means_a_seeded_random_one():
+    A = npkl_like(120, 4)
+    w, P, stats, failure = lz.lanczos_top_eigs(A, 9, None, TOL)
+    assert failure is None
+    check_against_eigh(A, 9, w, P)
+    w2, P2, _, _ = lz.lanczos_top_eigs(A, 9, None, TOL)
+    np.testing.assert_array_equal(w2, w)  # reproducible
+
+
 def test_a_simplenpkl_problem_and_its_reorthogonalisation():
     """The paper-shaped A of a 400-point problem: it takes enough steps to lose
     orthogonality (reorthogonalised steps happen), and the result is still eigh's."""
