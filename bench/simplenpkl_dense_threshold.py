@@ -58,10 +58,6 @@ def dsyevr_top_eigs(M, k, overwrite=False):
     return w[:k][::-1].copy(), Z[:, :k][:, ::-1].copy()
 
 
-def _no_lanczos(*args, **kw):
-    return None, None, {}, "switched off (the arpack variant)"
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("datasets", nargs="+")
@@ -75,7 +71,6 @@ def main(argv=None):
     warnings.simplefilter("ignore")
     thr0, tri0, top0 = snp._FAST_DENSE_MAX_N, snp._TRIDIAG_MIN_N, snp._dense_top_eigs
     inv0, nb0 = tri._inverse_iteration_batched, tri._dsytrd_block
-    lanczos0 = snp.lanczos_top_eigs
     jobs = []
     for name in args.datasets:
         X, y, _ = prepare_data(name)
@@ -110,7 +105,7 @@ def main(argv=None):
                     snp._FAST_DENSE_MAX_N = thr
                     snp._TRIDIAG_MIN_N = tri_min_n
                     snp._dense_top_eigs = top
-                    snp.lanczos_top_eigs = lanczos0 if v != "arpack" else _no_lanczos
+                    snp._SPARSE_LANCZOS = v != "arpack"
                     t0 = time.perf_counter()
                     r = snp.fit_simplenpkl(p, B=100.0)
                     if rnd:  # round 0 is the warm-up
@@ -119,7 +114,7 @@ def main(argv=None):
             out.append(f"{loss}: " + ", ".join(
                 f"{v} {np.median(ts[v]) * 1e3:.2f} ms ({its[v]} it)" for v in variants))
         snp._FAST_DENSE_MAX_N, snp._TRIDIAG_MIN_N, snp._dense_top_eigs = thr0, tri0, top0
-        snp.lanczos_top_eigs = lanczos0
+        snp._SPARSE_LANCZOS = True
         tri._inverse_iteration_batched, tri._dsytrd_block = inv0, nb0
         print(name, X.shape[0], " | ".join(out), flush=True)
 

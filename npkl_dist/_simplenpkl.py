@@ -96,9 +96,9 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
   reorthogonalisation, every vector kept and no restarts (``npkl_dist._lanczos``), at
   eigsh's tolerance and checked by their true residuals after a Rayleigh-Ritz step:
   1.3-2.5x faster than eigsh on the adult sets, whose solves spend 70-80% outside the
-  products with A (``bench/lanczos_vs_arpack.py``). Where it cannot certify its result (non-finite values, a repeated
-  eigenvalue seen, no convergence within its memory budget of ``_lanczos._MAX_BYTES``, a
-  residual check failing), eigsh runs instead, with its products straight through scipy's
+  products with A (``bench/lanczos_vs_arpack.py``). Where it cannot certify its result
+  (non-finite values, a repeated eigenvalue seen, no convergence within its memory budget
+  of ``_lanczos._MAX_BYTES``, a residual check failing), eigsh runs instead, with its products straight through scipy's
   compiled CSR kernel (``A @ x`` spends about 30 us of Python dispatch per product around a
   90 us product on adult-a1a; the products are bitwise those of ``A @ x``).
 * Between slack checks only the positive eigenpairs are computed: the kernel step and J use
@@ -196,6 +196,10 @@ _EIGENSOLVERS = ("fast", "arpack")
 #: this many entries (4 MB). Measured on the shared 2-core EPYC: one thread 1.35x faster on
 #: adult-a1a (n x ncv = 2e5), 1.2x slower on adult-a4a (1e6).
 _ONE_THREAD_MAX_BASIS = 500_000
+
+#: Fast path's sparse solves: Lanczos with partial reorthogonalisation first (True), or
+#: ARPACK alone (False: the fast path before 2026-11-25, and the benches' baseline).
+_SPARSE_LANCZOS = True
 
 #: Fast path: eigenpairs computed beyond the positive count of the previous kernel step
 #: (at least; 10% of rank if more).
@@ -482,8 +486,8 @@ class _OneBlasThread:
 def _top_eigs(A, k: int, v0, fast: bool = False, overwrite: bool = False):
     """Top-k eigenpairs of symmetric A, descending. Returns (sigma (k,), P (n, k)).
 
-    ``fast``: ARPACK's products go through :class:`_CSROperator` (same products), and
-    up to ``_FAST_DENSE_MAX_N`` points the dense ``_dense_top_eigs`` replaces ARPACK.
+    ``fast``: up to ``_FAST_DENSE_MAX_N`` points the dense ``_dense_top_eigs``, above
+    that :func:`_eigsh`'s fast path (Lanczos, ARPACK where it cannot certify).
     ``overwrite``: a dense A may be overwritten.
     """
     n = A.shape[0]
@@ -578,7 +582,7 @@ def _eigsh(A, k, v0, fast):
     ``fast``: Lanczos with partial reorthogonalisation (:func:`lanczos_top_eigs`, same
     tolerance), and where it cannot certify its result, eigsh through :class:`_CSROperator`."""
     n = A.shape[0]
-    if fast:
+    if fast and _SPARSE_LANCZOS:
         w, P, stats, failure = lanczos_top_eigs(A, k, v0, _EIG_TOL)
         if failure is None:
             return w, P

@@ -34,8 +34,7 @@ def arpack_fast_path(monkeypatch):
 def no_lanczos(monkeypatch):
     """The fast path's sparse solves through ARPACK (its fallback), whose products are
     bitwise the reference's: for the tests that check iterates equal the reference's."""
-    monkeypatch.setattr(snp, "lanczos_top_eigs",
-                        lambda *a, **k: (None, None, {}, "disabled by the test"))
+    monkeypatch.setattr(snp, "_SPARSE_LANCZOS", False)
 
 
 def medium_problem(seed, loss, n=150, n_pairs=60, k=6, gamma=1.0):
