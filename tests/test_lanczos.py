@@ -129,6 +129,24 @@ def test_failures_are_reported(case):
     assert w is None and P is None and isinstance(failure, str) and failure
 
 
+def test_a_row_budget_at_or_below_k_is_reported():
+    A = npkl_like(120, 1)
+    v0 = np.random.default_rng(1).standard_normal(120)
+    w, P, stats, failure = lz.lanczos_top_eigs(A, 10, v0, TOL, max_rows=10)
+    assert w is None and "row budget 10 <= k=10" in failure
+
+
+def test_a_failed_residual_check_is_refined_then_reported(monkeypatch):
+    """With the residual limit made unreachable, the Rayleigh-Ritz refinements run (all
+    _REFINE of them) and the solver reports the residual instead of returning."""
+    A = npkl_like(150, 6)
+    v0 = np.random.default_rng(6).standard_normal(150)
+    monkeypatch.setattr(lz, "_VERIFY", 1e-12)
+    w, P, stats, failure = lz.lanczos_top_eigs(A, 8, v0, TOL)
+    assert w is None and failure.startswith("residual ") and "after Rayleigh-Ritz" in failure
+    assert stats["refinements"] == lz._REFINE
+
+
 def test_eigsh_falls_back_to_arpack_when_lanczos_fails(monkeypatch):
     A = npkl_like(150, 2)
     v0 = np.random.default_rng(2).standard_normal(150)
