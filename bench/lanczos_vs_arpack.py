@@ -3,7 +3,9 @@
 On the paper harness's repetition-0 inputs, A(gamma) of SimpleNPKL-linear (the one
 eigensolve of a linear fit), one BLAS and one numba thread as the harness's tasks run:
 
-* ``lanczos``: :func:`npkl_dist._lanczos.lanczos_top_eigs` (the fast path's solver);
+* ``lanczos``: :func:`npkl_dist._lanczos.lanczos_top_eigs` (the fast path's solver) on the
+  upper form the fit hands it (``_SymA``; since 2026-11-25 evening, before that on the CSR
+  matrix, converted inside each call);
 * ``arpack``: ``_eigsh(A, rank, v0, fast=True)`` with Lanczos switched off, i.e. eigsh with
   the compiled products (the fast path before, and its fallback now).
 
@@ -47,6 +49,7 @@ def measure(name, runs):
     p = nk.NPKLProblem.build(L, cons, loss="linear", seed=0)
     n, k = p.n_points, p.rank
     A = snp._SparseA(p).set(np.full(p.constraints.m, p.gamma))
+    upper = snp._SymA(p).set(np.full(p.constraints.m, p.gamma))
     v0 = np.random.default_rng(p.seed).standard_normal(n)
     def arpack():
         snp._SPARSE_LANCZOS = False
@@ -56,7 +59,7 @@ def measure(name, runs):
             snp._SPARSE_LANCZOS = True
 
     def lanczos():
-        w, P, stats, failure = lz.lanczos_top_eigs(A, k, v0, snp._EIG_TOL)
+        w, P, stats, failure = lz.lanczos_top_eigs(upper, k, v0, snp._EIG_TOL)
         if failure is not None:
             raise RuntimeError(f"{name}: Lanczos failed: {failure}")
         return w, P, stats

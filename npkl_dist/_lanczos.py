@@ -39,15 +39,18 @@ each once). Where the Krylov space closes early (``_BREAKDOWN``) the solver repo
 the caller falls back; small or dense problems go through :mod:`npkl_dist._tridiag`.
 
 Measured (one thread, the harness's repetition-0 A of SimpleNPKL-linear, medians of 5
-alternating solves, ``bench/lanczos_vs_arpack.py``): adult-a1a (n = 1605, k = 61) 515
-steps, 55 ms against ARPACK's 106 ms; adult-a5a (6414, 123) 1155 steps, 1.21 s against
-1.58 s; heart (270, 24) 1.3 against 4.5 ms.
+alternating solves, ``bench/lanczos_vs_arpack.py``, 2026-11-25 evening): adult-a1a
+(n = 1605, k = 61) 515 steps, 43 ms against ARPACK's 124 ms; adult-a4a (4781, 106) 386
+against 929 ms; adult-a5a (6414, 123) 1155 steps, 0.72 s against 1.67 s; heart (270, 24)
+0.9 against 5.3 ms.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
-import scipy.linalg as sla
+import scipy.sparse as sp
 from numba import njit
 
 from . import _tridiag
@@ -79,6 +82,139 @@ _BREAKDOWN = float(np.sqrt(_EPS))
 #: The basis Q holds at most max(this many bytes, 4x ARPACK's basis) (past that: failure,
 #: and the caller's ARPACK).
 _MAX_BYTES = 512 * 2**20
+
+
+class SymUpper(NamedTuple):
+    """A symmetric n x n matrix D + U + U' held as its strict upper triangle U (CSR arrays,
+    unsigned: ``uptr`` uint64, ``uidx`` uint32) and its diagonal D: the form the products
+    here read. :func:`lanczos_top_eigs` takes it as it is (a CSR matrix is converted by
+    :func:`_upper_part` on every call)."""
+
+    uptr: np.ndarray
+    uidx: np.ndarray
+    udata: np.ndarray
+    diag: np.ndarray
+
+    @property
+    def shape(self):
+        return (self.diag.size, self.diag.size)
+
+    def tocsr(self) -> sp.csr_matrix:
+        """The whole matrix as scipy CSR (for ARPACK; explicit zeros may be dropped)."""
+        n = self.diag.size
+        U = sp.csr_matrix((self.udata, self.uidx.astype(np.int64), self.uptr.astype(np.int64)),
+                          shape=(n, n))
+        return (U + U.T + sp.diags(self.diag, format="csr")).tocsr()
+
+    def toarray(self) -> np.ndarray:
+        return self.tocsr().toarray()
+
+
+@njit(nogil=True, cache=True)
+def sym_upper_pattern(indptr, indices, data, pi, pj):
+    """The upper form of -L + sum_p (pair terms at (i_p, j_p)) for the symmetric CSR L
+    (sorted indices, no duplicates) and distinct pairs i_p < j_p: the union of L's strict
+    upper pattern and the pairs, row by row in ascending columns.
+
+    Returns (uptr, uidx, base, diag, pos): ``base`` -L's strict upper values on that pattern
+    (+0.0 where L has no entry), ``diag`` -L's diagonal, ``pos[p]`` the slot of pair p. The
+    values of A(w) are then ``base`` with ``w_p t_p / 2`` added at ``pos`` (as ``_SparseA``:
+    one addition to -L_ij per entry)."""
+    n = indptr.size - 1
+    m = pi.size
+    # the pairs by row (counting sort), then each row's columns in ascending order
+    pstart = np.zeros(n + 1, dtype=np.int64)
+    for p in range(m):
+        pstart[pi[p] + 1] += 1
+    for i in range(n):
+        pstart[i + 1] += pstart[i]
+    fill = pstart[:-1].copy()
+    order = np.empty(m, dtype=np.int64)
+    for p in range(m):
+        order[fill[pi[p]]] = p
+        fill[pi[p]] += 1
+    for i in range(n):  # insertion sort by column (rows hold few pairs)
+        for a in range(pstart[i] + 1, pstart[i + 1]):
+            p = order[a]
+            b = a - 1
+            while b >= pstart[i] and pj[order[b]] > pj[p]:
+                order[b + 1] = order[b]
+                b -= 1
+            order[b + 1] = p
+    # merge each row's strict upper L entries with its pairs: count, then fill
+    uptr = np.zeros(n + 1, dtype=np.uint64)
+    total = 0
+    for i in range(n):
+        a = indptr[i]
+        while a < indptr[i + 1] and indices[a] <= i:
+            a += 1
+        c = pstart[i]
+        while a < indptr[i + 1] or c < pstart[i + 1]:
+            if c == pstart[i + 1] or (a < indptr[i + 1] and indices[a] < pj[order[c]]):
+                a += 1
+            elif a == indptr[i + 1] or pj[order[c]] < indices[a]:
+                c += 1
+            else:
+                a += 1
+                c += 1
+            total += 1
+        uptr[i + 1] = total
+    uidx = np.empty(total, dtype=np.uint32)
+    base = np.zeros(total)
+    diag = np.zeros(n)
+    pos = np.empty(m, dtype=np.int64)
+    s = 0
+    for i in range(n):
+        a = indptr[i]
+        while a < indptr[i + 1] and indices[a] <= i:
+            if indices[a] == i:
+                diag[i] = -data[a]
+            a += 1
+        c = pstart[i]
+        while a < indptr[i + 1] or c < pstart[i + 1]:
+            if c == pstart[i + 1] or (a < indptr[i + 1] and indices[a] < pj[order[c]]):
+                uidx[s] = indices[a]
+                base[s] = -data[a]
+                a += 1
+            elif a == indptr[i + 1] or pj[order[c]] < indices[a]:
+                uidx[s] = pj[order[c]]
+                pos[order[c]] = s
+                c += 1
+            else:
+                uidx[s] = indices[a]
+                base[s] = -data[a]
+                pos[order[c]] = s
+                a += 1
+                c += 1
+            s += 1
+    return uptr, uidx, base, diag, pos
+
+
+@njit(nogil=True, cache=True)
+def add_pair_slots(base, pos, w, t, out):  # OUT: out
+    """out = base, then w_p t_p / 2 added at slot pos[p] (the upper form's A(w))."""
+    for s in range(base.size):
+        out[s] = base[s]
+    for p in range(pos.size):
+        out[pos[p]] += 0.5 * w[p] * t[p]
+
+
+@njit(nogil=True, cache=True)
+def sym_matmat(uptr, uidx, udata, diag, X):
+    """A X for the upper form of A and X (n, k) C-contiguous (row by row)."""
+    n, k = X.shape
+    Y = np.zeros((n, k))
+    for i in range(n):
+        d = diag[i]
+        for c in range(k):
+            Y[i, c] += d * X[i, c]
+        for p in range(uptr[i], uptr[i + 1]):
+            j = uidx[p]
+            v = udata[p]
+            for c in range(k):
+                Y[i, c] += v * X[j, c]
+                Y[j, c] += v * X[i, c]
+    return Y
 
 
 @njit(nogil=True, cache=True)
@@ -129,6 +265,31 @@ def _sym_matvec(uptr, uidx, udata, diag, x, y):  # OUT: y = A x
         y[i] += s
 
 
+#: The inner products of the steps and the reorthogonalisation may sum in any order (SIMD
+#: lanes side by side): a serial sum is one dependent addition per entry, 3.5-7x slower at
+#: these lengths (n = 270-1605: 117 against 34 ns, 787 against 116 ns per product). The
+#: rounding then depends on the machine's vector width, as BLAS's does.
+_DOT_FLAGS = {"reassoc", "contract"}
+
+
+@njit(nogil=True, cache=True, fastmath=_DOT_FLAGS)
+def _dot(x, y):
+    s = 0.0
+    for i in range(x.size):
+        s += x[i] * y[i]
+    return s
+
+
+@njit(nogil=True, cache=True, fastmath=_DOT_FLAGS)
+def _axpy_sumsq(alpha, x, r):  # OUT: r
+    """r -= alpha x; returns ||r||^2."""
+    s = 0.0
+    for i in range(r.size):
+        r[i] -= alpha * x[i]
+        s += r[i] * r[i]
+    return s
+
+
 @njit(nogil=True, cache=True)
 def _orthogonalise(Q, r, sel, m):  # OUT: r
     """One modified Gram-Schmidt pass of r against the rows k < m of Q with sel[k] (each
@@ -137,9 +298,7 @@ def _orthogonalise(Q, r, sel, m):  # OUT: r
     for k in range(m):
         if sel[k]:
             qk = Q[k]
-            s = 0.0
-            for i in range(n):
-                s += qk[i] * r[i]
+            s = _dot(qk, r)
             for i in range(n):
                 r[i] -= s * qk[i]
 
@@ -164,14 +323,8 @@ def _lanczos(uptr, uidx, udata, diag, Q, a, b, w_prev, w_cur, w_next, sel, j0, j
             qp = Q[j - 1]
             for i in range(n):
                 r[i] -= bp * qp[i]
-        alpha = 0.0
-        for i in range(n):
-            alpha += q[i] * r[i]
-        beta = 0.0
-        for i in range(n):
-            r[i] -= alpha * q[i]
-            beta += r[i] * r[i]
-        beta = np.sqrt(beta)
+        alpha = _dot(q, r)
+        beta = np.sqrt(_axpy_sumsq(alpha, q, r))
         a[j] = alpha
         if not (np.isfinite(alpha) and np.isfinite(beta)):
             b[j] = np.nan
@@ -227,10 +380,7 @@ def _lanczos(uptr, uidx, udata, diag, Q, a, b, w_prev, w_cur, w_next, sel, j0, j
             for _ in range(2):
                 before = beta
                 _orthogonalise(Q, r, sel, j + 1)
-                beta = 0.0
-                for i in range(n):
-                    beta += r[i] * r[i]
-                beta = np.sqrt(beta)
+                beta = np.sqrt(_dot(r, r))
                 state[3] += count
                 if beta > 0.7071067811865476 * before:
                     break
@@ -354,9 +504,9 @@ _FAILURES = {
 
 
 def lanczos_top_eigs(A, k: int, v0, tol: float, max_rows: int | None = None):
-    """Top-k eigenpairs of the symmetric CSR ``A`` (float64), descending, by Lanczos with
-    partial reorthogonalisation (module docstring), started from ``v0`` (None: a seeded
-    random vector).
+    """Top-k eigenpairs of the symmetric ``A`` (float64 CSR, or :class:`SymUpper`),
+    descending, by Lanczos with partial reorthogonalisation (module docstring), started from
+    ``v0`` (None: a seeded random vector).
 
     Returns ``(sigma (k,), P (n, k), stats, None)``, or ``(None, None, stats, failure)``
     when it could not certify the result (the caller then uses ARPACK). ``stats``: steps,
@@ -378,7 +528,11 @@ def lanczos_top_eigs(A, k: int, v0, tol: float, max_rows: int | None = None):
         return None, None, stats, "start vector zero or not finite"
     if n >= 2**32:
         return None, None, stats, f"n={n} beyond 32-bit indices"
-    upper = _upper_part(A.indptr, A.indices, np.ascontiguousarray(A.data, dtype=np.float64))
+    if isinstance(A, SymUpper):
+        upper = tuple(A)
+    else:
+        upper = _upper_part(A.indptr, A.indices,
+                            np.ascontiguousarray(A.data, dtype=np.float64))
     Q = np.empty((min(cap, 4 * k + 10) + 1, n))  # grows in _run (doubling)
     np.multiply(v0, 1.0 / norm0, out=Q[0])
     state = np.zeros(5)
@@ -388,26 +542,18 @@ def lanczos_top_eigs(A, k: int, v0, tol: float, max_rows: int | None = None):
                  checks=int(state[4]))
     if status != _CONVERGED:
         return None, None, stats, _FAILURES[status].format(m=m, n=n, cap=cap)
-    Y = Q[:m].T @ S
-    # Rayleigh-Ritz on span(Y): Cholesky QR, then the k x k projection of A
-    try:
-        C = np.linalg.cholesky(Y.T @ Y)
-    except np.linalg.LinAlgError:
+    ok, theta, Y, AY = _ritz_pairs(Q, S, m, *upper)
+    if not ok:
         return None, None, stats, "Ritz vectors not independent"
-    Y = sla.solve_triangular(C, Y.T, lower=True, check_finite=False).T
-    theta, Y, AY = _rayleigh_ritz(A, Y, A @ Y, k)
     limit = _VERIFY * tol * np.maximum(_EPS23, np.abs(theta))
-    for _ in range(_REFINE):
-        R = AY - Y * theta
-        residual = np.linalg.norm(R, axis=0)
-        if np.all(residual <= limit):
-            break
+    residual = _residual_norms(Y, AY, theta)
+    while not np.all(residual <= limit) and stats["refinements"] < _REFINE:
         # Rayleigh-Ritz on span(Y, R) (a block Lanczos step from the Ritz vectors)
         stats["refinements"] += 1
-        Z, _ = np.linalg.qr(np.hstack([Y, R]))
-        theta, Y, AY = _rayleigh_ritz(A, Z, A @ Z, k)
+        Z, _ = np.linalg.qr(np.hstack([Y, AY - Y * theta]))
+        theta, Y, AY = _rayleigh_ritz(Z, sym_matmat(*upper, np.ascontiguousarray(Z)), k)
         limit = _VERIFY * tol * np.maximum(_EPS23, np.abs(theta))
-    residual = np.linalg.norm(AY - Y * theta, axis=0)
+        residual = _residual_norms(Y, AY, theta)
     if not np.all(residual <= limit):
         worst = int(np.argmax(residual / limit))
         return None, None, stats, (
@@ -416,7 +562,41 @@ def lanczos_top_eigs(A, k: int, v0, tol: float, max_rows: int | None = None):
     return theta[::-1].copy(), np.ascontiguousarray(Y[:, ::-1]), stats, None
 
 
-def _rayleigh_ritz(A, Z, AZ, k):
+@njit(nogil=True, cache=True)
+def _ritz_pairs(Q, S, m, uptr, uidx, udata, diag):
+    """The Ritz vectors Y = Q_m' S, then Rayleigh-Ritz on their span: Cholesky QR (a
+    semi-orthogonal basis leaves Y orthonormal to about sqrt(eps) only), the k x k
+    projection of A and its eigenpairs. Returns (ok, theta ascending, Y, AY); ok is False
+    if Y'Y is not numerically positive definite. One compiled call: the dozen numpy and
+    scipy calls it replaces cost about 0.15 ms of Python around a 0.6 ms solve on glass."""
+    Y = np.dot(Q[:m].T, S)
+    G = np.dot(Y.T, Y)
+    k = G.shape[0]
+    theta = np.empty(k)
+    try:
+        C = np.linalg.cholesky(G)
+    except Exception:  # noqa: BLE001 (numba raises LinAlgError; it cannot name it here)
+        return False, theta, Y, Y
+    Y = np.ascontiguousarray(np.dot(Y, np.linalg.inv(C).T))
+    AY = sym_matmat(uptr, uidx, udata, diag, Y)
+    H = np.dot(Y.T, AY)
+    theta, U = np.linalg.eigh(0.5 * (H + H.T))
+    return True, theta, np.dot(Y, U), np.dot(AY, U)
+
+
+@njit(nogil=True, cache=True)
+def _residual_norms(Y, AY, theta):
+    """||A y_i - theta_i y_i|| for each column i."""
+    n, k = Y.shape
+    out = np.zeros(k)
+    for i in range(n):
+        for c in range(k):
+            d = AY[i, c] - theta[c] * Y[i, c]
+            out[c] += d * d
+    return np.sqrt(out)
+
+
+def _rayleigh_ritz(Z, AZ, k):
     """The top k Ritz pairs of A on span(Z) (Z orthonormal, AZ = A Z): (theta ascending,
     Y, AY)."""
     H = Z.T @ AZ

@@ -92,11 +92,13 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
 ``eigensolver='arpack'`` is exactly that at every kernel step (the reference). The default
 ``'fast'`` computes the same things with less work:
 
-* Above ``_FAST_DENSE_MAX_N`` = 350 points the top eigenpairs come from Lanczos with partial
+* Above ``_FAST_DENSE_MAX_N`` = 200 points the top eigenpairs come from Lanczos with partial
   reorthogonalisation, every vector kept and no restarts (``npkl_dist._lanczos``), at
   eigsh's tolerance and checked by their true residuals after a Rayleigh-Ritz step:
-  1.3-2.5x faster than eigsh on the adult sets, whose solves spend 70-80% outside the
-  products with A (``bench/lanczos_vs_arpack.py``). Where it cannot certify its result
+  2.3-2.9x faster than eigsh on the adult sets, whose solves spend 70-80% outside the
+  products with A (``bench/lanczos_vs_arpack.py``). A is held in the upper form Lanczos
+  reads (``_SymA``: strict upper triangle and diagonal, assembled by a compiled merge of L's
+  pattern with the pairs); a CSR matrix is made from it only for the ARPACK fallback. Where it cannot certify its result
   (non-finite values, a repeated eigenvalue seen, no convergence within its memory budget
   of ``_lanczos._MAX_BYTES``, a residual check failing), eigsh runs instead, with its products straight through scipy's
   compiled CSR kernel (``A @ x`` spends about 30 us of Python dispatch per product around a
@@ -109,7 +111,7 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
   the full top-rank problem instead. Every step that can be followed by a refinement (each ``_SLACK_CHECK``-th, the
   refinement's own dual step) and the final one (re-solved if needed: the certificate, the
   refinement subspace span(P) and ``eigenvalues`` use all rank eigenpairs) are full solves.
-* Up to ``_FAST_DENSE_MAX_N`` = 350 points A is assembled dense (``_DenseA``) and only its
+* Up to ``_FAST_DENSE_MAX_N`` = 200 points A is assembled dense (``_DenseA``) and only its
   top rank eigenpairs are computed, by ``dsyevr``'s algorithm for a part of the spectrum
   (tridiagonalisation, bisection, inverse iteration) with the bisection compiled and run for
   all rank eigenvalues side by side (``npkl_dist._tridiag``); numpy's ``eigh`` below
@@ -169,7 +171,7 @@ from ._objective import loss_fn
 from ._kernels import (LOSS_CODES, add_pair_terms, add_pairs_in_place, csr_negated_dense,
                        pair_dots, pair_terms_serial, smooth_terms_serial)
 from ._problem import NPKLProblem
-from ._lanczos import lanczos_top_eigs
+from ._lanczos import SymUpper, add_pair_slots, lanczos_top_eigs, sym_upper_pattern
 from ._tridiag import tridiagonal_top_eigs
 
 __all__ = ["fit_simplenpkl", "simplenpkl_objective", "SimpleNPKLResult", "DEFAULT_B"]
@@ -368,6 +370,36 @@ class _SparseA:
         return self.A
 
 
+class _SymA:
+    """A(w) in the upper form the fast path's Lanczos reads (:class:`SymUpper`): the same
+    values as ``_SparseA(problem).set(w)`` (one addition of w_p t_p / 2 to -L_ij per pair),
+    with the union pattern built by one compiled merge instead of scipy's sparse sums and
+    sorts (glass: 0.3 ms against 10 us), and no conversion at every solve."""
+
+    def __init__(self, problem: NPKLProblem):
+        c = problem.constraints
+        L = problem.L
+        if not (isinstance(L, sp.csr_matrix) and L.has_canonical_format
+                and L.dtype == np.float64):  # as build() leaves it
+            L = sp.csr_matrix(L, dtype=np.float64, copy=True)
+            L.sum_duplicates()
+            L.sort_indices()
+        if not np.all(L.data):  # explicit zeros: out of the pattern, as in _SparseA
+            L = L.copy()
+            L.eliminate_zeros()
+        i, j = np.asarray(c.i, dtype=np.int64), np.asarray(c.j, dtype=np.int64)
+        lo, hi = np.minimum(i, j), np.maximum(i, j)
+        self.uptr, self.uidx, self.base, self.diag, self.pos = sym_upper_pattern(
+            L.indptr, L.indices, L.data, lo, hi)
+        self.t = c.t.astype(np.float64)
+        self.shape = L.shape
+
+    def set(self, w: np.ndarray) -> SymUpper:
+        out = np.empty_like(self.base)
+        add_pair_slots(self.base, self.pos, np.asarray(w, dtype=np.float64), self.t, out)
+        return SymUpper(self.uptr, self.uidx, out, self.diag)
+
+
 class _DenseA:
     """A(w) = sum_p w_p t_p E_p - L as a fresh dense array per call (the fast path's dense
     solves overwrite it). Entry for entry the values of ``_SparseA(problem).set(w).toarray()``:
@@ -431,8 +463,16 @@ def _use_dense(n: int, k: int) -> bool:
 #: (214) 1.01 vs 1.73 / 9.6 vs 11.7 ms; heart (270) 1.56 vs 1.94 / 56.3 vs 55.9 ms;
 #: breast-cancer n = 300: 2.05 vs 2.39 / 18.0 vs 16.8 ms; 400: 3.89 vs 3.27 / 31.0 vs
 #: 22.8 ms; 500: 6.9 vs 4.4 / 59.9 vs 35.5 ms; all 569: 10.5 vs 6.1 / 89 vs 45 ms. The
-#: crossover lies between 300 and 400 points, hence 350.
-_FAST_DENSE_MAX_N = 350
+#: crossover lay between 300 and 400 points, hence 350. With A assembled in Lanczos's upper
+#: form by a compiled merge (``_SymA``, 16 us on glass against 0.3 ms through scipy),
+#: vectorised inner products in the Lanczos steps and a compiled Rayleigh-Ritz
+#: (2026-11-25 evening; same bench, ``--runs 5``, Lanczos vs dense, linear / squared
+#: hinge): wine (178) 0.90 vs 0.77 / 6.5 vs 6.6 ms; breast-cancer n = 200: 0.99 vs
+#: 0.97 / 7.5 vs 8.2 ms; sonar (208) 1.03 vs 1.01 / 6.7 vs 7.3 ms; glass (214) 1.05 vs
+#: 1.16 / 9.2 vs 10.8 ms; breast-cancer n = 250: 1.26 vs 1.48 / 8.1 vs 10.6 ms; heart
+#: (270) 1.31 vs 1.80 / 47.8 vs 64.9 ms; breast-cancer n = 300: 1.57 vs 2.29 / 13.9 vs
+#: 21.4 ms. The crossover lies near 200 points, hence 200.
+_FAST_DENSE_MAX_N = 200
 
 
 def _fast_dense(n: int, fast: bool) -> bool:
@@ -588,6 +628,8 @@ def _eigsh(A, k, v0, fast):
             return w, P
         _log.debug("simplenpkl: Lanczos (k=%d, n=%d) fell back to ARPACK: %s %s",
                    k, n, failure, stats)
+    if isinstance(A, SymUpper):
+        A = A.tocsr()
     op = _CSROperator(A) if fast and _csr_matvec is not None else A
     # both paths use the same basis, so that the fast path's products stay bitwise those of
     # the reference's
@@ -936,7 +978,12 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
     gamma = problem.gamma
     c = problem.constraints
     # the linear loss's one kernel step: A assembled in -L's own array
-    Aop = _DenseA(problem, single=loss == "linear") if _fast_dense(n, fast) else _SparseA(problem)
+    if _fast_dense(n, fast):
+        Aop = _DenseA(problem, single=loss == "linear")
+    elif fast and _SPARSE_LANCZOS:
+        Aop = _SymA(problem)  # the upper form Lanczos reads (a CSR only for ARPACK)
+    else:
+        Aop = _SparseA(problem)
     dense = _dense_solve(n, rank, fast)  # every kernel step's eigensolve is dense
     # Lanczos start vectors (ARPACK only; a generator costs more than a small dense solve)
     rng = None if dense else np.random.default_rng(problem.seed)

@@ -160,6 +160,82 @@ def test_eigsh_falls_back_to_arpack_when_lanczos_fails(monkeypatch):
     np.testing.assert_allclose(np.sort(w2), np.sort(ref[0]), atol=1e-10)
 
 
+def test_eigsh_falls_back_to_arpack_from_the_upper_form(monkeypatch):
+    """The fast path hands Lanczos the upper form (SymUpper); when Lanczos fails, ARPACK
+    runs on its CSR, which is the whole symmetric matrix."""
+    A = npkl_like(150, 3)
+    upper = lz.SymUpper(*lz._upper_part(A.indptr, A.indices, A.data))
+    np.testing.assert_array_equal(upper.tocsr().toarray(), np.triu(A.toarray(), 1)
+                                  + np.triu(A.toarray(), 1).T + np.diag(A.diagonal()))
+    v0 = np.random.default_rng(3).standard_normal(150)
+    ref = snp._eigsh(upper.tocsr(), 8, v0, False)
+    monkeypatch.setattr(snp, "lanczos_top_eigs",
+                        lambda *a, **k: (None, None, {}, "forced failure"))
+    w, P = snp._eigsh(upper, 8, v0, True)
+    np.testing.assert_array_equal(np.sort(w), np.sort(ref[0]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(2, 90), seed=st.integers(0, 2**31), extra=st.integers(0, 4),
+       pair_frac=st.floats(0.0, 1.5), zeros=st.booleans())
+def test_upper_form_assembly_equals_the_scipy_one(n, seed, extra, pair_frac, zeros):
+    """sym_upper_pattern + add_pair_slots give, bitwise, the upper form of
+    -L + sum_p (w_p t_p / 2)(E_ij + E_ji) built by scipy's sums (the union pattern, -L_ij + half
+    where a pair meets an edge of L, +0.0 outside L's pattern), with pairs on L's edges and
+    off them, given out of order."""
+    rng = np.random.default_rng(seed)
+    i = rng.integers(0, n, extra * n + 1)
+    j = rng.integers(0, n, extra * n + 1)
+    keep = i != j
+    W = sp.coo_matrix((rng.uniform(0.1, 1.0, keep.sum()), (i[keep], j[keep])), shape=(n, n))
+    W = (W + W.T).tocsr()
+    L = (sp.diags(np.asarray(W.sum(axis=1)).ravel() + 1e-3) - W).tocsr()
+    L.sum_duplicates()
+    L.sort_indices()
+    if zeros:  # edges of W removed (symmetrically), diagonal kept: a sparser pattern
+        D = L.toarray()
+        cut = np.triu(rng.random((n, n)) < 0.3, 1)
+        D[cut | cut.T] = 0.0
+        L = sp.csr_matrix(D)
+    all_pairs = [(a, b) for a in range(n) for b in range(a + 1, n)]
+    m = min(len(all_pairs), int(pair_frac * n))
+    chosen = rng.permutation(len(all_pairs))[:m]  # distinct, in random order
+    pi = np.array([all_pairs[c][0] for c in chosen], dtype=np.int64)
+    pj = np.array([all_pairs[c][1] for c in chosen], dtype=np.int64)
+    w, t = rng.standard_normal(m), rng.choice([-1.0, 1.0], m)
+    uptr, uidx, base, diag, pos = lz.sym_upper_pattern(L.indptr, L.indices, L.data, pi, pj)
+    udata = np.empty_like(base)
+    lz.add_pair_slots(base, pos, w, t, udata)
+    half = 0.5 * w * t
+    T = sp.coo_matrix((np.r_[half, half], (np.r_[pi, pj], np.r_[pj, pi])), shape=(n, n))
+    A = (-L + T).tocsr()  # scipy: one addition where both have an entry
+    A.sort_indices()
+    # the union pattern keeps entries that cancel to zero; scipy's sum drops them
+    ref = lz._upper_part(A.indptr, A.indices, A.data)
+    mine = lz.SymUpper(uptr, uidx, udata, diag)
+    np.testing.assert_array_equal(mine.diag, ref[3])
+    dense_mine = np.triu(mine.tocsr().toarray(), 1)
+    dense_ref = np.triu(A.toarray(), 1)
+    np.testing.assert_array_equal(dense_mine, dense_ref)
+    # the pattern: every upper entry of L and every pair, nothing else, sorted by row/column
+    want = set(zip(*np.nonzero(np.triu(L.toarray(), 1)))) | set(zip(pi.tolist(), pj.tolist()))
+    rows = np.repeat(np.arange(n), np.diff(uptr.astype(np.int64)))
+    got = list(zip(rows.tolist(), uidx.astype(np.int64).tolist()))
+    assert got == sorted(want)
+    np.testing.assert_array_equal(np.array(got, dtype=np.int64).reshape(-1, 2)[pos],
+                                  np.c_[pi, pj].reshape(-1, 2))
+    # the values bitwise (signed zeros too) where scipy kept the entry
+    keys = rows * n + uidx.astype(np.int64)
+    ref_rows = np.repeat(np.arange(n), np.diff(ref[0].astype(np.int64)))
+    at = np.searchsorted(keys, ref_rows * n + ref[1].astype(np.int64))
+    np.testing.assert_array_equal(udata[at], ref[2])
+    np.testing.assert_array_equal(np.signbit(udata[at]), np.signbit(ref[2]))
+    # and the products of the upper form
+    X = rng.standard_normal((n, 3))
+    np.testing.assert_allclose(lz.sym_matmat(*mine, X), A.toarray() @ X, rtol=1e-13,
+                               atol=1e-13 * (np.abs(A.data).sum() + 1))
+
+
 @settings(max_examples=30, deadline=None)
 @given(n=st.integers(1, 80), seed=st.integers(0, 2**31), density=st.floats(0.0, 0.5))
 def test_symmetric_product_equals_the_csr_product(n, seed, density):

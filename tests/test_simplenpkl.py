@@ -272,6 +272,43 @@ def test_dense_A_equals_the_sparse_one(global_random_seed, loss, single):
         np.testing.assert_array_equal(np.signbit(M), np.signbit(snp._SparseA(q).set(w).toarray()))
 
 
+def test_upper_form_of_A_equals_the_sparse_one(global_random_seed):
+    """The fast path's Lanczos input (``_SymA``: the upper form, assembled by one compiled
+    merge) is, array for array, what Lanczos made of the sparse A(w) before
+    (``_upper_part`` of ``_SparseA``), for any weights, for L with a stored zero and with a
+    row out of order; each call returns fresh values."""
+    import dataclasses
+
+    from npkl_dist import _lanczos as lz
+
+    p = tiny_problem(global_random_seed, "squared_hinge", n=14, n_pairs=10, gamma=1.7)
+    rng = np.random.default_rng(global_random_seed)
+    L = p.L.tolil()
+    a, b = next((a, b) for a in range(p.n_points) for b in range(a + 1, p.n_points)
+                if L[a, b] == 0)
+    coo = p.L.tocoo()
+    rows, cols, vals = np.r_[coo.row, a, b], np.r_[coo.col, b, a], np.r_[coo.data, 0.0, 0.0]
+    canonical = sp.csr_matrix((vals, (rows, cols)), shape=p.L.shape)
+    lo, hi = canonical.indptr[0], canonical.indptr[1]
+    unsorted = sp.csr_matrix((np.r_[canonical.data[lo:hi][::-1], canonical.data[hi:]],
+                              np.r_[canonical.indices[lo:hi][::-1], canonical.indices[hi:]],
+                              canonical.indptr), shape=p.L.shape)
+    for L_variant in (p.L, canonical, unsorted):
+        q = dataclasses.replace(p, L=L_variant)
+        op = snp._SymA(q)
+        for w in (np.full(q.constraints.m, q.gamma), rng.standard_normal(q.constraints.m)):
+            A = snp._SparseA(q).set(w)
+            want = lz._upper_part(A.indptr, A.indices, A.data)
+            got = op.set(w)
+            assert isinstance(got, lz.SymUpper) and got.shape == A.shape
+            for x, y in zip(got, want):
+                np.testing.assert_array_equal(x, y)
+                assert x.dtype == y.dtype
+            np.testing.assert_array_equal(np.signbit(got.udata), np.signbit(want[2]))
+            got.udata[:] = 0.0  # a later call must not see that
+            np.testing.assert_array_equal(op.set(w).udata, want[2])
+
+
 def test_dual_gradient_and_local_lipschitz_bound(global_random_seed):
     """grad J = 1 - t K_ij - alpha/(2 gamma) (finite differences) and
     ||grad J(a) - grad J(a')|| <= (sqrt(B)/(2||A_+||) + 1/(2 gamma)) ||a - a'|| locally."""
