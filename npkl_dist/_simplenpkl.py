@@ -539,8 +539,17 @@ def _top_eigs(A, k: int, v0, fast: bool = False, overwrite: bool = False):
         w, P = np.linalg.eigh(A.toarray())
         return w[::-1][:k].copy(), P[:, ::-1][:, :k].copy()
     w, P = _eigsh(A, k, v0, fast)
+    return _descending(w, P)
+
+
+def _descending(w, P):
+    """(w, P) with w in descending order and P's columns in step, P C-contiguous: its
+    rows are what the objective and the pair values read (P[:, order] alone is
+    F-contiguous, and tr(V'LV) over it took 94 instead of 17 ms on adult-a5a)."""
     order = np.argsort(w)[::-1]
-    return w[order], P[:, order]
+    if P.flags.c_contiguous and np.array_equal(order, np.arange(w.size)):
+        return w, P  # Lanczos's output: already in order
+    return w[order], np.ascontiguousarray(P[:, order])
 
 
 #: Below this many points ``_dense_top_eigs`` keeps ``numpy.linalg.eigh`` (one BLAS thread,
@@ -660,9 +669,7 @@ def _top_eigs_positive(A, k: int, v0, k_try: int, overwrite: bool = False):
     """
     n = A.shape[0]
     if 1 <= k_try < k and not _dense_solve(n, k, True):
-        w, P = _eigsh(A, k_try, v0, True)
-        order = np.argsort(w)[::-1]
-        w, P = w[order], P[:, order]
+        w, P = _descending(*_eigsh(A, k_try, v0, True))
         if w[-1] <= 0.0:
             sigma = np.concatenate([w, np.full(k - k_try, w[-1])])
             return sigma, np.hstack([P, np.zeros((n, k - k_try))]), False

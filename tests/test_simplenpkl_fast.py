@@ -718,3 +718,21 @@ def test_refinement_does_not_depend_on_the_signs_of_the_eigenvectors(global_rand
     K1 = P @ S1 @ P.T
     K2 = (P * signs) @ S2 @ (P * signs).T
     np.testing.assert_allclose(K2, K1, atol=1e-9 * np.abs(K1).max())
+
+
+def test_eigenpairs_come_out_descending_with_rows_contiguous():
+    """_descending: ARPACK's ascending pairs are reversed into a C-contiguous P (the
+    objective and the pair values read its rows; an F-ordered P made tr(V'LV) 5x slower on
+    adult-a5a); Lanczos's pairs, already in order, pass through unchanged."""
+    rng = np.random.default_rng(0)
+    w = np.sort(rng.standard_normal(7))
+    P = rng.standard_normal((30, 7))
+    wd, Pd = snp._descending(w, P)
+    np.testing.assert_array_equal(wd, w[::-1])
+    np.testing.assert_array_equal(Pd, P[:, ::-1])
+    assert Pd.flags.c_contiguous
+    w2, P2 = snp._descending(wd, Pd)
+    assert w2 is wd and P2 is Pd
+    w3, P3 = snp._descending(wd, np.asfortranarray(Pd))
+    np.testing.assert_array_equal(P3, Pd)
+    assert P3.flags.c_contiguous
