@@ -97,11 +97,12 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
   eigsh's tolerance and checked by their true residuals after a Rayleigh-Ritz step:
   2.3-2.9x faster than eigsh on the adult sets, whose solves spend 70-80% outside the
   products with A (``bench/lanczos_vs_arpack.py``). A is held in the upper form Lanczos
-  reads (``_SymA``: strict upper triangle and diagonal, assembled by a compiled merge of L's
-  pattern with the pairs); a CSR matrix is made from it only for the ARPACK fallback. Where it cannot certify its result
-  (non-finite values, a repeated eigenvalue seen, no convergence within its memory budget
-  of ``_lanczos._MAX_BYTES``, a residual check failing), eigsh runs instead, with its products straight through scipy's
-  compiled CSR kernel (``A @ x`` spends about 30 us of Python dispatch per product around a
+  reads (``_SymA``: strict upper triangle and diagonal, assembled by a compiled merge of
+  L's pattern with the pairs); a CSR matrix is made from it only for the ARPACK fallback.
+  Where Lanczos cannot certify its result (non-finite values, a repeated eigenvalue seen,
+  no convergence within its memory budget of ``_lanczos._MAX_BYTES``, a residual check
+  failing), eigsh runs instead, with its products straight through scipy's compiled CSR
+  kernel (``A @ x`` spends about 30 us of Python dispatch per product around a
   90 us product on adult-a1a; the products are bitwise those of ``A @ x``).
 * Between slack checks only the positive eigenpairs are computed: the kernel step and J use
   ``max(sigma, 0)``, so eigenpairs with sigma <= 0 enter with weight 0. Alg. 1 drives A(alpha)
@@ -371,10 +372,11 @@ class _SparseA:
 
 
 class _SymA:
-    """A(w) in the upper form the fast path's Lanczos reads (:class:`SymUpper`): the same
-    values as ``_SparseA(problem).set(w)`` (one addition of w_p t_p / 2 to -L_ij per pair),
-    with the union pattern built by one compiled merge instead of scipy's sparse sums and
-    sorts (glass: 0.3 ms against 10 us), and no conversion at every solve."""
+    """A(w) in the upper form the fast path's Lanczos reads (:class:`SymUpper`): array for
+    array what Lanczos made of ``_SparseA(problem).set(w)`` before (its strict upper
+    triangle and diagonal: one addition of w_p t_p / 2 to -L_ij per pair), with the union
+    pattern built by one compiled merge instead of scipy's sparse sums and sorts (glass:
+    16 us against 0.3 ms), and no conversion at every solve."""
 
     def __init__(self, problem: NPKLProblem):
         c = problem.constraints
