@@ -290,17 +290,35 @@ def _axpy_sumsq(alpha, x, r):  # OUT: r
     return s
 
 
+@njit(nogil=True, cache=True, fastmath=_DOT_FLAGS)
+def _axpy_dot(alpha, x, r, z):  # OUT: r
+    """r -= alpha x; returns z'r (of the updated r)."""
+    s = 0.0
+    for i in range(r.size):
+        r[i] -= alpha * x[i]
+        s += z[i] * r[i]
+    return s
+
+
 @njit(nogil=True, cache=True)
 def _orthogonalise(Q, r, sel, m):  # OUT: r
-    """One modified Gram-Schmidt pass of r against the rows k < m of Q with sel[k] (each
-    row read once: its product and its update are one visit)."""
-    n = r.size
+    """One modified Gram-Schmidt pass of r against the rows k < m of Q with sel[k]. Each
+    row's update of r and the next row's product with the updated r are one pass over r
+    (one pass per row instead of two: adult-a5a's 6414-long rows, 600 of them, 1.71 ->
+    1.11 ms per call)."""
+    prev = -1
+    s = 0.0
     for k in range(m):
         if sel[k]:
-            qk = Q[k]
-            s = _dot(qk, r)
-            for i in range(n):
-                r[i] -= s * qk[i]
+            if prev < 0:
+                s = _dot(Q[k], r)
+            else:
+                s = _axpy_dot(s, Q[prev], r, Q[k])
+            prev = k
+    if prev >= 0:
+        qk = Q[prev]
+        for i in range(r.size):
+            r[i] -= s * qk[i]
 
 
 @njit(nogil=True, cache=True)
@@ -319,11 +337,9 @@ def _lanczos(uptr, uidx, udata, diag, Q, a, b, w_prev, w_cur, w_next, sel, j0, j
         q = Q[j]
         _sym_matvec(uptr, uidx, udata, diag, q, r)
         if j > 0:
-            bp = b[j - 1]
-            qp = Q[j - 1]
-            for i in range(n):
-                r[i] -= bp * qp[i]
-        alpha = _dot(q, r)
+            alpha = _axpy_dot(b[j - 1], Q[j - 1], r, q)  # r -= b_{j-1} q_{j-1}; q'r
+        else:
+            alpha = _dot(q, r)
         beta = np.sqrt(_axpy_sumsq(alpha, q, r))
         a[j] = alpha
         if not (np.isfinite(alpha) and np.isfinite(beta)):
