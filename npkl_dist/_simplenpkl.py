@@ -92,7 +92,7 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
 ``eigensolver='arpack'`` is exactly that at every kernel step (the reference). The default
 ``'fast'`` computes the same things with less work:
 
-* Above ``_FAST_DENSE_MAX_N`` = 200 points the top eigenpairs come from Lanczos with partial
+* Above ``_FAST_DENSE_MAX_N`` = 160 points the top eigenpairs come from Lanczos with partial
   reorthogonalisation, every vector kept and no restarts (``npkl_dist._lanczos``), at
   eigsh's tolerance and checked by their true residuals after a Rayleigh-Ritz step:
   2.3-2.9x faster than eigsh on the adult sets, whose solves spend 70-80% outside the
@@ -112,7 +112,7 @@ no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`
   the full top-rank problem instead. Every step that can be followed by a refinement (each ``_SLACK_CHECK``-th, the
   refinement's own dual step) and the final one (re-solved if needed: the certificate, the
   refinement subspace span(P) and ``eigenvalues`` use all rank eigenpairs) are full solves.
-* Up to ``_FAST_DENSE_MAX_N`` = 200 points A is assembled dense (``_DenseA``) and only its
+* Up to ``_FAST_DENSE_MAX_N`` = 160 points A is assembled dense (``_DenseA``) and only its
   top rank eigenpairs are computed, by ``dsyevr``'s algorithm for a part of the spectrum
   (tridiagonalisation, bisection, inverse iteration) with the bisection compiled and run for
   all rank eigenvalues side by side (``npkl_dist._tridiag``); numpy's ``eigh`` below
@@ -473,8 +473,13 @@ def _use_dense(n: int, k: int) -> bool:
 #: 0.97 / 7.5 vs 8.2 ms; sonar (208) 1.03 vs 1.01 / 6.7 vs 7.3 ms; glass (214) 1.05 vs
 #: 1.16 / 9.2 vs 10.8 ms; breast-cancer n = 250: 1.26 vs 1.48 / 8.1 vs 10.6 ms; heart
 #: (270) 1.31 vs 1.80 / 47.8 vs 64.9 ms; breast-cancer n = 300: 1.57 vs 2.29 / 13.9 vs
-#: 21.4 ms. The crossover lies near 200 points, hence 200.
-_FAST_DENSE_MAX_N = 200
+#: 21.4 ms. The crossover lay near 200 points. With each reorthogonalisation update fused
+#: with the next inner product (same bench, ``--runs 7``): iris (150) 0.65 vs 0.59 / 24.2
+#: vs 24.7 ms; breast-cancer n = 150: 0.63 vs 0.63 / 5.0 vs 5.5 ms; 175: 0.74 vs 0.81 /
+#: 5.5 vs 6.2 ms; wine (178) 0.70 vs 0.75 / 5.7 vs 6.6 ms; breast-cancer n = 200: 0.85 vs
+#: 0.93 / 6.9 vs 8.3 ms; sonar (208) 0.80 vs 1.05 / 6.2 vs 7.8 ms; glass (214) 0.87 vs
+#: 1.16 / 8.0 vs 10.5 ms. The crossover lies near 150 points, hence 160.
+_FAST_DENSE_MAX_N = 160
 
 
 def _fast_dense(n: int, fast: bool) -> bool:
