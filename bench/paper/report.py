@@ -289,9 +289,15 @@ def markdown(agg, names, methods, wall_seconds, reps, command, machines=None):
         f"were re-run on every data set but adult-a6a (`--datasets soybean chessboard "
         f"dbl-spiral iris wine sonar glass heart breast-cancer adult-a1a adult-a2a adult-a3a "
         f"adult-a4a adult-a5a`, same options): 776 s on the Intel Xeon machine, 2026-11-25, "
-        f"accuracies unchanged in every printed digit; these are the rows shown (a run just "
-        f"before it was discarded: unchanged code such as glass's dense linear fit took 4x "
-        f"its usual time in 4 of 20 repetitions; bench/RESULTS.md).",
+        f"accuracies unchanged in every printed digit (a run just before it was discarded: "
+        f"unchanged code such as glass's dense linear fit took 4x its usual time in 4 of 20 "
+        f"repetitions; bench/RESULTS.md). After A went to Lanczos's upper form (compiled "
+        f"assembly), the Lanczos steps' inner products were vectorised and fused with the "
+        f"updates, the eigenvectors came out C-ordered and the dense limit moved from 350 to "
+        f"160 points, the same command was run on the otherwise idle Intel Xeon machine, "
+        f"2026-11-25 evening: once before the fused updates and the 160-point limit (497 s), "
+        f"then twice after them (468 s, and the rows shown, which the invocation above "
+        f"names); accuracies unchanged in every printed digit in each.",
         "",
         "Pairwise (Rand) accuracy in %, mean ± std over repetitions; fit time in seconds "
         "(kernel learning, or the peer's whole fit; for the \"γ by CV\" methods the "
