@@ -260,3 +260,26 @@ def test_bisection_of_an_index_range_equals_lapack(n, seed, data):
     w = tri._bisect_range(d, e2, first, k, pivmin, tri._EPS * tnorm)
     ref = eigvalsh_tridiagonal(d, e, select="i", select_range=(first, first + k - 1))
     np.testing.assert_allclose(w, ref, rtol=0, atol=4 * tri._EPS * tnorm)
+
+
+def test_compiled_rayleigh_ritz_equals_numpy_and_reports_dependent_vectors():
+    """_ritz_pairs: Ritz vectors Q_m' S, orthonormalised, projected and diagonalised in one
+    compiled call, equal numpy's QR + eigh on the same span; a dependent set (a zero column
+    of S) is reported, not returned."""
+    n, m, k = 60, 12, 5
+    A = npkl_like(n, 4)
+    upper = lz._upper_part(A.indptr, A.indices, A.data)
+    rng = np.random.default_rng(4)
+    Q = np.ascontiguousarray(np.linalg.qr(rng.standard_normal((n, m)))[0].T)
+    S = np.asfortranarray(rng.standard_normal((m, k)))
+    ok, theta, Y, AY = lz._ritz_pairs(Q, S, m, *upper)
+    assert ok
+    Z = np.linalg.qr(Q.T @ S)[0]
+    np.testing.assert_allclose(theta, np.linalg.eigvalsh(Z.T @ (A @ Z)), atol=1e-12)
+    np.testing.assert_allclose(Y.T @ Y, np.eye(k), atol=1e-12)
+    np.testing.assert_allclose(AY, A @ Y, atol=1e-12)
+    np.testing.assert_allclose(Y.T @ AY, np.diag(theta), atol=1e-12)
+    np.testing.assert_allclose(lz._residual_norms(Y, AY, theta),
+                               np.linalg.norm(A @ Y - Y * theta, axis=0), atol=1e-13)
+    S[:, 2] = 0.0
+    assert not lz._ritz_pairs(Q, S, m, *upper)[0]
