@@ -24,9 +24,9 @@ from npkl_dist._simplenpkl import fit_simplenpkl
 
 @pytest.fixture(autouse=True)
 def arpack_fast_path(monkeypatch):
-    """These problems (n = 80-150) would take the fast path's dense solve (n <= 350); keep
-    them on its ARPACK path, which is what they test. ``test_small_n_fast_path_is_dense``
-    covers the dense one."""
+    """These problems (n = 80-150) would take the fast path's dense solve (n <= 160); keep
+    them on its sparse path (Lanczos, ARPACK where it fails), which is what they test.
+    ``test_small_n_fast_path_is_dense`` covers the dense one."""
     monkeypatch.setattr(snp, "_FAST_DENSE_MAX_N", 0)
 
 
