@@ -281,18 +281,8 @@ def _dot(x, y):
 
 
 @njit(nogil=True, cache=True, fastmath=_DOT_FLAGS)
-def _axpy_sumsq(alpha, x, r):  # OUT: r
-    """r -= alpha x; returns ||r||^2."""
-    s = 0.0
-    for i in range(r.size):
-        r[i] -= alpha * x[i]
-        s += r[i] * r[i]
-    return s
-
-
-@njit(nogil=True, cache=True, fastmath=_DOT_FLAGS)
 def _axpy_dot(alpha, x, r, z):  # OUT: r
-    """r -= alpha x; returns z'r (of the updated r)."""
+    """r -= alpha x; returns z'r (of the updated r; z may be r itself)."""
     s = 0.0
     for i in range(r.size):
         r[i] -= alpha * x[i]
@@ -340,7 +330,7 @@ def _lanczos(uptr, uidx, udata, diag, Q, a, b, w_prev, w_cur, w_next, sel, j0, j
             alpha = _axpy_dot(b[j - 1], Q[j - 1], r, q)  # r -= b_{j-1} q_{j-1}; q'r
         else:
             alpha = _dot(q, r)
-        beta = np.sqrt(_axpy_sumsq(alpha, q, r))
+        beta = np.sqrt(_axpy_dot(alpha, q, r, r))  # r -= alpha q; ||r||
         a[j] = alpha
         if not (np.isfinite(alpha) and np.isfinite(beta)):
             b[j] = np.nan
@@ -576,7 +566,8 @@ def lanczos_top_eigs(A, k: int, v0, tol: float, max_rows: int | None = None):
         # Rayleigh-Ritz on span(Y, R) (a block Lanczos step from the Ritz vectors)
         stats["refinements"] += 1
         Z, _ = np.linalg.qr(np.hstack([Y, AY - Y * theta]))
-        theta, Y, AY = _rayleigh_ritz(Z, sym_matmat(*upper, np.ascontiguousarray(Z)), k)
+        Z = np.ascontiguousarray(Z)
+        theta, Y, AY = _rayleigh_ritz(Z, sym_matmat(*upper, Z), k)
         limit = _VERIFY * tol * np.maximum(_EPS23, np.abs(theta))
         residual = _residual_norms(Y, AY, theta)
     if not np.all(residual <= limit):
@@ -603,10 +594,8 @@ def _ritz_pairs(Q, S, m, uptr, uidx, udata, diag):
     except Exception:  # noqa: BLE001 (numba raises LinAlgError; it cannot name it here)
         return False, theta, Y, Y
     Y = np.ascontiguousarray(np.dot(Y, np.linalg.inv(C).T))
-    AY = sym_matmat(uptr, uidx, udata, diag, Y)
-    H = np.dot(Y.T, AY)
-    theta, U = np.linalg.eigh(0.5 * (H + H.T))
-    return True, theta, np.dot(Y, U), np.dot(AY, U)
+    theta, Y, AY = _rayleigh_ritz(Y, sym_matmat(uptr, uidx, udata, diag, Y), k)
+    return True, theta, Y, AY
 
 
 @njit(nogil=True, cache=True)
@@ -621,10 +610,11 @@ def _residual_norms(Y, AY, theta):
     return np.sqrt(out)
 
 
+@njit(nogil=True, cache=True)
 def _rayleigh_ritz(Z, AZ, k):
     """The top k Ritz pairs of A on span(Z) (Z orthonormal, AZ = A Z): (theta ascending,
     Y, AY)."""
-    H = Z.T @ AZ
+    H = np.dot(Z.T, AZ)
     theta, U = np.linalg.eigh(0.5 * (H + H.T))
-    U = U[:, -k:]
-    return theta[-k:], Z @ U, AZ @ U
+    U = np.ascontiguousarray(U[:, U.shape[1] - k:])
+    return theta[theta.size - k:].copy(), np.dot(Z, U), np.dot(AZ, U)

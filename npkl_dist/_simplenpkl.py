@@ -389,10 +389,9 @@ class _SymA:
         if not np.all(L.data):  # explicit zeros: out of the pattern, as in _SparseA
             L = L.copy()
             L.eliminate_zeros()
-        i, j = np.asarray(c.i, dtype=np.int64), np.asarray(c.j, dtype=np.int64)
-        lo, hi = np.minimum(i, j), np.maximum(i, j)
         self.uptr, self.uidx, self.base, self.diag, self.pos = sym_upper_pattern(
-            L.indptr, L.indices, L.data, lo, hi)
+            L.indptr, L.indices, L.data, np.asarray(c.i, dtype=np.int64),
+            np.asarray(c.j, dtype=np.int64))  # pairs have i < j (Constraints)
         self.t = c.t.astype(np.float64)
         self.shape = L.shape
 

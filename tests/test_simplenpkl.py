@@ -233,6 +233,24 @@ def _grad_and_J(p, op, alpha, B):
     return g, J, norm
 
 
+def _stored_zero_variants(L0):
+    """L0 with a stored zero pair added off its pattern: (canonical CSR, the same with row
+    0's entries reversed, i.e. not canonical)."""
+    L = L0.tolil()
+    n = L0.shape[0]
+    a, b = next((a, b) for a in range(n) for b in range(a + 1, n) if L[a, b] == 0)
+    coo = L0.tocoo()
+    rows, cols, vals = np.r_[coo.row, a, b], np.r_[coo.col, b, a], np.r_[coo.data, 0.0, 0.0]
+    canonical = sp.csr_matrix((vals, (rows, cols)), shape=L0.shape)
+    assert canonical.has_canonical_format and canonical.nnz == L0.nnz + 2
+    lo, hi = canonical.indptr[0], canonical.indptr[1]
+    unsorted = sp.csr_matrix((np.r_[canonical.data[lo:hi][::-1], canonical.data[hi:]],
+                              np.r_[canonical.indices[lo:hi][::-1], canonical.indices[hi:]],
+                              canonical.indptr), shape=L0.shape)
+    assert hi - lo > 1 and not unsorted.has_canonical_format
+    return canonical, unsorted
+
+
 @pytest.mark.parametrize("single", [False, True])  # single: the pairs added to -L in place
 @pytest.mark.parametrize("loss", ["linear", "squared_hinge"])
 def test_dense_A_equals_the_sparse_one(global_random_seed, loss, single):
@@ -252,19 +270,7 @@ def test_dense_A_equals_the_sparse_one(global_random_seed, loss, single):
     # fill) and with a row's entries out of order (scipy's conversion)
     import dataclasses
 
-    L = p.L.tolil()
-    a, b = next((a, b) for a in range(p.n_points) for b in range(a + 1, p.n_points)
-                if L[a, b] == 0)
-    coo = p.L.tocoo()
-    rows, cols, vals = np.r_[coo.row, a, b], np.r_[coo.col, b, a], np.r_[coo.data, 0.0, 0.0]
-    canonical = sp.csr_matrix((vals, (rows, cols)), shape=p.L.shape)
-    assert canonical.has_canonical_format and canonical.nnz == p.L.nnz + 2
-    lo, hi = canonical.indptr[0], canonical.indptr[1]
-    unsorted = sp.csr_matrix((np.r_[canonical.data[lo:hi][::-1], canonical.data[hi:]],
-                              np.r_[canonical.indices[lo:hi][::-1], canonical.indices[hi:]],
-                              canonical.indptr), shape=p.L.shape)
-    assert hi - lo > 1 and not unsorted.has_canonical_format
-    for L_variant in (canonical, unsorted):
+    for L_variant in _stored_zero_variants(p.L):
         q = dataclasses.replace(p, L=L_variant)
         w = rng.standard_normal(q.constraints.m)
         M = snp._DenseA(q, single=single).set(w)
@@ -283,17 +289,7 @@ def test_upper_form_of_A_equals_the_sparse_one(global_random_seed):
 
     p = tiny_problem(global_random_seed, "squared_hinge", n=14, n_pairs=10, gamma=1.7)
     rng = np.random.default_rng(global_random_seed)
-    L = p.L.tolil()
-    a, b = next((a, b) for a in range(p.n_points) for b in range(a + 1, p.n_points)
-                if L[a, b] == 0)
-    coo = p.L.tocoo()
-    rows, cols, vals = np.r_[coo.row, a, b], np.r_[coo.col, b, a], np.r_[coo.data, 0.0, 0.0]
-    canonical = sp.csr_matrix((vals, (rows, cols)), shape=p.L.shape)
-    lo, hi = canonical.indptr[0], canonical.indptr[1]
-    unsorted = sp.csr_matrix((np.r_[canonical.data[lo:hi][::-1], canonical.data[hi:]],
-                              np.r_[canonical.indices[lo:hi][::-1], canonical.indices[hi:]],
-                              canonical.indptr), shape=p.L.shape)
-    for L_variant in (p.L, canonical, unsorted):
+    for L_variant in (p.L, *_stored_zero_variants(p.L)):
         q = dataclasses.replace(p, L=L_variant)
         op = snp._SymA(q)
         for w in (np.full(q.constraints.m, q.gamma), rng.standard_normal(q.constraints.m)):
