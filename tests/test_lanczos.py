@@ -283,3 +283,14 @@ def test_compiled_rayleigh_ritz_equals_numpy_and_reports_dependent_vectors():
                                np.linalg.norm(A @ Y - Y * theta, axis=0), atol=1e-13)
     S[:, 2] = 0.0
     assert not lz._ritz_pairs(Q, S, m, *upper)[0]
+
+
+def test_dependent_ritz_vectors_are_reported(monkeypatch):
+    """When Cholesky QR of the Ritz vectors fails, lanczos_top_eigs reports it (the caller
+    then uses ARPACK) instead of returning."""
+    A = npkl_like(120, 5)
+    v0 = np.random.default_rng(5).standard_normal(120)
+    monkeypatch.setattr(lz, "_ritz_pairs", lambda Q, S, m, *upper: (False, None, None, None))
+    w, P, stats, failure = lz.lanczos_top_eigs(A, 6, v0, TOL)
+    assert w is None and P is None and failure == "Ritz vectors not independent"
+    assert stats["steps"] > 6
