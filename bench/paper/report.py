@@ -298,9 +298,15 @@ def markdown(agg, names, methods, wall_seconds, reps, command, machines=None):
         f"2026-11-25 evening: once before the fused updates and the 160-point limit (497 s), "
         f"then twice after them (468 s, 473 s); accuracies unchanged in every printed digit "
         f"in each. After the Lanczos convergence checks were rescheduled (commit 1d76be9), "
-        f"the data sets that solve sparsely (more than 160 points) were re-run, the "
-        f"invocation above: its rows are shown for those sets, the last of the three runs "
-        f"before for soybean, chessboard, dbl-spiral and iris.",
+        f"the data sets that solve sparsely (more than 160 points) were re-run (`--datasets "
+        f"wine sonar glass heart breast-cancer adult-a1a adult-a2a adult-a3a adult-a4a "
+        f"adult-a5a`, 444 s): its SimpleNPKL-linear rows are shown for those sets, the last of "
+        f"the three runs before for soybean, chessboard, dbl-spiral and iris. After the "
+        f"squared hinge's dual moved to the direct L-BFGS-B driver (npkl_dist._lbfgsb, commit "
+        f"c99ff34: scipy's compiled routine without `minimize`'s per-call set-up), "
+        f"SimpleNPKL-sqhinge was re-run on every data set but adult-a6a, the invocation "
+        f"above, on the otherwise idle Intel Xeon machine, 2026-11-25: the iteration counts "
+        f"and the accuracies of all 300 repetitions are identical to the run before.",
         "",
         "Pairwise (Rand) accuracy in %, mean ± std over repetitions; fit time in seconds "
         "(kernel learning, or the peer's whole fit; for the \"γ by CV\" methods the "
