@@ -141,26 +141,12 @@ def sym_upper_pattern(indptr, indices, data, pi, pj):
                 order[b + 1] = order[b]
                 b -= 1
             order[b + 1] = p
-    # merge each row's strict upper L entries with its pairs: count, then fill
+    # merge each row's strict upper L entries with its pairs, into arrays sized for the
+    # case of no shared entry (all of L's entries plus the pairs), returned trimmed
+    size = indptr[n] + m
     uptr = np.zeros(n + 1, dtype=np.uint64)
-    total = 0
-    for i in range(n):
-        a = indptr[i]
-        while a < indptr[i + 1] and indices[a] <= i:
-            a += 1
-        c = pstart[i]
-        while a < indptr[i + 1] or c < pstart[i + 1]:
-            if c == pstart[i + 1] or (a < indptr[i + 1] and indices[a] < pj[order[c]]):
-                a += 1
-            elif a == indptr[i + 1] or pj[order[c]] < indices[a]:
-                c += 1
-            else:
-                a += 1
-                c += 1
-            total += 1
-        uptr[i + 1] = total
-    uidx = np.empty(total, dtype=np.uint32)
-    base = np.zeros(total)
+    uidx = np.empty(size, dtype=np.uint32)
+    base = np.zeros(size)
     diag = np.zeros(n)
     pos = np.empty(m, dtype=np.int64)
     s = 0
@@ -187,7 +173,8 @@ def sym_upper_pattern(indptr, indices, data, pi, pj):
                 a += 1
                 c += 1
             s += 1
-    return uptr, uidx, base, diag, pos
+        uptr[i + 1] = s
+    return uptr, uidx[:s], base[:s], diag, pos
 
 
 @njit(nogil=True, cache=True)
