@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy.linalg import eigvalsh_tridiagonal
 
@@ -56,6 +56,9 @@ def check_against_eigh(A, k, w, P):
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(30, 260), k_frac=st.floats(0.02, 0.3), seed=st.integers(0, 2**31),
        pairs=st.floats(0.2, 2.0))
+# a Ritz value of 1e-4 (||A|| = 12): its limit 1e-13 took three refinements (it failed when
+# the solver stopped after two)
+@example(n=260, k_frac=0.0625, seed=2332546, pairs=1.6328125)
 def test_top_eigenpairs_equal_dense_eigh(n, k_frac, seed, pairs):
     A = npkl_like(n, seed, n_pairs=max(1, int(pairs * n)))
     k = max(1, int(k_frac * n))
@@ -137,14 +140,34 @@ def test_a_row_budget_at_or_below_k_is_reported():
 
 
 def test_a_failed_residual_check_is_refined_then_reported(monkeypatch):
-    """With the residual limit made unreachable, the Rayleigh-Ritz refinements run (all
-    _REFINE of them) and the solver reports the residual instead of returning."""
+    """With the residual limit made unreachable, the Rayleigh-Ritz refinements run until
+    they stop converging (the rounding floor) or _REFINE of them have run, and the solver
+    reports the residual instead of returning."""
     A = npkl_like(150, 6)
     v0 = np.random.default_rng(6).standard_normal(150)
     monkeypatch.setattr(lz, "_VERIFY", 1e-12)
     w, P, stats, failure = lz.lanczos_top_eigs(A, 8, v0, TOL)
     assert w is None and failure.startswith("residual ") and "after Rayleigh-Ritz" in failure
+    assert 1 <= stats["refinements"] <= lz._REFINE
+    # with no limit on the gain per round, all _REFINE rounds run
+    monkeypatch.setattr(lz, "_REFINE_GAIN", 0.0)
+    w, P, stats, failure = lz.lanczos_top_eigs(A, 8, v0, TOL)
+    assert w is None and failure.startswith("residual ")
     assert stats["refinements"] == lz._REFINE
+
+
+def test_refinements_continue_while_they_converge():
+    """A Ritz value near 0 has a limit relative to |theta|, far below the others': the
+    refinements go on past two while each at least halves the excess, and the pair is
+    certified (the hypothesis example above, run through the solver's own stats)."""
+    n, seed = 260, 2332546
+    A = npkl_like(n, seed, n_pairs=int(1.6328125 * n))
+    v0 = np.random.default_rng(seed + 1).standard_normal(n)
+    w, P, stats, failure = lz.lanczos_top_eigs(A, 16, v0, TOL)
+    assert failure is None, failure
+    assert stats["refinements"] >= 3
+    assert np.min(np.abs(w)) < 1e-3  # the near-zero Ritz value that needed them
+    check_against_eigh(A, 16, w, P)
 
 
 def test_eigsh_falls_back_to_arpack_when_lanczos_fails(monkeypatch):
