@@ -317,3 +317,15 @@ def test_dependent_ritz_vectors_are_reported(monkeypatch):
     w, P, stats, failure = lz.lanczos_top_eigs(A, 6, v0, TOL)
     assert w is None and P is None and failure == "Ritz vectors not independent"
     assert stats["steps"] > 6
+
+
+def test_excess_ratio_with_a_zero_limit():
+    """tol = 0 gives zero limits: the ratio is inf for a nonzero residual, 0 for a zero one,
+    without a division warning."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert lz._excess(np.array([1e-3, 0.0]), np.array([1e-2, 0.0])) == 0.1
+        assert lz._excess(np.array([1e-3, 1e-20]), np.array([1e-2, 0.0])) == np.inf
+        assert lz._excess(np.array([0.0]), np.array([0.0])) == 0.0
