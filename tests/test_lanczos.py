@@ -1,5 +1,7 @@
 """Lanczos with partial reorthogonalisation (npkl_dist._lanczos) against dense references."""
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -322,10 +324,18 @@ def test_dependent_ritz_vectors_are_reported(monkeypatch):
 def test_excess_ratio_with_a_zero_limit():
     """tol = 0 gives zero limits: the ratio is inf for a nonzero residual, 0 for a zero one,
     without a division warning."""
-    import warnings
-
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert lz._excess(np.array([1e-3, 0.0]), np.array([1e-2, 0.0])) == 0.1
-        assert lz._excess(np.array([1e-3, 1e-20]), np.array([1e-2, 0.0])) == np.inf
-        assert lz._excess(np.array([0.0]), np.array([0.0])) == 0.0
+        assert lz._excess(np.array([1e-3, 0.0]), np.array([1e-2, 0.0])).max() == 0.1
+        assert lz._excess(np.array([1e-3, 1e-20]), np.array([1e-2, 0.0])).max() == np.inf
+        assert lz._excess(np.array([0.0]), np.array([0.0])).max() == 0.0
+
+
+def test_a_nan_residual_fails_the_check(monkeypatch):
+    """A NaN residual (its ratio is NaN) counts as above the limit: the solver reports the
+    failure instead of returning the pairs."""
+    A = npkl_like(150, 6)
+    v0 = np.random.default_rng(6).standard_normal(150)
+    monkeypatch.setattr(lz, "_residual_norms", lambda Y, AY, theta: np.full(theta.size, np.nan))
+    w, P, stats, failure = lz.lanczos_top_eigs(A, 8, v0, TOL)
+    assert w is None and failure.startswith("residual nan") and stats["refinements"] >= 1
