@@ -20,6 +20,8 @@ Usage::
         --losses square squared_hinge hinge
     python bench/bench_block.py --n 1000000 --fractions 0.01 --losses square \
         --max-sweeps 600
+    python bench/bench_block.py --n 100000 --fractions 0.001 0.01 0.1 protocol \
+        --losses square --figure bench/block_convergence_1e5.png
 
 Appends a markdown section to bench/RESULTS.md (``--out``).
 """
@@ -38,6 +40,11 @@ import warnings
 import numpy as np
 
 import npkl_dist
+
+try:
+    from bench.block_figure import curve, figure
+except ImportError:  # run as a script: bench/ itself is on sys.path
+    from block_figure import curve, figure
 import npkl_dist.executors
 from npkl_dist import (
     Constraints,
@@ -91,9 +98,8 @@ def constraints_for(y, frac, seed=0):
 
 def time_to_gap(res, f_star, gap):
     """Seconds from the call until the objective is within ``gap`` of f*, or None."""
-    t = res.setup_seconds
-    for f, s, o in zip(res.objective_trace, res.sweep_seconds, res.objective_seconds):
-        t += s + o
+    c = curve(res)
+    for t, f in zip(c["t"], c["f"]):
         if (f - f_star) / abs(f_star) <= gap:
             return t
     return None
@@ -128,11 +134,18 @@ def main(argv=None):
                          "reference, cited in the notes; one case only)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
+    ap.add_argument("--figure", default=None,
+                    help="PNG of the relative gap against wall time per case; the curves' "
+                         "data go to the same path with .json (redraw or merge with "
+                         "bench/block_figure.py)")
     args = ap.parse_args(argv)
+    if args.figure and not args.figure.endswith(".png"):
+        ap.error(f"--figure: expected a path ending in .png, got {args.figure!r}")
     warnings.simplefilter("ignore", ConvergenceWarning)
     ex = npkl_dist.executors.InProcessExecutor(args.threads)
     rows = []
     notes = []
+    cases = []
     t_all = time.perf_counter()
     for n in args.n:
         S, y, t_graph = graph_for(n)
@@ -179,7 +192,16 @@ def main(argv=None):
                     "kkt_b": blk.kkt, "kkt_s": swp.kkt,
                 })
                 say(str(rows[-1]))
+                cases.append({"n": n, "frac": frac, "loss": loss, "f_star": f_star,
+                              "t_sweep": t_sweep, "block": curve(blk), "sweeps": curve(swp)})
     write(args, rows, notes, time.perf_counter() - t_all)
+    if args.figure:
+        import json
+
+        with open(args.figure[:-4] + ".json", "w") as fh:
+            json.dump({"command": f"python bench/bench_block.py {shlex.join(sys.argv[1:])}",
+                       "machine": _cpu(), "gap": args.gap, "cases": cases}, fh)
+        print(figure(cases, args.figure, gap=args.gap))
 
 
 def _stopper(f_ref, gap):

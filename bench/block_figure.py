@@ -1,0 +1,117 @@
+"""Convergence figure of issue 6's benchmark: relative gap against wall time, plain sweeps
+vs block solves, one panel per case (n, constrained fraction, loss).
+
+``bench/bench_block.py --figure PATH.png`` writes the figure and its data (``PATH.json``);
+this module redraws a figure from one or more such JSON files::
+
+    python bench/block_figure.py bench/block_convergence_1e5.json \
+        bench/block_convergence_1e6.json --out bench/block_convergence.png
+
+Each curve starts at the fit's set-up (relabelling, colouring, AMG hierarchy, start): the
+first point is the objective after the first sweep or outer iteration, at the time the fit
+had spent by then. The top axis counts sweep-equivalents (time / median plain sweep of the
+same case), the unit of issue 6's "at most 30 sweep-equivalents".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def curve(res) -> dict:
+    """Cumulative wall time from the call of ``fit_bcd`` and the objective after each
+    sweep / outer iteration, from a ``FitResult``'s traces (the same accounting as
+    ``bench_block.time_to_gap``)."""
+    k = len(res.objective_trace)
+    if not (len(res.sweep_seconds) == len(res.objective_seconds) == k):
+        raise ValueError(
+            f"res: expected one objective and one timing per sweep, got "
+            f"{k} objectives, {len(res.sweep_seconds)} sweep times and "
+            f"{len(res.objective_seconds)} objective times; fit with trace=True")
+    steps = np.asarray(res.sweep_seconds, float) + np.asarray(res.objective_seconds, float)
+    t = res.setup_seconds + np.cumsum(steps)
+    return {"t": t.tolist(), "f": [float(x) for x in res.objective_trace],
+            "setup": float(res.setup_seconds)}
+
+
+def gap_series(f, f_star):
+    """(f - f*)/|f*|, floored at 1e-12 so that the log scale shows f = f*."""
+    g = (np.asarray(f, float) - f_star) / abs(f_star)
+    return np.maximum(g, 1e-12)
+
+
+def case_label(case) -> str:
+    frac = case["frac"]
+    frac = frac if frac == "protocol" else f"{float(frac):.1%}"
+    return f"n = {case['n']:,}, {frac} constrained, {case['loss']}"
+
+
+def figure(cases, path, gap=1e-4, target_sweep_eq=30):
+    """One panel per case; log-log relative gap against seconds, sweeps and block."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not cases:
+        raise ValueError("cases: expected at least one benchmark case, got none; run "
+                         "bench/bench_block.py with --figure first")
+    cols = min(2, len(cases))
+    rows = int(np.ceil(len(cases) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(6.0 * cols, 4.2 * rows), squeeze=False)
+    styles = {"sweeps": ("tab:orange", "plain sweeps"), "block": ("tab:blue", "block solves")}
+    for ax, case in zip(axes.ravel(), cases):
+        f_star, t_sweep = case["f_star"], case["t_sweep"]
+        for name, (colour, label) in styles.items():
+            c = case[name]
+            if not c["t"]:
+                continue
+            ax.plot(c["t"], gap_series(c["f"], f_star), color=colour, lw=1.4, label=label)
+            ax.axvline(c["setup"], color=colour, ls=":", lw=0.9)
+        ax.axhline(gap, color="k", ls="--", lw=0.9, label=f"gap {gap:g}")
+        ax.axvline(target_sweep_eq * t_sweep, color="tab:red", ls="-.", lw=0.9,
+                   label=f"{target_sweep_eq} sweep-equivalents")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("wall time from the call of fit_bcd (s)")
+        ax.set_ylabel("(f - f*) / f*")
+        ax.set_title(case_label(case), fontsize=10)
+        top = ax.secondary_xaxis("top", functions=(lambda t, s=t_sweep: t / s,
+                                                   lambda e, s=t_sweep: e * s))
+        top.set_xlabel("sweep-equivalents", fontsize=8)
+        ax.grid(True, which="major", alpha=0.3)
+    for ax in axes.ravel()[len(cases):]:
+        ax.axis("off")
+    handles, labels = axes.ravel()[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9)
+    fig.suptitle("Time to solution: relative objective gap against wall time "
+                 "(dotted: end of each fit's set-up)", fontsize=11)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.97))
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def load(paths):
+    cases = []
+    for p in paths:
+        with open(p) as fh:
+            cases.extend(json.load(fh)["cases"])
+    return cases
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("traces", nargs="+", type=Path, help="JSON files from bench_block --figure")
+    ap.add_argument("--out", type=Path, required=True, help="PNG to write")
+    ap.add_argument("--gap", type=float, default=1e-4)
+    args = ap.parse_args(argv)
+    print(figure(load(args.traces), args.out, gap=args.gap))
+
+
+if __name__ == "__main__":
+    main()
