@@ -43,11 +43,16 @@ def test_curve_is_the_benchmarks_time_accounting():
         # the last point's time is the set-up plus every sweep's and objective's time
         assert t[-1] == pytest.approx(res.setup_seconds + sum(res.sweep_seconds)
                                       + sum(res.objective_seconds), rel=1e-12)
+        # without the objective evaluations: the set-up plus every sweep's time
+        ts = np.asarray(c["t_steps"])
+        assert len(ts) == len(t) and np.all(ts <= t) and np.all(np.diff(ts) > 0)
+        assert ts[-1] == pytest.approx(res.setup_seconds + sum(res.sweep_seconds), rel=1e-12)
         f_star = min(f) - 1e-9 * abs(min(f))
         for gap in (1e-1, 1e-3):
             k = np.flatnonzero((f - f_star) / abs(f_star) <= gap)
-            expect = t[k[0]] if k.size else None
-            assert bench_block.time_to_gap(res, f_star, gap) == expect
+            assert bench_block.time_to_gap(res, f_star, gap) == (t[k[0]] if k.size else None)
+            assert bench_block.time_to_gap(res, f_star, gap, steps_only=True) == \
+                (ts[k[0]] if k.size else None)
 
 
 def test_curve_refuses_an_untraced_fit():
