@@ -66,6 +66,7 @@ def figure(cases, path, gap=1e-4, target_sweep_eq=30):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     if not cases:
         raise ValueError("cases: expected at least one benchmark case, got none; run "
@@ -97,6 +98,7 @@ def figure(cases, path, gap=1e-4, target_sweep_eq=30):
         ax.set_title(case_label(case), fontsize=10)
         top = ax.secondary_xaxis("top", functions=(lambda t, s=t_sweep: t / s,
                                                    lambda e, s=t_sweep: e * s))
+        top.xaxis.set_minor_formatter(NullFormatter())
         top.set_xlabel("sweep-equivalents", fontsize=8)
         ax.grid(True, which="major", alpha=0.3)
     for ax in axes.ravel()[len(cases):]:
