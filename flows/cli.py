@@ -115,8 +115,11 @@ def _add_fit_options(p: argparse.ArgumentParser):
     m.add_argument("--method", choices=("auto", "sweeps", "block"), default="auto",
                    help="bcd: plain colour sweeps, or block solves (the unconstrained rows by "
                         "AMG-preconditioned CG, alternated with exact updates of the constrained "
-                        "rows); auto = block from 20,000 points with at most 25%% of them "
-                        "constrained and a loss other than linear (default: auto)")
+                        "rows); auto = block from 1,000 points for the squared hinge, and for "
+                        "the square loss with at most 25%% of the points constrained (any "
+                        "fraction from 20,000 points); for the hinge from 20,000 points with "
+                        "at most 25%% constrained (any from 100,000); never for linear "
+                        "(default: auto)")
     m.add_argument("--start", choices=("random", "propagate", "spectral"), default="random",
                    help="bcd start: the paper's random rows; propagate = random rows at "
                         "constrained points, zero elsewhere; spectral = scaled bottom "

@@ -34,6 +34,13 @@ __all__ = ["FitResult", "FitSetup", "fit_bcd", "fit_setup", "initial_V", "choose
 #: iterations where sweeps needed 1798 sweeps (51 s); at n = 1e5 the block fit reached it in
 #: 158 outer iterations (58.8 s) and sweeps had not after 1000 sweeps (2720 s, gap 2.1e-2).
 AUTO_MIN_POINTS = 20_000
+#: ... and from this many points on for the squared hinge at any constrained fraction and
+#: the square loss with at most AUTO_MAX_CONSTRAINED of the points constrained. Measured
+#: (bench/RESULTS.md, "auto below 20,000 points"; bench_block.py at n = 1e3-1e4, the
+#: iterations' own time to the 1e-4 gap): block solves 4-24x faster at 1% and 10%
+#: constrained, the squared hinge 3-4x at the papers' protocol; the square loss at the
+#: protocol 0.7-1.0x, so it keeps plain sweeps there below AUTO_MIN_POINTS.
+AUTO_SMALL_MIN_POINTS = 1_000
 AUTO_MAX_CONSTRAINED = 0.25
 #: The hinge: block solves at any constrained fraction from this many points on.
 AUTO_HINGE_ANY_FRACTION_POINTS = 100_000
@@ -175,27 +182,36 @@ def _spectral_start(problem: NPKLProblem, X0: np.ndarray) -> np.ndarray:
 
 
 def choose_method(problem: NPKLProblem, executor=None) -> str:
-    """method='auto': block solves for large problems (the hinge: with few constrained points).
+    """method='auto': block solves where they were measured faster to the 1e-4 gap.
 
-    Plain sweeps move information one graph hop per sweep, so on large graphs whose
-    constrained points are sparse they need hundreds of sweeps; the block solve couples every
+    Plain sweeps move information one graph hop per sweep, so on graphs whose constrained
+    points are sparse they need hundreds of sweeps; the block solve couples every
     unconstrained row at once. Block solves need a loss without row constraints (not
     'linear') and an executor that runs them (``supports_block``: the in-process and the
-    Dask executors). With the square and squared hinge losses they were faster at every
-    constrained fraction measured; with the hinge up to ``AUTO_MAX_CONSTRAINED`` of the
-    points constrained, or at any fraction from ``AUTO_HINGE_ANY_FRACTION_POINTS`` points
-    on (see the constants' comment).
+    Dask executors). The rule (see the constants' comments for the measurements):
+
+    * the squared hinge: from ``AUTO_SMALL_MIN_POINTS`` points on;
+    * the square loss: from ``AUTO_SMALL_MIN_POINTS`` points on with at most
+      ``AUTO_MAX_CONSTRAINED`` of the points constrained, at any fraction from
+      ``AUTO_MIN_POINTS`` on;
+    * the hinge: from ``AUTO_MIN_POINTS`` points on with at most ``AUTO_MAX_CONSTRAINED``
+      constrained, at any fraction from ``AUTO_HINGE_ANY_FRACTION_POINTS`` on;
+    * plain sweeps otherwise.
     """
-    n = problem.n_points
-    if problem.loss == "linear" or n < AUTO_MIN_POINTS:
+    n, loss = problem.n_points, problem.loss
+    if loss == "linear" or n < AUTO_SMALL_MIN_POINTS:
         return "sweeps"
     if executor is not None and not getattr(executor, "supports_block", False):
         return "sweeps"
-    if problem.loss in AUTO_ANY_FRACTION or n >= AUTO_HINGE_ANY_FRACTION_POINTS:
+    if n >= AUTO_MIN_POINTS and loss in AUTO_ANY_FRACTION:
+        return "block"
+    if n >= AUTO_HINGE_ANY_FRACTION_POINTS or loss == "squared_hinge":
         return "block"
     c = problem.constraints
-    frac = np.unique(np.concatenate([c.i, c.j])).size / n
-    return "block" if frac <= AUTO_MAX_CONSTRAINED else "sweeps"
+    sparse = np.unique(np.concatenate([c.i, c.j])).size / n <= AUTO_MAX_CONSTRAINED
+    if loss == "square":  # n < AUTO_MIN_POINTS here
+        return "block" if sparse else "sweeps"
+    return "block" if sparse and n >= AUTO_MIN_POINTS else "sweeps"  # the hinge
 
 
 #: key of a FitSetup's cache marking a fit in progress

@@ -25,7 +25,7 @@ from npkl_dist import (
     make_plan,
     prepare,
 )
-from npkl_dist._bcd import AUTO_MIN_POINTS, choose_method, initial_V
+from npkl_dist._bcd import AUTO_MIN_POINTS, AUTO_SMALL_MIN_POINTS, choose_method, initial_V
 from npkl_dist._blocksolve import (
     AMGPreconditioner,
     JacobiPreconditioner,
@@ -646,12 +646,29 @@ def chain_problem(n, loss="square", frac=0.01):
 def test_auto_choice():
     big = chain_problem(AUTO_MIN_POINTS)
     assert choose_method(big) == "block"
-    assert choose_method(chain_problem(AUTO_MIN_POINTS - 2)) == "sweeps"
     assert choose_method(chain_problem(AUTO_MIN_POINTS, loss="linear")) == "sweeps"
-    # square and squared hinge: block at any constrained fraction (the protocol's ~91% too);
-    # the hinge only up to AUTO_MAX_CONSTRAINED
+    small = AUTO_SMALL_MIN_POINTS
+    # below AUTO_SMALL_MIN_POINTS: sweeps whatever the loss and fraction
+    for loss in ("square", "squared_hinge", "hinge"):
+        for frac in (0.01, 1.0):
+            assert choose_method(chain_problem(small - 2, loss, frac)) == "sweeps"
+    # from there on: the squared hinge at any fraction, the square loss when sparse
+    for frac in (0.01, 0.2, 1.0):
+        assert choose_method(chain_problem(small, "squared_hinge", frac)) == "block"
+        assert choose_method(chain_problem(AUTO_MIN_POINTS - 2, "squared_hinge", frac)) == \
+            "block"
+    assert choose_method(chain_problem(small)) == "block"
+    assert choose_method(chain_problem(small, frac=0.2)) == "block"
+    assert choose_method(chain_problem(AUTO_MIN_POINTS - 2, frac=0.2)) == "block"
+    assert choose_method(chain_problem(small, "linear", 0.01)) == "sweeps"
+    assert choose_method(chain_problem(small, "hinge", 0.01)) == "sweeps"
+    # square and squared hinge from AUTO_MIN_POINTS: block at any constrained fraction (the
+    # protocol's ~91% too), the square loss below it only up to AUTO_MAX_CONSTRAINED; the
+    # hinge only up to AUTO_MAX_CONSTRAINED
     for frac in (0.6, 1.0):
         assert choose_method(chain_problem(AUTO_MIN_POINTS, frac=frac)) == "block"
+        assert choose_method(chain_problem(AUTO_MIN_POINTS - 2, frac=frac)) == "sweeps"
+        assert choose_method(chain_problem(small, frac=frac)) == "sweeps"
         assert choose_method(chain_problem(AUTO_MIN_POINTS, "squared_hinge", frac)) == "block"
         assert choose_method(chain_problem(AUTO_MIN_POINTS, "hinge", frac)) == "sweeps"
     assert choose_method(chain_problem(AUTO_MIN_POINTS, "hinge", 0.2)) == "block"
