@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import os
 import platform
 import shlex
@@ -42,9 +43,9 @@ import numpy as np
 import npkl_dist
 
 try:
-    from bench.block_figure import curve, figure
+    from bench.block_figure import curve, figure, frac_label, time_at_gap
 except ImportError:  # run as a script: bench/ itself is on sys.path
-    from block_figure import curve, figure
+    from block_figure import curve, figure, frac_label, time_at_gap
 import npkl_dist.executors
 from npkl_dist import (
     Constraints,
@@ -99,11 +100,7 @@ def constraints_for(y, frac, seed=0):
 def time_to_gap(res, f_star, gap, steps_only=False):
     """Seconds from the call until the objective is within ``gap`` of f*, or None.
     ``steps_only``: without the per-sweep objective evaluations (``curve``'s ``t_steps``)."""
-    c = curve(res)
-    for t, f in zip(c["t_steps"] if steps_only else c["t"], c["f"]):
-        if (f - f_star) / abs(f_star) <= gap:
-            return t
-    return None
+    return time_at_gap(curve(res), f_star, gap, "t_steps" if steps_only else "t")
 
 
 def iters_to_gap(res, f_star, gap):
@@ -177,31 +174,29 @@ def main(argv=None):
                 say(f"sweeps: {swp.n_sweeps} sweeps, {swp.fit_seconds:.1f} s")
                 f_star = min(f_ref, min(blk.objective_trace), min(swp.objective_trace))
                 t_sweep = float(np.median(swp.sweep_seconds))
-                tb, ts = time_to_gap(blk, f_star, args.gap), time_to_gap(swp, f_star, args.gap)
+                cb, cs = curve(blk), curve(swp)
+                tb, ts = time_at_gap(cb, f_star, args.gap), time_at_gap(cs, f_star, args.gap)
                 acc_b = accuracy(blk.V, y)
                 acc_s = accuracy(swp.V, y)
                 gap_s_end = (swp.objective_trace[-1] - f_star) / abs(f_star)
+                ib = iters_to_gap(blk, f_star, args.gap)
                 rows.append({
                     "n": n, "frac": frac, "n_con": n_con, "pairs": C.m, "loss": loss,
                     "auto": auto, "f_star": f_star, "t_sweep": t_sweep,
-                    "blk_iters": iters_to_gap(blk, f_star, args.gap), "blk_t": tb,
-                    "blk_cg": sum(blk.cg_iterations[:iters_to_gap(blk, f_star, args.gap)
-                                                     or None]),
+                    "blk_iters": ib, "blk_t": tb, "blk_cg": sum(blk.cg_iterations[:ib or None]),
                     "swp_iters": iters_to_gap(swp, f_star, args.gap), "swp_t": ts,
                     "swp_n": swp.n_sweeps, "swp_total": swp.fit_seconds,
                     "swp_gap_end": gap_s_end, "acc_b": acc_b, "acc_s": acc_s,
-                    "blk_t_steps": time_to_gap(blk, f_star, args.gap, steps_only=True),
-                    "swp_t_steps": time_to_gap(swp, f_star, args.gap, steps_only=True),
-                    "swp_steps_total": curve(swp)["t_steps"][-1],
+                    "blk_t_steps": time_at_gap(cb, f_star, args.gap, "t_steps"),
+                    "swp_t_steps": time_at_gap(cs, f_star, args.gap, "t_steps"),
+                    "swp_steps_total": cs["t_steps"][-1],
                     "kkt_b": blk.kkt, "kkt_s": swp.kkt,
                 })
                 say(str(rows[-1]))
                 cases.append({"n": n, "frac": frac, "loss": loss, "f_star": f_star,
-                              "t_sweep": t_sweep, "block": curve(blk), "sweeps": curve(swp)})
+                              "t_sweep": t_sweep, "block": cb, "sweeps": cs})
     write(args, rows, notes, time.perf_counter() - t_all)
     if args.figure:
-        import json
-
         with open(args.figure[:-4] + ".json", "w") as fh:
             json.dump({"command": f"python bench/bench_block.py {shlex.join(sys.argv[1:])}",
                        "machine": _cpu(), "gap": args.gap, "cases": cases}, fh)
@@ -224,6 +219,16 @@ def _cpu():
     except OSError:
         pass
     return platform.machine()
+
+
+def _speedup(t_sweeps, sweeps_total, t_block):
+    """Sweeps' time to the gap over the block's; a lower bound (">", the sweeps' whole run)
+    where the sweeps did not reach it; "-" where the block did not."""
+    if t_block is None:
+        return "-"
+    if t_sweeps is None:
+        return f">{sweeps_total / t_block:.1f}x"
+    return f"{t_sweeps / t_block:.1f}x"
 
 
 def _fmt_t(t):
@@ -261,20 +266,9 @@ def write(args, rows, notes, wall):
         "|---:|:---|---:|:---|:---|---:|---:|---:|---:|---:|---:|---:|:---|:---|",
     ]
     for r in rows:
-        frac = r["frac"] if r["frac"] == "protocol" else f"{float(r['frac']):.1%}"
-        if r["blk_t"] is not None and r["swp_t"] is not None:
-            sp = f"{r['swp_t'] / r['blk_t']:.1f}x"
-        elif r["blk_t"] is not None:
-            sp = f">{r['swp_total'] / r['blk_t']:.1f}x"
-        else:
-            sp = "-"
-        bt, st = r.get("blk_t_steps"), r.get("swp_t_steps")
-        if bt is not None and st is not None:
-            sp2 = f"{st / bt:.1f}x"
-        elif bt is not None:
-            sp2 = f">{r['swp_steps_total'] / bt:.1f}x"
-        else:
-            sp2 = "-"
+        frac = frac_label(r["frac"])
+        sp = _speedup(r["swp_t"], r["swp_total"], r["blk_t"])
+        sp2 = _speedup(r["swp_t_steps"], r["swp_steps_total"], r["blk_t_steps"])
         sw_it = (str(r["swp_iters"]) if r["swp_iters"] is not None
                  else f">{r['swp_n']} (gap {r['swp_gap_end']:.1e})")
         sw_t = _fmt_t(r["swp_t"]) if r["swp_t"] is not None else f">{r['swp_total']:.1f}"

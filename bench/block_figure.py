@@ -54,10 +54,22 @@ def gap_series(f, f_star):
     return np.maximum(g, 1e-12)
 
 
+def time_at_gap(c, f_star, gap, key="t"):
+    """The first time (``key``: "t" or "t_steps") at which the curve ``c`` is within
+    ``gap`` of f*, or None."""
+    for t, f in zip(c[key], c["f"]):
+        if (f - f_star) / abs(f_star) <= gap:
+            return t
+    return None
+
+
+def frac_label(frac) -> str:
+    """A constrained fraction as the benchmark names it: "protocol" or a percentage."""
+    return frac if frac == "protocol" else f"{float(frac):.1%}"
+
+
 def case_label(case) -> str:
-    frac = case["frac"]
-    frac = frac if frac == "protocol" else f"{float(frac):.1%}"
-    return f"n = {case['n']:,}, {frac} constrained, {case['loss']}"
+    return f"n = {case['n']:,}, {frac_label(case['frac'])} constrained, {case['loss']}"
 
 
 def figure(cases, path, gap=1e-4, target_sweep_eq=30):
@@ -83,10 +95,9 @@ def figure(cases, path, gap=1e-4, target_sweep_eq=30):
             if not c["t"]:
                 continue
             g = gap_series(c["f"], f_star)
-            ax.plot(c.get("t_steps", c["t"]), g, color=colour, lw=1.4, label=label)
-            if "t_steps" in c:
-                ax.plot(c["t"], g, color=colour, lw=0.8, alpha=0.45,
-                        label=f"{label}, objective after every {step}")
+            ax.plot(c["t_steps"], g, color=colour, lw=1.4, label=label)
+            ax.plot(c["t"], g, color=colour, lw=0.8, alpha=0.45,
+                    label=f"{label}, objective after every {step}")
             ax.axvline(c["setup"], color=colour, ls=":", lw=0.9)
         ax.axhline(gap, color="k", ls="--", lw=0.9, label=f"gap {gap:g}")
         ax.axvline(target_sweep_eq * t_sweep, color="tab:red", ls="-.", lw=0.9,

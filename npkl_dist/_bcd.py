@@ -44,8 +44,6 @@ AUTO_SMALL_MIN_POINTS = 1_000
 AUTO_MAX_CONSTRAINED = 0.25
 #: The hinge: block solves at any constrained fraction from this many points on.
 AUTO_HINGE_ANY_FRACTION_POINTS = 100_000
-#: Losses for which 'auto' picks block solves whatever the constrained fraction.
-AUTO_ANY_FRACTION = ("square", "squared_hinge")
 METHODS = ("auto", "sweeps", "block")
 #: Hinge loss: at most this many sweeps between two joint-move attempts (``joint``).
 JOINT_MAX_WAIT = 16
@@ -203,15 +201,15 @@ def choose_method(problem: NPKLProblem, executor=None) -> str:
         return "sweeps"
     if executor is not None and not getattr(executor, "supports_block", False):
         return "sweeps"
-    if n >= AUTO_MIN_POINTS and loss in AUTO_ANY_FRACTION:
+    if loss == "squared_hinge" or n >= AUTO_HINGE_ANY_FRACTION_POINTS:
         return "block"
-    if n >= AUTO_HINGE_ANY_FRACTION_POINTS or loss == "squared_hinge":
+    if loss == "square" and n >= AUTO_MIN_POINTS:
         return "block"
+    # otherwise block solves only with few constrained points, from the loss's own size on
     c = problem.constraints
     sparse = np.unique(np.concatenate([c.i, c.j])).size / n <= AUTO_MAX_CONSTRAINED
-    if loss == "square":  # n < AUTO_MIN_POINTS here
-        return "block" if sparse else "sweeps"
-    return "block" if sparse and n >= AUTO_MIN_POINTS else "sweeps"  # the hinge
+    min_points = AUTO_SMALL_MIN_POINTS if loss == "square" else AUTO_MIN_POINTS
+    return "block" if sparse and n >= min_points else "sweeps"
 
 
 #: key of a FitSetup's cache marking a fit in progress

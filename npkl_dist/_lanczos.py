@@ -556,18 +556,15 @@ def lanczos_top_eigs(A, k: int, v0, tol: float, max_rows: int | None = None):
     ok, theta, Y, AY = _ritz_pairs(Q, S, m, *upper)
     if not ok:
         return None, None, stats, "Ritz vectors not independent"
-    limit = _VERIFY * tol * np.maximum(_EPS23, np.abs(theta))
-    residual = _residual_norms(Y, AY, theta)
-    excess = _excess(residual, limit)
+    limit, residual, excess = _residual_check(Y, AY, theta, tol)
     while not np.all(excess <= 1.0) and stats["refinements"] < _REFINE:  # NaN fails too
         # Rayleigh-Ritz on span(Y, R) (a block Lanczos step from the Ritz vectors)
         stats["refinements"] += 1
         Z, _ = np.linalg.qr(np.hstack([Y, AY - Y * theta]))
         Z = np.ascontiguousarray(Z)
         theta, Y, AY = _rayleigh_ritz(Z, sym_matmat(*upper, Z), k)
-        limit = _VERIFY * tol * np.maximum(_EPS23, np.abs(theta))
-        residual = _residual_norms(Y, AY, theta)
-        previous, excess = excess.max(), _excess(residual, limit)
+        previous = excess.max()
+        limit, residual, excess = _residual_check(Y, AY, theta, tol)
         if excess.max() * _REFINE_GAIN > previous:  # no longer converging: the rounding floor
             break
     if not np.all(excess <= 1.0):
@@ -576,6 +573,14 @@ def lanczos_top_eigs(A, k: int, v0, tol: float, max_rows: int | None = None):
             f"residual {residual[worst]:.3g} of Ritz value {theta[worst]:.6g} above "
             f"{limit[worst]:.3g} after Rayleigh-Ritz")
     return theta[::-1].copy(), np.ascontiguousarray(Y[:, ::-1]), stats, None
+
+
+def _residual_check(Y, AY, theta, tol):
+    """The Ritz pairs' residual limits, true residuals and each residual over its limit
+    (``_excess``); the check passes where every excess is <= 1."""
+    limit = _VERIFY * tol * np.maximum(_EPS23, np.abs(theta))
+    residual = _residual_norms(Y, AY, theta)
+    return limit, residual, _excess(residual, limit)
 
 
 def _excess(residual, limit) -> np.ndarray:
