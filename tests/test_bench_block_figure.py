@@ -83,3 +83,12 @@ def test_figure_from_real_traces(tmp_path):
 def test_figure_without_cases_names_the_argument(tmp_path):
     with pytest.raises(ValueError, match="cases: expected at least one"):
         block_figure.figure([], tmp_path / "x.png")
+
+
+def test_figure_option_names_the_argument(capsys, tmp_path):
+    with pytest.raises(SystemExit):  # before any benchmark work
+        bench_block.main(["--n", "100", "--out", str(tmp_path / "r.md"),
+                          "--figure", str(tmp_path / "curves.jpg")])
+    err = capsys.readouterr().err
+    assert "--figure: expected a path ending in .png" in err and "curves.jpg" in err
+    assert not (tmp_path / "r.md").exists()
