@@ -37,9 +37,9 @@ AUTO_MIN_POINTS = 20_000
 #: ... and from this many points on for the squared hinge at any constrained fraction and
 #: the square loss with at most AUTO_MAX_CONSTRAINED of the points constrained. Measured
 #: (bench/RESULTS.md, "auto below 20,000 points"; bench_block.py at n = 1e3-1e4, the
-#: iterations' own time to the 1e-4 gap): block solves 4-24x faster at 1% and 10%
-#: constrained, the squared hinge 3-4x at the papers' protocol; the square loss at the
-#: protocol 0.7-1.0x, so it keeps plain sweeps there below AUTO_MIN_POINTS.
+#: iterations' own time to the 1e-4 gap, medians of 3 runs): block solves 4-22x faster at
+#: 1% and 10% constrained, the squared hinge 3.0-4.4x at the papers' protocol; the square
+#: loss at the protocol 0.5-1.2x, so it keeps plain sweeps there below AUTO_MIN_POINTS.
 AUTO_SMALL_MIN_POINTS = 1_000
 AUTO_MAX_CONSTRAINED = 0.25
 #: The hinge: block solves at any constrained fraction from this many points on.
