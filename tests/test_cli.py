@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_iris
 
+import npkl_dist as nk
 from flows.cli import build_parser, main
 
 FIT_OPTIONS = [
@@ -171,6 +172,35 @@ def test_demo_end_to_end(tmp_path):
     report = run_demo(tmp_path, max_sweeps=10)
     assert (tmp_path / "embedding.png").stat().st_size > 10_000
     assert report["npkl"]["rand_accuracy"] > report["kmeans"]["rand_accuracy"]
+
+
+def test_demo_converges_with_its_defaults(tmp_path):
+    """``make demo`` runs the demo's defaults: the fit must stop on its tolerance, not on
+    the iteration cap (no ConvergenceWarning, which pytest turns into an error here)."""
+    import warnings
+
+    from flows._demo import run_demo
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", nk.ConvergenceWarning)
+        report = run_demo(tmp_path)
+    assert report["method"] == "block" and report["converged"]
+    assert report["n_sweeps"] < 500
+    # measured 0.9924 (plain k-means 0.8897)
+    assert report["npkl"]["rand_accuracy"] > 0.98
+
+
+def test_demo_method_option(monkeypatch):
+    import flows._demo
+
+    seen = {}
+    monkeypatch.setattr(flows._demo, "run_demo", lambda out, **kw: seen.update(kw))
+    assert main(["demo", "--method", "sweeps", "--max-sweeps", "7"]) == 0
+    assert seen["method"] == "sweeps" and seen["max_sweeps"] == 7
+    assert main(["demo"]) == 0
+    assert seen["method"] == "block" and seen["max_sweeps"] == 500
+    with pytest.raises(SystemExit):
+        main(["demo", "--method", "blocks"])
 
 
 @pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")

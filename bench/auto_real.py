@@ -1,0 +1,231 @@
+"""Benchmark: plain sweeps vs block solves on real data at the papers' protocol (issue 6).
+
+``bench_block.py`` measures ``method='auto'``'s choice on a 10-cluster Gaussian mixture.
+This measures it where users meet it: scikit-learn's digits exactly as ``npkl demo`` fits
+them (standardised features, kNN k = 5, 0.6n must-link + 0.6n cannot-link pairs, rank from
+the Pataki bound), and the paper harness's data sets at their protocol (repetition 0 of
+``bench/paper/run.py``'s inputs; the adult sets use k = 50).
+
+For each data set and loss:
+
+* f*: a long block reference run (scaled KKT residual below 1e-9, or ``--ref-iters``
+  outer iterations), lowered to the best objective any run reached;
+* time to the relative gaps ``--gaps`` (f - f*)/f*, from the call of ``fit_bcd``, for both
+  methods, traced (the per-iteration objective counted, ``t``) and "iterations only"
+  (``t_steps``: what the same iterates cost in an untraced fit);
+* the default fit: ``trace=False``, ``tol=1e-5`` (the library's default step-size rule) and
+  at most ``--max-default`` iterations, i.e. what a user's fit with default options costs,
+  with the gap it stops at.
+
+Each timing is the median of ``--runs`` runs (the iterates do not depend on the run).
+
+Usage::
+
+    python bench/auto_real.py --datasets digits adult-a1a adult-a2a --losses square
+    python bench/auto_real.py --datasets digits --losses square squared_hinge --runs 3
+
+Appends a markdown section to bench/RESULTS.md (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import platform
+import shlex
+import sys
+import time
+import warnings
+
+import numpy as np
+
+import npkl_dist
+import npkl_dist.executors
+from npkl_dist import ConvergenceWarning, NPKLProblem, fit_bcd
+
+try:
+    from bench.block_figure import curve, time_at_gap
+except ImportError:  # run as a script: bench/ itself is on sys.path
+    from block_figure import curve, time_at_gap
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+METHODS = ("sweeps", "block")
+
+
+def digits_problem_inputs(seed=0):
+    """The demo's inputs: (L, constraints), as ``npkl demo`` builds them."""
+    from sklearn.datasets import load_digits
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = load_digits(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    graph = npkl_dist.knn_graph(X, 5, seed=seed, warn=False)
+    return graph.laplacian(1e-3), npkl_dist.sample_constraints(y, seed=seed)
+
+
+def paper_problem_inputs(name, rep=0):
+    """Repetition ``rep`` of the paper harness's inputs: (L, constraints)."""
+    sys.path.insert(0, os.path.dirname(HERE))
+    from bench.paper.run import task_inputs
+
+    _, _, _, L, cons, _ = task_inputs(name, rep)
+    return L, cons
+
+
+def inputs(name):
+    return digits_problem_inputs() if name == "digits" else paper_problem_inputs(name)
+
+
+def measure(P, ex, gaps, runs, max_iters, ref_iters, max_default):
+    """Medians over ``runs`` of each method's time to each gap and of its default fit."""
+    # tol=1.0: the step-size rule always holds, so the KKT residual decides
+    ref = fit_bcd(P, method="block", max_sweeps=ref_iters, tol=1.0, tol_kkt=1e-9,
+                  executor=ex)
+    traced = {m: [] for m in METHODS}
+    default = {m: [] for m in METHODS}
+    for _ in range(runs):
+        for m in METHODS:
+            stop = min(gaps) * 0.5
+            cb = (lambda k, f, ch, s: (f - ref.objective) / abs(ref.objective) <= stop)
+            traced[m].append(fit_bcd(P, method=m, max_sweeps=max_iters, tol=0.0,
+                                     executor=ex, callback=cb))
+            default[m].append(fit_bcd(P, method=m, max_sweeps=max_default, tol=1e-5,
+                                      trace=False, executor=ex))
+    f_star = min([ref.objective] + [min(r.objective_trace) for m in METHODS
+                                    for r in traced[m]]
+                 + [r.objective for m in METHODS for r in default[m]])
+    out = {"f_star": f_star, "ref_iters": ref.n_sweeps, "ref_kkt": ref.kkt}
+    for m in METHODS:
+        curves = [curve(r) for r in traced[m]]
+        for g in gaps:
+            for key in ("t", "t_steps"):
+                ts = [time_at_gap(c, f_star, g, key) for c in curves]
+                out[(m, g, key)] = None if any(t is None for t in ts) else float(np.median(ts))
+            ks = [next((k for k, f in enumerate(r.objective_trace, 1)
+                        if (f - f_star) / abs(f_star) <= g), None) for r in traced[m]]
+            out[(m, g, "iters")] = ks[0]
+        d = default[m]
+        out[(m, "default")] = {
+            "seconds": float(np.median([r.fit_seconds for r in d])),
+            "iters": d[0].n_sweeps, "converged": bool(d[0].converged),
+            "gap": (d[0].objective - f_star) / abs(f_star),
+        }
+    return out
+
+
+def _ratio(a, b):
+    return "-" if a is None or b is None else f"{a / b:.1f}x"
+
+
+def _t(x):
+    return "-" if x is None else f"{x:.3f}"
+
+
+def write(args, rows, wall):
+    cmd = "python bench/auto_real.py " + shlex.join(sys.argv[1:])
+    lines = [
+        "",
+        f"## auto_real — {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
+        "",
+        f"- machine: {_cpu()}, {os.cpu_count()} cores",
+        f"- software: python {platform.python_version()}, numpy {np.__version__}, "
+        f"npkl_dist {npkl_dist.__version__}",
+        f"- command: `{cmd}`",
+        f"- threads: {args.threads}; medians of {args.runs} runs; benchmark wall time "
+        f"{wall:.0f} s",
+        "- times in seconds from the call of fit_bcd; 'iters only' leaves out the per-iteration "
+        "objective evaluations of a traced fit; ratio = sweeps / block (> 1: block faster); "
+        "'default fit': trace=False, tol=1e-5, at most "
+        f"{args.max_default} iterations",
+        "",
+        "| data set | n | pairs | rank | loss | auto | gap | sweeps: its | sweeps: s (iters only) "
+        "| block: its | block: s (iters only) | ratio (iters only) |",
+        "|:---|---:|---:|---:|:---|:---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        o = r["out"]
+        for g in args.gaps:
+            lines.append(
+                f"| {r['name']} | {r['n']:,} | {r['pairs']:,} | {r['rank']} | {r['loss']} | "
+                f"{r['auto']} | {g:g} | {o[('sweeps', g, 'iters')] or '-'} | "
+                f"{_t(o[('sweeps', g, 't')])} ({_t(o[('sweeps', g, 't_steps')])}) | "
+                f"{o[('block', g, 'iters')] or '-'} | "
+                f"{_t(o[('block', g, 't')])} ({_t(o[('block', g, 't_steps')])}) | "
+                f"{_ratio(o[('sweeps', g, 't')], o[('block', g, 't')])} "
+                f"({_ratio(o[('sweeps', g, 't_steps')], o[('block', g, 't_steps')])}) |")
+    lines += [
+        "",
+        "The default fit (what `fit_bcd` costs with its default stopping rule):",
+        "",
+        "| data set | loss | sweeps: its | s | converged | gap at stop | block: its | s "
+        "| converged | gap at stop | ratio |",
+        "|:---|:---|---:|---:|:---|---:|---:|---:|:---|---:|---:|",
+    ]
+    for r in rows:
+        s, b = r["out"][("sweeps", "default")], r["out"][("block", "default")]
+        lines.append(
+            f"| {r['name']} | {r['loss']} | {s['iters']} | {s['seconds']:.3f} | "
+            f"{'yes' if s['converged'] else 'no'} | {s['gap']:.1e} | {b['iters']} | "
+            f"{b['seconds']:.3f} | {'yes' if b['converged'] else 'no'} | {b['gap']:.1e} | "
+            f"{_ratio(s['seconds'], b['seconds'])} |")
+    text = "\n".join(lines) + "\n"
+    with open(args.out, "a") as fh:
+        fh.write(text)
+    print(text)
+
+
+def _cpu():
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--datasets", nargs="+", default=["digits"],
+                    help="'digits' (the demo's problem) or paper harness data set names")
+    ap.add_argument("--losses", nargs="+", default=["square"])
+    ap.add_argument("--gaps", type=float, nargs="+", default=[1e-4, 1e-5, 1e-6])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--max-iters", type=int, default=5000,
+                    help="iterations at most of the traced runs (they stop at half the "
+                         "smallest gap)")
+    ap.add_argument("--max-default", type=int, default=5000)
+    ap.add_argument("--ref-iters", type=int, default=3000)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
+    args = ap.parse_args(argv)
+    for name, value in (("--runs", args.runs), ("--max-iters", args.max_iters),
+                        ("--max-default", args.max_default), ("--ref-iters", args.ref_iters)):
+        if value < 1:
+            ap.error(f"{name}: expected a positive count, got {value}")
+    if any(not 0 < g < 1 for g in args.gaps):
+        ap.error(f"--gaps: expected relative gaps in (0, 1), got {args.gaps}")
+    warnings.simplefilter("ignore", ConvergenceWarning)
+    ex = npkl_dist.executors.InProcessExecutor(args.threads)
+    rows = []
+    t0 = time.perf_counter()
+    for name in args.datasets:
+        L, cons = inputs(name)
+        for loss in args.losses:
+            P = NPKLProblem.build(L, cons, loss=loss, gamma=1.0, seed=0)
+            auto = npkl_dist._bcd.choose_method(P, ex)
+            t1 = time.perf_counter()
+            out = measure(P, ex, args.gaps, args.runs, args.max_iters, args.ref_iters,
+                          args.max_default)
+            print(f"[{name} {loss}] {time.perf_counter() - t1:.0f} s: "
+                  f"{ {str(k): v for k, v in out.items()} }", flush=True)
+            rows.append({"name": name, "n": P.n_points, "pairs": cons.m, "rank": P.rank,
+                         "loss": loss, "auto": auto, "out": out})
+    write(args, rows, time.perf_counter() - t0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
