@@ -44,10 +44,9 @@ import npkl_dist
 import npkl_dist.executors
 from npkl_dist import ConvergenceWarning, NPKLProblem, fit_bcd
 
-try:
-    from bench.block_figure import curve, time_at_gap
-except ImportError:  # run as a script: bench/ itself is on sys.path
-    from block_figure import curve, time_at_gap
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.block_figure import curve, time_at_gap  # noqa: E402
+from bench.paper.report import machine  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 METHODS = ("sweeps", "block")
@@ -66,7 +65,6 @@ def digits_problem_inputs(seed=0):
 
 def paper_problem_inputs(name, rep=0):
     """Repetition ``rep`` of the paper harness's inputs: (L, constraints)."""
-    sys.path.insert(0, os.path.dirname(HERE))
     from bench.paper.run import task_inputs
 
     _, _, _, L, cons, _ = task_inputs(name, rep)
@@ -128,7 +126,7 @@ def write(args, rows, wall):
         "",
         f"## auto_real — {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
         "",
-        f"- machine: {_cpu()}, {os.cpu_count()} cores",
+        f"- machine: {machine()}",
         f"- software: python {platform.python_version()}, numpy {np.__version__}, "
         f"npkl_dist {npkl_dist.__version__}",
         f"- command: `{cmd}`",
@@ -173,17 +171,6 @@ def write(args, rows, wall):
     with open(args.out, "a") as fh:
         fh.write(text)
     print(text)
-
-
-def _cpu():
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 def main(argv=None):
