@@ -56,7 +56,7 @@ def run_demo(out_dir="demo_out", *, loss="square", seed=0, max_sweeps=500, metho
     write_outputs(out, V, clusters, summary)
     ours = summary["metrics"]
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5.5))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 6), layout="constrained")
     for ax, Z, title in (
         (axes[0], _kernel_pca_2d(X), f"input features (PCA)\nk-means pairwise accuracy "
                                      f"{base_metrics['rand_accuracy']:.3f}"),

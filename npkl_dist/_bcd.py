@@ -645,11 +645,17 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         if cache is not None:
             cache[_IN_USE] = False
     if not result.converged:
+        # plain sweeps that ran out where block solves apply: those converge in far fewer
+        # iterations when sweeps need hundreds (bench/RESULTS.md, "Plain sweeps vs block
+        # solves on real data")
+        hint = (", or try method='block'"
+                if method == "sweeps" and problem.loss != "linear"
+                and getattr(executor, "supports_block", False) else "")
         warnings.warn(
             f"bcd: stopped after max_sweeps={max_sweeps} with relative change "
             f"{result.change_trace[-1]:.3g} (tol={tol:g}), KKT residual {result.kkt:.3g}"
             f"{'' if tol_kkt is None else f' (tol_kkt={tol_kkt:g})'}; raise max_sweeps to "
-            f"converge further",
+            f"converge further{hint}",
             ConvergenceWarning,
             stacklevel=2,
         )

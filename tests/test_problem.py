@@ -29,6 +29,7 @@ from npkl_dist import (
     sample_constraints,
 )
 from npkl_dist._evaluate import pairwise_accuracy_bruteforce
+from npkl_dist.executors import InProcessExecutor
 
 N = 12
 
@@ -318,6 +319,26 @@ def test_fit_convergence_warning_at_max_sweeps(problem):
     assert len(rec) == 1
     assert not r.converged and r.n_sweeps == 2
     assert len(r.change_trace) == 2 and r.change_trace[-1] > 0
+
+
+def test_convergence_warning_suggests_block_solves_only_where_they_apply(problem):
+    """A sweep fit that runs out of sweeps names method='block' when the loss and the
+    executor allow it; a block fit, the linear loss or an executor without block solves
+    get no such hint."""
+    def message(p, **kw):
+        with pytest.warns(ConvergenceWarning) as rec:
+            fit_bcd(p, max_sweeps=2, tol=0.0, **kw)
+        return str(rec[0].message)
+
+    assert message(problem, method="sweeps").endswith("or try method='block'")
+    assert "method='block'" not in message(problem, method="block")
+    lin = NPKLProblem.build(problem.L, problem.constraints, loss="linear", rank=problem.rank)
+    assert "method='block'" not in message(lin, method="sweeps")
+
+    class NoBlock(InProcessExecutor):
+        supports_block = False
+
+    assert "method='block'" not in message(problem, method="sweeps", executor=NoBlock())
 
 
 def test_fit_no_warning_when_converged(problem):
