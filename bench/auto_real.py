@@ -194,6 +194,13 @@ def main(argv=None):
             ap.error(f"{name}: expected a positive count, got {value}")
     if any(not 0 < g < 1 for g in args.gaps):
         ap.error(f"--gaps: expected relative gaps in (0, 1), got {args.gaps}")
+    from bench.paper.datasets import canonical
+
+    for name in args.datasets:
+        try:
+            name == "digits" or canonical(name)
+        except KeyError as exc:
+            ap.error(f"--datasets: {exc.args[0]}, or 'digits' (the demo's problem)")
     warnings.simplefilter("ignore", ConvergenceWarning)
     ex = npkl_dist.executors.InProcessExecutor(args.threads)
     rows = []

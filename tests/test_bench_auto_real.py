@@ -59,17 +59,18 @@ def test_table_reports_the_measurements(tmp_path, monkeypatch, capsys):
     P = _problem()
     monkeypatch.setattr(auto_real, "inputs", lambda name: (P.L, P.constraints))
     out = tmp_path / "r.md"
-    assert auto_real.main(["--datasets", "tiny", "--gaps", "1e-3", "--runs", "1",
+    assert auto_real.main(["--datasets", "iris", "--gaps", "1e-3", "--runs", "1",
                            "--max-iters", "2000", "--max-default", "2000", "--out",
                            str(out)]) == 0
     text = out.read_text()
-    assert "## auto_real" in text and "| tiny | 180 |" in text
+    assert "## auto_real" in text and "| iris | 180 |" in text
     assert "The default fit" in text
 
 
 @pytest.mark.parametrize("argv, name", [(["--runs", "0"], "--runs"),
                                         (["--gaps", "2"], "--gaps"),
-                                        (["--max-default", "0"], "--max-default")])
+                                        (["--max-default", "0"], "--max-default"),
+                                        (["--datasets", "digits", "nope"], "'nope'")])
 def test_bad_options_name_the_option(argv, name, capsys):
     with pytest.raises(SystemExit):
         auto_real.main(argv)
