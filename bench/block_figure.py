@@ -32,9 +32,12 @@ def curve(res) -> dict:
     ``t`` counts the per-sweep objective evaluations (a traced fit, the default, and
     ``bench_block.time_to_gap``'s accounting); ``t_steps`` leaves them out, i.e. the time
     the same iterates take in a fit that does not evaluate the objective after every sweep
-    (``trace=False`` with the step-size rule). For plain sweeps the evaluation costs about
-    twice a sweep; for block solves it is a by-product of the CG residual (about 10% of an
-    outer iteration)."""
+    (``trace=False`` with the step-size rule; block fits skip it too since 2026-11-26
+    evening, before which they always evaluated it). For plain sweeps the evaluation costs
+    about twice a sweep; for block solves it comes partly from the CG residual: about 10% of
+    an outer iteration at n = 1e6 with 1% constrained, but nearly half with most points
+    constrained (the papers' protocol), where the pass over the constrained rows is most of
+    the graph."""
     k = len(res.objective_trace)
     if not (len(res.sweep_seconds) == len(res.objective_seconds) == k):
         raise ValueError(

@@ -458,7 +458,9 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         as much as a sweep. With ``trace=False`` they are evaluated only where a stopping
         rule, the hinge's joint-move schedule, ``callback`` or ``on_sweep`` needs them, and
         the final objective and KKT residual once at the end; the iterates (V, sweeps,
-        convergence) are bitwise the same. Method 'block' always traces.
+        convergence) are bitwise the same. Method 'block' likewise: its objective and KKT
+        residual come together from the CG residual plus a pass over the constrained rows
+        (with most points constrained, about as much as the rest of an outer iteration).
 
     Returns
     -------
@@ -566,10 +568,12 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
             cache[_IN_USE] = False
         raise
     use_joint = bool(joint) and problem.loss == "hinge"
-    track_kkt = method == "block" or (hasattr(session, "kkt") and (bool(trace) or tol_kkt is not None))
     # the objective after each sweep: always traced, unless trace=False and nothing reads it
-    track_obj = (method == "block" or bool(trace) or tol_objective is not None or use_joint
+    track_obj = (bool(trace) or tol_objective is not None or use_joint
                  or callback is not None or on_sweep is not None)
+    # a block session gives the objective and the KKT residual together (objective_kkt)
+    track_kkt = (track_obj or tol_kkt is not None) if method == "block" else (
+        hasattr(session, "kkt") and (bool(trace) or tol_kkt is not None))
     # joint-move schedule (hinge); checkpointed so that a resumed fit takes the same moves
     joint_wait, joint_next = (1, 0) if resume is None else (
         int(resume[0].get("joint_wait", 1)), int(resume[0].get("joint_next", 0)))
@@ -591,7 +595,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
                 delta2, norm2 = session.sweep(order)
             t1 = time.perf_counter()
             if method == "block":
-                obj, kkt = session.objective_kkt()
+                obj, kkt = session.objective_kkt() if track_kkt else (None, None)
+                obj = obj if track_obj else None
             else:
                 obj = session.objective() if track_obj else None
                 kkt = session.kkt() if track_kkt else None
@@ -627,13 +632,20 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
                 on_sweep(state, session)
             if stop:
                 break
+        final_kkt = None
         if not track_obj and result.change_trace:  # trace=False: the final objective, once
-            result.objective_trace.append(session.objective())
+            if method == "block":
+                obj, final_kkt = session.objective_kkt()
+                result.objective_trace.append(obj)
+            else:
+                result.objective_trace.append(session.objective())
         V = session.gather()
         if use_joint:
             from ._joint import joint_kkt
 
             result.kkt = joint_kkt(prep, V)
+        elif final_kkt is not None:
+            result.kkt = final_kkt
         elif result.kkt_trace:
             result.kkt = result.kkt_trace[-1]
         else:

@@ -20,11 +20,15 @@ def _problem(loss, seed=0, n_per=50):
     return NPKLProblem.build(L, sample_constraints(y, seed=seed), loss=loss, seed=seed)
 
 
-@pytest.mark.parametrize("loss", ["hinge", "squared_hinge", "square", "linear"])
+@pytest.mark.parametrize("method, loss", [("sweeps", "hinge"), ("sweeps", "squared_hinge"),
+                                          ("sweeps", "square"), ("sweeps", "linear"),
+                                          ("block", "hinge"), ("block", "squared_hinge"),
+                                          ("block", "square")])
 @pytest.mark.parametrize("extra", [{}, {"tol_kkt": 1e-3}, {"tol_objective": 1e-6}])
-def test_untraced_fit_is_bitwise_the_traced_fit(loss, extra):
+def test_untraced_fit_is_bitwise_the_traced_fit(method, loss, extra):
     p = _problem(loss)
-    kw = dict(max_sweeps=150, tol=1e-6, executor=InProcessExecutor(n_threads=1), **extra)
+    kw = dict(max_sweeps=150, tol=1e-6, executor=InProcessExecutor(n_threads=1),
+              method=method, **extra)
     a = fit_bcd(p, trace=True, **kw)
     b = fit_bcd(p, trace=False, **kw)
     assert np.array_equal(a.V, b.V)
@@ -33,6 +37,7 @@ def test_untraced_fit_is_bitwise_the_traced_fit(loss, extra):
     assert b.joint_moves == a.joint_moves
     assert b.objective == a.objective  # the final objective, evaluated at the same V
     assert b.kkt == pytest.approx(a.kkt, rel=1e-6, abs=1e-12)
+    assert b.method == a.method == method
     if loss != "hinge" and not extra:  # nothing needed the per-sweep values
         assert len(b.objective_trace) == 1 and b.kkt_trace == []
         assert len(b.objective_seconds) == 0
