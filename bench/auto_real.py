@@ -154,7 +154,8 @@ def write(args, rows, wall):
                 f"({_ratio(o[('sweeps', g, 't_steps')], o[('block', g, 't_steps')])}) |")
     lines += [
         "",
-        "The default fit (what `fit_bcd` costs with its default stopping rule):",
+        "The untraced fit with the default stopping rule (trace=False, tol=1e-5: what a fit "
+        "that stops on the step size alone costs):",
         "",
         "| data set | loss | sweeps: its | s | converged | gap at stop | block: its | s "
         "| converged | gap at stop | ratio |",

@@ -64,7 +64,7 @@ def test_table_reports_the_measurements(tmp_path, monkeypatch, capsys):
                            str(out)]) == 0
     text = out.read_text()
     assert "## auto_real" in text and "| iris | 180 |" in text
-    assert "The default fit" in text
+    assert "The untraced fit with the default stopping rule" in text
 
 
 @pytest.mark.parametrize("argv, name", [(["--runs", "0"], "--runs"),
