@@ -19,7 +19,7 @@ def _kernel_pca_2d(V):
 #: The demo's BCD method. ``method='auto'`` keeps plain sweeps for the square loss at the
 #: papers' protocol below 20,000 points, where they tie with block solves or lead on the
 #: mixture and the adult sets; on digits they need ~300 sweeps to the 1e-4 gap and ~2,000 to
-#: stop, and block solves are 2.3x faster to that gap and converge in 242 outer iterations
+#: stop, and block solves are 2.1-2.3x faster to that gap and converge in 242 outer iterations
 #: (bench/RESULTS.md, "Plain sweeps vs block solves on real data"; bench/auto_real.py).
 DEMO_METHOD = "block"
 

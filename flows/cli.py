@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-sweeps", type=_positive_int, default=500,
                       help="sweeps / outer iterations at most (default: 500)")
     demo.add_argument("--method", choices=("auto", "sweeps", "block"), default="block",
-                      help="bcd method (default: block; measured on this very problem 2.3x "
+                      help="bcd method (default: block; measured on this very problem 2.1-2.3x "
                            "faster than plain sweeps to a 1e-4 gap, and converged in 242 "
                            "outer iterations where sweeps need about 2,000: bench/RESULTS.md, "
                            "'Plain sweeps vs block solves on real data')")
