@@ -256,8 +256,9 @@ def write(args, rows, notes, wall):
         f"speed-up is a lower bound: sweeps' total time / block time)",
         "- speed-up, iterations only: the same ratio without the objective evaluations after "
         "each sweep / outer iteration (a traced fit's, the default; about twice a plain "
-        "sweep's cost, a by-product of the block method's CG), i.e. against plain sweeps in a "
-        "fit that stops on the step size (trace=False)",
+        "sweep's cost; for the block method partly a by-product of its CG, up to half an "
+        "outer iteration with most points constrained), i.e. between fits that stop on the "
+        "step size (trace=False; block fits skip the evaluations too since 2026-11-26)",
         f"- benchmark wall time: {wall:.0f} s",
         "",
         "| n | constrained | pairs | loss | auto | sweeps: iters | sweeps: s | block: outer "
