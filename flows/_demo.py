@@ -16,15 +16,7 @@ def _kernel_pca_2d(V):
     return U[:, :2] * s[:2]
 
 
-#: The demo's BCD method. ``method='auto'`` keeps plain sweeps for the square loss at the
-#: papers' protocol below 20,000 points, where they tie with block solves or lead on the
-#: mixture and the adult sets; on digits they need ~300 sweeps to the 1e-4 gap and ~2,000 to
-#: stop, and block solves are 2.1-2.3x faster to that gap and converge in 242 outer iterations
-#: (bench/RESULTS.md, "Plain sweeps vs block solves on real data"; bench/auto_real.py).
-DEMO_METHOD = "block"
-
-
-def run_demo(out_dir="demo_out", *, loss="square", seed=0, max_sweeps=500, method=DEMO_METHOD):
+def run_demo(out_dir="demo_out", *, loss="square", seed=0, max_sweeps=500, method="auto"):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -46,10 +38,9 @@ def run_demo(out_dir="demo_out", *, loss="square", seed=0, max_sweeps=500, metho
 
     def progress(sweep, obj, change, seconds):
         if sweep % 20 == 0 or sweep == 1:
-            print(f"  {step:<5} {sweep:>4}  objective {obj:.6g}  change {change:.2e}",
+            print(f"  iteration {sweep:>4}  objective {obj:.6g}  change {change:.2e}",
                   file=sys.stderr)
 
-    step = "outer" if method == "block" else "sweep"
     cfg = FitConfig(X=X, y_constraints=y, y_eval=y, loss=loss, seed=seed,
                     max_sweeps=max_sweeps, knn=5, clusters=k, method=method)
     summary, V, clusters = run_fit(cfg, callback=progress)

@@ -652,24 +652,17 @@ def test_auto_choice():
     for loss in ("square", "squared_hinge", "hinge"):
         for frac in (0.01, 1.0):
             assert choose_method(chain_problem(small - 2, loss, frac)) == "sweeps"
-    # from there on: the squared hinge at any fraction, the square loss when sparse
-    for frac in (0.01, 0.2, 1.0):
-        assert choose_method(chain_problem(small, "squared_hinge", frac)) == "block"
-        assert choose_method(chain_problem(AUTO_MIN_POINTS - 2, "squared_hinge", frac)) == \
-            "block"
-    assert choose_method(chain_problem(small)) == "block"
-    assert choose_method(chain_problem(small, frac=0.2)) == "block"
-    assert choose_method(chain_problem(AUTO_MIN_POINTS - 2, frac=0.2)) == "block"
+    # from there on: the square loss and the squared hinge at any fraction (the protocol's
+    # ~91% too)
+    for loss in ("square", "squared_hinge"):
+        for frac in (0.01, 0.2, 0.6, 1.0):
+            assert choose_method(chain_problem(small, loss, frac)) == "block"
+            assert choose_method(chain_problem(AUTO_MIN_POINTS - 2, loss, frac)) == "block"
+            assert choose_method(chain_problem(AUTO_MIN_POINTS, loss, frac)) == "block"
     assert choose_method(chain_problem(small, "linear", 0.01)) == "sweeps"
     assert choose_method(chain_problem(small, "hinge", 0.01)) == "sweeps"
-    # square and squared hinge from AUTO_MIN_POINTS: block at any constrained fraction (the
-    # protocol's ~91% too), the square loss below it only up to AUTO_MAX_CONSTRAINED; the
-    # hinge only up to AUTO_MAX_CONSTRAINED
+    # the hinge from AUTO_MIN_POINTS, only up to AUTO_MAX_CONSTRAINED
     for frac in (0.6, 1.0):
-        assert choose_method(chain_problem(AUTO_MIN_POINTS, frac=frac)) == "block"
-        assert choose_method(chain_problem(AUTO_MIN_POINTS - 2, frac=frac)) == "sweeps"
-        assert choose_method(chain_problem(small, frac=frac)) == "sweeps"
-        assert choose_method(chain_problem(AUTO_MIN_POINTS, "squared_hinge", frac)) == "block"
         assert choose_method(chain_problem(AUTO_MIN_POINTS, "hinge", frac)) == "sweeps"
     assert choose_method(chain_problem(AUTO_MIN_POINTS, "hinge", 0.2)) == "block"
     assert choose_method(chain_problem(AUTO_MIN_POINTS - 2, "hinge", 0.2)) == "sweeps"

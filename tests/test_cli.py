@@ -176,7 +176,8 @@ def test_demo_end_to_end(tmp_path):
 
 def test_demo_converges_with_its_defaults(tmp_path):
     """``make demo`` runs the demo's defaults: the fit must stop on its tolerance, not on
-    the iteration cap (no ConvergenceWarning, which pytest turns into an error here)."""
+    the iteration cap (no ConvergenceWarning, which pytest turns into an error here), by
+    block solves, which method='auto' picks for this problem."""
     import warnings
 
     from flows._demo import run_demo
@@ -198,7 +199,7 @@ def test_demo_method_option(monkeypatch):
     assert main(["demo", "--method", "sweeps", "--max-sweeps", "7"]) == 0
     assert seen["method"] == "sweeps" and seen["max_sweeps"] == 7
     assert main(["demo"]) == 0
-    assert seen["method"] == "block" and seen["max_sweeps"] == 500
+    assert seen["method"] == "auto" and seen["max_sweeps"] == 500
     with pytest.raises(SystemExit):
         main(["demo", "--method", "blocks"])
 

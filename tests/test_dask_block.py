@@ -185,7 +185,8 @@ def test_auto_picks_block_on_dask(client):
     assert choose_method(chain_problem(AUTO_MIN_POINTS), ex) == "block"
     assert choose_method(chain_problem(AUTO_SMALL_MIN_POINTS), ex) == "block"
     assert choose_method(chain_problem(AUTO_SMALL_MIN_POINTS - 2), ex) == "sweeps"
-    assert choose_method(chain_problem(AUTO_MIN_POINTS - 2, frac=1.0), ex) == "sweeps"
+    assert choose_method(chain_problem(AUTO_MIN_POINTS - 2, frac=1.0), ex) == "block"
+    assert choose_method(chain_problem(AUTO_MIN_POINTS, "hinge", 1.0), ex) == "sweeps"
 
 
 def test_halo_traffic_of_a_block_step(client, global_random_seed):

@@ -98,19 +98,22 @@ def test_second_writer_is_refused_and_first_unharmed(tmp_path):
     assert np.load(_export(run, tmp_path / "out") / "embedding.npy").shape == (8_000, 12)
 
 
-def test_checkpoint_manifest_records_state_and_parameters(tmp_path):
+@pytest.mark.parametrize("method, width", [("sweeps", 12), ("block", 48), ("auto", 48)])
+def test_checkpoint_manifest_records_state_and_parameters(tmp_path, method, width):
+    """A block fit's checkpoint holds V and its state arrays S, L S and R (4 x rank columns,
+    npkl_dist._bcd.checkpoint_width); 'auto' picks block solves here (2,000 points)."""
     from npkl_dist.store import RunStore
 
     args = _data(tmp_path, n=2_000)
     args[args.index("--max-sweeps") + 1] = "3"
-    done = _run(["fit", *args, "--run", str(tmp_path / "run")])
+    done = _run(["fit", *args, "--method", method, "--run", str(tmp_path / "run")])
     assert done.returncode == 0, done.stderr
     store = RunStore.open(str(tmp_path / "run"))
     try:
         manifest, V = store.latest_checkpoint()
     finally:
         store.close()
-    assert manifest["sweep"] == 3 and V.shape == (2_000, 12)
+    assert manifest["sweep"] == 3 and V.shape == (2_000, width)
     assert {"rng_state", "objective", "objective_trace"} <= set(manifest["state"])
     assert manifest["parameters"]["loss"] == "square" and manifest["parameters"]["rank"] == 12
     assert manifest["hashes"] and manifest["versions"]
