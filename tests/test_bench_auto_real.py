@@ -75,3 +75,30 @@ def test_bad_options_name_the_option(argv, name, capsys):
     with pytest.raises(SystemExit):
         auto_real.main(argv)
     assert name in capsys.readouterr().err
+
+
+def test_default_fit_benchmark_times_both_methods(capsys):
+    from bench import auto_default_fit
+
+    assert auto_default_fit.main(["mixture-1000", "--runs", "1"]) == 0
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| mixture-1000")]
+    assert [r.split("|")[4].strip() for r in rows] == ["traced", "untraced"]
+    for r in rows:
+        cells = [c.strip() for c in r.split("|")[1:-1]]
+        its_s, t_s, its_b, t_b, ratio = cells[4:9]
+        # both fits stop on the step-size rule well inside the 5,000-iteration cap
+        assert 0 < int(its_s) < 5000 and 0 < int(its_b) < 5000
+        # the ratio of the printed times, up to their rounding (3 decimals; the ratio 2)
+        t_s, t_b, ratio = float(t_s), float(t_b), float(ratio[:-1])
+        slack = 0.005 + ratio * (0.0005 / t_s + 0.0005 / t_b)
+        assert abs(ratio - t_s / t_b) <= slack
+
+
+@pytest.mark.parametrize("argv", [["nope"], ["mixture-x"], ["digits", "--runs", "0"]])
+def test_default_fit_benchmark_refuses_bad_arguments(argv, capsys):
+    from bench import auto_default_fit
+
+    with pytest.raises(SystemExit):
+        auto_default_fit.main(argv)
+    err = capsys.readouterr().err
+    assert "problems:" in err or "--runs" in err
