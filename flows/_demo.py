@@ -25,7 +25,7 @@ def run_demo(out_dir="demo_out", *, loss="square", seed=0, max_sweeps=500, metho
     from sklearn.preprocessing import StandardScaler
 
     from npkl_dist import clustering_metrics, kernel_kmeans
-    from npkl_dist._job import FitConfig, run_fit, write_outputs
+    from npkl_dist._job import FitConfig, iterations_label, run_fit, write_outputs
 
     X, y = load_digits(return_X_y=True)
     X = StandardScaler().fit_transform(X)
@@ -72,11 +72,10 @@ def run_demo(out_dir="demo_out", *, loss="square", seed=0, max_sweeps=500, metho
     (out / "demo.json").write_text(json.dumps(report, indent=2))
     print(f"plain k-means   pairwise accuracy {base_metrics['rand_accuracy']:.4f}  "
           f"ARI {base_metrics['ari']:.4f}  NMI {base_metrics['nmi']:.4f}")
-    what = ("block solves", "outer iterations") if summary["method"] == "block" else \
-        ("plain sweeps", "sweeps")
-    print(f"npkl (BCD {what[0]}, {loss}) pairwise accuracy {ours['rand_accuracy']:.4f}  "
+    how = "block solves" if summary["method"] == "block" else "plain sweeps"
+    print(f"npkl (BCD {how}, {loss}) pairwise accuracy {ours['rand_accuracy']:.4f}  "
           f"ARI {ours['ari']:.4f}  NMI {ours['nmi']:.4f}  "
-          f"({summary['n_sweeps']} {what[1]}, {summary['fit_seconds']:.2f}s"
+          f"({iterations_label(summary)}, {summary['fit_seconds']:.2f}s"
           f"{'' if summary['converged'] else ', not converged'})")
     print(f"wrote {png}, {out / 'embedding.npy'}, {out / 'clusters.npy'}, {out / 'demo.json'}")
     return report

@@ -299,7 +299,9 @@ def _cmd_fit(args) -> int:
     if args.json:
         sys.stdout.write(json.dumps(summary) + "\n")
     elif not args.quiet:
-        line = (f"objective {summary['objective']:.6g} after {_iterations(summary)} "
+        from npkl_dist._job import iterations_label
+
+        line = (f"objective {summary['objective']:.6g} after {iterations_label(summary)} "
                 f"({summary['fit_seconds']:.2f}s), rank {summary['rank']}")
         if "metrics" in summary:
             mtr = summary["metrics"]
@@ -365,8 +367,10 @@ def _print_pipeline(res, args):
             f"{info.get('seconds', 0):.1f}s, peak {info.get('peak_rss_mb', 0):.0f} MB"
         print(f"  {name:<9} {how}")
     learn = st.get("learn", {})
+    from npkl_dist._job import iterations_label
+
     line = f"run {res['run']}: objective {learn.get('objective', float('nan')):.6g} after " \
-           f"{_iterations(learn)}"
+           f"{iterations_label(learn)}"
     m = st.get("evaluate", {}).get("metrics")
     if m:
         line += (f"; pairwise accuracy {m['rand_accuracy']:.4f}, ARI {m['ari']:.4f}, "
@@ -486,8 +490,10 @@ def _print_fit_resume(summary, args):
     if args.json:
         sys.stdout.write(json.dumps(summary) + "\n")
     elif not args.quiet:
+        from npkl_dist._job import iterations_label
+
         print(f"run {summary['run']}: objective {summary['objective']:.6g} after "
-              f"{_iterations(summary)}")
+              f"{iterations_label(summary)}")
 
 
 def _cmd_export(args) -> int:
@@ -496,12 +502,6 @@ def _cmd_export(args) -> int:
     out = export_run(args.run, args.out, storage_options=_storage_options(args))
     print(f"wrote {out / 'embedding.npy'} and {out / 'clusters.npy'}")
     return 0
-
-
-def _iterations(summary) -> str:
-    """'N sweeps', or 'N outer iterations' for a block-solve fit (its n_sweeps counts them)."""
-    n = summary.get("n_sweeps")
-    return f"{n} outer iterations" if summary.get("method") == "block" else f"{n} sweeps"
 
 
 def _cmd_demo(args) -> int:

@@ -583,6 +583,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
                                n_colours=layout.n_colours, method=method, start=start)
         result.setup_seconds = time.perf_counter() - t_start
         sweep = first - 1
+        evaluated = None  # a block session's (objective, kkt) of the current V, if taken
         while not result.converged and sweep < max_sweeps:
             sweep += 1
             order = layout.colour_order(rng)
@@ -594,7 +595,9 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
                 delta2, norm2 = session.sweep(order)
             t1 = time.perf_counter()
             if method == "block":
-                obj, kkt = session.objective_kkt() if track_kkt else (None, None)
+                # the pair is of the current V; kept whole for the end of an untraced fit
+                evaluated = session.objective_kkt() if track_kkt else None
+                obj, kkt = evaluated if evaluated is not None else (None, None)
                 obj = obj if track_obj else None
             else:
                 obj = session.objective() if track_obj else None
@@ -634,7 +637,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 100, tol: float = 1e-5,
         final_kkt = None
         if not track_obj and result.change_trace:  # trace=False: the final objective, once
             if method == "block":
-                obj, final_kkt = session.objective_kkt()
+                # the last iteration's evaluation where tol_kkt made one (the same V)
+                obj, final_kkt = evaluated if evaluated is not None else session.objective_kkt()
                 result.objective_trace.append(obj)
             else:
                 result.objective_trace.append(session.objective())

@@ -135,6 +135,12 @@ def _bcd_summary(result) -> dict:
             "joint_moves": list(getattr(result, "joint_moves", []))}
 
 
+def iterations_label(summary: dict) -> str:
+    """'N sweeps', or 'N outer iterations' for a block-solve fit (its n_sweeps counts them)."""
+    n = summary.get("n_sweeps")
+    return f"{n} outer iterations" if summary.get("method") == "block" else f"{n} sweeps"
+
+
 def result_summary(solver: str, result) -> dict:
     """The JSON fields of a fit result (the learning part of the ``npkl fit --json``
     contract), for any solver."""
