@@ -11,6 +11,21 @@ the block method's random start), f* from 300 outer iterations of the block meth
 ``rebuild``: the AMG hierarchy rebuilt from the current V every 5 iterations. A prototype
 (one AMG V-cycle per column, numpy pair sums): its iteration counts, not its times, are
 the result (bench/RESULTS.md).
+
+Preconditioners that see the pairs (2026-11-26 night session; each rebuilt every EVERY
+iterations, environment variable, default 5):
+
+``rebuild-dual``
+    AMG on 2 S(V) + diag(d), S(V) = L + the pairs' residual-weighted entries (the gradient
+    is 2 S(V) V; S(V*) is the dual certificate), from iteration START (default 10; S is
+    indefinite far from the optimum) on.
+``rebuild-colgn``
+    one AMG per column of V's principal basis (V = U s W'), each on 2L + diag(d_k) with
+    d_k the pair curvature in that direction, 2 gamma (v_partner . w_k)^2: the per-direction
+    version of d; Z = [M_k (G W)_k] W'.
+``rebuild-colgn-full``
+    as colgn, plus (from START on) the off-diagonal entries of the Hessian's diagonal block
+    for that direction: S(V)'s pair entries and 2 gamma (v_i . w_k)(v_j . w_k).
 """
 import sys, os, time, warnings, numpy as np, scipy.sparse as sp, pyamg
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -22,6 +37,8 @@ from npkl_dist import NPKLProblem, fit_bcd
 from npkl_dist._bcd import initial_V
 n = int(sys.argv[1]); frac = sys.argv[2]; variant = sys.argv[3] if len(sys.argv) > 3 else 'pr'
 dscale = float(sys.argv[4]) if len(sys.argv) > 4 else 1.0
+EVERY = int(os.environ.get('EVERY', '5')); START = int(os.environ.get('START', '10'))
+CUR_IT = [0]
 S, y, _ = graph_for(n)
 L = npkl_dist.laplacian(S, 1e-3).tocsr().astype(np.float64)
 c = constraints_for(y, frac)
@@ -58,12 +75,38 @@ def linesearch(V, D, LV):
     return s, LD
 V = initial_V(P, np.random.default_rng(0)).astype(np.float64)
 deg = np.asarray(L.diagonal())
+def pair_entries(V, extra=None):
+    """The pairs' off-diagonal entries of 2 S(V) (+ extra per pair), symmetric, n x n."""
+    z = np.einsum('kr,kr->k', V[ci], V[cj])
+    w = -2 * g * (1.0 - t * z) * t
+    if extra is not None:
+        w = w + extra
+    return sp.coo_matrix((np.r_[w, w], (np.r_[ci, cj], np.r_[cj, ci])), shape=(n, n)).tocsr()
 def build_prec(V):
+    late = CUR_IT[0] >= START
+    if 'colgn' in variant:
+        W = np.linalg.svd(V, full_matrices=False)[2].T
+        VW = V @ W
+        Ms = []
+        for k in range(V.shape[1]):
+            d = np.zeros(n)
+            np.add.at(d, ci, 2 * g * VW[cj, k]**2 * dscale)
+            np.add.at(d, cj, 2 * g * VW[ci, k]**2 * dscale)
+            A = 2 * L + sp.diags(d)
+            if 'full' in variant and late:
+                A = A + pair_entries(V, 2 * g * VW[ci, k] * VW[cj, k] * dscale)
+            Ms.append(pyamg.smoothed_aggregation_solver(A.tocsr(), max_coarse=500).aspreconditioner(cycle='V'))
+        def apply(G):
+            GW = G @ W
+            return np.column_stack([M(GW[:, k]) for k, M in enumerate(Ms)]) @ W.T
+        return apply
     d = np.zeros(n)
     # scalar loss curvature per constrained row: 2 g ||v_j||^2 / r (average over directions)
     np.add.at(d, ci, 2 * g * np.sum(V[cj]**2, 1) / V.shape[1] * dscale)
     np.add.at(d, cj, 2 * g * np.sum(V[ci]**2, 1) / V.shape[1] * dscale)
     A = (2 * L + sp.diags(d)).tocsr()
+    if 'dual' in variant and late:
+        A = (A + pair_entries(V)).tocsr()
     ml = pyamg.smoothed_aggregation_solver(A, max_coarse=500)
     M = ml.aspreconditioner(cycle='V')
     return lambda G: np.column_stack([M(G[:, k]) for k in range(G.shape[1])])
@@ -72,6 +115,7 @@ prec = build_prec(V)
 f, G, LV = f_grad(V)
 Z = prec(G); D = -Z; gz_old = float(np.sum(G * Z)); G_old = G; Z_old = Z
 for it in range(1, 201):
+    CUR_IT[0] = it
     s, LD = linesearch(V, D, LV)
     V = V + s * D
     f, G, LV = f_grad(V)
@@ -80,7 +124,7 @@ for it in range(1, 201):
         print(it, f'{f:.6f} gap {gap:.2e}', flush=True)
     if gap <= 1e-4:
         print('reached 1e-4 at', it, 'secs', round(time.time() - t0, 1)); break
-    if variant == 'rebuild' and it % 5 == 0:
+    if variant.startswith('rebuild') and it % EVERY == 0:
         prec = build_prec(V)
     Z = prec(G)
     gz = float(np.sum(G * Z))
