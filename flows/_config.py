@@ -19,7 +19,7 @@ exact_max_points = 50000       # knn_method "auto": exact search up to here, pyn
 [model]
 solver = "bcd"                 # bcd | admm | simplenpkl
 loss = "square"
-max_sweeps = 100
+max_sweeps = 1000              # default: the solver's own cap (bcd 1000, admm 500, simplenpkl 200)
 seed = 0
 method = "auto"                # bcd: auto | sweeps | block (see `npkl fit --help`)
 start = "random"               # bcd: random | propagate | spectral
@@ -89,7 +89,7 @@ SECTIONS: dict[str, dict[str, tuple]] = {
         "gamma": (_FLOAT, 1.0, None, False),
         "bound": (_FLOAT, 1.0, None, False),
         "diagonal": (_BOOL, None, None, False),
-        "max_sweeps": (_INT, 100, None, False),
+        "max_sweeps": (_INT, None, None, False),  # None: the solver's own cap
         "tol": (_FLOAT, 1e-5, None, False),
         "dtype": (_STR, "float64", ("float32", "float64"), False),
         "seed": (_INT, 0, None, False),
@@ -278,7 +278,16 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
             f"{source} [storage]: options apply to store URLs only, but run = {out['run']!r} is "
             f"local; drop [storage] options or use a URL such as s3://bucket/runs/x"
         )
+    _default_cap(out["model"])
     return out
+
+
+def _default_cap(model: dict) -> None:
+    """max_sweeps not given: the configured solver's own iteration cap."""
+    if model.get("max_sweeps") is None:
+        from npkl_dist._job import default_max_iterations
+
+        model["max_sweeps"] = default_max_iterations(model["solver"])
 
 
 def with_defaults(cfg: dict) -> dict:
@@ -287,6 +296,7 @@ def with_defaults(cfg: dict) -> dict:
     out = dict(cfg)
     for section, spec in SECTIONS.items():
         out[section] = {**{k: s[1] for k, s in spec.items()}, **(cfg.get(section) or {})}
+    _default_cap(out["model"])
     return out
 
 

@@ -106,8 +106,10 @@ def _add_fit_options(p: argparse.ArgumentParser):
                    help="kNN search; auto = exact up to 50,000 points, pynndescent above")
     m.add_argument("--delta", type=float, default=1e-3,
                    help="delta of L = (1+delta) I - D^-1/2 S D^-1/2 (default: 1e-3)")
-    m.add_argument("--max-sweeps", type=_positive_int, default=100,
-                   help="sweep limit; for admm and simplenpkl the iteration limit (default: 100)")
+    m.add_argument("--max-sweeps", type=_positive_int, default=None,
+                   help="sweep limit (bcd block solves: outer iterations); for admm and "
+                        "simplenpkl the iteration limit (default: the solver's own, bcd 1000, "
+                        "admm 500, simplenpkl 200)")
     m.add_argument("--tol", type=float, default=1e-5,
                    help="bcd: stop when ||V(t)-V(t-1)|| / ||V(t)|| < tol; admm: when that and "
                         "the primal residual ||V-U|| / ||V|| are both < tol; simplenpkl: change < tol or "
@@ -115,7 +117,7 @@ def _add_fit_options(p: argparse.ArgumentParser):
     m.add_argument("--method", choices=("auto", "sweeps", "block"), default="auto",
                    help="bcd: plain colour sweeps, or block solves (the unconstrained rows by "
                         "AMG-preconditioned CG, alternated with exact updates of the constrained "
-                        "rows); auto = block from 1,000 points for the square loss and the "
+                        "rows); auto = block from 200 points for the square loss and the "
                         "squared hinge; for the hinge from 20,000 points with at most 25%% "
                         "constrained (any from 100,000); never for linear (default: auto)")
     m.add_argument("--start", choices=("random", "propagate", "spectral"), default="random",

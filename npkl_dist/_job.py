@@ -47,7 +47,7 @@ class FitConfig:
     delta: float = 1e-3
     bound: float = 1.0
     capacity: float | None = None
-    max_sweeps: int = 100
+    max_sweeps: int | None = None  # None: the solver's own cap (default_max_iterations)
     tol: float = 1e-5
     method: str = "auto"
     start: str = "random"
@@ -62,6 +62,27 @@ class FitConfig:
     X: np.ndarray | None = field(default=None, repr=False)
     y_constraints: np.ndarray | None = field(default=None, repr=False)
     y_eval: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        if self.max_sweeps is None and self.solver in SOLVERS:
+            self.max_sweeps = default_max_iterations(self.solver)
+
+
+def default_max_iterations(solver: str) -> int:
+    """The iteration cap ``solver`` uses when none is given: its fit function's own default
+    (``fit_bcd``'s max_sweeps, ``fit_admm``'s and ``fit_simplenpkl``'s max_iter)."""
+    import inspect
+
+    if solver not in SOLVERS:
+        raise ValidationError(f"solver: {solver!r} is not one of {', '.join(SOLVERS)}")
+    if solver == "admm":
+        from ._admm import fit_admm as fit
+    elif solver == "simplenpkl":
+        from ._simplenpkl import fit_simplenpkl as fit
+    else:
+        fit = fit_bcd
+    params = inspect.signature(fit).parameters
+    return params["max_sweeps" if solver == "bcd" else "max_iter"].default
 
 
 def load_graph(cfg: FitConfig):
@@ -136,8 +157,11 @@ def _bcd_summary(result) -> dict:
 
 
 def iterations_label(summary: dict) -> str:
-    """'N sweeps', or 'N outer iterations' for a block-solve fit (its n_sweeps counts them)."""
+    """'N sweeps'; 'N outer iterations' for a block-solve fit, 'N iterations' for KL-ADMM and
+    SimpleNPKL (n_sweeps counts those)."""
     n = summary.get("n_sweeps")
+    if summary.get("solver") in ("admm", "simplenpkl"):
+        return f"{n} iterations"
     return f"{n} outer iterations" if summary.get("method") == "block" else f"{n} sweeps"
 
 

@@ -82,10 +82,11 @@ def test_default_fit_benchmark_times_both_methods(capsys):
 
     assert auto_default_fit.main(["mixture-1000", "--runs", "1"]) == 0
     rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| mixture-1000")]
-    assert [r.split("|")[4].strip() for r in rows] == ["traced", "untraced"]
+    assert [r.split("|")[5].strip() for r in rows] == ["traced", "untraced"]
     for r in rows:
         cells = [c.strip() for c in r.split("|")[1:-1]]
-        its_s, t_s, its_b, t_b, ratio = cells[4:9]
+        assert cells[3] == "square"
+        its_s, t_s, its_b, t_b, ratio = cells[5:10]
         # both fits stop on the step-size rule well inside the 5,000-iteration cap
         assert 0 < int(its_s) < 5000 and 0 < int(its_b) < 5000
         # the ratio of the printed times, up to their rounding (3 decimals; the ratio 2)
@@ -94,11 +95,29 @@ def test_default_fit_benchmark_times_both_methods(capsys):
         assert abs(ratio - t_s / t_b) <= slack
 
 
-@pytest.mark.parametrize("argv", [["nope"], ["mixture-x"], ["digits", "--runs", "0"]])
+def test_default_fit_benchmark_marks_fits_at_the_cap(capsys):
+    """--losses picks the loss; a fit that stops at --max-iters is marked '>' and a
+    converged one is not, whatever the cap."""
+    from bench import auto_default_fit
+
+    argv = ["mixture-500", "--runs", "1", "--losses", "squared_hinge", "--untraced-only"]
+    assert auto_default_fit.main(argv + ["--max-iters", "5"]) == 0
+    assert auto_default_fit.main(argv) == 0
+    rows = [[c.strip() for c in r.split("|")[1:-1]]
+            for r in capsys.readouterr().out.splitlines() if r.startswith("| mixture-500")]
+    assert [(r[3], r[4]) for r in rows] == [("squared_hinge", "untraced")] * 2
+    capped, free = rows
+    assert capped[5] == ">5" and capped[7] == ">5"
+    assert 5 < int(free[5]) < 5000 and 5 < int(free[7]) < 5000
+
+
+@pytest.mark.parametrize("argv", [["nope"], ["mixture-x"], ["digits", "--runs", "0"],
+                                  ["digits", "--max-iters", "0"],
+                                  ["digits", "--losses", "linear"]])
 def test_default_fit_benchmark_refuses_bad_arguments(argv, capsys):
     from bench import auto_default_fit
 
     with pytest.raises(SystemExit):
         auto_default_fit.main(argv)
     err = capsys.readouterr().err
-    assert "problems:" in err or "--runs" in err
+    assert "problems:" in err or "--runs" in err or "--max-iters" in err or "--losses" in err
