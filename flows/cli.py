@@ -117,9 +117,8 @@ def _add_fit_options(p: argparse.ArgumentParser):
     m.add_argument("--method", choices=("auto", "sweeps", "block"), default="auto",
                    help="bcd: plain colour sweeps, or block solves (the unconstrained rows by "
                         "AMG-preconditioned CG, alternated with exact updates of the constrained "
-                        "rows); auto = block from 200 points for the square loss and the "
-                        "squared hinge; for the hinge from 20,000 points with at most 25%% "
-                        "constrained (any from 100,000); never for linear (default: auto)")
+                        "rows); auto = block from 200 points for the square loss, the squared "
+                        "hinge and the hinge, never for linear (default: auto)")
     m.add_argument("--start", choices=("random", "propagate", "spectral"), default="random",
                    help="bcd start: the paper's random rows; propagate = random rows at "
                         "constrained points, zero elsewhere; spectral = scaled bottom "

@@ -87,6 +87,9 @@ def test_default_fit_benchmark_times_both_methods(capsys):
         cells = [c.strip() for c in r.split("|")[1:-1]]
         assert cells[3] == "square"
         its_s, t_s, its_b, t_b, ratio = cells[5:10]
+        # the final objective and KKT residual of each method's first fit
+        f_s, k_s, f_b, k_b = map(float, cells[10:14])
+        assert 0 < k_s < 1e-2 and 0 < k_b < 1e-2 and abs(f_s - f_b) < 1e-3 * f_b
         # both fits stop on the step-size rule well inside the 5,000-iteration cap
         assert 0 < int(its_s) < 5000 and 0 < int(its_b) < 5000
         # the ratio of the printed times, up to their rounding (3 decimals; the ratio 2)

@@ -25,7 +25,7 @@ from npkl_dist import (
     make_plan,
     prepare,
 )
-from npkl_dist._bcd import AUTO_MIN_POINTS, AUTO_SMALL_MIN_POINTS, choose_method, initial_V
+from npkl_dist._bcd import AUTO_SMALL_MIN_POINTS, choose_method, initial_V
 from npkl_dist._blocksolve import (
     AMGPreconditioner,
     JacobiPreconditioner,
@@ -644,32 +644,21 @@ def chain_problem(n, loss="square", frac=0.01):
 
 
 def test_auto_choice():
-    big = chain_problem(AUTO_MIN_POINTS)
+    big = chain_problem(20_000)
     assert choose_method(big) == "block"
-    assert choose_method(chain_problem(AUTO_MIN_POINTS, loss="linear")) == "sweeps"
+    assert choose_method(chain_problem(20_000, loss="linear")) == "sweeps"
     small = AUTO_SMALL_MIN_POINTS
     # below AUTO_SMALL_MIN_POINTS: sweeps whatever the loss and fraction
     for loss in ("square", "squared_hinge", "hinge"):
         for frac in (0.01, 1.0):
             assert choose_method(chain_problem(small - 2, loss, frac)) == "sweeps"
-    # from there on: the square loss and the squared hinge at any fraction (the protocol's
-    # ~91% too)
-    for loss in ("square", "squared_hinge"):
+    # from there on: block solves for every loss but the linear one, at any fraction (the
+    # protocol's ~91% too)
+    for loss in ("square", "squared_hinge", "hinge"):
         for frac in (0.01, 0.2, 0.6, 1.0):
             assert choose_method(chain_problem(small, loss, frac)) == "block"
-            assert choose_method(chain_problem(AUTO_MIN_POINTS - 2, loss, frac)) == "block"
-            assert choose_method(chain_problem(AUTO_MIN_POINTS, loss, frac)) == "block"
+            assert choose_method(chain_problem(20_000, loss, frac)) == "block"
     assert choose_method(chain_problem(small, "linear", 0.01)) == "sweeps"
-    assert choose_method(chain_problem(small, "hinge", 0.01)) == "sweeps"
-    # the hinge from AUTO_MIN_POINTS, only up to AUTO_MAX_CONSTRAINED
-    for frac in (0.6, 1.0):
-        assert choose_method(chain_problem(AUTO_MIN_POINTS, "hinge", frac)) == "sweeps"
-    assert choose_method(chain_problem(AUTO_MIN_POINTS, "hinge", 0.2)) == "block"
-    assert choose_method(chain_problem(AUTO_MIN_POINTS - 2, "hinge", 0.2)) == "sweeps"
-    # the hinge at any fraction from AUTO_HINGE_ANY_FRACTION_POINTS points on
-    from npkl_dist._bcd import AUTO_HINGE_ANY_FRACTION_POINTS as big_hinge
-    assert choose_method(chain_problem(big_hinge, "hinge", 1.0)) == "block"
-    assert choose_method(chain_problem(big_hinge - 2, "hinge", 1.0)) == "sweeps"
 
     class NoBlock:
         supports_block = False
@@ -677,7 +666,7 @@ def test_auto_choice():
     assert choose_method(big, NoBlock()) == "sweeps"
     with pytest.raises(ValidationError, match="does not run block solves"):
         fit_bcd(chain_problem(200), method="block", executor=NoBlock())
-    res = _fit(chain_problem(AUTO_MIN_POINTS), method="auto", max_sweeps=2)
+    res = _fit(chain_problem(20_000), method="auto", max_sweeps=2)
     assert res.method == "block"
 
 

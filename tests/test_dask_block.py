@@ -178,15 +178,16 @@ def test_dask_block_resume_is_bitwise(client, global_random_seed):
 def test_auto_picks_block_on_dask(client):
     """choose_method treats the Dask executor like the in-process one."""
     from test_blocksolve import chain_problem
-    from npkl_dist._bcd import AUTO_MIN_POINTS, AUTO_SMALL_MIN_POINTS
+    from npkl_dist._bcd import AUTO_SMALL_MIN_POINTS
 
     ex = DaskExecutor(client)
     assert ex.supports_block
-    assert choose_method(chain_problem(AUTO_MIN_POINTS), ex) == "block"
+    assert choose_method(chain_problem(20_000), ex) == "block"
     assert choose_method(chain_problem(AUTO_SMALL_MIN_POINTS), ex) == "block"
     assert choose_method(chain_problem(AUTO_SMALL_MIN_POINTS - 2), ex) == "sweeps"
-    assert choose_method(chain_problem(AUTO_MIN_POINTS - 2, frac=1.0), ex) == "block"
-    assert choose_method(chain_problem(AUTO_MIN_POINTS, "hinge", 1.0), ex) == "sweeps"
+    assert choose_method(chain_problem(20_000, frac=1.0), ex) == "block"
+    assert choose_method(chain_problem(20_000, "hinge", 1.0), ex) == "block"
+    assert choose_method(chain_problem(20_000, "linear", 1.0), ex) == "sweeps"
 
 
 def test_halo_traffic_of_a_block_step(client, global_random_seed):

@@ -28,6 +28,7 @@ from npkl_dist import (
     objective,
     sample_constraints,
 )
+from npkl_dist._bcd import STALL_KKT_FACTOR
 from npkl_dist._evaluate import pairwise_accuracy_bruteforce
 from npkl_dist.executors import InProcessExecutor
 
@@ -339,6 +340,39 @@ def test_convergence_warning_suggests_block_solves_only_where_they_apply(problem
         supports_block = False
 
     assert "method='block'" not in message(problem, method="sweeps", executor=NoBlock())
+
+
+def _stalling_hinge_problem(loss="hinge"):
+    """100 points whose hinge fit by plain sweeps stops on the step-size rule at a joint
+    KKT residual of 1.2e-2 (measured; the smooth losses stop at about tol)."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((100, 3))
+    y = (X[:, 0] > 0).astype(np.int64) + (X[:, 1] > 0)
+    g = knn_graph(X, 6, warn=False)
+    return NPKLProblem.build(g.laplacian(1e-3), sample_constraints(y, seed=0), loss=loss,
+                            rank=8, seed=0)
+
+
+def test_a_stalled_fit_is_reported():
+    """The step-size rule can fire where hinge sweeps stall far from a stationary point: the
+    fit says so (the residual, the factor, tol_kkt and the block hint), while the smooth
+    losses on the same graph stop at a residual near tol and say nothing."""
+    p = _stalling_hinge_problem()
+    with pytest.warns(ConvergenceWarning, match="stalled") as rec:
+        r = fit_bcd(p, method="sweeps", max_sweeps=3000, tol=1e-5)
+    assert r.converged and r.kkt > STALL_KKT_FACTOR * 1e-5
+    msg = str(rec[0].message)
+    assert f"{r.kkt:.3g}" in msg and "tol_kkt" in msg and "method='block'" in msg
+    # with tol_kkt the fit keeps going instead (and warns at its cap if it never gets there)
+    with pytest.warns(ConvergenceWarning, match="max_sweeps=30") as rec:
+        fit_bcd(p, method="sweeps", max_sweeps=30, tol=1e-5, tol_kkt=1e-4)
+    assert not any("stalled" in str(w.message) for w in rec)
+    for loss in ("square", "squared_hinge"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", NpklWarning)
+            s = fit_bcd(_stalling_hinge_problem(loss), method="sweeps", max_sweeps=3000,
+                        tol=1e-5)
+        assert s.converged and s.kkt < 2e-5
 
 
 def test_fit_no_warning_when_converged(problem):
