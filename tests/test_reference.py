@@ -625,19 +625,21 @@ def test_parallel_equals_sequential(loss, scheme, global_random_seed):
 @ignore_convergence
 @pytest.mark.parametrize("loss", LOSSES)
 def test_float32_matches_float64(loss, global_random_seed):
-    """Same seed and problem (400 points, rank 10), 20 sweeps, float32 vs float64.
+    """Same seed and problem (400 points, rank 10), 20 plain sweeps, float32 vs float64.
 
     Measured (seeds 0-4): ||V32 - V64||_F / ||V64||_F <= 6e-7 and |f32 - f64| / |f64| <= 3.3e-6
     for every loss (the objective differs more than V because tr(V'LV) cancels: L is
     rounded to float32 entrywise while tr(V'LV) is ~delta-small relative to ||L|| ||V||^2).
     Asserted: V to 1e-5 relative Frobenius, objective to 3e-5 relative, and the float32 fit
-    really runs in float32.
+    really runs in float32. Plain sweeps, as measured (``auto`` picks block solves at 400
+    points now; their float32 path is tested in test_blocksolve and is less close: its
+    accept/reject steps on float32 objectives can take another path, bench/RESULTS.md).
     """
     fits = {}
     for dtype in ("float32", "float64"):
         problem = blob_problem(global_random_seed, loss, n=400, rank=10, dtype=dtype,
                                n_pairs=60)
-        fits[dtype] = fit_bcd(problem, max_sweeps=20, tol=0,
+        fits[dtype] = fit_bcd(problem, max_sweeps=20, tol=0, method="sweeps",
                               executor=InProcessExecutor(n_threads=1))
     f32, f64 = fits["float32"], fits["float64"]
     assert f32.V.dtype == np.float32 and f64.V.dtype == np.float64
