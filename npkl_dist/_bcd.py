@@ -45,9 +45,8 @@ __all__ = ["FitResult", "FitSetup", "fit_bcd", "fit_setup", "initial_V", "choose
 #:   on the mixture at n = 500 to 2e4 their objective ends 13-15% above the block fit's (KKT
 #:   residuals 4-5e-2), and on the paper sets from 200 points it ends equal or up to 4% above.
 #:   Sweeps / block time to their stops: 0.2-2.1x, the sweeps' stop being the stall ("The
-#:   hinge's stalls"). (Measured to the
-#:   1e-4 gap with tol = 0 instead, so that neither method stopped, sweeps had reached the gap
-#:   first at n = 2e4 and block solves at 1e5.)
+#:   hinge's stalls"). (Measured to the 1e-4 gap with tol = 0 instead, so that neither
+#:   method stopped, sweeps had reached the gap first at n = 2e4 and block solves at 1e5.)
 AUTO_SMALL_MIN_POINTS = 200
 METHODS = ("auto", "sweeps", "block")
 #: A fit that stops on the step-size rule with its KKT residual above this many times ``tol``
