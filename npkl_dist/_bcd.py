@@ -38,8 +38,8 @@ __all__ = ["FitResult", "FitSetup", "fit_bcd", "fit_setup", "initial_V", "choose
 #:   points, 1.3-4.2x traced and 1.2-3.2x untraced ("The square loss at the protocol: fits to
 #:   the stopping rule"). From 200 to 1,000 points (sonar, glass, heart, breast cancer and the
 #:   500-point mixture, both losses, medians of 3) traced fits to that rule were 1.01-2.85x
-#:   faster on all 10 problems, untraced ones 0.69-2.46x, and block fits needed 104-966
-#:   iterations against 438 to more than 5,000 sweeps ("Fits that end inside their cap").
+#:   faster on all 10 problems, untraced ones 0.69-2.46x, and block fits needed 50-966
+#:   iterations against 151 to more than 5,000 sweeps ("Fits that end inside their cap").
 #:   Below 200 points sweeps were faster in most fits.
 #: * The hinge. At the protocol, plain sweeps stop on the step-size rule where they stall:
 #:   on the mixture at n = 500 to 2e4 their objective ends 13-15% above the block fit's (KKT
