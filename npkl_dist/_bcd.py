@@ -668,13 +668,13 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         session.close()
         if cache is not None:
             cache[_IN_USE] = False
+    # plain sweeps where block solves apply: those converge in far fewer iterations when
+    # sweeps need hundreds (bench/RESULTS.md, "Plain sweeps vs block solves on real data"),
+    # and on the hinge they end at an equal or lower objective ("The hinge's stalls")
+    block_hint = (method == "sweeps" and problem.loss != "linear"
+                  and getattr(executor, "supports_block", False))
     if not result.converged:
-        # plain sweeps that ran out where block solves apply: those converge in far fewer
-        # iterations when sweeps need hundreds (bench/RESULTS.md, "Plain sweeps vs block
-        # solves on real data")
-        hint = (", or try method='block'"
-                if method == "sweeps" and problem.loss != "linear"
-                and getattr(executor, "supports_block", False) else "")
+        hint = ", or try method='block'" if block_hint else ""
         warnings.warn(
             f"bcd: stopped after max_sweeps={max_sweeps} with relative change "
             f"{result.change_trace[-1]:.3g} (tol={tol:g}), KKT residual {result.kkt:.3g}"
@@ -685,8 +685,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         )
     elif tol_kkt is None and tol > 0 and result.kkt > STALL_KKT_FACTOR * tol:
         hint = (" or try method='block' (on the hinge it ends at an equal or lower objective)"
-                if method == "sweeps" and problem.loss != "linear"
-                and getattr(executor, "supports_block", False) else "")
+                if block_hint else "")
         warnings.warn(
             f"bcd: stopped on the step-size rule (relative change < tol={tol:g}) with KKT "
             f"residual {result.kkt:.3g}, more than {STALL_KKT_FACTOR:g} x tol: the fit stalled "
