@@ -249,12 +249,11 @@ def test_fit_defaults_converge_at_the_protocol(iris_files, capsys, loss):
 
 
 def test_iteration_cap_defaults_to_the_solvers_own(iris_files):
-    from flows._config import validate_config, with_defaults
-    from npkl_dist._job import FitConfig, default_max_iterations
-
     import inspect
 
+    from flows._config import validate_config, with_defaults
     from npkl_dist._admm import fit_admm
+    from npkl_dist._job import FitConfig, default_max_iterations
     from npkl_dist._simplenpkl import fit_simplenpkl
 
     own = {"bcd": inspect.signature(nk.fit_bcd).parameters["max_sweeps"].default,
