@@ -1087,7 +1087,7 @@ def _pair_derivs(C, s1, s2, loss_code):
     return t[0], t[1], t[2], t[3], t[4], t[5]
 
 
-def subspace_search_nelder_mead(a, B, C, gamma, loss_code, boxed=False):
+def subspace_search_nelder_mead(a, B, C, gamma, loss_code, boxed=False, compiled=True):
     """argmin over (s1, s2) of  phi(s) = 2 a's + s'Bs + gamma sum [loss(z(s)) - loss(z(0))],
     z(s) = c0 + s1 c1 + s2 c2 + s1^2 c11 + s2^2 c22 + s1 s2 c12 (C's columns), starting from
     the exact line search along the first direction. Returns (s1, s2, phi) with phi < 0, or
@@ -1101,9 +1101,13 @@ def subspace_search_nelder_mead(a, B, C, gamma, loss_code, boxed=False):
     search's point are evaluated by :class:`BoxedPairSum`, which visits only the pairs that
     may cross their kink there (the same function up to rounding); the returned phi is the
     exact pass over every pair, and only a decrease is returned.
-    """
-    from scipy.optimize import minimize
 
+    ``compiled``: Nelder-Mead runs as one compiled call (:func:`_nelder_mead_2d`, scipy's
+    algorithm and arithmetic step for step, the trials' pair sums in :func:`_phi_pairs`'s
+    order), not ``scipy.optimize.minimize``, whose Python loop and per-trial calls cost
+    about 25 us per trial: the same simplex and the same point, bit for bit
+    (``tests/test_blocksolve.py``). ``False`` runs scipy's, the reference.
+    """
     C = np.ascontiguousarray(C)
     base = _loss_sum(C[:, 0], loss_code)
 
@@ -1121,6 +1125,7 @@ def subspace_search_nelder_mead(a, B, C, gamma, loss_code, boxed=False):
         def phi_box(s):
             s1, s2 = float(s[0]), float(s[1])
             return smooth(s1, s2) + gamma * box(s1, s2)
+        phi_box.box = box
         return phi_box
 
     bracket = None
@@ -1129,24 +1134,289 @@ def subspace_search_nelder_mead(a, B, C, gamma, loss_code, boxed=False):
             f = on_box((0.5 * (lo + hi), 0.0), (0.5 * (hi - lo), 0.0))
             return lambda t: f((t, 0.0))
 
-    s1, v1 = line_search(a[0], B[0, 0], C[:, 0], C[:, 1], C[:, 3], gamma, loss_code,
-                         base=base, phi=lambda t: phi((t, 0.0)), bracket_phi=bracket)
+    if compiled:
+        s1, v1 = _plane_line_search(a, B, C, gamma, loss_code, base, boxed)
+    else:
+        s1, v1 = line_search(a[0], B[0, 0], C[:, 0], C[:, 1], C[:, 3], gamma, loss_code,
+                             base=base, phi=lambda t: phi((t, 0.0)), bracket_phi=bracket)
     best = (s1, 0.0, v1)
     exact = not boxed  # whether best's value is the pass over every pair
     if B[1, 1] > 0:
         scale = max(abs(s1), 1e-3)
+        simplex = np.array([[s1, 0.0], [s1 + 0.5 * scale, 0.0], [s1, 0.5 * scale]])
+        xatol, fatol = 1e-7 * scale, 1e-15 * max(1.0, abs(base))
         trial = on_box((s1, 0.0), (2.0 * scale, 2.0 * scale)) if boxed else phi
-        res = minimize(trial, np.array([s1, 0.0]), method="Nelder-Mead",
-                       options={"xatol": 1e-7 * scale, "fatol": 1e-15 * max(1.0, abs(base)),
-                                "maxiter": 600, "initial_simplex": np.array(
-                                    [[s1, 0.0], [s1 + 0.5 * scale, 0.0],
-                                     [s1, 0.5 * scale]])})
-        v = phi(res.x)
+        if compiled:
+            box = trial.box if boxed else None
+            x = np.empty(2)
+            _nelder_mead_2d(
+                float(a[0]), float(a[1]), float(B[0, 0]), float(B[0, 1]), float(B[1, 1]),
+                float(gamma), C, int(loss_code), boxed,
+                box.rest if boxed else C[:0], np.array(box.k if boxed else (0.0,) * 6),
+                np.array(box.lo if boxed else (0.0, 0.0)),
+                np.array(box.hi if boxed else (0.0, 0.0)),
+                simplex, float(xatol), float(fatol), 600, x)
+        else:
+            from scipy.optimize import minimize
+
+            x = minimize(trial, np.array([s1, 0.0]), method="Nelder-Mead",
+                         options={"xatol": xatol, "fatol": fatol, "maxiter": 600,
+                                  "initial_simplex": simplex}).x
+        v = phi(x)
         if v < best[2]:
-            best, exact = (float(res.x[0]), float(res.x[1]), v), True
+            best, exact = (float(x[0]), float(x[1]), v), True
     if not exact and best[2] < 0.0:  # the line search's value came from the box: exact now
         best = (best[0], best[1], phi((best[0], best[1])))
     return best if best[2] < 0.0 else (0.0, 0.0, 0.0)
+
+
+def _plane_line_search(a, B, C, gamma, loss_code, base, boxed):
+    """:func:`line_search` along the plane's first direction as
+    :func:`subspace_search_nelder_mead` calls it (phi = its trial at (s, 0); ``boxed``: the
+    bracket on a :class:`BoxedPairSum`), with the grid's trials and the bounded Brent search
+    compiled (:func:`_brent_bounded`): the same step and value, bit for bit."""
+    b = float(B[0, 0])
+    a0 = float(a[0])
+    args = (float(a[0]), float(a[1]), b, float(B[0, 1]), float(B[1, 1]), float(gamma), C,
+            int(loss_code))
+    none = (C[:0], np.zeros(6), np.zeros(2), np.zeros(2))
+    if b > 0:
+        hi = (-a0 + np.sqrt(a0 * a0 + b * gamma * max(base, 0.0))) / b
+    else:
+        hi = 16.0
+    hi = float(min(max(hi, 1e-12), 1e6))
+    grid = hi * np.geomspace(1e-3, 1.0, 16)
+    vals = np.empty(16)
+    _line_trials(grid, *args, False, *none, vals)
+    k = int(np.argmin(vals))
+    lo_b = grid[k - 1] if k > 0 else 0.0
+    hi_b = grid[k + 1] if k + 1 < grid.shape[0] else hi
+    if boxed:
+        box = BoxedPairSum(C, (0.5 * (lo_b + hi_b), 0.0), (0.5 * (hi_b - lo_b), 0.0))
+        inner = (True, box.rest, np.array(box.k), np.array(box.lo), np.array(box.hi))
+    else:
+        inner = (False, *none)
+    x, fx = _brent_bounded(float(lo_b), float(hi_b), float(1e-6 * hi_b), 500, *args, *inner)
+    s, v = (float(x), float(fx)) if fx < vals[k] else (float(grid[k]), float(vals[k]))
+    return (s, v) if v < 0.0 else (0.0, 0.0)
+
+
+@njit(nogil=True, cache=True)
+def _line_trials(grid, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, lo, hi,
+                 out):
+    """out[q] = the plane search's trial at (grid[q], 0).  OUT."""
+    for q in range(grid.shape[0]):
+        out[q] = _nm_trial(grid[q], 0.0, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed,
+                           rest, k, lo, hi)
+
+
+@njit(nogil=True, cache=True)
+def _brent_bounded(x1, x2, xatol, maxfun, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed,
+                   rest, k, lo, hi):
+    """scipy.optimize.minimize_scalar(method='bounded') on [x1, x2] of the plane search's
+    trial at (s, 0), step for step (scipy's ``_minimize_scalar_bounded``: the same golden
+    and parabolic steps by the same expressions). Returns (x, f(x))."""
+    sqrt_eps = np.sqrt(2.2e-16)
+    golden_mean = 0.5 * (3.0 - np.sqrt(5.0))
+    a, b = x1, x2
+    fulc = a + golden_mean * (b - a)
+    nfc, xf = fulc, fulc
+    rat = 0.0
+    e = 0.0
+    x = xf
+    fx = _nm_trial(x, 0.0, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, lo, hi)
+    num = 1
+    ffulc = fx
+    fnfc = fx
+    xm = 0.5 * (a + b)
+    tol1 = sqrt_eps * np.abs(xf) + xatol / 3.0
+    tol2 = 2.0 * tol1
+    while np.abs(xf - xm) > (tol2 - 0.5 * (b - a)):
+        golden = True
+        if np.abs(e) > tol1:
+            golden = False
+            r = (xf - nfc) * (fx - ffulc)
+            q = (xf - fulc) * (fx - fnfc)
+            p = (xf - fulc) * q - (xf - nfc) * r
+            q = 2.0 * (q - r)
+            if q > 0.0:
+                p = -p
+            q = np.abs(q)
+            r = e
+            e = rat
+            if (np.abs(p) < np.abs(0.5 * q * r)) and (p > q * (a - xf)) and (p < q * (b - xf)):
+                rat = (p + 0.0) / q
+                x = xf + rat
+                if ((x - a) < tol2) or ((b - x) < tol2):
+                    si = np.sign(xm - xf) + (1.0 if (xm - xf) == 0 else 0.0)
+                    rat = tol1 * si
+            else:
+                golden = True
+        if golden:
+            if xf >= xm:
+                e = a - xf
+            else:
+                e = b - xf
+            rat = golden_mean * e
+        si = np.sign(rat) + (1.0 if rat == 0 else 0.0)
+        x = xf + si * max(np.abs(rat), tol1)
+        fu = _nm_trial(x, 0.0, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, lo,
+                       hi)
+        num += 1
+        if fu <= fx:
+            if x >= xf:
+                a = xf
+            else:
+                b = xf
+            fulc, ffulc = nfc, fnfc
+            nfc, fnfc = xf, fx
+            xf, fx = x, fu
+        else:
+            if x < xf:
+                a = x
+            else:
+                b = x
+            if (fu <= fnfc) or (nfc == xf):
+                fulc, ffulc = nfc, fnfc
+                nfc, fnfc = x, fu
+            elif (fu <= ffulc) or (fulc == xf) or (fulc == nfc):
+                fulc, ffulc = x, fu
+        xm = 0.5 * (a + b)
+        tol1 = sqrt_eps * np.abs(xf) + xatol / 3.0
+        tol2 = 2.0 * tol1
+        if num >= maxfun:
+            break
+    return xf, fx
+
+
+#: Pairs up to which the compiled search sums them on the calling thread (the same blocks
+#: and order as :func:`_phi_pairs`, so the same bits; a parallel region per trial costs more
+#: than it saves on a few thousand pairs).
+_SERIAL_PAIRS_MAX = 8 * SUM_BLOCK
+
+
+@njit(nogil=True, cache=True)
+def _phi_pairs_any(C, s1, s2, loss_code):
+    """:func:`_phi_pairs`, on this thread when C is short: the same partial sums in the
+    same order either way."""
+    m = C.shape[0]
+    if m > _SERIAL_PAIRS_MAX:
+        return _phi_pairs(C, s1, s2, loss_code)
+    tot = 0.0
+    for start in range(0, m, SUM_BLOCK):
+        tot += _phi_pair_rows(C, s1, s2, loss_code, start, min(start + SUM_BLOCK, m))
+    return tot
+
+
+@njit(nogil=True, cache=True)
+def _nm_trial(s1, s2, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, lo, hi):
+    """One Nelder-Mead trial of :func:`subspace_search_nelder_mead`: ``phi`` or, ``boxed``,
+    ``phi_box`` (:class:`BoxedPairSum` with constants ``k`` on [lo, hi]), the same
+    expressions in the same order."""
+    sm = (2.0 * (a0 * s1 + a1 * s2) + B00 * s1 * s1 + 2.0 * B01 * s1 * s2 + B11 * s2 * s2)
+    if boxed and lo[0] <= s1 <= hi[0] and lo[1] <= s2 <= hi[1]:
+        pairs = (k[0] - s1 * (k[1] + s1 * k[3]) - s2 * (k[2] + s2 * k[4]) - s1 * s2 * k[5]
+                 + _phi_pairs_any(rest, s1, s2, 0))
+    else:
+        pairs = _phi_pairs_any(C, s1, s2, loss_code)
+    return sm + gamma * pairs
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _nm_less(x, y):
+    """x < y in numpy's sort order (NaN last)."""
+    return x < y or (np.isnan(y) and not np.isnan(x))
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _nm_sort(sim, fsim):
+    """Sort the three vertices by value: numpy's argsort on three entries (an insertion
+    sort, stable), as scipy's ``np.argsort(fsim)`` and ``np.take``."""
+    for j in range(1, 3):
+        f = fsim[j]
+        x0 = sim[j, 0]
+        x1 = sim[j, 1]
+        i = j - 1
+        while i >= 0 and _nm_less(f, fsim[i]):
+            fsim[i + 1] = fsim[i]
+            sim[i + 1, 0] = sim[i, 0]
+            sim[i + 1, 1] = sim[i, 1]
+            i -= 1
+        fsim[i + 1] = f
+        sim[i + 1, 0] = x0
+        sim[i + 1, 1] = x1
+
+
+@njit(nogil=True, cache=True)
+def _nelder_mead_2d(a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, lo, hi,
+                    simplex, xatol, fatol, maxiter, x):
+    """scipy.optimize.minimize(method='Nelder-Mead') in two dimensions (rho 1, chi 2, psi
+    0.5, sigma 0.5; no bounds, no maxfev) from ``simplex`` on :func:`_nm_trial`, step for
+    step: the same reflections, expansions, contractions and shrinks, computed by the same
+    expressions, and the same stopping test. OUT: x, the best vertex. Returns its value."""
+    sim = simplex.copy()
+    fsim = np.empty(3)
+    for j in range(3):
+        fsim[j] = _nm_trial(sim[j, 0], sim[j, 1], a0, a1, B00, B01, B11, gamma, C,
+                            loss_code, boxed, rest, k, lo, hi)
+    _nm_sort(sim, fsim)
+    iterations = 1
+    while iterations < maxiter:
+        dx = 0.0
+        df = 0.0
+        for j in range(1, 3):
+            dx = max(dx, abs(sim[j, 0] - sim[0, 0]), abs(sim[j, 1] - sim[0, 1]))
+            df = max(df, abs(fsim[0] - fsim[j]))
+        if dx <= xatol and df <= fatol:
+            break
+        xb0 = (sim[0, 0] + sim[1, 0]) / 2
+        xb1 = (sim[0, 1] + sim[1, 1]) / 2
+        xr0 = 2.0 * xb0 - sim[2, 0]
+        xr1 = 2.0 * xb1 - sim[2, 1]
+        fxr = _nm_trial(xr0, xr1, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest,
+                        k, lo, hi)
+        if fxr < fsim[0]:
+            xe0 = 3.0 * xb0 - 2.0 * sim[2, 0]
+            xe1 = 3.0 * xb1 - 2.0 * sim[2, 1]
+            fxe = _nm_trial(xe0, xe1, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed,
+                            rest, k, lo, hi)
+            if fxe < fxr:
+                sim[2, 0], sim[2, 1], fsim[2] = xe0, xe1, fxe
+            else:
+                sim[2, 0], sim[2, 1], fsim[2] = xr0, xr1, fxr
+        elif fxr < fsim[1]:
+            sim[2, 0], sim[2, 1], fsim[2] = xr0, xr1, fxr
+        else:
+            shrink = False
+            if fxr < fsim[2]:  # outside contraction
+                xc0 = 1.5 * xb0 - 0.5 * sim[2, 0]
+                xc1 = 1.5 * xb1 - 0.5 * sim[2, 1]
+                fxc = _nm_trial(xc0, xc1, a0, a1, B00, B01, B11, gamma, C, loss_code,
+                                boxed, rest, k, lo, hi)
+                if fxc <= fxr:
+                    sim[2, 0], sim[2, 1], fsim[2] = xc0, xc1, fxc
+                else:
+                    shrink = True
+            else:  # inside contraction
+                xc0 = 0.5 * xb0 + 0.5 * sim[2, 0]
+                xc1 = 0.5 * xb1 + 0.5 * sim[2, 1]
+                fxc = _nm_trial(xc0, xc1, a0, a1, B00, B01, B11, gamma, C, loss_code,
+                                boxed, rest, k, lo, hi)
+                if fxc < fsim[2]:
+                    sim[2, 0], sim[2, 1], fsim[2] = xc0, xc1, fxc
+                else:
+                    shrink = True
+            if shrink:
+                for j in range(1, 3):
+                    sim[j, 0] = sim[0, 0] + 0.5 * (sim[j, 0] - sim[0, 0])
+                    sim[j, 1] = sim[0, 1] + 0.5 * (sim[j, 1] - sim[0, 1])
+                    fsim[j] = _nm_trial(sim[j, 0], sim[j, 1], a0, a1, B00, B01, B11, gamma,
+                                        C, loss_code, boxed, rest, k, lo, hi)
+        iterations += 1
+        _nm_sort(sim, fsim)
+    x[0] = sim[0, 0]
+    x[1] = sim[0, 1]
+    return fsim[0]
 
 
 class BoxedPairSum:

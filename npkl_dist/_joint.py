@@ -138,26 +138,8 @@ def _box_qp(Q, c, *, tol=1e-13, max_iter=_BOX_QP_MAX_ITER):
         out[live] = sub
         return out
     a = np.clip(c / d, 0.0, 1.0)
-    y = a.copy()
-    tk = 1.0
-    converged = False
-    for it in range(max_iter):
-        g = Q @ y - c
-        an = np.clip(y - g / lip, 0.0, 1.0)
-        if it % 10 == 0:
-            ga = Q @ an - c
-            if np.abs(an - np.clip(an - ga / lip, 0.0, 1.0)).max() * lip <= tol * scale:
-                a = an
-                converged = True
-                break
-        tn = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * tk * tk))
-        if np.vdot(g, an - a) > 0:  # momentum uphill: restart
-            tn = 1.0
-            y = an.copy()
-        else:
-            y = an + ((tk - 1.0) / tn) * (an - a)
-        a, tk = an, tn
-    if not converged:
+    if not _apg_box(Q.indptr.astype(np.int64), Q.indices.astype(np.int64), Q.data,
+                    np.asarray(c, dtype=np.float64), lip, tol * scale, int(max_iter), a):
         return None
     lo, hi = a <= 0.0, a >= 1.0
     free = ~(lo | hi)
@@ -184,6 +166,73 @@ def _box_qp(Q, c, *, tol=1e-13, max_iter=_BOX_QP_MAX_ITER):
             and (not free.any() or np.abs(g[free]).max() <= ktol)):
         return ap
     return a
+
+
+@njit(nogil=True, cache=True)
+def _apg_box(indptr, indices, data, c, lip, atol, max_iter, a):
+    """The accelerated projected gradient of :func:`_box_qp` on Q (CSR) from ``a``:
+    step 1 / lip, restarted when the momentum goes uphill, the projected-gradient residual
+    (times lip) tested every 10th iteration against ``atol``. a : IN the start, OUT the
+    last iterate. Returns whether the test passed. (One compiled loop: the numpy form spent
+    about 20 us per iteration in calls on the few hundred multipliers of a small fit.)"""
+    m = c.shape[0]
+    y = a.copy()
+    g = np.empty(m)
+    an = np.empty(m)
+    tk = 1.0
+    for it in range(max_iter):
+        for i in range(m):
+            acc = 0.0
+            for p in range(indptr[i], indptr[i + 1]):
+                acc += data[p] * y[indices[p]]
+            g[i] = acc - c[i]
+            an[i] = min(max(y[i] - g[i] / lip, 0.0), 1.0)
+        if it % 10 == 0:
+            res = 0.0
+            for i in range(m):
+                acc = 0.0
+                for p in range(indptr[i], indptr[i + 1]):
+                    acc += data[p] * an[indices[p]]
+                ga = acc - c[i]
+                res = max(res, abs(an[i] - min(max(an[i] - ga / lip, 0.0), 1.0)))
+            if res * lip <= atol:
+                a[:] = an
+                return True
+        tn = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * tk * tk))
+        up = 0.0
+        for i in range(m):
+            up += g[i] * (an[i] - a[i])
+        if up > 0:  # momentum uphill: restart
+            tn = 1.0
+            y[:] = an
+        else:
+            w = (tk - 1.0) / tn
+            for i in range(m):
+                y[i] = an[i] + w * (an[i] - a[i])
+        a[:] = an
+        tk = tn
+    return False
+
+
+def _box_qp_reference_loop(Q, c, a, lip, atol, max_iter):
+    """The numpy form of :func:`_apg_box` (the same iteration), kept as its reference."""
+    y = a.copy()
+    tk = 1.0
+    for it in range(max_iter):
+        g = Q @ y - c
+        an = np.clip(y - g / lip, 0.0, 1.0)
+        if it % 10 == 0:
+            ga = Q @ an - c
+            if np.abs(an - np.clip(an - ga / lip, 0.0, 1.0)).max() * lip <= atol:
+                return an, True
+        tn = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * tk * tk))
+        if np.vdot(g, an - a) > 0:  # momentum uphill: restart
+            tn = 1.0
+            y = an.copy()
+        else:
+            y = an + ((tk - 1.0) / tn) * (an - a)
+        a, tk = an, tn
+    return a, False
 
 
 def _min_norm_multipliers(Q, c, lsq_problem):

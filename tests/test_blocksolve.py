@@ -445,6 +445,26 @@ def test_hinge_search_on_the_box_matches_the_reference(with_s, global_random_see
         assert v == pytest.approx(rv, rel=1e-9, abs=1e-9)
 
 
+@pytest.mark.parametrize("m", [300, 12000])
+def test_compiled_nelder_mead_is_scipys_bit_for_bit(m, global_random_seed):
+    """The derivative-free search with its line search and Nelder-Mead compiled
+    (_plane_line_search, _nelder_mead_2d) returns the very step and value of scipy's
+    minimize_scalar and minimize on the same trials: the hinge on its box and without, the
+    linear loss, with and without S; 12,000 pairs sum on numba's threads, 300 serially."""
+    from npkl_dist._blocksolve import subspace_search_nelder_mead
+
+    rng = np.random.default_rng(global_random_seed)
+    for with_s in (True, False):
+        a, B, C = _subspace_instance(rng, m, with_s)
+        C[rng.choice(m, m // 8, replace=False), 0] = 1.0  # on the kink at s = 0
+        for code, boxed in ((0, True), (0, False), (3, False)):
+            got = subspace_search_nelder_mead(a, B, C, 1.0, code, boxed=boxed)
+            want = subspace_search_nelder_mead(a, B, C, 1.0, code, boxed=boxed,
+                                               compiled=False)
+            assert got == want
+            assert got[2] < 0.0 or got == (0.0, 0.0, 0.0)
+
+
 def test_pair_polynomial_and_derivatives_against_direct_sums(global_random_seed):
     """_pair_gram's quartic equals the pair sum; _pair_derivs' gradient and Hessian equal
     central differences of it (square loss everywhere; squared hinge where no pair sits on

@@ -180,6 +180,28 @@ def test_box_qp_equals_the_bvls_reference(n_pairs, global_random_seed):
     assert np.array_equal(_min_norm_multipliers((A.T @ A).tocsr(), A.T @ b, None), alpha)
 
 
+@pytest.mark.parametrize("n_pairs", [5, 80, 300])
+def test_compiled_projected_gradient_equals_its_numpy_form(n_pairs, global_random_seed):
+    """_apg_box (one compiled loop) runs the iteration of its numpy reference: the same
+    stopping iteration (converged or not at each cap) and the same iterate to rounding (the
+    momentum test's dot is summed in another order)."""
+    from npkl_dist._joint import _apg_box, _box_qp_reference_loop
+
+    A, b = _pair_lsq(global_random_seed, n_pairs=n_pairs)
+    Q, c = (A.T @ A).tocsr(), A.T @ b
+    lip = float(abs(Q).sum(axis=1).max())
+    start = np.clip(c / Q.diagonal(), 0.0, 1.0)
+    atol = 1e-13 * np.abs(c).max()
+    for cap in (1, 7, 30, 5000):
+        ref, ok_ref = _box_qp_reference_loop(Q, c, start.copy(), lip, atol, cap)
+        a = start.copy()
+        ok = _apg_box(Q.indptr.astype(np.int64), Q.indices.astype(np.int64), Q.data, c, lip,
+                      atol, cap, a)
+        assert ok == ok_ref
+        assert np.abs(a - ref).max() <= 1e-9
+    assert ok  # the last cap is the default's, and it converges
+
+
 @pytest.mark.parametrize("n_pairs", [80, 300])
 def test_box_qp_free_set_by_cg_reaches_the_bvls_optimum(n_pairs, global_random_seed, monkeypatch):
     """Large free sets are solved by Jacobi-PCG instead of sparse LU (whose fill explodes at
