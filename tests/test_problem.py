@@ -354,15 +354,17 @@ def _stalling_hinge_problem(loss="hinge"):
 
 
 def test_a_stalled_fit_is_reported():
-    """The step-size rule can fire where hinge sweeps stall far from a stationary point: the
-    fit says so (the residual, the factor, tol_kkt and the block hint), while the smooth
-    losses on the same graph stop at a residual near tol and say nothing."""
+    """The step-size rule can fire where hinge sweeps stall far from a stationary point: with
+    that rule alone (hinge_kkt=False) the fit says so (the residual, the factor, tol_kkt,
+    hinge_kkt and the block hint), while the smooth losses on the same graph stop at a
+    residual near tol and say nothing."""
     p = _stalling_hinge_problem()
     with pytest.warns(ConvergenceWarning, match="stalled") as rec:
-        r = fit_bcd(p, method="sweeps", max_sweeps=3000, tol=1e-5)
+        r = fit_bcd(p, method="sweeps", max_sweeps=3000, tol=1e-5, hinge_kkt=False)
     assert r.converged and r.kkt > STALL_KKT_FACTOR * 1e-5
     msg = str(rec[0].message)
     assert f"{r.kkt:.3g}" in msg and "tol_kkt" in msg and "method='block'" in msg
+    assert "hinge_kkt=True" in msg
     # with tol_kkt the fit keeps going instead (and warns at its cap if it never gets there)
     with pytest.warns(ConvergenceWarning, match="max_sweeps=30") as rec:
         fit_bcd(p, method="sweeps", max_sweeps=30, tol=1e-5, tol_kkt=1e-4)
@@ -373,6 +375,30 @@ def test_a_stalled_fit_is_reported():
             s = fit_bcd(_stalling_hinge_problem(loss), method="sweeps", max_sweeps=3000,
                         tol=1e-5)
         assert s.converged and s.kkt < 2e-5
+
+
+def test_hinge_default_stop_goes_on_to_a_stationary_point():
+    """The hinge's default stop also needs the joint KKT residual below STALL_KKT_FACTOR x
+    tol: where the step-size rule alone stops at a stall (both methods, residuals 1.2e-2 and
+    8e-3 here), the default fit goes on, ends at a residual near tol without a warning, and
+    at a lower objective; the two methods, which stalled at different points, then agree."""
+    p = _stalling_hinge_problem()
+    ends = []
+    for method in ("sweeps", "block"):
+        with pytest.warns(ConvergenceWarning, match="stalled"):
+            stalled = fit_bcd(p, method=method, max_sweeps=3000, tol=1e-5, hinge_kkt=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", NpklWarning)
+            r = fit_bcd(p, method=method, max_sweeps=3000, tol=1e-5)
+        assert r.converged and r.kkt < 1e-5 < STALL_KKT_FACTOR * 1e-5 < stalled.kkt
+        assert len(r.change_trace) > len(stalled.change_trace)
+        assert r.objective < stalled.objective - 1e-2
+        ends.append((stalled.objective, r.objective))
+    assert abs(ends[0][0] - ends[1][0]) > 1e-2  # two different stalls
+    assert ends[0][1] == pytest.approx(ends[1][1], rel=1e-7)  # one optimum
+    # an explicit tol_kkt replaces the default bound (a loose one lets the stall pass)
+    loose = fit_bcd(p, method="sweeps", max_sweeps=3000, tol=1e-5, tol_kkt=1.0)
+    assert loose.converged and loose.kkt > STALL_KKT_FACTOR * 1e-5
 
 
 def test_fit_no_warning_when_converged(problem):

@@ -92,8 +92,10 @@ def learn_kernel(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec
         # about a sweep); the iterates are bitwise those of a traced fit. method='sweeps':
         # the bcdkl paper's algorithm, which every recorded row ran ('auto' picked it on all
         # these sets until it moved to block solves from 1,000 points for some losses)
+        # hinge_kkt=False: bcdkl's stopping rule (the step size alone), as every recorded
+        # row ran; fit_bcd's default also requires a small joint KKT residual for the hinge
         opts = {"max_sweeps": 800 if adult else 1000, "tol": 1e-5, "executor": executor,
-                "trace": False, "method": "sweeps"}
+                "trace": False, "method": "sweeps", "hinge_kkt": False}
         p = _cv_gamma(nk, p, "bcd", opts, k, seed, rec) if method in CV_METHODS else p
         res = nk.fit_bcd(p, **opts)
     elif base == "KL-ADMM":
