@@ -35,6 +35,7 @@ options = { endpoint_url = "http://127.0.0.1:9000" }
 
 [output]
 clusters = 10
+normalize_kernel = false       # true: k-means on the cosine-normalised kernel (unit rows of V)
 out = "report/"                # summary.json, objective.png, embedding.png, embedding.npy
 plots = true
 files = true                   # false: the summary stays in the run store only
@@ -113,6 +114,7 @@ SECTIONS: dict[str, dict[str, tuple]] = {
     },
     "output": {
         "clusters": (_INT, None, None, False),
+        "normalize_kernel": (_BOOL, False, None, False),
         "out": (_STR, None, None, True),
         "plots": (_BOOL, True, None, False),
         "files": (_BOOL, True, None, False),
@@ -350,6 +352,7 @@ def fit_config(cfg: dict):
     kw = {k: v for k, v in {**inp, **m}.items() if k in names}
     kw.update(knn=g["knn"], weighting=g["weighting"], knn_method=g["knn_method"],
               delta=g["delta"], clusters=cfg["output"]["clusters"],
+              normalize_kernel=cfg["output"]["normalize_kernel"],
               threads=cfg["execution"]["threads"])
     return FitConfig(**kw)
 

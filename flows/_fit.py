@@ -66,7 +66,8 @@ def fit_pipeline_config(args, run: str) -> dict:
                       "dask": args.dask if args.executor == "dask" else None,
                       "blocks": args.blocks, "threads": args.threads,
                       "checkpoint_every": args.checkpoint_every},
-        "output": {"clusters": args.clusters, "out": args.out, "plots": False,
+        "output": {"clusters": args.clusters, "normalize_kernel": args.normalize_kernel,
+                   "out": args.out, "plots": False,
                    "files": args.out is not None},
     }
     return validate_config(raw, source="npkl fit", base_dir=os.getcwd())

@@ -488,12 +488,20 @@ def evaluate(ctx: Context) -> dict:
             k = int(np.unique(y[y >= 0]).size)
         metrics = None
         if k is not None:
-            labels = kernel_kmeans(V, k, seed=ctx.cfg["model"]["seed"])
+            if ctx.cfg["model"]["solver"] == "simplenpkl" and \
+                    not ctx.cfg["output"]["normalize_kernel"]:
+                from npkl_dist._simplenpkl import warn_short_free_rows
+
+                warn_short_free_rows(ctx.store.read_inputs()["constraints"], V)
+            labels = kernel_kmeans(V, k, seed=ctx.cfg["model"]["seed"],
+                                   normalize=ctx.cfg["output"]["normalize_kernel"])
             ctx.store.write_results(clusters=labels)
             if y is not None:
                 lab = y >= 0
                 metrics = clustering_metrics(y[lab], labels[lab])
-    return _finish(ctx, "evaluate", {**out, "n_clusters": k, "metrics": metrics})
+    unit = ctx.cfg["output"]["normalize_kernel"]
+    return _finish(ctx, "evaluate", {**out, "n_clusters": k, "metrics": metrics,
+                                     "normalize_kernel": unit})
 
 
 # ------------------------------------------------------------------------------ extend
@@ -557,14 +565,10 @@ def extend_points(store, cfg, Q, *, cache=None):
     V_new = extend_embedding(V, store.read_degrees(), idx, w, delta=cfg["graph"]["delta"])
     labels_new = None
     if "clusters" in res:
-        # a new point joins the cluster of the nearest k-means centre (centres = means of V)
-        lab = res["clusters"]
-        k_cl = int(lab.max()) + 1
-        C = np.zeros((k_cl, V.shape[1]))
-        np.add.at(C, lab, V)
-        C /= np.maximum(np.bincount(lab, minlength=k_cl), 1)[:, None]
-        d2 = ((V_new[:, None, :] - C[None, :, :]) ** 2).sum(-1)
-        labels_new = np.argmin(d2, axis=1).astype(np.int64)
+        from npkl_dist._evaluate import nearest_centre
+
+        labels_new = nearest_centre(V, res["clusters"], V_new,
+                                    normalize=bool(cfg["output"].get("normalize_kernel", False)))
     return V_new, labels_new
 
 
@@ -628,6 +632,7 @@ def summarise(store, cfg: dict) -> dict:
         "objective_trace": learn_i.get("objective_trace"),
         "n_sweeps": learn_i.get("n_sweeps"), "converged": learn_i.get("converged"),
         "metrics": ev.get("metrics"), "n_clusters": ev.get("n_clusters"),
+        "normalize_kernel": bool(ev.get("normalize_kernel", False)),
         "graph": {k: info.get("graph", {}).get(k) for k in
                   ("source", "knn", "weighting", "method", "sigma", "n_edges",
                    "n_components", "n_isolated")},

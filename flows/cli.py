@@ -153,6 +153,10 @@ def _add_fit_options(p: argparse.ArgumentParser):
     o.add_argument("--clusters", type=_positive_int, metavar="K",
                    help="clusters for kernel k-means (default: number of classes in "
                         "--eval-labels; without either, no clustering)")
+    o.add_argument("--normalize-kernel", action="store_true",
+                   help="cluster with the cosine-normalised kernel K_ij / sqrt(K_ii K_jj) "
+                        "(k-means on unit-length rows of V): SimpleNPKL gives points in no "
+                        "constraint short rows, which plain kernel k-means lumps together")
     o.add_argument("--eval-labels", metavar="PATH",
                    help="true labels for metrics (pairwise Rand accuracy, ARI, NMI)")
     o.add_argument("--out", metavar="DIR",

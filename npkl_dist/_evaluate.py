@@ -16,22 +16,63 @@ from ._errors import ValidationError, fmt_value
 __all__ = ["kernel_kmeans", "clustering_metrics", "pairwise_accuracy_bruteforce"]
 
 
-def kernel_kmeans(V, n_clusters: int, *, seed=0, n_init: int = 10) -> np.ndarray:
+def kernel_kmeans(V, n_clusters: int, *, seed=0, n_init: int = 10,
+                  normalize: bool = False) -> np.ndarray:
     """Kernel k-means on K = V V' (k-means on the rows of V).
+
+    Parameters
+    ----------
+    normalize : bool
+        Cluster with the cosine-normalised kernel K_ij / sqrt(K_ii K_jj) instead: k-means
+        on the rows of V scaled to unit length (rows that are exactly zero stay zero). Points
+        in no constraint get short rows from SimpleNPKL (its kernel concentrates on the
+        constrained points), and k-means on V then lumps them together: on wine with the
+        constraints drawn from half of the points, 0.55 and 0.50 pairwise accuracy
+        (linear, squared hinge; 10 repetitions) against 0.96 normalised (bench/RESULTS.md,
+        "Clustering with the normalised kernel").
 
     Returns
     -------
     labels : ndarray of int64, shape (n_points,)
     """
     V = np.asarray(V)
+    if not isinstance(normalize, (bool, np.bool_)):
+        raise ValidationError(f"normalize: expected True or False, got {fmt_value(normalize)}")
     if isinstance(n_clusters, bool) or not isinstance(n_clusters, (int, np.integer)) or not (
         1 <= n_clusters <= V.shape[0]
     ):
         raise ValidationError(
             f"clusters: expected an integer in [1, {V.shape[0]}], got {fmt_value(n_clusters)}"
         )
+    X = V.astype(np.float64, copy=False)
+    if normalize:
+        X = unit_rows(X)
     km = KMeans(n_clusters=int(n_clusters), n_init=n_init, random_state=seed)
-    return km.fit_predict(V.astype(np.float64, copy=False)).astype(np.int64)
+    return km.fit_predict(X).astype(np.int64)
+
+
+def nearest_centre(V, labels, V_new, *, normalize: bool = False) -> np.ndarray:
+    """Clusters of new rows ``V_new`` (out-of-sample points): the nearest centre, a centre
+    being the mean of the rows of V in a cluster of ``labels`` (as k-means assigns). With
+    ``normalize`` (clusters found by ``kernel_kmeans(..., normalize=True)``), of the unit
+    rows, and the new rows are scaled to unit length too."""
+    labels = np.asarray(labels, dtype=np.int64)
+    W, W_new = (unit_rows(V), unit_rows(V_new)) if normalize else (
+        np.asarray(V, dtype=np.float64), np.asarray(V_new, dtype=np.float64))
+    k = int(labels.max()) + 1
+    C = np.zeros((k, W.shape[1]))
+    np.add.at(C, labels, W)
+    C /= np.maximum(np.bincount(labels, minlength=k), 1)[:, None]
+    d2 = ((W_new[:, None, :] - C[None, :, :]) ** 2).sum(-1)
+    return np.argmin(d2, axis=1).astype(np.int64)
+
+
+def unit_rows(V) -> np.ndarray:
+    """The rows of V scaled to unit length (float64; zero rows stay zero): the factor of the
+    cosine-normalised kernel K_ij / sqrt(K_ii K_jj)."""
+    V = np.asarray(V, dtype=np.float64)
+    norms = np.linalg.norm(V, axis=1, keepdims=True)
+    return np.divide(V, norms, out=np.zeros_like(V), where=norms > 0)
 
 
 def clustering_metrics(labels_true, labels_pred) -> dict:

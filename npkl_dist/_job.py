@@ -57,6 +57,7 @@ class FitConfig:
     seed: int = 0
     threads: int | None = None
     clusters: int | None = None
+    normalize_kernel: bool = False  # kernel k-means on the cosine-normalised kernel
     eval_labels: str | None = None
     # arrays instead of paths (Python callers, the demo)
     X: np.ndarray | None = field(default=None, repr=False)
@@ -270,7 +271,11 @@ def run_fit(cfg: FitConfig, callback=None, executor=None
     clusters = None
     t_c = time.perf_counter()
     if k is not None:
-        clusters = kernel_kmeans(result.V, k, seed=cfg.seed)
+        if cfg.solver == "simplenpkl" and not cfg.normalize_kernel:
+            from ._simplenpkl import warn_short_free_rows
+
+            warn_short_free_rows(cons, result.V)
+        clusters = kernel_kmeans(result.V, k, seed=cfg.seed, normalize=cfg.normalize_kernel)
     t_cluster = time.perf_counter() - t_c
     summary = {
         "solver": cfg.solver,
@@ -292,6 +297,7 @@ def run_fit(cfg: FitConfig, callback=None, executor=None
         "graph_seconds": t_graph,
         "cluster_seconds": t_cluster,
         "n_clusters": k,
+        "normalize_kernel": bool(cfg.normalize_kernel),
     }
     if selection is not None:
         summary["gamma_selection"] = selection.to_dict()
@@ -452,7 +458,8 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
         k = cfg.clusters
         if k is None and y_eval is not None:
             k = int(np.unique(y_eval[y_eval >= 0]).size)
-        clusters = kernel_kmeans(result.V, k, seed=cfg.seed) if k is not None else None
+        clusters = (kernel_kmeans(result.V, k, seed=cfg.seed, normalize=cfg.normalize_kernel)
+                    if k is not None else None)
         summary = {
             "solver": cfg.solver, "loss": cfg.loss, "gamma": cfg.gamma, "rank": r,
             "dtype": str(problem.dtype), "seed": cfg.seed, "n_points": n,
@@ -460,7 +467,7 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
             "objective_trace": result.objective_trace, "n_sweeps": result.n_sweeps,
             "converged": bool(result.converged), "sweep_seconds": result.sweep_seconds,
             "fit_seconds": result.fit_seconds, "graph_seconds": t_graph, "n_clusters": k,
-            "run": url, "executor": opts.get("executor", "inprocess"),
+            "normalize_kernel": bool(cfg.normalize_kernel), "run": url, "executor": opts.get("executor", "inprocess"),
             "checkpoints_written": ck.n_saved,
         }
         summary.update(_bcd_summary(result))

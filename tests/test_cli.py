@@ -15,7 +15,7 @@ FIT_OPTIONS = [
     "--knn-method", "--delta", "--max-sweeps", "--tol", "--dtype", "--seed", "--threads",
     "--clusters", "--eval-labels", "--out", "--json", "--quiet", "--run", "--executor",
     "--workers", "--dask", "--blocks", "--checkpoint-every", "--method", "--start",
-    "--tol-objective", "--tol-kkt",
+    "--tol-objective", "--tol-kkt", "--normalize-kernel",
 ]
 
 
@@ -58,6 +58,39 @@ def test_help_documents_every_option(capsys):
     fit = build_parser()._subparsers._group_actions[0].choices["fit"]
     declared = {s for a in fit._actions for s in a.option_strings if s.startswith("--")}
     assert declared - {"--help"} == set(FIT_OPTIONS)
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConstraintWarning")  # the unnormalised runs'
+def test_fit_simplenpkl_partial_labels_normalize_kernel(tmp_path, capsys):
+    """The user story behind --normalize-kernel: SimpleNPKL with constraints drawn from half
+    of wine's points gives the other half short rows of V, and plain kernel k-means lumps
+    them together (pairwise accuracy near chance); the cosine-normalised kernel clusters them
+    with BCD's accuracy. The flag is in the JSON; clusters.npy holds the normalised run's."""
+    from sklearn.datasets import load_wine
+    from sklearn.preprocessing import MinMaxScaler
+
+    X, y = load_wine(return_X_y=True)
+    X = MinMaxScaler((-1, 1)).fit_transform(X)
+    part = y.copy()
+    part[np.random.default_rng(0).choice(y.size, y.size // 2, replace=False)] = -1
+    np.save(tmp_path / "X.npy", X)
+    np.save(tmp_path / "part.npy", part)
+    np.save(tmp_path / "y.npy", y)
+    base = ["fit", "--features", str(tmp_path / "X.npy"), "--labels", str(tmp_path / "part.npy"),
+            "--eval-labels", str(tmp_path / "y.npy"), "--solver", "simplenpkl"]
+    acc = {}
+    for loss in ("linear", "squared_hinge"):
+        raw = run_json(capsys, base + ["--loss", loss])
+        unit = run_json(capsys, base + ["--loss", loss, "--normalize-kernel", "--out",
+                                        str(tmp_path / loss)])
+        assert raw["normalize_kernel"] is False and unit["normalize_kernel"] is True
+        assert raw["objective"] == unit["objective"]  # the same kernel, clustered two ways
+        acc[loss] = (raw["metrics"]["rand_accuracy"], unit["metrics"]["rand_accuracy"])
+        labels = np.load(tmp_path / loss / "clusters.npy")
+        assert nk.clustering_metrics(y, labels)["rand_accuracy"] == acc[loss][1]
+    for loss, (a_raw, a_unit) in acc.items():
+        assert a_raw < 0.75 and a_unit > 0.9, (loss, a_raw, a_unit)
 
 
 @pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")

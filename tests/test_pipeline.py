@@ -78,6 +78,7 @@ def test_config_defaults_and_paths(tmp_path):
     ({"model": {"solver": "admm", "loss": "hinge"}}, r"fits the square loss only"),
     ({"storage": {"options": {"anon": True}}}, r"options apply to store URLs only"),
     ({"colour": {}}, r"unknown top-level key 'colour'"),
+    ({"output": {"normalize_kernel": "yes"}}, r"normalize_kernel = 'yes' has type str"),
 ])
 def test_config_errors_name_key_value_and_fix(tmp_path, over, match):
     from flows._config import validate_config
@@ -150,6 +151,29 @@ def _run_stages(cfg, create=True):
             return _stages.run_stages(_stages.Context(rs, cfg, quiet=True))
     finally:
         rs.close()
+
+
+def test_stages_cluster_with_the_normalised_kernel(tmp_path):
+    """[output] normalize_kernel: the evaluate stage clusters the unit rows of V (the same
+    labels as kernel_kmeans(V, k, normalize=True)), says so in the summary, and the extend
+    stage assigns the new points to the unit rows' centres."""
+    from npkl_dist import kernel_kmeans
+    from npkl_dist import store as st
+    from npkl_dist._evaluate import nearest_centre
+
+    _data(tmp_path)
+    cfg = _cfg(tmp_path, output={"normalize_kernel": True})
+    res = _run_stages(cfg)
+    assert res["evaluate"]["normalize_kernel"] is True
+    with st.RunStore.open(cfg["run"], mode="r") as rs:
+        out = rs.read_results()
+    V, k = out["embedding"], int(out["clusters"].max()) + 1
+    assert np.array_equal(out["clusters"], kernel_kmeans(V, k, seed=3, normalize=True))
+    assert np.array_equal(out["extended_clusters"],
+                          nearest_centre(V, out["clusters"], out["extended_embedding"],
+                                         normalize=True))
+    s = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert s["normalize_kernel"] is True
 
 
 def test_stages_match_the_library_and_skip_when_done(tmp_path):

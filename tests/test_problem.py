@@ -436,6 +436,36 @@ def test_kernel_kmeans_labels(rng):
     assert np.unique(kernel_kmeans(V, 45)).size == 45
 
 
+def test_kernel_kmeans_normalized_clusters_by_direction(rng):
+    """normalize=True is k-means on the unit rows (the cosine-normalised kernel): three
+    directions whose rows have lengths from 0.01 to 10 are found exactly, where k-means on V
+    splits them by length; a zero row stays zero; a non-boolean flag is refused by name."""
+    from npkl_dist._evaluate import unit_rows
+
+    dirs = np.eye(3)
+    truth = np.repeat([0, 1, 2], 20)
+    lengths = np.tile(np.geomspace(0.01, 10.0, 20), 3)
+    V = (dirs[truth] + 0.05 * rng.standard_normal((60, 3))) * lengths[:, None]
+    unit = kernel_kmeans(V, 3, seed=0, normalize=True)
+    assert clustering_metrics(truth, unit)["rand_accuracy"] == 1.0
+    assert clustering_metrics(truth, kernel_kmeans(V, 3, seed=0))["rand_accuracy"] < 0.8
+    W = unit_rows(np.r_[V, np.zeros((1, 3))])
+    assert np.allclose(np.linalg.norm(W[:-1], axis=1), 1.0) and not W[-1].any()
+    assert np.array_equal(kernel_kmeans(W[:-1], 3, seed=0), unit)
+    with pytest.raises(ValidationError, match="normalize: expected True or False"):
+        kernel_kmeans(V, 3, normalize="yes")
+    # new points (the extend stage): scaled copies of training rows join their clusters when
+    # clustered normalised; by plain distance the short ones go wherever the centres lie
+    from npkl_dist._evaluate import nearest_centre
+
+    new = V[::2] * rng.uniform(0.01, 0.2, 30)[:, None]
+    assert np.array_equal(nearest_centre(V, unit, new, normalize=True), unit[::2])
+    plain = nearest_centre(V, unit, new)
+    assert not np.array_equal(plain, unit[::2])
+    centres = np.array([V[unit == c].mean(axis=0) for c in range(3)])
+    assert np.array_equal(plain, np.argmin(((new[:, None] - centres) ** 2).sum(-1), axis=1))
+
+
 @pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")  # accuracy, not convergence
 def test_kernel_kmeans_on_learned_kernel(rng):
     X = np.r_[rng.normal(size=(25, 2)), rng.normal(size=(25, 2)) + 6]
