@@ -1180,17 +1180,10 @@ def _plane_line_search(a, B, C, gamma, loss_code, base, boxed):
     args = (float(a[0]), float(a[1]), b, float(B[0, 1]), float(B[1, 1]), float(gamma), C,
             int(loss_code))
     none = (C[:0], np.zeros(6), np.zeros(2), np.zeros(2))
-    if b > 0:
-        hi = (-a0 + np.sqrt(a0 * a0 + b * gamma * max(base, 0.0))) / b
-    else:
-        hi = 16.0
-    hi = float(min(max(hi, 1e-12), 1e6))
-    grid = hi * np.geomspace(1e-3, 1.0, 16)
+    hi, grid = _line_grid(a0, b, gamma, base)
     vals = np.empty(16)
     _line_trials(grid, *args, False, *none, vals)
-    k = int(np.argmin(vals))
-    lo_b = grid[k - 1] if k > 0 else 0.0
-    hi_b = grid[k + 1] if k + 1 < grid.shape[0] else hi
+    k, lo_b, hi_b = _line_bracket(grid, vals, hi)
     if boxed:
         box = BoxedPairSum(C, (0.5 * (lo_b + hi_b), 0.0), (0.5 * (hi_b - lo_b), 0.0))
         inner = (True, box.rest, np.array(box.k), np.array(box.lo), np.array(box.hi))
@@ -1521,6 +1514,25 @@ def _loss_sum(z, loss_code):
     return float(-z.sum())
 
 
+def _line_grid(a, b, gamma, base):
+    """The line search's upper bound on s and its 16 geometric trial points: the loss is
+    >= 0, so it cannot fall by more than gamma * base, which bounds s."""
+    if b > 0:
+        hi = (-a + np.sqrt(a * a + b * gamma * max(base, 0.0))) / b
+    else:
+        hi = 16.0
+    hi = float(min(max(hi, 1e-12), 1e6))
+    return hi, hi * np.geomspace(1e-3, 1.0, 16)
+
+
+def _line_bracket(grid, vals, hi):
+    """(index of the best trial, the bracket around it) for the bounded search."""
+    k = int(np.argmin(vals))
+    lo_b = grid[k - 1] if k > 0 else 0.0
+    hi_b = grid[k + 1] if k + 1 < grid.shape[0] else hi
+    return k, lo_b, hi_b
+
+
 def line_search(a, b, c0, c1, c2, gamma, loss_code, base=None, phi=None, bracket_phi=None):
     """argmin over s >= 0 of  phi(s) = 2 s a + s^2 b + gamma sum loss(c0 + s c1 + s^2 c2)
     minus phi(0); returns (s, phi(s) - phi(0)) with s = 0 when nothing decreases.
@@ -1539,17 +1551,9 @@ def line_search(a, b, c0, c1, c2, gamma, loss_code, base=None, phi=None, bracket
             return 2.0 * s * a + s * s * b + gamma * (
                 _loss_sum(c0 + s * (c1 + s * c2), loss_code) - base)
 
-    # the loss is >= 0, so it cannot fall by more than gamma * base: bounds s
-    if b > 0:
-        hi = (-a + np.sqrt(a * a + b * gamma * max(base, 0.0))) / b
-    else:
-        hi = 16.0
-    hi = float(min(max(hi, 1e-12), 1e6))
-    grid = hi * np.geomspace(1e-3, 1.0, 16)
+    hi, grid = _line_grid(a, b, gamma, base)
     vals = np.array([phi(s) for s in grid])
-    k = int(np.argmin(vals))
-    lo_b = grid[k - 1] if k > 0 else 0.0
-    hi_b = grid[k + 1] if k + 1 < grid.shape[0] else hi
+    k, lo_b, hi_b = _line_bracket(grid, vals, hi)
     inner = phi if bracket_phi is None else bracket_phi(lo_b, hi_b)
     res = minimize_scalar(inner, bounds=(lo_b, hi_b), method="bounded",
                           options={"xatol": 1e-6 * hi_b})
