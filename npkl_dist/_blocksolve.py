@@ -58,6 +58,13 @@ PRECONDITIONERS = ("amg", "amg-plain", "amg-additive", "jacobi")
 #: steps of 1e7 whose claimed decrease of 3e-9 was an increase of 6e-9 (measured error per
 #: unit step: 0.03 eps max(diag L) ||V||^2), which the carried residual then kept as an
 #: offset of the objective. Rejected, the outer iteration keeps its plain block step.
+#: eps is float64's for every dtype: the errors come from the carried float64 quantities of
+#: the fast path (float64 only); on float32 V the coefficients are products of the stored
+#: arrays summed in float64. (With float32's eps the guard refused nearly every momentum
+#: step near the optimum: float32 fits of 400 points needed more than 2,000 outer
+#: iterations where float64 needed 143-717, and stopped up to 4e-4 above in objective;
+#: with float64's they take float64's count, monotone. bench/RESULTS.md, "float32 block
+#: fits".)
 SEARCH_NOISE = 64.0
 
 #: rows per reduction chunk (partial sums in a fixed order: thread-count independent)
@@ -2014,7 +2021,7 @@ class BlockSession:
         self.cg_iterations = []
         self.steps_taken = []
         self._cache = cache
-        self._noise = (SEARCH_NOISE * float(np.finfo(V.dtype).eps)
+        self._noise = (SEARCH_NOISE * float(np.finfo(np.float64).eps)
                        * (float(np.max(prep.diag)) if prep.diag.size else 0.0))
         self._threads(self._setup, prep, layout, V, precond)
         self._threads(self._residual)
