@@ -117,8 +117,9 @@ def _add_fit_options(p: argparse.ArgumentParser):
     m.add_argument("--method", choices=("auto", "sweeps", "block"), default="auto",
                    help="bcd: plain colour sweeps, or block solves (the unconstrained rows by "
                         "AMG-preconditioned CG, alternated with exact updates of the constrained "
-                        "rows); auto = block from 200 points for the square loss, the squared "
-                        "hinge and the hinge, never for linear (default: auto)")
+                        "rows); auto = block from 200 points for the square loss and the "
+                        "squared hinge, at any size for the hinge, never for linear "
+                        "(default: auto)")
     m.add_argument("--start", choices=("random", "propagate", "spectral"), default="random",
                    help="bcd start: the paper's random rows; propagate = random rows at "
                         "constrained points, zero elsewhere; spectral = scaled bottom "
@@ -126,7 +127,9 @@ def _add_fit_options(p: argparse.ArgumentParser):
     m.add_argument("--tol-objective", type=float, default=None,
                    help="bcd: also require |f(t-1) - f(t)| / |f(t)| < this to stop")
     m.add_argument("--tol-kkt", type=float, default=None,
-                   help="bcd: also require the scaled KKT residual < this to stop")
+                   help="bcd: also require the scaled KKT residual < this to stop (the "
+                        "hinge's default already requires its joint residual < 100 x --tol, "
+                        "at least 1e-6; a value here replaces that bound)")
     m.add_argument("--dtype", choices=("float32", "float64"), default="float64",
                    help="floating-point type of V and L (default: float64)")
     m.add_argument("--seed", type=_nonneg_int, default=0,
