@@ -659,16 +659,17 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             if use_joint and (ok or sweep >= joint_next):
                 gain, rel, jkkt = _joint_step(session, prep, problem, result, sweep, obj)
                 if ok:  # converged only if the joint move changes V by less than tol too
-                    if gain > 0.0 and rel < tol and (tol_kkt is not None
-                                                     or joint_floor is not None):
+                    def small(k):
+                        return (tol_kkt is None or k < tol_kkt) and (
+                            joint_floor is None or k < joint_floor)
+                    ok = rel < tol and small(jkkt)
+                    if ok and gain > 0.0 and (tol_kkt is not None or joint_floor is not None):
                         # the residual where the fit would stop: after the move (a tiny move
                         # can change which pairs sit on their kinks, and with them the
                         # residual: 9.9e-3 after a move from below 1e-3, measured)
                         from ._joint import joint_kkt
 
-                        jkkt = joint_kkt(prep, session.gather())
-                    ok = rel < tol and (tol_kkt is None or jkkt < tol_kkt) and (
-                        joint_floor is None or jkkt < joint_floor)
+                        ok = small(joint_kkt(prep, session.gather()))
                 # cost-benefit schedule (a move costs about a sweep plus a small QP): try
                 # again after the next sweep while a move gains more than a sweep did, else
                 # wait twice as long as last time (at most JOINT_MAX_WAIT sweeps)
