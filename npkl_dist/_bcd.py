@@ -609,9 +609,10 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
     # the objective after each sweep: always traced, unless trace=False and nothing reads it
     track_obj = (bool(trace) or tol_objective is not None or use_joint
                  or callback is not None or on_sweep is not None)
-    # a block session gives the objective and the KKT residual together (objective_kkt)
-    track_kkt = (track_obj or tol_kkt is not None) if method == "block" else (
-        hasattr(session, "kkt") and (bool(trace) or tol_kkt is not None))
+    # a block session gives the objective and the KKT residual together (objective_kkt;
+    # the KKT part only where it is read: an untraced hinge fit needs the objective alone)
+    track_kkt = hasattr(session, "kkt") or method == "block"
+    track_kkt = track_kkt and (bool(trace) or tol_kkt is not None)
     # joint-move schedule (hinge); checkpointed so that a resumed fit takes the same moves
     joint_wait, joint_next = (1, 0) if resume is None else (
         int(resume[0].get("joint_wait", 1)), int(resume[0].get("joint_next", 0)))
@@ -635,7 +636,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             t1 = time.perf_counter()
             if method == "block":
                 # the pair is of the current V; kept whole for the end of an untraced fit
-                evaluated = session.objective_kkt() if track_kkt else None
+                evaluated = (session.objective_kkt(with_kkt=track_kkt)
+                             if track_obj or track_kkt else None)
                 obj, kkt = evaluated if evaluated is not None else (None, None)
                 obj = obj if track_obj else None
             else:

@@ -1931,9 +1931,10 @@ class BlockPart:
         return pxr, pg
 
     # -- by-products, state -------------------------------------------------------------------
-    def objective_parts(self):
-        """Per own C row: v_i'(LV)_i and the KKT term; per owned pair: its loss; chunk sums of
-        ||v_i||^2 over the own rows."""
+    def objective_parts(self, with_kkt=True):
+        """Per own C row: v_i'(LV)_i and the KKT term (zeros without ``with_kkt``: the row
+        box QPs of the hinge are most of this pass); per owned pair: its loss; chunk sums
+        of ||v_i||^2 over the own rows."""
         V = self.V
         c = np.arange(self.nu, self.n_own, dtype=np.int64)
         sm = np.empty(c.shape[0])
@@ -1941,10 +1942,11 @@ class BlockPart:
         pairs = np.empty(self.pair_own.shape[0])
         self.K.pair_terms(self.pair_own, self.pair_other, self.pair_t, V, self.loss_code,
                           pairs)
-        g = np.empty(c.shape[0])
-        self.K.kkt_row_terms(c, self.indptr, self.indices, self.data, self.diag, self.cptr,
-                             self.cidx, self.csgn, V, self.loss_code, self.gamma, self.bound,
-                             self.pmax, g)
+        g = np.zeros(c.shape[0])
+        if with_kkt:
+            self.K.kkt_row_terms(c, self.indptr, self.indices, self.data, self.diag,
+                                 self.cptr, self.cidx, self.csgn, V, self.loss_code,
+                                 self.gamma, self.bound, self.pmax, g)
         vn = chunked_sums(np.einsum("ij,ij->i", V[:self.n_own], V[:self.n_own],
                                     dtype=np.float64))
         return sm, g, pairs, vn
@@ -2138,13 +2140,14 @@ class BlockSession:
             self._set_residual(self._threads(lambda: [self.parts[0].load_state(*arrays)]))
 
     # -- by-products ----------------------------------------------------------------------------
-    def objective_kkt(self):
-        """(objective, kkt) of the current V, from the exact residual and the C rows."""
-        return self._threads(self._objective_kkt)
+    def objective_kkt(self, with_kkt=True):
+        """(objective, kkt) of the current V, from the exact residual and the C rows; kkt is
+        None without ``with_kkt`` (the objective alone: the same value)."""
+        return self._threads(self._objective_kkt, with_kkt)
 
-    def _objective_kkt(self):
+    def _objective_kkt(self, with_kkt=True):
         p = self.prep
-        res = self._call("objective_parts")
+        res = self._call("objective_parts", with_kkt)
         sm = np.concatenate([x[0] for x in res])
         g = np.concatenate([x[1] for x in res])
         pairs = np.empty(p.pi.shape[0])
@@ -2152,6 +2155,8 @@ class BlockSession:
             pairs[idx] = x[2]
         vn = ordered_total([v for x in res for v in x[3]])
         obj = -self._xr + float(_canonical_sum(sm)) + p.gamma * float(_canonical_sum(pairs))
+        if not with_kkt:
+            return obj, None
         num = self._gU + float(_canonical_sum(g))
         kkt = float(np.sqrt(num / vn)) if vn > 0 else float(np.sqrt(num))
         return obj, kkt
