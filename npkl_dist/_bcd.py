@@ -65,13 +65,15 @@ STALL_KKT_FACTOR = 100.0
 STALL_KKT_MIN = 1e-6
 
 
+#: Hinge loss: at most this many sweeps between two joint-move attempts (``joint``).
+JOINT_MAX_WAIT = 16
+STARTS = ("random", "propagate", "spectral")
+
+
 def stall_bound(tol: float) -> float:
     """The KKT residual above which a fit stopped on the step-size rule ``tol`` has stalled
     (and below which the hinge's default stop needs its joint residual)."""
     return max(STALL_KKT_FACTOR * tol, STALL_KKT_MIN)
-#: Hinge loss: at most this many sweeps between two joint-move attempts (``joint``).
-JOINT_MAX_WAIT = 16
-STARTS = ("random", "propagate", "spectral")
 
 
 @dataclass
@@ -470,14 +472,13 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         final ``kkt`` of a hinge fit is the joint residual. Other losses ignore it.
     hinge_kkt : bool
         Hinge loss with ``joint`` and without ``tol_kkt``: also require the joint KKT
-        residual below :func:`stall_bound` (``tol``) before stopping (default: 100 x tol,
-        at least 1e-6). At the hinge's
-        kinks the steps can shrink below ``tol`` far from a stationary point: block fits of
-        the papers' protocol stopped there at residuals of 2e-3 to 2.5e-2, their objectives
-        up to 2.6% above the optimum, and plain sweeps 13-16% above
-        (bench/RESULTS.md, "The hinge's stalls", "The hinge's default stop"). ``False``: the
-        step-size rule alone (bcdkl-tnnls2015's stopping rule; a fit that stops where it
-        stalled then warns).
+        residual below :func:`stall_bound` (``tol``), i.e. 100 x tol but at least 1e-6,
+        before stopping (default). At the hinge's kinks the steps can shrink below ``tol``
+        far from a stationary point: block fits of the papers' protocol stopped there at
+        residuals of 2e-3 to 2.5e-2, their objectives up to 2.6% above the optimum, and
+        plain sweeps 13-16% above (bench/RESULTS.md, "The hinge's stalls", "The hinge's
+        default stop"). ``False``: the step-size rule alone (bcdkl-tnnls2015's stopping
+        rule; a fit that stops where it stalled then warns).
     trace : bool
         Method 'sweeps': evaluate the objective and the KKT residual after every sweep
         (``objective_trace``, ``kkt_trace``, ``objective_seconds``; default). Each costs about
@@ -606,6 +607,9 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
     # the hinge's default stop: the step-size rule and a joint residual within the stall bound
     joint_floor = (stall_bound(tol) if use_joint and hinge_kkt and tol_kkt is None and tol > 0
                    else None)
+
+    def small(k):  # a joint residual the stop accepts
+        return (tol_kkt is None or k < tol_kkt) and (joint_floor is None or k < joint_floor)
     # the objective after each sweep: always traced, unless trace=False and nothing reads it
     track_obj = (bool(trace) or tol_objective is not None or use_joint
                  or callback is not None or on_sweep is not None)
@@ -661,9 +665,6 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             if use_joint and (ok or sweep >= joint_next):
                 gain, rel, jkkt = _joint_step(session, prep, problem, result, sweep, obj)
                 if ok:  # converged only if the joint move changes V by less than tol too
-                    def small(k):
-                        return (tol_kkt is None or k < tol_kkt) and (
-                            joint_floor is None or k < joint_floor)
                     ok = rel < tol and small(jkkt)
                     if ok and gain > 0.0 and (tol_kkt is not None or joint_floor is not None):
                         # the residual where the fit would stop: after the move (a tiny move

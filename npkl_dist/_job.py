@@ -127,7 +127,8 @@ def _select_gamma(cfg: FitConfig, problem: NPKLProblem, executor):
 
     _, options = _solver(cfg, executor)
     return select_gamma(problem, folds=3, seed=cfg.seed, solver=cfg.solver,
-                        n_clusters=cfg.clusters, fit_options=options)
+                        n_clusters=cfg.clusters, fit_options=options,
+                        normalize=cfg.normalize_kernel)
 
 
 def _cv_gamma(cfg: FitConfig) -> bool:

@@ -113,7 +113,8 @@ class GammaSelection:
 
 def select_gamma(problem, gammas=DEFAULT_GAMMAS, *, folds: int = 3, seed: int = 0,
                  solver: str = "bcd", n_clusters: int | None = None,
-                 score: str | None = None, fit_options: dict | None = None) -> GammaSelection:
+                 score: str | None = None, fit_options: dict | None = None,
+                 normalize: bool = False) -> GammaSelection:
     """Choose gamma by cross-validation on held-out constraints (never on labels).
 
     Parameters
@@ -152,6 +153,9 @@ def select_gamma(problem, gammas=DEFAULT_GAMMAS, *, folds: int = 3, seed: int = 
           (the kernel distance k-means uses) separating held-out must-link from cannot-link
           pairs; rank-based, so invariant to the overall scale of K, which changes with gamma.
 
+    normalize : bool
+        Score the cosine-normalised kernel (unit rows of V), as the downstream clustering
+        does with ``kernel_kmeans(..., normalize=True)`` (``npkl fit --normalize-kernel``).
     fit_options : dict, optional
         Keyword arguments of the solver (e.g. ``max_sweeps``, ``tol``, ``executor`` for BCD;
         ``max_iter`` for KL-ADMM). Options tied to one problem (``plan``, ``resume``,
@@ -188,6 +192,8 @@ def select_gamma(problem, gammas=DEFAULT_GAMMAS, *, folds: int = 3, seed: int = 
     seed = _check_int("seed", seed, 0, "pass a non-negative integer")
     if solver not in _SOLVERS:
         raise ValidationError(f"solver: {solver!r} is not one of {', '.join(_SOLVERS)}")
+    if not isinstance(normalize, (bool, np.bool_)):
+        raise ValidationError(f"normalize: expected True or False, got {fmt_value(normalize)}")
     cons = problem.constraints
     n = problem.n_points
     if score is None:
@@ -233,7 +239,8 @@ def select_gamma(problem, gammas=DEFAULT_GAMMAS, *, folds: int = 3, seed: int = 
                 if not issubclass(w.category, ConvergenceWarning):
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             scores[f, q] = heldout_score(V, cons.i[out], cons.j[out], cons.t[out], score=score,
-                                         n_clusters=n_clusters, seed=seed)
+                                         n_clusters=n_clusters, seed=seed,
+                                         normalize=normalize)
     mean = scores.mean(axis=0)
     best = int(np.flatnonzero(mean >= mean.max() - TIE_TOL)[0])  # ascending grid: ties -> smaller
     if unconverged.any():
@@ -284,12 +291,15 @@ def split_folds(constraints: Constraints, folds: int, seed: int) -> list:
 
 
 def heldout_score(V, i, j, t, *, score: str = "clusters", n_clusters: int | None = None,
-                  seed: int = 0) -> float:
+                  seed: int = 0, normalize: bool = False) -> float:
     """Score a learned kernel ``K = V V'`` on pairs ``(i, j)`` of types ``t`` (+1 / -1).
 
     See :func:`select_gamma` for the two scores; both lie in [0, 1], higher is better.
+    ``normalize``: score the cosine-normalised kernel (the unit rows of V) instead.
     """
-    V = np.asarray(V, dtype=np.float64)
+    from ._evaluate import unit_rows
+
+    V = unit_rows(V) if normalize else np.asarray(V, dtype=np.float64)
     must = np.asarray(t) > 0
     if score == "clusters":
         from threadpoolctl import threadpool_limits  # a scikit-learn dependency

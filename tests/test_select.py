@@ -107,6 +107,26 @@ def test_heldout_pairs_never_reach_the_fitted_problem(inputs, monkeypatch):
         assert cons.n_cannot // 3 <= np.count_nonzero(cons.t[out] < 0) <= -(-cons.n_cannot // 3)
 
 
+def test_normalize_reaches_every_score_and_the_job_passes_it(inputs, monkeypatch):
+    """select_gamma(normalize=True) scores every fit on the normalised kernel, and the job
+    (npkl fit --gamma cv --normalize-kernel) asks for it."""
+    from npkl_dist import _job
+
+    L, cons, _ = inputs
+    seen = []
+    monkeypatch.setattr(_select, "heldout_score",
+                        lambda *a, **k: seen.append(k["normalize"]) or 0.75)
+    p = nk.NPKLProblem.build(L, cons, loss="linear")
+    nk.select_gamma(p, (1, 10), folds=2, n_clusters=3, fit_options=BCD_OPTS, normalize=True)
+    assert seen == [True] * 4
+    asked = []
+    monkeypatch.setattr(_select, "select_gamma", lambda *a, **k: asked.append(k["normalize"]))
+    for flag in (False, True):
+        _job._select_gamma(_job.FitConfig(solver="bcd", loss="linear", normalize_kernel=flag),
+                           p, None)
+    assert asked == [False, True]
+
+
 def test_ties_go_to_the_smaller_gamma(inputs, monkeypatch):
     L, cons, _ = inputs
     monkeypatch.setattr(_select, "heldout_score", lambda *a, **k: 0.75)
@@ -124,6 +144,14 @@ def test_heldout_score_values():
     assert _select.heldout_score(V, i, j, -t, score="auc") == 0.0
     # one cluster per point: every must-link broken, every cannot-link kept -> 0.5
     assert _select.heldout_score(V, i, j, t, n_clusters=4) == 0.5
+    # rows of very different lengths: by distance the short ones pair up wrongly; the
+    # normalised kernel (npkl fit --normalize-kernel) scores their directions
+    W = V * np.array([[1.0], [0.01], [1.0], [0.01]])
+    i2, j2, t2 = np.array([0, 2, 1, 0]), np.array([1, 3, 3, 2]), np.array([1, 1, -1, -1])
+    assert _select.heldout_score(W, i2, j2, t2, score="auc") < 1.0
+    assert _select.heldout_score(W, i2, j2, t2, score="auc", normalize=True) == 1.0
+    assert _select.heldout_score(W, i2, j2, t2, n_clusters=2) < 1.0
+    assert _select.heldout_score(W, i2, j2, t2, n_clusters=2, normalize=True) == 1.0
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -143,6 +171,7 @@ def test_heldout_score_values():
     ({"fit_options": {"max_iter": 3}}, r"fit_options: 'max_iter' is not an option of solver "
                                       r"'bcd'"),
     ({"fit_options": {"plan": None}}, r"fit_options: 'plan' belongs to one problem"),
+    ({"normalize": "yes"}, r"normalize: expected True or False, got 'yes'"),
 ])
 def test_errors_name_argument_value_and_fix(inputs, kwargs, match):
     L, cons, _ = inputs
