@@ -749,14 +749,16 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
 
 def _joint_step(session, prep, problem, result, sweep, obj):
     """Hinge loss: take the joint move (``npkl_dist._joint``) if it lowers the objective by
-    more than the problem dtype's rounding. Returns (decrease of the objective, relative
-    change ||V' - V|| / ||V|| of the move, joint KKT residual before it); zeros for a move
-    not taken."""
+    more than float64's rounding (the move and its decrease are computed in float64 for
+    every dtype; with float32's epsilon, 1.2e-5 x |f|, the guard refused the tail's moves and
+    float32 hinge fits stalled at KKT 2e-4: bench/RESULTS.md, "float32 block fits").
+    Returns (decrease of the objective, relative change ||V' - V|| / ||V|| of the move,
+    joint KKT residual before it); zeros for a move not taken."""
     from ._joint import hinge_joint_move
 
     V = session.gather()
     move = hinge_joint_move(prep, V)
-    eps = float(np.finfo(problem.dtype).eps)
+    eps = float(np.finfo(np.float64).eps)
     if -move.decrease <= 100.0 * eps * max(abs(obj), 1e-300):
         return 0.0, 0.0, move.kkt
     session.assign(move.apply(V))
