@@ -475,7 +475,8 @@ def evaluate(ctx: Context) -> dict:
     """Kernel k-means on V (k-means on its rows) and, with ground truth, the metrics."""
     if (info := ctx.done("evaluate")) is not None:
         return _skip("evaluate", info)
-    from npkl_dist import clustering_metrics, kernel_kmeans
+    from npkl_dist import clustering_metrics
+    from npkl_dist._evaluate import cluster_kernel
 
     out: dict = {}
     with measure(out):
@@ -488,13 +489,11 @@ def evaluate(ctx: Context) -> dict:
             k = int(np.unique(y[y >= 0]).size)
         metrics = None
         if k is not None:
-            if ctx.cfg["model"]["solver"] == "simplenpkl" and \
-                    not ctx.cfg["output"]["normalize_kernel"]:
-                from npkl_dist._simplenpkl import warn_short_free_rows
-
-                warn_short_free_rows(ctx.store.read_inputs()["constraints"], V)
-            labels = kernel_kmeans(V, k, seed=ctx.cfg["model"]["seed"],
-                                   normalize=ctx.cfg["output"]["normalize_kernel"])
+            unit = ctx.cfg["output"]["normalize_kernel"]
+            snpkl = ctx.cfg["model"]["solver"] == "simplenpkl" and not unit  # warn only then
+            labels = cluster_kernel(V, k, seed=ctx.cfg["model"]["seed"], normalize=unit,
+                                    short_rows_of=ctx.store.read_inputs()["constraints"]
+                                    if snpkl else None)
             ctx.store.write_results(clusters=labels)
             if y is not None:
                 lab = y >= 0

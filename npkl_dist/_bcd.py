@@ -663,7 +663,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             if tol_kkt is not None:
                 ok = ok and kkt is not None and kkt < tol_kkt
             if use_joint and (ok or sweep >= joint_next):
-                gain, rel, jkkt = _joint_step(session, prep, problem, result, sweep, obj)
+                gain, rel, jkkt = _joint_step(session, prep, result, sweep, obj)
                 if ok:  # converged only if the joint move changes V by less than tol too
                     ok = rel < tol and small(jkkt)
                     if ok and gain > 0.0 and (tol_kkt is not None or joint_floor is not None):
@@ -747,7 +747,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
     return result
 
 
-def _joint_step(session, prep, problem, result, sweep, obj):
+def _joint_step(session, prep, result, sweep, obj):
     """Hinge loss: take the joint move (``npkl_dist._joint``) if it lowers the objective by
     more than float64's rounding (the move and its decrease are computed in float64 for
     every dtype; with float32's epsilon, 1.2e-5 x |f|, the guard refused the tail's moves and

@@ -1132,7 +1132,6 @@ def subspace_search_nelder_mead(a, B, C, gamma, loss_code, boxed=False, compiled
         def phi_box(s):
             s1, s2 = float(s[0]), float(s[1])
             return smooth(s1, s2) + gamma * box(s1, s2)
-        phi_box.box = box
         return phi_box
 
     bracket = None
@@ -1152,20 +1151,16 @@ def subspace_search_nelder_mead(a, B, C, gamma, loss_code, boxed=False, compiled
         scale = max(abs(s1), 1e-3)
         simplex = np.array([[s1, 0.0], [s1 + 0.5 * scale, 0.0], [s1, 0.5 * scale]])
         xatol, fatol = 1e-7 * scale, 1e-15 * max(1.0, abs(base))
-        trial = on_box((s1, 0.0), (2.0 * scale, 2.0 * scale)) if boxed else phi
+        centre, half = (s1, 0.0), (2.0 * scale, 2.0 * scale)
         if compiled:
-            box = trial.box if boxed else None
             x = np.empty(2)
-            _nelder_mead_2d(
-                float(a[0]), float(a[1]), float(B[0, 0]), float(B[0, 1]), float(B[1, 1]),
-                float(gamma), C, int(loss_code), boxed,
-                box.rest if boxed else C[:0], np.array(box.k if boxed else (0.0,) * 6),
-                np.array(box.lo if boxed else (0.0, 0.0)),
-                np.array(box.hi if boxed else (0.0, 0.0)),
-                simplex, float(xatol), float(fatol), 600, x)
+            _nelder_mead_2d(*_trial_args(a, B, C, gamma, loss_code),
+                            *_box_args(C, centre, half, boxed), simplex, float(xatol),
+                            float(fatol), 600, x)
         else:
             from scipy.optimize import minimize
 
+            trial = on_box(centre, half) if boxed else phi
             x = minimize(trial, np.array([s1, 0.0]), method="Nelder-Mead",
                          options={"xatol": xatol, "fatol": fatol, "maxiter": 600,
                                   "initial_simplex": simplex}).x
@@ -1182,23 +1177,31 @@ def _plane_line_search(a, B, C, gamma, loss_code, base, boxed):
     :func:`subspace_search_nelder_mead` calls it (phi = its trial at (s, 0); ``boxed``: the
     bracket on a :class:`BoxedPairSum`), with the grid's trials and the bounded Brent search
     compiled (:func:`_brent_bounded`): the same step and value, bit for bit."""
-    b = float(B[0, 0])
-    a0 = float(a[0])
-    args = (float(a[0]), float(a[1]), b, float(B[0, 1]), float(B[1, 1]), float(gamma), C,
-            int(loss_code))
-    none = (C[:0], np.zeros(6), np.zeros(2), np.zeros(2))
-    hi, grid = _line_grid(a0, b, gamma, base)
+    args = _trial_args(a, B, C, gamma, loss_code)
+    hi, grid = _line_grid(float(a[0]), float(B[0, 0]), gamma, base)
     vals = np.empty(16)
-    _line_trials(grid, *args, False, *none, vals)
+    _line_trials(grid, *args, *_box_args(C, None, None, False), vals)
     k, lo_b, hi_b = _line_bracket(grid, vals, hi)
-    if boxed:
-        box = BoxedPairSum(C, (0.5 * (lo_b + hi_b), 0.0), (0.5 * (hi_b - lo_b), 0.0))
-        inner = (True, box.rest, np.array(box.k), np.array(box.lo), np.array(box.hi))
-    else:
-        inner = (False, *none)
-    x, fx = _brent_bounded(float(lo_b), float(hi_b), float(1e-6 * hi_b), 500, *args, *inner)
+    box = _box_args(C, (0.5 * (lo_b + hi_b), 0.0), (0.5 * (hi_b - lo_b), 0.0), boxed)
+    x, fx = _brent_bounded(float(lo_b), float(hi_b), float(1e-6 * hi_b), 500, *args, *box)
     s, v = (float(x), float(fx)) if fx < vals[k] else (float(grid[k]), float(vals[k]))
     return (s, v) if v < 0.0 else (0.0, 0.0)
+
+
+def _trial_args(a, B, C, gamma, loss_code):
+    """The search's data as the compiled trials take it (:func:`_nm_trial`)."""
+    return (float(a[0]), float(a[1]), float(B[0, 0]), float(B[0, 1]), float(B[1, 1]),
+            float(gamma), C, int(loss_code))
+
+
+def _box_args(C, centre, half, boxed):
+    """(boxed, rest, k, lo, hi) of :func:`_nm_trial`: a :class:`BoxedPairSum` on the box of
+    ``centre`` and ``half`` when ``boxed``, else empty stand-ins (every trial sums all
+    pairs)."""
+    if not boxed:
+        return False, C[:0], np.zeros(6), np.zeros(2), np.zeros(2)
+    box = BoxedPairSum(C, centre, half)
+    return True, box.rest, np.array(box.k), np.array(box.lo), np.array(box.hi)
 
 
 @njit(nogil=True, cache=True)

@@ -51,6 +51,18 @@ def kernel_kmeans(V, n_clusters: int, *, seed=0, n_init: int = 10,
     return km.fit_predict(X).astype(np.int64)
 
 
+def cluster_kernel(V, n_clusters: int, *, seed=0, normalize: bool = False,
+                   short_rows_of=None) -> np.ndarray:
+    """The downstream clustering of a fit (the job and the pipeline's evaluate stage):
+    :func:`kernel_kmeans`, after :func:`~npkl_dist._simplenpkl.warn_short_free_rows` on the
+    constraints ``short_rows_of`` (SimpleNPKL's) when clustering without ``normalize``."""
+    if short_rows_of is not None and not normalize:
+        from ._simplenpkl import warn_short_free_rows
+
+        warn_short_free_rows(short_rows_of, V, stacklevel=3)
+    return kernel_kmeans(V, n_clusters, seed=seed, normalize=normalize)
+
+
 def nearest_centre(V, labels, V_new, *, normalize: bool = False) -> np.ndarray:
     """Clusters of new rows ``V_new`` (out-of-sample points): the nearest centre, a centre
     being the mean of the rows of V in a cluster of ``labels`` (as k-means assigns). With

@@ -15,7 +15,7 @@ import numpy as np
 from ._bcd import fit_bcd
 from ._constraints import Constraints, sample_constraints
 from ._errors import ValidationError
-from ._evaluate import clustering_metrics, kernel_kmeans
+from ._evaluate import cluster_kernel, clustering_metrics
 from ._graph import graph_from_edges, knn_graph
 from ._io import read_constraints, read_edges, read_features, read_labels
 from ._problem import NPKLProblem
@@ -272,11 +272,8 @@ def run_fit(cfg: FitConfig, callback=None, executor=None
     clusters = None
     t_c = time.perf_counter()
     if k is not None:
-        if cfg.solver == "simplenpkl" and not cfg.normalize_kernel:
-            from ._simplenpkl import warn_short_free_rows
-
-            warn_short_free_rows(cons, result.V)
-        clusters = kernel_kmeans(result.V, k, seed=cfg.seed, normalize=cfg.normalize_kernel)
+        clusters = cluster_kernel(result.V, k, seed=cfg.seed, normalize=cfg.normalize_kernel,
+                                  short_rows_of=cons if cfg.solver == "simplenpkl" else None)
     t_cluster = time.perf_counter() - t_c
     summary = {
         "solver": cfg.solver,
@@ -459,7 +456,7 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
         k = cfg.clusters
         if k is None and y_eval is not None:
             k = int(np.unique(y_eval[y_eval >= 0]).size)
-        clusters = (kernel_kmeans(result.V, k, seed=cfg.seed, normalize=cfg.normalize_kernel)
+        clusters = (cluster_kernel(result.V, k, seed=cfg.seed, normalize=cfg.normalize_kernel)
                     if k is not None else None)
         summary = {
             "solver": cfg.solver, "loss": cfg.loss, "gamma": cfg.gamma, "rank": r,
@@ -468,7 +465,8 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
             "objective_trace": result.objective_trace, "n_sweeps": result.n_sweeps,
             "converged": bool(result.converged), "sweep_seconds": result.sweep_seconds,
             "fit_seconds": result.fit_seconds, "graph_seconds": t_graph, "n_clusters": k,
-            "normalize_kernel": bool(cfg.normalize_kernel), "run": url, "executor": opts.get("executor", "inprocess"),
+            "normalize_kernel": bool(cfg.normalize_kernel), "run": url,
+            "executor": opts.get("executor", "inprocess"),
             "checkpoints_written": ck.n_saved,
         }
         summary.update(_bcd_summary(result))
