@@ -88,7 +88,9 @@ class FitResult:
         Final objective.
     objective_initial : float
     objective_trace : list of float
-        Objective after each sweep (method 'block': after each outer iteration).
+        Objective after each sweep (method 'block': after each outer iteration). Hinge loss:
+        before that sweep's joint move, if it took one (the stopping rules and the moves'
+        schedule read it so); the last entry is always that of the returned V.
     change_trace : list of float
         ||V(t) - V(t-1)|| / ||V(t)|| after each sweep.
     kkt_trace : list of float
@@ -383,13 +385,28 @@ def _check_tol(name, val, allow_none=True):
         raise ValidationError(f"{name}: expected a finite number >= 0, got {fmt_value(val)}")
 
 
+def _check_ladder(ladder):
+    """kink_ladder as a tuple of floats in (0, 1), or a ValidationError naming it."""
+    try:
+        vals = tuple(ladder)
+    except TypeError:
+        vals = None
+    if (not vals or any(isinstance(e, bool) or not isinstance(e, Real) or not np.isfinite(e)
+                        or not 0 < e < 1 for e in vals)):
+        raise ValidationError(
+            f"kink_ladder: expected a non-empty sequence of kink tolerances in (0, 1), e.g. "
+            f"(1e-6, 1e-3, 1e-1), got {fmt_value(ladder)}")
+    return tuple(float(e) for e in vals)
+
+
 def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             executor=None, relabel: str = "rcm", V0=None, callback=None, plan=None,
             resume=None, on_sweep=None, method: str = "auto", start: str = "random",
             tol_objective: float | None = None, tol_kkt: float | None = None,
             precond: str = "amg-additive", inner_rtol: float = 0.01, inner_maxiter: int = 1,
             extrapolate: bool = True, scheme: str = "blocks", setup: FitSetup | None = None,
-            joint: bool = True, hinge_kkt: bool = True, trace: bool = True) -> FitResult:
+            joint: bool = True, hinge_kkt: bool = True, kink_ladder: tuple | None = None,
+            trace: bool = True) -> FitResult:
     """Fit an NPKL problem by block coordinate descent.
 
     Parameters
@@ -479,6 +496,12 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         plain sweeps 13-16% above (bench/RESULTS.md, "The hinge's stalls", "The hinge's
         default stop"). ``False``: the step-size rule alone (bcdkl-tnnls2015's stopping
         rule; a fit that stops where it stalled then warns).
+    kink_ladder : tuple of float, optional
+        Hinge loss with ``joint``: the kink tolerances whose least-norm subgradients each
+        joint move tries, taking the best (default ``npkl_dist._joint.KINK_LADDER``,
+        (1e-6, 1e-3, 1e-1)). ``(1e-6,)``: only the exact kink set, the move of fits before
+        2026-11-27, which crept along the kinks from about 2,000 points (bench/RESULTS.md,
+        "The hinge's joint move over a ladder of kink tolerances").
     trace : bool
         Method 'sweeps': evaluate the objective and the KKT residual after every sweep
         (``objective_trace``, ``kkt_trace``, ``objective_seconds``; default). Each costs about
@@ -507,6 +530,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         raise ValidationError(
             f"inner_maxiter: expected a positive integer, got {fmt_value(inner_maxiter)}")
     _check_tol("inner_rtol", inner_rtol, allow_none=False)
+    if kink_ladder is not None:
+        kink_ladder = _check_ladder(kink_ladder)
     if problem.constraints.diagonal:
         raise ValidationError(
             "constraints: diagonal targets (K_ii = 1) are KL-ADMM's protocol and not part of the "
@@ -628,8 +653,10 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         result.setup_seconds = time.perf_counter() - t_start
         sweep = first - 1
         evaluated = None  # a block session's (objective, kkt) of the current V, if taken
+        moved_last = False  # whether the last sweep ended with a joint move
         while not result.converged and sweep < max_sweeps:
             sweep += 1
+            moved_last = False
             order = layout.colour_order(rng)
             t0 = time.perf_counter()
             if method == "block":
@@ -663,7 +690,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             if tol_kkt is not None:
                 ok = ok and kkt is not None and kkt < tol_kkt
             if use_joint and (ok or sweep >= joint_next):
-                gain, rel, jkkt = _joint_step(session, prep, result, sweep, obj)
+                gain, rel, jkkt = _joint_step(session, prep, result, sweep, obj,
+                                              kink_ladder)
                 if ok:  # converged only if the joint move changes V by less than tol too
                     ok = rel < tol and small(jkkt)
                     if ok and gain > 0.0 and (tol_kkt is not None or joint_floor is not None):
@@ -678,6 +706,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
                 # wait twice as long as last time (at most JOINT_MAX_WAIT sweeps)
                 joint_wait = 1 if gain > prev - obj else min(2 * joint_wait, JOINT_MAX_WAIT)
                 joint_next = sweep + joint_wait
+                moved_last = gain > 0.0
             result.converged = bool(ok)
             stop = callback is not None and callback(sweep, obj, change, t1 - t0) is True
             if on_sweep is not None:
@@ -687,6 +716,12 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             if stop:
                 break
         final_kkt = None
+        if moved_last and result.objective_trace:
+            # the trace holds each sweep's objective before its joint move (the schedule and
+            # the stopping rules read it so, and resumed fits replay it); the fit's objective
+            # is that of the V it returns (before, a last sweep's move went unreported)
+            result.objective_trace[-1] = (session.objective_kkt(with_kkt=False)[0]
+                                          if method == "block" else session.objective())
         if not track_obj and result.change_trace:  # trace=False: the final objective, once
             if method == "block":
                 # the last iteration's evaluation where tol_kkt made one (the same V)
@@ -747,7 +782,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
     return result
 
 
-def _joint_step(session, prep, result, sweep, obj):
+def _joint_step(session, prep, result, sweep, obj, ladder=None):
     """Hinge loss: take the joint move (``npkl_dist._joint``) if it lowers the objective by
     more than float64's rounding (the move and its decrease are computed in float64 for
     every dtype; with float32's epsilon, 1.2e-5 x |f|, the guard refused the tail's moves and
@@ -757,7 +792,7 @@ def _joint_step(session, prep, result, sweep, obj):
     from ._joint import hinge_joint_move
 
     V = session.gather()
-    move = hinge_joint_move(prep, V)
+    move = hinge_joint_move(prep, V, ladder=ladder)
     eps = float(np.finfo(np.float64).eps)
     if -move.decrease <= 100.0 * eps * max(abs(obj), 1e-300):
         return 0.0, 0.0, move.kkt

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import scipy.optimize as so
 
-from npkl_dist import NPKLProblem, fit_bcd, make_plan, objective, prepare
-from npkl_dist._joint import KINK_RTOL, hinge_joint_move, joint_kkt
+from npkl_dist import (NPKLProblem, fit_bcd, knn_graph, make_plan, objective, prepare,
+                       sample_constraints)
+from npkl_dist._joint import KINK_LADDER, KINK_RTOL, hinge_joint_move, joint_kkt
 from npkl_dist._kkt import kkt_residual
 from npkl_dist.executors import InProcessExecutor
 
@@ -40,8 +41,9 @@ def f_internal(problem, plan, V):
     return objective(problem, out)
 
 
-def subgradient_parts(prep, V):
-    """Dense reference: G (smooth + pairs inside the margin) and one column per kink pair."""
+def subgradient_parts(prep, V, kink_rtol=KINK_RTOL):
+    """Dense reference: G (smooth + pairs inside the margin) and one column per kink pair
+    (the pairs within ``kink_rtol`` of their kink)."""
     n, r = V.shape
     off = np.zeros((n, n))
     for i in range(n):
@@ -55,7 +57,7 @@ def subgradient_parts(prep, V):
         a = np.zeros((n, r))
         a[i] -= prep.gamma * t * V[j]
         a[j] -= prep.gamma * t * V[i]
-        if abs(z - 1) <= KINK_RTOL * max(1, abs(z)):
+        if abs(z - 1) <= kink_rtol * max(1, abs(z)):
             cols.append(a)
         elif z < 1:
             G += a
@@ -93,6 +95,53 @@ def test_direction_is_steepest_descent_of_the_subdifferential():
     f1 = f_internal(problem, plan, V + move.step * move.direction)
     assert move.step > 0 and f1 - f0 == pytest.approx(move.decrease, rel=1e-9, abs=1e-14)
     assert move.kkt == pytest.approx(best / np.linalg.norm(V), rel=1e-12)
+
+
+def creeping(n=300, sweeps=200):
+    """A point where hinge sweeps with the exact kink set's joint moves creep: after 200
+    sweeps of 300 points, that move lowers f by 1.8e-4 and the ladder's by 0.25 (measured)."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n, 3))
+    y = (X[:, 0] > 0).astype(np.int64) + (X[:, 1] > 0)
+    problem = NPKLProblem.build(knn_graph(X, 6, warn=False).laplacian(1e-3),
+                                sample_constraints(y, seed=0), loss="hinge", rank=8, seed=0)
+    plan = make_plan(problem)
+    res = fit_bcd(problem, method="sweeps", max_sweeps=sweeps, kink_ladder=(KINK_RTOL,),
+                  hinge_kkt=False, plan=plan)
+    return problem, plan, prepare(problem, plan), res.V[plan.order].astype(np.float64)
+
+
+def test_kink_ladder_move_is_the_best_of_its_epsilon_directions():
+    problem, plan, prep, V = creeping()
+    exact = hinge_joint_move(prep, V, ladder=(KINK_RTOL,))
+    move = hinge_joint_move(prep, V)
+    # the reported residual is the exact kink set's, whatever direction is taken
+    assert move.kkt == exact.kkt == pytest.approx(joint_kkt(prep, V), rel=1e-12)
+    # the ladder's move: a wider kink set, and far more decrease than the exact one's
+    assert move.kink_rtol > KINK_RTOL and move.n_kink > exact.n_kink
+    assert move.decrease < 100 * exact.decrease < 0
+    # it is the best of the ladder's candidates, each taken alone
+    each = [hinge_joint_move(prep, V, kink_rtol=e, ladder=()) for e in KINK_LADDER]
+    assert move.decrease == min(m.decrease for m in each)
+    # its decrease is the objective's (evaluated independently)
+    f0 = f_internal(problem, plan, V)
+    f1 = f_internal(problem, plan, V + move.step * move.direction)
+    assert f1 - f0 == pytest.approx(move.decrease, rel=1e-9)
+    # its direction is -W^2 g* for the least-W-norm g* of the epsilon-subdifferential
+    G, cols, w = subgradient_parts(prep, V, move.kink_rtol)
+    assert len(cols) == move.n_kink
+    WA = (w[:, None, None] * np.stack(cols, axis=-1)).reshape(-1, len(cols))
+    WG = (w[:, None] * G).ravel()
+    ref = so.minimize(lambda a: 0.5 * np.sum((WG + WA @ a) ** 2), np.full(len(cols), 0.5),
+                      jac=lambda a: WA.T @ (WG + WA @ a), method="L-BFGS-B",
+                      bounds=[(0, 1)] * len(cols), options={"ftol": 1e-15, "gtol": 1e-12,
+                                                             "maxiter": 5000})
+    gstar = -move.direction / w[:, None] ** 2
+    assert np.linalg.norm(w[:, None] * gstar) == pytest.approx(
+        np.linalg.norm(WG + WA @ ref.x), rel=1e-6)
+    A = np.stack([c.ravel() for c in cols], axis=1)
+    alpha, *_ = np.linalg.lstsq(A, (gstar - G).ravel(), rcond=None)
+    assert np.allclose(A @ alpha, (gstar - G).ravel(), atol=1e-9)
 
 
 def test_joint_kkt_detects_the_stall_and_vanishes_at_the_optimum():

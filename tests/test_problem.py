@@ -29,6 +29,7 @@ from npkl_dist import (
     sample_constraints,
 )
 from npkl_dist._bcd import STALL_KKT_FACTOR
+from npkl_dist._joint import KINK_RTOL
 from npkl_dist._evaluate import pairwise_accuracy_bruteforce
 from npkl_dist.executors import InProcessExecutor
 
@@ -353,14 +354,19 @@ def _stalling_hinge_problem(loss="hinge"):
                             rank=8, seed=0)
 
 
+#: The joint move of the exact kink set alone: the move that let hinge fits stall here
+EXACT_KINKS = (KINK_RTOL,)
+
+
 def test_a_stalled_fit_is_reported():
     """The step-size rule can fire where hinge sweeps stall far from a stationary point: with
-    that rule alone (hinge_kkt=False) the fit says so (the residual, the factor, tol_kkt,
-    hinge_kkt and the block hint), while the smooth losses on the same graph stop at a
-    residual near tol and say nothing."""
+    that rule alone (hinge_kkt=False) and joint moves of the exact kink set only, the fit says
+    so (the residual, the factor, tol_kkt, hinge_kkt and the block hint), while the smooth
+    losses on the same graph stop at a residual near tol and say nothing."""
     p = _stalling_hinge_problem()
     with pytest.warns(ConvergenceWarning, match="stalled") as rec:
-        r = fit_bcd(p, method="sweeps", max_sweeps=3000, tol=1e-5, hinge_kkt=False)
+        r = fit_bcd(p, method="sweeps", max_sweeps=3000, tol=1e-5, hinge_kkt=False,
+                    kink_ladder=EXACT_KINKS)
     assert r.converged and r.kkt > STALL_KKT_FACTOR * 1e-5
     msg = str(rec[0].message)
     assert f"{r.kkt:.3g}" in msg and "tol_kkt" in msg and "method='block'" in msg
@@ -381,15 +387,18 @@ def test_hinge_default_stop_goes_on_to_a_stationary_point():
     """The hinge's default stop also needs the joint KKT residual below STALL_KKT_FACTOR x
     tol: where the step-size rule alone stops at a stall (both methods, residuals 1.2e-2 and
     8e-3 here), the default fit goes on, ends at a residual near tol without a warning, and
-    at a lower objective; the two methods, which stalled at different points, then agree."""
+    at a lower objective; the two methods, which stalled at different points, then agree.
+    (With the joint moves of the exact kink set: the default ladder leaves these stalls even
+    under the step-size rule alone, test_kink_ladder_moves_leave_the_stall.)"""
     p = _stalling_hinge_problem()
     ends = []
     for method in ("sweeps", "block"):
         with pytest.warns(ConvergenceWarning, match="stalled"):
-            stalled = fit_bcd(p, method=method, max_sweeps=3000, tol=1e-5, hinge_kkt=False)
+            stalled = fit_bcd(p, method=method, max_sweeps=3000, tol=1e-5, hinge_kkt=False,
+                              kink_ladder=EXACT_KINKS)
         with warnings.catch_warnings():
             warnings.simplefilter("error", NpklWarning)
-            r = fit_bcd(p, method=method, max_sweeps=3000, tol=1e-5)
+            r = fit_bcd(p, method=method, max_sweeps=3000, tol=1e-5, kink_ladder=EXACT_KINKS)
         assert r.converged and r.kkt < 1e-5 < STALL_KKT_FACTOR * 1e-5 < stalled.kkt
         assert len(r.change_trace) > len(stalled.change_trace)
         assert r.objective < stalled.objective - 1e-2
@@ -397,8 +406,36 @@ def test_hinge_default_stop_goes_on_to_a_stationary_point():
     assert abs(ends[0][0] - ends[1][0]) > 1e-2  # two different stalls
     assert ends[0][1] == pytest.approx(ends[1][1], rel=1e-7)  # one optimum
     # an explicit tol_kkt replaces the default bound (a loose one lets the stall pass)
-    loose = fit_bcd(p, method="sweeps", max_sweeps=3000, tol=1e-5, tol_kkt=1.0)
+    loose = fit_bcd(p, method="sweeps", max_sweeps=3000, tol=1e-5, tol_kkt=1.0,
+                    kink_ladder=EXACT_KINKS)
     assert loose.converged and loose.kkt > STALL_KKT_FACTOR * 1e-5
+
+
+def test_kink_ladder_moves_leave_the_stall():
+    """With the default ladder of kink tolerances, the joint moves leave the stall that the
+    exact kink set's moves stop at: even the step-size rule alone (hinge_kkt=False) ends at a
+    stationary point (residuals 6.4e-6 and 4.1e-6 measured, against 1.2e-2 and 7.8e-3), the
+    default stop's optimum, in fewer iterations than the exact moves' default stop needs."""
+    p = _stalling_hinge_problem()
+    for method in ("sweeps", "block"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", NpklWarning)
+            rule = fit_bcd(p, method=method, max_sweeps=3000, tol=1e-5, hinge_kkt=False)
+            exact = fit_bcd(p, method=method, max_sweeps=3000, tol=1e-5,
+                            kink_ladder=EXACT_KINKS)
+        assert rule.converged and rule.kkt < 1e-5
+        assert rule.objective == pytest.approx(exact.objective, rel=1e-7)
+        assert len(rule.change_trace) < len(exact.change_trace)
+        trace = np.array([rule.objective_initial] + rule.objective_trace)
+        assert np.all(np.diff(trace) <= 1e-12 * np.abs(trace[1:]))
+
+
+@pytest.mark.parametrize("ladder", [(), (0.0,), (1e-3, 1.0), (float("nan"),), "1e-3", 1e-3,
+                                    (True,)])
+def test_kink_ladder_bad(ladder):
+    p = _stalling_hinge_problem()
+    with pytest.raises(ValidationError, match=r"kink_ladder: expected a non-empty sequence"):
+        fit_bcd(p, max_sweeps=1, kink_ladder=ladder)
 
 
 def test_fit_no_warning_when_converged(problem):

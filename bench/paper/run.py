@@ -84,6 +84,7 @@ def learn_kernel(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec
     import npkl_dist as nk
     from bench.paper import peers
     from npkl_dist._admm import fit_admm
+    from npkl_dist._joint import KINK_RTOL
 
     base = CV_METHODS.get(method, method)
     if base in BCD_LOSS:
@@ -93,9 +94,12 @@ def learn_kernel(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec
         # the bcdkl paper's algorithm, which every recorded row ran ('auto' picked it on all
         # these sets until it moved to block solves from 1,000 points for some losses)
         # hinge_kkt=False: bcdkl's stopping rule (the step size alone), as every recorded
-        # row ran; fit_bcd's default also requires a small joint KKT residual for the hinge
+        # row ran; fit_bcd's default also requires a small joint KKT residual for the hinge.
+        # kink_ladder: the joint move of the exact kink set, as every recorded row ran (the
+        # default tries a ladder of kink tolerances since 2026-11-27)
         opts = {"max_sweeps": 800 if adult else 1000, "tol": 1e-5, "executor": executor,
-                "trace": False, "method": "sweeps", "hinge_kkt": False}
+                "trace": False, "method": "sweeps", "hinge_kkt": False,
+                "kink_ladder": (KINK_RTOL,)}
         p = _cv_gamma(nk, p, "bcd", opts, k, seed, rec) if method in CV_METHODS else p
         res = nk.fit_bcd(p, **opts)
     elif base == "KL-ADMM":
