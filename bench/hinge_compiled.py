@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 import warnings
@@ -69,18 +68,12 @@ def main(argv=None):
                     help="hinge_kkt=False: stop on the step-size rule alone (bcdkl's rule)")
     ap.add_argument("--max-iters", type=int, default=5000)
     args = ap.parse_args(argv)
-    import numba
-    from threadpoolctl import threadpool_limits
-
+    from bench._env import pin_threads
     from bench.auto_default_fit import problem
 
-    numba.set_num_threads(1)
-    threadpool_limits(1, user_api="blas")
+    head = pin_threads(1)
     warnings.simplefilter("ignore")
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
-                if ln.startswith("model name")), "unknown CPU")
-    print(f"# {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, one thread; "
-          f"medians of {args.runs} alternations; tol_kkt={args.tol_kkt}, "
+    print(f"{head}; medians of {args.runs} alternations; tol_kkt={args.tol_kkt}, "
           f"hinge_kkt={not args.step_rule_only}")
     print("| problem | n | outer its | compiled (s) | scipy/numpy (s) | ratio | objective | KKT |")
     print("|:---|---:|---:|---:|---:|---:|---:|---:|")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -48,16 +47,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error(f"--runs: expected a positive count, got {args.runs}")
-    import numba
-    from threadpoolctl import threadpool_limits
-
+    from bench._env import pin_threads
     from bench.auto_default_fit import problem
 
-    numba.set_num_threads(1)
-    threadpool_limits(1, user_api="blas")
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
-                if ln.startswith("model name")), "unknown CPU")
-    print(f"# {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, one thread")
+    print(pin_threads(1))
     print(f"# moves: ladder = kink tolerances {KINK_LADDER}, exact = ({KINK_RTOL:g},); "
           f"median of {args.runs} run(s)")
     print("| problem | n | method | rule | move | its | stopped on the rule | s | objective "

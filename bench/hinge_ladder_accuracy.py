@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -47,18 +46,12 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.reps < 1:
         ap.error(f"--reps: expected a positive count, got {args.reps}")
-    import numba
-    from threadpoolctl import threadpool_limits
-
+    from bench._env import pin_threads
     from bench.paper.run import task_inputs
 
-    numba.set_num_threads(1)
-    threadpool_limits(1, user_api="blas")
+    head = pin_threads(1)
     warnings.simplefilter("ignore")
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
-                if ln.startswith("model name")), "unknown CPU")
-    print(f"# {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, one thread; "
-          f"{args.reps} repetitions; ladder {KINK_LADDER}, exact ({KINK_RTOL:g},)")
+    print(f"{head}; {args.reps} repetitions; ladder {KINK_LADDER}, exact ({KINK_RTOL:g},)")
     print("| data set | fit | move | objective | KKT | its | s | accuracy | ladder won / lost "
           "/ tied |")
     print("|:---|:---|:---|---:|---:|---:|---:|---:|:---|")

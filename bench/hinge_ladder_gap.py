@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
 
 import npkl_dist as nk  # noqa: E402
 from npkl_dist._joint import KINK_LADDER, KINK_RTOL  # noqa: E402
@@ -42,19 +40,13 @@ def main(argv=None):
     ap.add_argument("--gap", type=float, default=1e-4)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
-    import numba
-    from threadpoolctl import threadpool_limits
-
+    from bench._env import pin_threads
     from bench.bench_block import constraints_for, graph_for
 
-    numba.set_num_threads(args.threads)
-    threadpool_limits(args.threads, user_api="blas")
+    head = pin_threads(args.threads)
     warnings.simplefilter("ignore")
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
-                if ln.startswith("model name")), "unknown CPU")
-    print(f"# {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"{args.threads} threads; n = {args.n:,}, hinge, cap {args.max_outer} outer "
-          f"iterations, gap {args.gap:g}; ladder {KINK_LADDER}, exact ({KINK_RTOL:g},)")
+    print(f"{head}; n = {args.n:,}, hinge, cap {args.max_outer} outer iterations, gap "
+          f"{args.gap:g}; ladder {KINK_LADDER}, exact ({KINK_RTOL:g},)")
     print("| constrained | pairs | move | to the gap: its | s | stop | its | s | objective | "
           "KKT | joint moves | Rand |")
     print("|:---|---:|:---|---:|---:|:---|---:|---:|---:|---:|---:|---:|")
