@@ -396,6 +396,21 @@ class JacobiPreconditioner:
 AMG_OPTIONS = {"strength": None}
 
 
+#: A row of L_UU whose off-diagonal entries sum (in absolute value) to at most this times its
+#: diagonal is decoupled for the AMG preconditioner (``AMGPreconditioner``'s fallback).
+DECOUPLED_RTOL = float(np.sqrt(np.finfo(np.float64).eps))
+
+
+def _decoupled_rows(A: sp.csr_matrix, rtol: float = DECOUPLED_RTOL) -> np.ndarray:
+    """Mask of the rows of A whose off-diagonal absolute sum is at most ``rtol`` times the
+    diagonal (none, or Gaussian weights of far neighbours, ~1e-20: they round away next to
+    the diagonal)."""
+    rows = np.repeat(np.arange(A.shape[0]), np.diff(A.indptr))
+    off = A.indices != rows
+    mass = np.bincount(rows[off], weights=np.abs(A.data[off]), minlength=A.shape[0])
+    return mass <= rtol * np.abs(A.diagonal())
+
+
 class AMGPreconditioner:
     """One symmetric V-cycle of smoothed-aggregation AMG (pyamg hierarchy), all columns at once.
 
@@ -421,20 +436,52 @@ class AMGPreconditioner:
         self.K = kernels(serial)
         self.additive = bool(additive)
         A = sp.csr_matrix(A, dtype=np.float64)
+        if smooth == "jacobi":
+            # local (row-sum) weights instead of a power-iteration spectral radius:
+            # same hierarchy quality here at a fraction of the set-up time
+            smooth = ("jacobi", {"weighting": "local"})
+        opts = dict(max_coarse=max_coarse, smooth=smooth, max_levels=max_levels)
+        self._split = None
+        if not self._build(A, opts, cho_factor):
+            # a degenerate hierarchy: rows of A coupled to the rest by nothing, or by weights
+            # that round away next to their diagonal (two points joined only by a Gaussian
+            # weight of 1e-20), made an aggregate whose prolongator column the local Jacobi
+            # smoothing cancelled to exactly zero; the next level had a zero row and the cycle
+            # gave NaN (6,000 points, 40% of them constrained: tests/test_blocksolve.py).
+            # Such rows are taken as decoupled: solved by their diagonal, the hierarchy built
+            # on the others.
+            iso = _decoupled_rows(A)
+            keep = np.flatnonzero(~iso)
+            self._split = (keep, np.flatnonzero(iso), 1.0 / A.diagonal()[iso])
+            if not (keep.size == 0 or self._build(A[keep][:, keep].tocsr(), opts, cho_factor)):
+                raise ValueError(
+                    "precond: the AMG hierarchy of the unconstrained block is degenerate (a "
+                    "coarse level with a zero diagonal); fit with precond='jacobi'")
+            if keep.size == 0:
+                self.levels, self.coarse, self.n_levels = [], None, 0
+                self.operator_complexity = 1.0
+        self.dinv = 1.0 / A.diagonal()
+        self.setup_seconds = time.perf_counter() - t0
+
+    def _build(self, A, opts, cho_factor) -> bool:
+        """The hierarchy of A (pyamg) and its levels; False where it is degenerate (a level
+        with a non-positive diagonal, or a coarsest matrix that is not positive definite)."""
+        import pyamg
+        from scipy.linalg import LinAlgError
+
         # pyamg estimates spectral radii from np.random's global generator: seed it for the
         # set-up (restoring the caller's state) so that the hierarchy, and with it every fit
         # and every resume, is reproducible bit for bit.
         with seeded_global_random():
-            if smooth == "jacobi":
-                # local (row-sum) weights instead of a power-iteration spectral radius:
-                # same hierarchy quality here at a fraction of the set-up time
-                smooth = ("jacobi", {"weighting": "local"})
-            ml = pyamg.smoothed_aggregation_solver(A, symmetry="hermitian",
-                                                   max_coarse=max_coarse, smooth=smooth,
-                                                   max_levels=max_levels, keep=False,
-                                                   **AMG_OPTIONS)
-            self._setup_levels(ml, cho_factor, A)
-        self.setup_seconds = time.perf_counter() - t0
+            ml = pyamg.smoothed_aggregation_solver(A, symmetry="hermitian", keep=False,
+                                                   **opts, **AMG_OPTIONS)
+            if any(np.any(lev.A.diagonal() <= 0) for lev in ml.levels):
+                return False
+            try:
+                self._setup_levels(ml, cho_factor, A)
+            except LinAlgError:
+                return False
+        return True
 
     def _setup_levels(self, ml, cho_factor, A):
         self.levels = []
@@ -460,7 +507,6 @@ class AMGPreconditioner:
         with threadpool_limits(limits=1, user_api="blas"):  # tiny: threads only contend
             Lc = np.tril(cho_factor(coarse, lower=True)[0])
         self.coarse = (np.ascontiguousarray(Lc), np.ascontiguousarray(Lc.T))
-        self.dinv = 1.0 / A.diagonal()
         self.operator_complexity = float(ml.operator_complexity())
         self._work_r, self._work_arrays = None, None
         self.n_levels = len(ml.levels)
@@ -501,6 +547,17 @@ class AMGPreconditioner:
     def apply_to(self, R, Z):
         """Z = M R for an (n, r) block (Z may be a view, e.g. the own rows of a longer
         array; it must not alias R)."""
+        if self._split is not None:  # decoupled rows exactly, the hierarchy on the rest
+            keep, iso, inv = self._split
+            Z[iso] = R[iso] * inv[:, None]
+            if keep.size:
+                Zk = np.empty((keep.size, R.shape[1]))
+                self._apply(np.ascontiguousarray(R[keep]), Zk)
+                Z[keep] = Zk
+            return
+        self._apply(R, Z)
+
+    def _apply(self, R, Z):
         if not self.levels:
             _cholesky_solve_block(*self.coarse, R, Z)
         elif self.additive:

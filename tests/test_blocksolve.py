@@ -111,6 +111,74 @@ def test_amg_preconditioner_is_symmetric_positive_definite(smooth, additive):
     assert np.all(np.sum(X * MX, axis=0) > 0)
 
 
+def _degenerate_uu_block(seed=15):
+    """L_UU of the 6,000-point problem of test_parallel_equals_sequential at seed 15: two
+    unconstrained points joined only by a Gaussian weight that rounds away next to their
+    diagonal (1.001) make an aggregate whose smoothed prolongator column is exactly zero."""
+    from npkl_dist import knn_graph, sample_constraints
+
+    rng = np.random.default_rng(seed)
+    n = 6000
+    X = rng.standard_normal((n, 3))
+    labels = rng.integers(0, 3, n)
+    C = sample_constraints(labels, n // 5, n // 5, seed=seed)
+    L = laplacian(knn_graph(X, k=5, warn=False).S).tocsr()
+    free = np.ones(n, bool)
+    free[C.i] = free[C.j] = False
+    U = np.flatnonzero(free)
+    return NPKLProblem.build(L, C, loss="square", rank=8, seed=seed), L[U][:, U].tocsr()
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist._errors.ConvergenceWarning")
+@pytest.mark.parametrize("additive", [False, True])
+def test_amg_preconditioner_decouples_rows_where_the_hierarchy_degenerates(additive):
+    """pyamg's hierarchy of this L_UU has a zero row on level 1 (the cycle gave NaN, and every
+    block fit of the problem NaN objectives). The preconditioner then solves the rows coupled
+    by nothing above sqrt(eps) of their diagonal exactly and builds the hierarchy on the rest:
+    finite, symmetric positive definite, exact on the decoupled rows; fits are finite and
+    monotone. A well-coupled matrix keeps the plain hierarchy."""
+    import pyamg
+
+    from npkl_dist._blocksolve import _decoupled_rows, seeded_global_random
+
+    problem, A = _degenerate_uu_block()
+    with seeded_global_random():  # the degeneracy this is about
+        ml = pyamg.smoothed_aggregation_solver(
+            A, symmetry="hermitian", max_coarse=500, strength=None, keep=False,
+            smooth=("jacobi", {"weighting": "local"}))
+    assert any(np.any(lev.A.diagonal() <= 0) for lev in ml.levels[1:])
+    M = AMGPreconditioner(A, additive=additive)
+    assert M._split is not None
+    iso = _decoupled_rows(A)
+    assert 0 < iso.sum() < A.shape[0]
+    rng = np.random.default_rng(0)
+    X, Y = rng.standard_normal((A.shape[0], 4)), rng.standard_normal((A.shape[0], 4))
+    MX, MY = np.empty_like(X), np.empty_like(Y)
+    M.apply_to(X, MX)
+    M.apply_to(Y, MY)
+    assert np.all(np.isfinite(MX))
+    np.testing.assert_allclose(np.sum(Y * MX, axis=0), np.sum(X * MY, axis=0), rtol=1e-9)
+    assert np.all(np.sum(X * MX, axis=0) > 0)
+    np.testing.assert_array_equal(MX[iso], X[iso] * (1.0 / A.diagonal()[iso])[:, None])
+    # PCG with it solves the block
+    B = rng.standard_normal((A.shape[0], 3))
+    Xs = np.zeros_like(B)
+    R = B.copy()
+    off = (A - sp.diags(A.diagonal())).tocsr()
+    its = block_pcg(off, A.diagonal(), M, Xs, R, np.linalg.norm(B, axis=0), rtol=1e-10,
+                    maxiter=500)
+    assert its < 500 and np.allclose(A @ Xs, B, atol=1e-8 * np.abs(B).max())
+    # the block fits of the problem: finite, monotone
+    res = fit_bcd(problem, method="block", max_sweeps=5, tol=0,
+                  precond="amg-additive" if additive else "amg",
+                  executor=InProcessExecutor(n_threads=1))
+    trace = np.array([res.objective_initial] + res.objective_trace)
+    assert np.all(np.isfinite(trace)) and np.all(np.isfinite(res.V))
+    assert np.all(np.diff(trace) <= 1e-12 * np.abs(trace[1:]))
+    # a well-coupled block keeps the plain hierarchy
+    assert AMGPreconditioner(grid_laplacian(30).tocsr(), additive=additive)._split is None
+
+
 @pytest.mark.parametrize("smooth", ["jacobi", None])
 def test_amg_hierarchy_is_pyamgs_default_one(smooth):
     """AMG_OPTIONS (strength=None: aggregation on A's own pattern) builds the hierarchy
