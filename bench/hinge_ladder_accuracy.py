@@ -8,11 +8,12 @@ BCD-hinge fitted twice per kind of fit, with ``kink_ladder`` = the default ladde
 (``npkl_dist._joint.KINK_LADDER``) and with the exact kink set alone (``(KINK_RTOL,)``, the
 move before 2026-11-27); each fit clustered by kernel k-means with the true number of classes
 (seed = repetition), scored by pairwise (Rand) accuracy. Fits: ``harness`` is the paper
-harness's BCD-hinge (plain sweeps, ``hinge_kkt=False``, cap 1,000, ``tol = 1e-5``),
-``default`` is ``fit_bcd``'s defaults (``auto``: block solves for the hinge; the default stop).
-One thread. Prints a Markdown table of the means over the repetitions (the joint KKT residual:
-the median): objective, joint KKT residual, outer iterations, seconds, accuracy (± std), and how many repetitions each move won,
-lost and tied on accuracy.
+harness's BCD-hinge (``bench.paper.run.bcd_options``: plain sweeps, ``hinge_kkt=False``,
+cap 1,000, ``tol = 1e-5``), ``default`` is ``fit_bcd``'s defaults (``auto``: block solves for
+the hinge; the default stop). One thread. Prints a Markdown table of the means over the
+repetitions (the joint KKT residual: the median): objective, joint KKT residual, outer
+iterations, seconds, accuracy (± std), and how many repetitions each move won, lost and tied
+on accuracy.
 """
 
 from __future__ import annotations
@@ -34,20 +35,19 @@ from npkl_dist.executors import InProcessExecutor  # noqa: E402
 
 SMALL = ["soybean", "chessboard", "dbl-spiral", "iris", "wine", "sonar", "glass", "heart",
          "breast-cancer"]
-FITS = {"harness": {"method": "sweeps", "hinge_kkt": False, "max_sweeps": 1000, "tol": 1e-5},
-        "default": {}}
+FITS = ("harness", "default")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("datasets", nargs="*", default=SMALL)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--fits", nargs="+", default=["harness", "default"], choices=list(FITS))
+    ap.add_argument("--fits", nargs="+", default=list(FITS), choices=FITS)
     args = ap.parse_args(argv)
     if args.reps < 1:
         ap.error(f"--reps: expected a positive count, got {args.reps}")
     from bench._env import pin_threads
-    from bench.paper.run import task_inputs
+    from bench.paper.run import bcd_options, task_inputs
 
     head = pin_threads(1)
     warnings.simplefilter("ignore")
@@ -63,10 +63,12 @@ def main(argv=None):
             k = int(np.unique(y).size)
             P = nk.NPKLProblem.build(L, cons, loss="hinge", seed=rep)
             for fit in args.fits:
+                # the harness's options or fit_bcd's defaults; one executor, untraced
+                opts = bcd_options(meta.get("knn", 5) == 50) if fit == "harness" else {}
                 for move, ladder in (("ladder", None), ("exact", (KINK_RTOL,))):
                     t = time.perf_counter()
-                    r = nk.fit_bcd(P, executor=ex, trace=False, kink_ladder=ladder,
-                                   **FITS[fit])
+                    r = nk.fit_bcd(P, **{**opts, "executor": ex, "trace": False,
+                                         "kink_ladder": ladder})
                     dt = time.perf_counter() - t
                     labels = nk.kernel_kmeans(r.V, k, seed=rep)
                     acc = nk.clustering_metrics(y, labels)["rand_accuracy"]

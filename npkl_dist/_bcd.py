@@ -657,10 +657,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         result.setup_seconds = time.perf_counter() - t_start
         sweep = first - 1
         evaluated = None  # a block session's (objective, kkt) of the current V, if taken
-        moved_last = False  # whether the last sweep ended with a joint move
         while not result.converged and sweep < max_sweeps:
             sweep += 1
-            moved_last = False
             order = layout.colour_order(rng)
             t0 = time.perf_counter()
             if method == "block":
@@ -710,7 +708,6 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
                 # wait twice as long as last time (at most JOINT_MAX_WAIT sweeps)
                 joint_wait = 1 if gain > prev - obj else min(2 * joint_wait, JOINT_MAX_WAIT)
                 joint_next = sweep + joint_wait
-                moved_last = gain > 0.0
             result.converged = bool(ok)
             stop = callback is not None and callback(sweep, obj, change, t1 - t0) is True
             if on_sweep is not None:
@@ -720,7 +717,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             if stop:
                 break
         final_kkt = None
-        if moved_last and result.objective_trace:
+        if result.joint_moves and result.joint_moves[-1] == sweep and result.objective_trace:
             # the trace holds each sweep's objective before its joint move (the schedule and
             # the stopping rules read it so, and resumed fits replay it); the fit's objective
             # is that of the V it returns (before, a last sweep's move went unreported)

@@ -429,9 +429,6 @@ class AMGPreconditioner:
                  smooth="jacobi", serial: bool = False, additive: bool = False):
         import time
 
-        import pyamg
-        from scipy.linalg import cho_factor
-
         t0 = time.perf_counter()
         self.K = kernels(serial)
         self.additive = bool(additive)
@@ -442,7 +439,7 @@ class AMGPreconditioner:
             smooth = ("jacobi", {"weighting": "local"})
         opts = dict(max_coarse=max_coarse, smooth=smooth, max_levels=max_levels)
         self._split = None
-        if not self._build(A, opts, cho_factor):
+        if not self._build(A, opts):
             # a degenerate hierarchy: rows of A coupled to the rest by nothing, or by weights
             # that round away next to their diagonal (two points joined only by a Gaussian
             # weight of 1e-20), made an aggregate whose prolongator column the local Jacobi
@@ -453,17 +450,16 @@ class AMGPreconditioner:
             iso = _decoupled_rows(A)
             keep = np.flatnonzero(~iso)
             self._split = (keep, np.flatnonzero(iso), 1.0 / A.diagonal()[iso])
-            if not (keep.size == 0 or self._build(A[keep][:, keep].tocsr(), opts, cho_factor)):
+            if keep.size == 0:  # a diagonal block: no hierarchy at all
+                self.levels, self.coarse, self.n_levels = [], None, 0
+                self.operator_complexity = 1.0
+            elif not self._build(A[keep][:, keep].tocsr(), opts):
                 raise ValueError(
                     "precond: the AMG hierarchy of the unconstrained block is degenerate (a "
                     "coarse level with a zero diagonal); fit with precond='jacobi'")
-            if keep.size == 0:
-                self.levels, self.coarse, self.n_levels = [], None, 0
-                self.operator_complexity = 1.0
-        self.dinv = 1.0 / A.diagonal()
         self.setup_seconds = time.perf_counter() - t0
 
-    def _build(self, A, opts, cho_factor) -> bool:
+    def _build(self, A, opts) -> bool:
         """The hierarchy of A (pyamg) and its levels; False where it is degenerate (a level
         with a non-positive diagonal, or a coarsest matrix that is not positive definite)."""
         import pyamg
@@ -475,19 +471,22 @@ class AMGPreconditioner:
         with seeded_global_random():
             ml = pyamg.smoothed_aggregation_solver(A, symmetry="hermitian", keep=False,
                                                    **opts, **AMG_OPTIONS)
-            if any(np.any(lev.A.diagonal() <= 0) for lev in ml.levels):
-                return False
             try:
-                self._setup_levels(ml, cho_factor, A)
-            except LinAlgError:
+                return self._setup_levels(ml)
+            except LinAlgError:  # the coarsest matrix is not positive definite
                 return False
-        return True
 
-    def _setup_levels(self, ml, cho_factor, A):
+    def _setup_levels(self, ml) -> bool:
+        """The levels of pyamg's hierarchy ``ml`` as the cycle uses them; False (nothing
+        usable set) where a level has a non-positive diagonal."""
+        from scipy.linalg import cho_factor
+
         self.levels = []
         for k, lev in enumerate(ml.levels[:-1]):
             Ak = sp.csr_matrix(lev.A)
             d = Ak.diagonal()
+            if np.any(d <= 0):
+                return False
             # Gershgorin bound on rho(D^-1 A): cheap, and a smaller weight keeps the
             # smoother convergent and the cycle SPD
             rho = float(np.max(abs(Ak).sum(axis=1).A1 / d))
@@ -510,6 +509,7 @@ class AMGPreconditioner:
         self.operator_complexity = float(ml.operator_complexity())
         self._work_r, self._work_arrays = None, None
         self.n_levels = len(ml.levels)
+        return True
 
     def _work(self, r):
         """Per-level work arrays for r columns, allocated once and reused: a fresh (n, r)

@@ -364,22 +364,28 @@ def _kink_gram(V, G, w, ki, kj, coef):
     return Q, c
 
 
+def _kink_mask(z, kink_rtol):
+    """The pairs with |z - 1| <= kink_rtol * max(1, |z|): on their kink (free multipliers)."""
+    return np.abs(z - 1.0) <= kink_rtol * np.maximum(1.0, np.abs(z))
+
+
 def _pair_state(prep, V):
     """(LV, z) at V (float64): the products every joint move and residual start from."""
     t = prep.pt.astype(np.float64)
     return _L_times(prep, V), t * np.einsum("ij,ij->i", V[prep.pi], V[prep.pj])
 
 
-def _subgradient(prep, V, kink_rtol, state=None):
+def _subgradient(prep, V, kink_rtol, state=None, kink=None):
     """(LV, z, kink mask, min-W-norm subgradient g*, W) of the hinge objective at V (float64)
     with the pairs within ``kink_rtol`` of their kink taken as on it (free multipliers).
-    ``state``: (LV, z) of V from :func:`_pair_state`, if already computed."""
+    ``state``: (LV, z) of V from :func:`_pair_state`, ``kink``: :func:`_kink_mask` of z, if
+    already computed."""
     gamma = float(prep.gamma)
     pi, pj = prep.pi, prep.pj
     t = prep.pt.astype(np.float64)
     LV, z = _pair_state(prep, V) if state is None else state
     G = 2.0 * LV
-    kink = np.abs(z - 1.0) <= kink_rtol * np.maximum(1.0, np.abs(z))
+    kink = _kink_mask(z, kink_rtol) if kink is None else kink
     inside = (z < 1.0) & ~kink
     w = 1.0 / (2.0 * prep.diag.astype(np.float64))
     if inside.any():
@@ -424,13 +430,13 @@ def hinge_joint_move(prep, V, kink_rtol: float = KINK_RTOL,
     vn = float(np.linalg.norm(V))
     best = None
     n_kink = -1
-    z0 = np.abs(state[1])
     for e in tols:
-        count = int(np.count_nonzero(np.abs(state[1] - 1.0) <= e * np.maximum(1.0, z0)))
+        kink = _kink_mask(state[1], e)
+        count = int(np.count_nonzero(kink))
         if best is not None and count == n_kink:
             continue  # the same pairs on the kink (the sets are nested): the same direction
         n_kink = count
-        LV, z, kink, G, w = _subgradient(prep, V, e, state)
+        LV, z, kink, G, w = _subgradient(prep, V, e, state, kink)
         WG = w[:, None] * G
         res = float(np.linalg.norm(WG))
         D = -(w[:, None] * WG)

@@ -179,6 +179,21 @@ def test_amg_preconditioner_decouples_rows_where_the_hierarchy_degenerates(addit
     assert AMGPreconditioner(grid_laplacian(30).tocsr(), additive=additive)._split is None
 
 
+def test_amg_preconditioner_fallback_edges(monkeypatch):
+    """The fallback's two ends: a block whose rows are all decoupled is its own diagonal
+    inverse (no hierarchy); one whose coupled rows still give a degenerate hierarchy is
+    refused with an error that names precond and the way out."""
+    monkeypatch.setattr(AMGPreconditioner, "_build", lambda self, A, opts: False)
+    d = np.linspace(1.0, 3.0, 50)
+    M = AMGPreconditioner(sp.diags(d).tocsr())
+    R = np.random.default_rng(0).standard_normal((50, 3))
+    Z = np.empty_like(R)
+    M.apply_to(R, Z)
+    np.testing.assert_array_equal(Z, R * (1.0 / d)[:, None])
+    with pytest.raises(ValueError, match=r"precond: .*degenerate.*precond='jacobi'"):
+        AMGPreconditioner(grid_laplacian(10).tocsr())
+
+
 @pytest.mark.parametrize("smooth", ["jacobi", None])
 def test_amg_hierarchy_is_pyamgs_default_one(smooth):
     """AMG_OPTIONS (strength=None: aggregation on A's own pattern) builds the hierarchy

@@ -77,6 +77,24 @@ def task_inputs(name, rep):
     return X, y, meta, graph.laplacian(1e-3), cons, cons_diag
 
 
+def bcd_options(adult, executor=None):
+    """fit_bcd's options for the harness's BCD rows (every loss).
+
+    trace=False: no per-sweep objective/KKT (nothing reads them here; each cost about a
+    sweep); the iterates are bitwise those of a traced fit. method='sweeps': the bcdkl
+    paper's algorithm, which every recorded row ran ('auto' picked it on all these sets until
+    it moved to block solves from 1,000 points for some losses). hinge_kkt=False: bcdkl's
+    stopping rule (the step size alone), as every recorded row ran; fit_bcd's default also
+    requires a small joint KKT residual for the hinge. kink_ladder: the joint move of the
+    exact kink set, as every recorded row ran (the default tries a ladder of kink tolerances
+    since 2026-11-27)."""
+    from npkl_dist._joint import KINK_RTOL
+
+    return {"max_sweeps": 800 if adult else 1000, "tol": 1e-5, "executor": executor,
+            "trace": False, "method": "sweeps", "hinge_kkt": False,
+            "kink_ladder": (KINK_RTOL,)}
+
+
 def learn_kernel(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec):
     """Fit one npkl method (a key of BCD_LOSS or CV_METHODS, KL-ADMM or a SimpleNPKL
     variant) under the protocol; returns its factor V. Iterations (and, for the "-cv"
@@ -84,22 +102,11 @@ def learn_kernel(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec
     import npkl_dist as nk
     from bench.paper import peers
     from npkl_dist._admm import fit_admm
-    from npkl_dist._joint import KINK_RTOL
 
     base = CV_METHODS.get(method, method)
     if base in BCD_LOSS:
         p = nk.NPKLProblem.build(L, cons, loss=BCD_LOSS[base], seed=seed)
-        # trace=False: no per-sweep objective/KKT (nothing reads them here; each cost
-        # about a sweep); the iterates are bitwise those of a traced fit. method='sweeps':
-        # the bcdkl paper's algorithm, which every recorded row ran ('auto' picked it on all
-        # these sets until it moved to block solves from 1,000 points for some losses)
-        # hinge_kkt=False: bcdkl's stopping rule (the step size alone), as every recorded
-        # row ran; fit_bcd's default also requires a small joint KKT residual for the hinge.
-        # kink_ladder: the joint move of the exact kink set, as every recorded row ran (the
-        # default tries a ladder of kink tolerances since 2026-11-27)
-        opts = {"max_sweeps": 800 if adult else 1000, "tol": 1e-5, "executor": executor,
-                "trace": False, "method": "sweeps", "hinge_kkt": False,
-                "kink_ladder": (KINK_RTOL,)}
+        opts = bcd_options(adult, executor)
         p = _cv_gamma(nk, p, "bcd", opts, k, seed, rec) if method in CV_METHODS else p
         res = nk.fit_bcd(p, **opts)
     elif base == "KL-ADMM":
