@@ -26,6 +26,8 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from ._anderson import anderson_after
+
 LOSS_CODES = {"hinge": 0, "squared_hinge": 1, "square": 2, "linear": 3}
 
 #: Rows per parallel work item of the KL-ADMM half-step; a sweep step runs in parallel only
@@ -954,7 +956,8 @@ def _block_total(x, n):
 
 @njit(nogil=True, cache=True, parallel=True)
 def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, pj, pt, V, U,
-             Lam, Vn, Un, rho, rho_min, gamma, tol, adaptive, n_iter, trace):
+             Lam, Vn, Un, rho, rho_min, gamma, tol, adaptive, n_iter, trace, aa_on, X, Fp, Gp,
+             dF, dG, gram, order, ints, floats, fdot, bdot, Vsave):
     """Up to ``n_iter`` whole KL-ADMM iterations in one call (the in-process fast path).
 
     Each iteration is exactly the reference one (two ``admm_rows`` half-steps, the dual
@@ -967,6 +970,8 @@ def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, 
 
     V, U, Lam : (n, r) IN/OUT. Vn, Un : (n, r) scratch. trace : (n_iter, 5) float64 OUT, per
     iteration done: primal residual, step, objective, rho used, ||V||.
+    aa_on: after each iteration, ``_anderson.anderson_after`` on the accelerator's memory
+    (X ... Vsave, IN/OUT; dummies when off), as ``fit_admm``'s Python loop calls it.
     Returns (iterations done, rho for the next iteration, converged).
     """
     n, r = V.shape
@@ -1035,14 +1040,20 @@ def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, 
         trace[it, 4] = vnorm
         done = it + 1
         converged = primal / vnorm < tol and step / vnorm < tol
-        if converged:
-            break
-        if adaptive:  # eq. (15)
+        rho_next = rho
+        if adaptive and not converged:  # eq. (15)
             dual = rho * step
             if primal > 10.0 * dual:
-                rho = 2.0 * rho
+                rho_next = 2.0 * rho
             elif dual > 10.0 * primal:
-                rho = max(rho / 2.0, rho_min)
+                rho_next = max(rho / 2.0, rho_min)
+        if aa_on:
+            rho_next, converged = anderson_after(obj, rho, rho_next, converged, tol, vnorm, V,
+                                                 U, Lam, X, Fp, Gp, dF, dG, gram, order, ints,
+                                                 floats, fdot, bdot, Vsave)
+        rho = rho_next
+        if converged:
+            break
     return done, rho, converged
 
 

@@ -260,9 +260,11 @@ class _ADMMSession:
         self.U, self._U_new = self._U_new, self.U
         return primal2, step2
 
-    def run(self, n_iter, rho, rho_min, gamma, diagonal, tol, adaptive):
+    def run(self, n_iter, rho, rho_min, gamma, diagonal, tol, adaptive, anderson=None):
         """Up to ``n_iter`` iterations in one compiled call (``_kernels.admm_run``): the same
         iterates as ``iterate`` in a loop, with the stopping test and eq. (15) inside.
+
+        ``anderson``: an ``_anderson.Anderson`` memory, applied after every iteration.
 
         Returns (trace (done, 5): primal, step, objective, rho used, ||V||; next rho;
         converged)."""
@@ -273,6 +275,12 @@ class _ADMMSession:
                 prep.csgn, bool(diagonal), prep.pmax, prep.pi, prep.pj, prep.pt, self.V,
                 self.U, self.Lam, self._V_new, self._U_new, float(rho), float(rho_min),
                 float(gamma), float(tol), bool(adaptive), int(n_iter), trace)
+        if anderson is None:
+            z1, z2 = np.empty(0), np.empty((0, 0))
+            args += (False, z1, z1, z1, z2, z2, z2, np.empty(0, np.int64),
+                     np.empty(0, np.int64), z1, z1, z1, np.empty((0, 0), self.V.dtype))
+        else:
+            args += (True, *anderson.kernel_args())
         if ex.n_threads == 1 or n <= 2 * CHUNK:
             done, rho, converged = admm_run_serial(*args)
         else:

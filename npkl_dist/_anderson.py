@@ -1,0 +1,382 @@
+"""Anderson acceleration of KL-ADMM's fixed-point map, with a safeguard.
+
+One KL-ADMM iteration maps the state x = (U, Lam / rho) (n x 2r: the factor and the scaled
+dual of ADMM's scaled form) to g(x). Plain ADMM iterates x <- g(x); its tail converges
+linearly and slowly (about 600 iterations on the papers' small data sets at rho's floor).
+Anderson acceleration (type II, memory m; Walker & Ni 2011, and Fu, Zhang & Boyd 2019 for
+ADMM) takes instead
+
+    x+ = g_k - sum_j c_j dG_j,   c = argmin || f_k - sum_j c_j dF_j ||,
+
+with f = g(x) - x, dF_j, dG_j the differences of consecutive f and g over the last m
+iterations. c solves the m x m normal equations (dF'dF + eps tr(dF'dF) I) c = dF'f_k, whose
+Gram matrix is kept up to date one column per iteration.
+
+The objective is not convex in the factor, and its stationary points include V = 0 (the
+quartic has no linear term). An extrapolation can land near such a point, which plain ADMM
+leaves and an accelerated iterate may not (seen at gamma = 0.1 on the papers' sets). So the
+step is **safeguarded by the objective**: an iteration that started from an extrapolated
+state and ends at a higher objective than the iteration before it is rejected; V, U and Lam
+go back to that iteration's plain result g_k, the memory is cleared, and ADMM continues
+plainly from there. The memory is cleared too whenever rho changes (eq. 15): g depends on
+rho, so older differences describe another map.
+
+Stopping: the plain rule (the primal residual ||V - U|| and the change of V, relative to
+||V||, below tol) and, since an extrapolated start makes those two small without a fixed
+point, the map's residual ||U(k+1) - U_in|| / ||V|| below tol too. A fit never stops on a
+rejected iteration.
+
+Note for development: ``_kernels.admm_run`` inlines ``anderson_after``, and numba's on-disk
+cache of admm_run does not see edits to this module; clear ``npkl_dist/__pycache__`` of
+``*admm_run*`` after changing it.
+
+Memory: 2 (m + 2) + 1/2 arrays of n x 2r float64 besides the fit's own (m = 5: 15 n x 2r).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+#: Tikhonov weight of the normal equations, relative to the Gram matrix's trace.
+AA_REG = 1e-10
+
+
+@njit(nogil=True, cache=True)
+def _dot(a, b):
+    """<a, b> in 8 interleaved partial sums (a fixed order that the CPU can overlap; a single
+    running sum is bound by the add latency), then added pairwise."""
+    n = a.shape[0]
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+    k = 0
+    while k + 8 <= n:
+        s0 += a[k] * b[k]
+        s1 += a[k + 1] * b[k + 1]
+        s2 += a[k + 2] * b[k + 2]
+        s3 += a[k + 3] * b[k + 3]
+        s4 += a[k + 4] * b[k + 4]
+        s5 += a[k + 5] * b[k + 5]
+        s6 += a[k + 6] * b[k + 6]
+        s7 += a[k + 7] * b[k + 7]
+        k += 8
+    while k < n:
+        s0 += a[k] * b[k]
+        k += 1
+    return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+
+
+@njit(nogil=True, cache=True)
+def anderson_record(U, Lam, inv_rho, X, Fp, Gp, dF, dG, slot, have_prev, valid, fdot, bdot):
+    """Record one application of the map and the dot products of the new difference.
+
+    States are flat (N = 2 n r,): U's entries row by row, then Lam / rho's. g = (U, Lam *
+    inv_rho) in float64 (the map's output), f = g - X (X: the state the map was applied to).
+    If ``have_prev``: dF[slot] = f - Fp, dG[slot] = g - Gp. Then Fp = f, Gp = g. For the
+    ``valid`` (m,) history slots j (after this write): fdot[j] = <dF[slot], dF[j]>, and
+    bdot[j] = <dF[j], f> -- for the older slots updated from its previous value (f - Fp is
+    dF[slot]), so one new dot per slot.  IN/OUT: Fp, Gp, dF (m, N), dG (m, N), fdot (m,),
+    bdot (m,)."""
+    n, r = U.shape
+    h = n * r
+    for i in range(n):
+        for q in range(r):
+            k = i * r + q
+            g = np.float64(U[i, q])
+            fk = g - X[k]
+            if have_prev:
+                dF[slot, k] = fk - Fp[k]
+                dG[slot, k] = g - Gp[k]
+            Fp[k] = fk
+            Gp[k] = g
+    for i in range(n):
+        for q in range(r):
+            k = h + i * r + q
+            g = np.float64(Lam[i, q]) * inv_rho
+            fk = g - X[k]
+            if have_prev:
+                dF[slot, k] = fk - Fp[k]
+                dG[slot, k] = g - Gp[k]
+            Fp[k] = fk
+            Gp[k] = g
+    if not have_prev:
+        return
+    for j in range(dF.shape[0]):
+        if valid[j] and j != slot:  # <dF_j, f_k> = <dF_j, f_(k-1)> + <dF_j, dF_new>
+            fdot[j] = _dot(dF[slot], dF[j])
+            bdot[j] += fdot[j]
+    fdot[slot] = _dot(dF[slot], dF[slot])
+    bdot[slot] = _dot(dF[slot], Fp)
+
+
+@njit(nogil=True, cache=True)
+def anderson_extrapolate(U, Lam, rho, Gp, dG, idx, coef, X):
+    """x+ = g - sum_k coef[k] dG[idx[k]] (flat states, as ``anderson_record``), written to
+    U and Lam (Lam = rho x's dual part, rounded to Lam's dtype), and X = x+ as stored (the
+    point the next map is applied to). With no coefficients, x+ = g.  OUT: U, Lam, X."""
+    n, r = U.shape
+    h = n * r
+    X[:] = Gp
+    for t in range(idx.shape[0]):
+        c = coef[t]
+        d = dG[idx[t]]
+        for k in range(X.shape[0]):
+            X[k] -= c * d[k]
+    inv_rho = 1.0 / rho
+    for i in range(n):
+        for q in range(r):
+            U[i, q] = X[i * r + q]
+            X[i * r + q] = np.float64(U[i, q])
+    for i in range(n):
+        for q in range(r):
+            k = h + i * r + q
+            Lam[i, q] = rho * X[k]
+            X[k] = np.float64(Lam[i, q]) * inv_rho
+
+
+@njit(nogil=True, cache=True)
+def anderson_state(U, Lam, inv_rho, X):
+    """X = (U, Lam * inv_rho) flattened, in float64.  OUT: X."""
+    n, r = U.shape
+    h = n * r
+    for i in range(n):
+        for q in range(r):
+            X[i * r + q] = np.float64(U[i, q])
+            X[h + i * r + q] = np.float64(Lam[i, q]) * inv_rho
+
+
+@njit(nogil=True, cache=True)
+def _solve_spd(A, b, out):
+    """out = A^-1 b by Cholesky (A small, symmetric). False if A is not numerically positive
+    definite or the result not finite (then out is undefined)."""
+    k = A.shape[0]
+    C = np.zeros((k, k))
+    for j in range(k):
+        d = A[j, j]
+        for p in range(j):
+            d -= C[j, p] * C[j, p]
+        if not d > 0.0:
+            return False
+        C[j, j] = np.sqrt(d)
+        for i in range(j + 1, k):
+            e = A[i, j]
+            for p in range(j):
+                e -= C[i, p] * C[j, p]
+            C[i, j] = e / C[j, j]
+    y = np.empty(k)
+    for i in range(k):
+        e = b[i]
+        for p in range(i):
+            e -= C[i, p] * y[p]
+        y[i] = e / C[i, i]
+    for i in range(k - 1, -1, -1):
+        e = y[i]
+        for p in range(i + 1, k):
+            e -= C[p, i] * out[p]
+        out[i] = e / C[i, i]
+        if not np.isfinite(out[i]):
+            return False
+    return True
+
+
+# indices into the accelerator's integer and float state
+_COUNT, _HAVE_PREV, _PENDING, _STEPS, _REJECTED = 0, 1, 2, 3, 4
+_OBJ_BEFORE, _OBJ_KEPT = 0, 1
+
+
+@njit(nogil=True, cache=True)
+def anderson_reset(U, Lam, rho, X, ints):
+    """Clear the memory; the next map is applied to the current (U, Lam / rho)."""
+    ints[_COUNT] = 0
+    ints[_HAVE_PREV] = 0
+    ints[_PENDING] = 0
+    anderson_state(U, Lam, 1.0 / rho, X)
+
+
+@njit(nogil=True, cache=True)
+def anderson_after(obj, rho_used, rho_next, converged, tol, vnorm, V, U, Lam, X, Fp, Gp, dF,
+                   dG, gram, order, ints, floats, fdot, bdot, Vsave):
+    """The accelerator's part of one KL-ADMM iteration, run by every loop (compiled and
+    reference) after the iteration's stopping test and eq. (15).
+
+    The iteration ran at ``rho_used``, its new V has objective ``obj``; eq. (15) proposes
+    ``rho_next``. If it started from an extrapolated state and raised the objective, it is
+    undone: V <- Vsave, (U, Lam) <- the previous plain result, memory cleared, and it is not
+    a stop. A stop also needs the map's fixed-point residual ||U(k+1) - U_in|| below
+    ``tol * vnorm`` (U_in: the U the iteration started from; plain ADMM's U(k), an
+    extrapolated one here, where ||V - U|| and the change of V alone can be small away from a
+    fixed point). Otherwise, unless converged: rho changed -> memory cleared; else the map's
+    output is recorded and replaced by the extrapolated state. floats[1] gets the objective of the
+    V kept. Returns (next rho, converged).  IN/OUT: V, U, Lam and the memory arrays."""
+    m = dF.shape[0]
+    if ints[_PENDING] and not obj <= floats[_OBJ_BEFORE]:
+        ints[_REJECTED] += 1
+        V[...] = Vsave
+        anderson_extrapolate(U, Lam, rho_used, Gp, dG, np.empty(0, np.int64), np.empty(0), X)
+        ints[_COUNT] = 0
+        ints[_HAVE_PREV] = 0
+        ints[_PENDING] = 0
+        floats[_OBJ_KEPT] = floats[_OBJ_BEFORE]
+        return rho_used, False
+    floats[_OBJ_KEPT] = obj
+    ints[_PENDING] = 0
+    if converged:
+        n, r = U.shape
+        fu = 0.0
+        for i in range(n):
+            for q in range(r):
+                d = np.float64(U[i, q]) - X[i * r + q]
+                fu += d * d
+        if np.sqrt(fu) < tol * vnorm:
+            return rho_next, True
+        converged = False
+    if rho_next != rho_used:
+        anderson_reset(U, Lam, rho_next, X, ints)
+        return rho_next, False
+    count = ints[_COUNT]
+    have_prev = ints[_HAVE_PREV] != 0
+    slot = 0
+    if have_prev:
+        if count == m:  # the oldest slot is reused
+            slot = order[0]
+            for k in range(m - 1):
+                order[k] = order[k + 1]
+            count -= 1
+        else:
+            used = np.zeros(m, np.bool_)
+            for k in range(count):
+                used[order[k]] = True
+            while used[slot]:
+                slot += 1
+        order[count] = slot
+        count += 1
+    valid = np.zeros(m, np.bool_)
+    for k in range(count):
+        valid[order[k]] = True
+    anderson_record(U, Lam, 1.0 / rho_used, X, Fp, Gp, dF, dG, slot, have_prev, valid,
+                    fdot, bdot)
+    ints[_HAVE_PREV] = 1
+    ints[_COUNT] = count
+    if count == 0:
+        anderson_state(U, Lam, 1.0 / rho_used, X)
+        return rho_next, False
+    for j in range(m):  # the new column of the Gram matrix
+        if valid[j]:
+            gram[slot, j] = fdot[j]
+            gram[j, slot] = fdot[j]
+    idx = order[:count].copy()
+    A = np.empty((count, count))
+    rhs = np.empty(count)
+    trace = 0.0
+    for a in range(count):
+        rhs[a] = bdot[idx[a]]
+        for c in range(count):
+            A[a, c] = gram[idx[a], idx[c]]
+        trace += A[a, a]
+    for a in range(count):
+        A[a, a] += AA_REG * trace
+    coef = np.empty(count)
+    if not _solve_spd(A, rhs, coef):  # a singular system: the plain step
+        anderson_state(U, Lam, 1.0 / rho_used, X)
+        return rho_next, False
+    Vsave[...] = V
+    anderson_extrapolate(U, Lam, rho_used, Gp, dG, idx, coef, X)
+    ints[_PENDING] = 1
+    ints[_STEPS] += 1
+    floats[_OBJ_BEFORE] = obj
+    return rho_next, False
+
+
+class Anderson:
+    """The accelerator's memory for one fit (arrays in the fit's internal order), for the
+    Python loop; the compiled loop (``_kernels.admm_run``) takes the same arrays and runs the
+    same kernels, so both give the same iterates bit for bit.
+
+    ``state_dict`` / ``arrays`` / ``load`` make it part of a checkpoint, so that a resumed fit
+    continues bitwise as the uninterrupted one."""
+
+    def __init__(self, n: int, r: int, m: int, dtype=np.float64):
+        if m < 1:
+            raise ValueError(f"Anderson: memory m={m} must be >= 1")
+        self.n, self.r, self.m = n, r, m
+        N = 2 * n * r
+        self.X = np.zeros(N)
+        self.Fp = np.zeros(N)
+        self.Gp = np.zeros(N)
+        self.dF = np.zeros((m, N))
+        self.dG = np.zeros((m, N))
+        self.Vsave = np.zeros((n, r), dtype=dtype)
+        self.fdot = np.zeros(m)
+        self.bdot = np.zeros(m)
+        self.gram = np.zeros((m, m))
+        self.order = np.zeros(m, np.int64)
+        self.ints = np.zeros(5, np.int64)
+        self.floats = np.array([np.inf, np.nan])
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.ints[_STEPS])
+
+    @property
+    def n_rejected(self) -> int:
+        return int(self.ints[_REJECTED])
+
+    @property
+    def objective_kept(self) -> float:
+        return float(self.floats[_OBJ_KEPT])
+
+    def kernel_args(self):
+        """The memory arrays in ``anderson_after``'s order (after V, U, Lam)."""
+        return (self.X, self.Fp, self.Gp, self.dF, self.dG, self.gram, self.order, self.ints,
+                self.floats, self.fdot, self.bdot, self.Vsave)
+
+    def reset(self, U, Lam, rho):
+        anderson_reset(U, Lam, float(rho), self.X, self.ints)
+
+    def after(self, session, obj, rho_used, rho_next, converged, tol, vnorm):
+        """``anderson_after`` on the session's arrays. Returns (next rho, converged)."""
+        rho, conv = anderson_after(float(obj), float(rho_used), float(rho_next),
+                                   bool(converged), float(tol), float(vnorm), session.V,
+                                   session.U, session.Lam, *self.kernel_args())
+        return float(rho), bool(conv)
+
+    # -- checkpoints --------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"m": self.m, "order": self.order.tolist(), "ints": self.ints.tolist(),
+                "floats": [float(x) for x in self.floats], "gram": self.gram.tolist(),
+                "bdot": self.bdot.tolist()}
+
+    def _rows(self, flat):
+        """A flat state as (n, 2r): each row's U part, then its Lam / rho part."""
+        n, r = self.n, self.r
+        return np.hstack([flat[:n * r].reshape(n, r), flat[n * r:].reshape(n, r)])
+
+    def _flat(self, rows):
+        return np.concatenate([rows[:, :self.r].ravel(), rows[:, self.r:].ravel()])
+
+    def arrays(self) -> np.ndarray:
+        """(n, width) float64: X, Fp, Gp, dF, dG (n x 2r each), Vsave side by side, so that
+        a checkpoint's row blocks hold their rows' memory (see ``width``)."""
+        flat = [self.X, self.Fp, self.Gp, *self.dF, *self.dG]
+        return np.hstack([self._rows(v) for v in flat] + [self.Vsave.astype(np.float64)])
+
+    @staticmethod
+    def width(r: int, m: int) -> int:
+        return 2 * r * (3 + 2 * m) + r
+
+    def load(self, state: dict, W):
+        m, k = self.m, 2 * self.r
+        if int(state["m"]) != m:
+            raise ValueError(f"Anderson: checkpoint memory {state['m']} != {m}")
+        W = np.asarray(W, dtype=np.float64)
+        self.X[...] = self._flat(W[:, 0:k])
+        self.Fp[...] = self._flat(W[:, k:2 * k])
+        self.Gp[...] = self._flat(W[:, 2 * k:3 * k])
+        for j in range(m):
+            self.dF[j] = self._flat(W[:, (3 + j) * k:(4 + j) * k])
+            self.dG[j] = self._flat(W[:, (3 + m + j) * k:(4 + m + j) * k])
+        self.Vsave[...] = W[:, (3 + 2 * m) * k:]
+        self.order[...] = state["order"]
+        self.ints[...] = state["ints"]
+        self.floats[...] = state["floats"]
+        self.gram[...] = np.asarray(state["gram"], dtype=np.float64).reshape(m, m)
+        self.bdot[...] = state["bdot"]
