@@ -24,6 +24,7 @@ seed = 0
 method = "auto"                # bcd: auto | sweeps | block (see `npkl fit --help`)
 start = "random"               # bcd: random | propagate | spectral
 # tol_objective, tol_kkt: bcd's extra stopping criteria; capacity: simplenpkl's tr(K^2) <= B
+# anderson = 5: admm with Anderson acceleration of memory 5 (in-process executor; default 0)
 
 [execution]
 executor = "auto"              # auto | inprocess | dask
@@ -99,6 +100,7 @@ SECTIONS: dict[str, dict[str, tuple]] = {
         "tol_objective": (_FLOAT, None, None, False),
         "tol_kkt": (_FLOAT, None, None, False),
         "capacity": (_FLOAT, None, None, False),
+        "anderson": (_INT, 0, None, False),
     },
     "execution": {
         "executor": (_STR, "auto", ("auto", "inprocess", "dask"), False),
@@ -126,7 +128,7 @@ SECTIONS: dict[str, dict[str, tuple]] = {
 _TOP = {"run": (_STR, None, None, False), "name": (_STR, None, None, False)}
 _POSITIVE = {"knn", "block", "exact_max_points", "max_sweeps", "workers", "blocks", "threads",
              "checkpoint_every", "clusters", "rank", "n_points"}
-_NONNEG = {"seed", "n_must", "n_cannot"}
+_NONNEG = {"seed", "n_must", "n_cannot", "anderson"}
 
 
 def _suggest(word, options):
@@ -257,6 +259,12 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
             )
         if not ext.startswith("dataset:") and not Path(ext).is_file():
             raise ValidationError(f"{source} [extend]: features = {ext!r} does not exist")
+    if out["model"]["anderson"] and out["model"]["solver"] != "admm":
+        raise ValidationError(
+            f"{source} [model]: anderson = {out['model']['anderson']} accelerates solver = "
+            f"'admm' only, got solver = {out['model']['solver']!r}; drop anderson or set "
+            f"solver = \"admm\""
+        )
     if out["model"]["solver"] == "admm" and out["model"]["loss"] != "square":
         raise ValidationError(
             f"{source} [model]: solver = 'admm' fits the square loss only, got loss = "

@@ -388,6 +388,7 @@ def learn(ctx: Context) -> dict:
     if (info := ctx.done("learn")) is not None:
         return _skip("learn", info)
     from npkl_dist import store as st
+    from npkl_dist._admm import admm_checkpoint_width
     from npkl_dist._bcd import checkpoint_width, choose_method
     from npkl_dist._job import _row_block, make_executor, result_summary
     from npkl_dist._recovery import MemoryCheckpointer, fit_with_recovery
@@ -406,7 +407,8 @@ def learn(ctx: Context) -> dict:
         method = m["method"]
         if m["solver"] == "bcd" and method == "auto":
             method = choose_method(problem, executor)
-        width = 3 * r if m["solver"] == "admm" else checkpoint_width(r, method)
+        width = admm_checkpoint_width(r, m["anderson"]) if m["solver"] == "admm" \
+            else checkpoint_width(r, method)
         problem, selection = _gamma(ctx, problem, executor)
         params = {"solver": m["solver"], "loss": m["loss"], "gamma": problem.gamma, "rank": r,
                   "delta": ctx.cfg["graph"]["delta"], "bound": m["bound"], "seed": m["seed"],
@@ -420,7 +422,8 @@ def learn(ctx: Context) -> dict:
         else:
             ck = st.StoreCheckpointer(ctx.store, every=int(opts["checkpoint_every"]),
                                       row_block=row_block, n=n, width=width,
-                                      dtype=problem.dtype, max_sweeps=m["max_sweeps"],
+                                      dtype=np.float64 if m["anderson"] else problem.dtype,
+                                      max_sweeps=m["max_sweeps"],
                                       extra={"parameters": params})
         bar = ctx.bar("learn", m["max_sweeps"])
         latest = ck.load()
@@ -439,7 +442,8 @@ def learn(ctx: Context) -> dict:
                 from npkl_dist import fit_admm
 
                 result = fit_with_recovery(fit_admm, problem, checkpointer=ck, resume=latest,
-                                           max_iter=m["max_sweeps"], **common)
+                                           max_iter=m["max_sweeps"], anderson=m["anderson"],
+                                           **common)
             else:
                 from npkl_dist import fit_bcd
 

@@ -167,7 +167,7 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
                      solver="admm")
     if resume is not None:
         state, W = resume
-        width = 3 * r + (Anderson.width(r, anderson) if anderson else 0)
+        width = admm_checkpoint_width(r, anderson)
         if np.shape(W) != (n, width) or bool(anderson) != ("anderson" in state):
             raise ValidationError(
                 f"resume: checkpoint has shape {np.shape(W)}"
@@ -304,6 +304,11 @@ def _with_anderson(on_sweep, aa):
     def hook(state, session):
         on_sweep({**state, "anderson": aa.state_dict()}, _AndersonCheckpoint(session, aa))
     return hook
+
+
+def admm_checkpoint_width(r: int, anderson: int = 0) -> int:
+    """Columns of a KL-ADMM checkpoint: [V | U | Lam], and the accelerator's memory."""
+    return 3 * r + (Anderson.width(r, anderson) if anderson else 0)
 
 
 def _record(res, obj, primal, step, rho, vnorm, sweep_s, objective_s):

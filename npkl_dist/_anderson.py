@@ -310,7 +310,7 @@ class Anderson:
         self.gram = np.zeros((m, m))
         self.order = np.zeros(m, np.int64)
         self.ints = np.zeros(5, np.int64)
-        self.floats = np.array([np.inf, np.nan])
+        self.floats = np.zeros(2)  # read only once set (pending, or after a call)
 
     @property
     def n_steps(self) -> int:

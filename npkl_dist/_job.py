@@ -47,6 +47,7 @@ class FitConfig:
     delta: float = 1e-3
     bound: float = 1.0
     capacity: float | None = None
+    anderson: int = 0  # admm: Anderson acceleration's memory (0: the paper's Alg. 1)
     max_sweeps: int | None = None  # None: the solver's own cap (default_max_iterations)
     tol: float = 1e-5
     method: str = "auto"
@@ -67,6 +68,10 @@ class FitConfig:
     def __post_init__(self):
         if self.max_sweeps is None and self.solver in SOLVERS:
             self.max_sweeps = default_max_iterations(self.solver)
+        if self.anderson and self.solver != "admm":
+            raise ValidationError(
+                f"anderson: {self.anderson} accelerates solver='admm' only, got "
+                f"solver={self.solver!r}; use anderson=0 or solver='admm'")
 
 
 def default_max_iterations(solver: str) -> int:
@@ -111,7 +116,8 @@ def _solver(cfg: FitConfig, executor):
     if cfg.solver == "admm":
         from ._admm import fit_admm
 
-        return fit_admm, {"max_iter": cfg.max_sweeps, "tol": cfg.tol, "executor": executor}
+        return fit_admm, {"max_iter": cfg.max_sweeps, "tol": cfg.tol, "executor": executor,
+                          "anderson": cfg.anderson}
     if cfg.solver == "simplenpkl":
         from ._simplenpkl import fit_simplenpkl
 
@@ -419,18 +425,22 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
         plan, _ = store.read_plan()
         # stage: learn (checkpointed)
         executor = make_executor(opts, row_block)
+        from ._admm import admm_checkpoint_width
         from ._bcd import checkpoint_width, choose_method
 
         method = cfg.method
         if cfg.solver == "bcd" and method == "auto":
             method = choose_method(problem, executor)
-        width = 3 * r if cfg.solver == "admm" else checkpoint_width(r, method)
+        width = admm_checkpoint_width(r, cfg.anderson) if cfg.solver == "admm" \
+            else checkpoint_width(r, method)
         params = {"solver": cfg.solver, "loss": cfg.loss, "gamma": cfg.gamma, "rank": r,
                   "delta": cfg.delta, "bound": cfg.bound, "seed": cfg.seed,
                   "dtype": str(problem.dtype), "tol": cfg.tol, "max_sweeps": cfg.max_sweeps,
-                  "executor": opts.get("executor", "inprocess")}
+                  "executor": opts.get("executor", "inprocess"), "anderson": cfg.anderson}
+        # the accelerator's memory is float64 whatever the problem's dtype (resume is bitwise)
         ck = st.StoreCheckpointer(store, every=int(opts.get("checkpoint_every") or 1),
-                                  row_block=row_block, n=n, width=width, dtype=problem.dtype,
+                                  row_block=row_block, n=n, width=width,
+                                  dtype=np.float64 if cfg.anderson else problem.dtype,
                                   max_sweeps=cfg.max_sweeps, extra={"parameters": params})
         try:
             if cfg.solver == "admm":
@@ -439,7 +449,7 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
                 result = fit_with_recovery(fit_admm, problem, checkpointer=ck,
                                            executor=executor, plan=plan,
                                            max_iter=cfg.max_sweeps, tol=cfg.tol,
-                                           callback=callback, log=log)
+                                           anderson=cfg.anderson, callback=callback, log=log)
             elif cfg.solver == "bcd":
                 result = fit_with_recovery(fit_bcd, problem, checkpointer=ck, executor=executor,
                                            plan=plan, max_sweeps=cfg.max_sweeps, tol=cfg.tol,

@@ -210,3 +210,11 @@ def test_executors_without_in_process_arrays_are_refused():
     with pytest.raises(nk.ValidationError, match="anderson=0"):
         fit_admm(problem(0, n=60), anderson=5, executor=RemoteExecutor())
     assert Remote.closed
+
+
+def test_fit_config_refuses_anderson_for_other_solvers():
+    from npkl_dist._job import FitConfig
+
+    with pytest.raises(nk.ValidationError, match="anderson: 5 accelerates solver='admm' only"):
+        FitConfig(solver="bcd", anderson=5)
+    assert FitConfig(solver="admm", anderson=5).anderson == 5

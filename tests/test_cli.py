@@ -15,7 +15,7 @@ FIT_OPTIONS = [
     "--knn-method", "--delta", "--max-sweeps", "--tol", "--dtype", "--seed", "--threads",
     "--clusters", "--eval-labels", "--out", "--json", "--quiet", "--run", "--executor",
     "--workers", "--dask", "--blocks", "--checkpoint-every", "--method", "--start",
-    "--tol-objective", "--tol-kkt", "--normalize-kernel",
+    "--tol-objective", "--tol-kkt", "--normalize-kernel", "--anderson",
 ]
 
 
@@ -251,6 +251,22 @@ def test_every_solver_runs_through_fit(iris_files, capsys, solver, loss):
     assert s["diagonal_targets"] == (solver == "admm")
     # measured 0.957 (simplenpkl linear) to 0.974; plain k-means on these features: 0.88
     assert s["metrics"]["rand_accuracy"] > 0.93
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+@pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")
+def test_fit_admm_with_anderson(iris_files, capsys):
+    d, _, _ = iris_files
+    base = ["fit", "--features", str(d / "X.npy"), "--labels", str(d / "y.npy"),
+            "--eval-labels", str(d / "y.npy"), "--solver", "admm", "--loss", "square",
+            "--tol", "1e-4"]
+    plain = run_json(capsys, base)
+    acc = run_json(capsys, base + ["--anderson", "5"])
+    assert acc["n_sweeps"] < plain["n_sweeps"]
+    assert acc["objective"] <= plain["objective"] * (1 + 1e-6)
+    assert acc["metrics"]["rand_accuracy"] > 0.93
+    assert main(base[:-4] + ["--solver", "bcd", "--anderson", "5", "--quiet"]) == 2
+    assert "anderson = 5 accelerates solver = 'admm' only" in capsys.readouterr().err
 
 
 @pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")

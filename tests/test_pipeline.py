@@ -76,6 +76,8 @@ def test_config_defaults_and_paths(tmp_path):
     ({"execution": {"executor": "inprocess", "dask": "tcp://h:8786"}}, r"executor = \"dask\""),
     ({"execution": {"dask": "nonsense"}}, r"neither a scheduler address"),
     ({"model": {"solver": "admm", "loss": "hinge"}}, r"fits the square loss only"),
+    ({"model": {"anderson": 5}}, r"anderson = 5 accelerates solver = 'admm' only"),
+    ({"model": {"solver": "admm", "anderson": -1}}, r"anderson = -1; expected an integer >= 0"),
     ({"storage": {"options": {"anon": True}}}, r"options apply to store URLs only"),
     ({"colour": {}}, r"unknown top-level key 'colour'"),
     ({"output": {"normalize_kernel": "yes"}}, r"normalize_kernel = 'yes' has type str"),
@@ -366,6 +368,52 @@ def test_admm_pipeline_matches_library(tmp_path):
         _, ref, _ = run_fit(FitConfig(X=X, y_constraints=y, solver="admm", seed=3,
                                       max_sweeps=10))
     np.testing.assert_allclose(V, ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_admm_anderson_pipeline_matches_library_and_resumes(tmp_path, dtype):
+    """anderson through the pipeline: the library's fit, and a run whose learn stage was
+    interrupted resumes from its checkpoint (V, U, Lam and the accelerator's float64 memory)
+    to the same V bit for bit."""
+    from npkl_dist import store as st
+    from npkl_dist._admm import admm_checkpoint_width
+    from npkl_dist._job import FitConfig, run_fit
+
+    X, y, _ = _data(tmp_path, n=250)
+    model = {"solver": "admm", "max_sweeps": 40, "anderson": 4, "tol": 0.0, "dtype": dtype}
+    cfg = _cfg(tmp_path, model=model, extend={"features": None})
+    res = _run_stages(cfg)
+    assert res["learn"]["n_sweeps"] == 40
+    with st.RunStore.open(cfg["run"]) as rs:
+        V = rs.read_results()["embedding"]
+        manifest, W = rs.latest_checkpoint()
+    r = V.shape[1]
+    assert W.shape == (250, admm_checkpoint_width(r, 4)) and W.dtype == np.float64
+    assert manifest["state"]["anderson"]["ints"][3] > 0  # extrapolated steps were taken
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, ref, _ = run_fit(FitConfig(X=X, y_constraints=y, solver="admm", seed=3,
+                                      max_sweeps=40, anderson=4, tol=0.0, dtype=dtype))
+    np.testing.assert_array_equal(V, ref)
+    # the same run, learning killed right after iteration 16's checkpoint (every 4), resumed
+    from flows import _stages
+
+    part = _cfg(tmp_path, run=str(tmp_path / "part"), model=model, extend={"features": None})
+    rs = st.RunStore.create(part["run"], config={"pipeline": part})
+    ctx = _stages.Context(rs, part, quiet=True)
+    for f in (_stages.ingest, _stages.build_graph, _stages.colour):
+        f(ctx)
+
+    class Killed(Exception):
+        pass
+
+    with _learn_dies_at(16, Killed):
+        _stages.learn(ctx)
+    rs.close()
+    again = _run_stages(part, create=False)
+    assert again["learn"]["resumed_from"] == 16
+    with st.RunStore.open(part["run"]) as rs2:
+        np.testing.assert_array_equal(rs2.read_results()["embedding"], V)
 
 
 def test_new_run_over_an_existing_one_names_resume(tmp_path):
