@@ -65,6 +65,16 @@ def _dot(a, b):
     return ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _record_entry(k, g, X, Fp, Gp, dF, dG, slot, have_prev):
+    fk = g - X[k]
+    if have_prev:
+        dF[slot, k] = fk - Fp[k]
+        dG[slot, k] = g - Gp[k]
+    Fp[k] = fk
+    Gp[k] = g
+
+
 @njit(nogil=True, cache=True)
 def anderson_record(U, Lam, inv_rho, X, Fp, Gp, dF, dG, slot, have_prev, valid, fdot, bdot):
     """Record one application of the map and the dot products of the new difference.
@@ -80,24 +90,11 @@ def anderson_record(U, Lam, inv_rho, X, Fp, Gp, dF, dG, slot, have_prev, valid, 
     h = n * r
     for i in range(n):
         for q in range(r):
-            k = i * r + q
-            g = np.float64(U[i, q])
-            fk = g - X[k]
-            if have_prev:
-                dF[slot, k] = fk - Fp[k]
-                dG[slot, k] = g - Gp[k]
-            Fp[k] = fk
-            Gp[k] = g
+            _record_entry(i * r + q, np.float64(U[i, q]), X, Fp, Gp, dF, dG, slot, have_prev)
     for i in range(n):
         for q in range(r):
-            k = h + i * r + q
-            g = np.float64(Lam[i, q]) * inv_rho
-            fk = g - X[k]
-            if have_prev:
-                dF[slot, k] = fk - Fp[k]
-                dG[slot, k] = g - Gp[k]
-            Fp[k] = fk
-            Gp[k] = g
+            _record_entry(h + i * r + q, np.float64(Lam[i, q]) * inv_rho, X, Fp, Gp, dF, dG,
+                          slot, have_prev)
     if not have_prev:
         return
     for j in range(dF.shape[0]):
