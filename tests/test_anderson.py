@@ -218,3 +218,12 @@ def test_fit_config_refuses_anderson_for_other_solvers():
     with pytest.raises(nk.ValidationError, match="anderson: 5 accelerates solver='admm' only"):
         FitConfig(solver="bcd", anderson=5)
     assert FitConfig(solver="admm", anderson=5).anderson == 5
+
+
+def test_unconverged_plain_fit_names_the_acceleration():
+    p = problem(0, n=60)
+    with pytest.warns(nk.ConvergenceWarning, match=r"anderson=5 \(npkl fit --anderson 5\)"):
+        fit_admm(p, max_iter=3, tol=1e-12)
+    with pytest.warns(nk.ConvergenceWarning) as rec:
+        fit_admm(p, max_iter=3, tol=1e-12, anderson=5)
+    assert all("anderson=5" not in str(w.message) for w in rec)
