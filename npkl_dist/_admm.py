@@ -39,6 +39,7 @@ from numbers import Real
 import numpy as np
 
 from ._anderson import Anderson
+from ._kernels import SUM_BLOCK
 from ._bcd import FitResult, initial_V
 from ._errors import ConvergenceWarning, ValidationError, fmt_value
 from ._plan import make_plan, prepare
@@ -127,8 +128,9 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
         fixed-point map on (U, Lam / rho) with memory m, safeguarded by the objective
         (``npkl_dist._anderson``): the same problem; the stop also needs the map's residual
         ||U(k+1) - U_in|| / ||V|| < tol; several times fewer iterations on the papers' data
-        sets (bench/RESULTS.md). In-process executor only; it keeps
-        2 (m + 2) extra n x 2r float64 arrays. The fused loop then runs one iteration per call.
+        sets (bench/RESULTS.md). Every executor runs it (Dask: the same iterates as
+        in-process); it keeps 2 (m + 2) extra n x 2r float64 arrays (on Dask, each block
+        keeps its rows').
 
     Returns
     -------
@@ -196,16 +198,17 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
     session = executor.admm_session(prep, V, U, Lam)
     aa = None
     if anderson:
-        if not all(hasattr(session, a) for a in ("V", "U", "Lam")):
+        in_rows = all(hasattr(session, a) for a in ("V", "U", "Lam"))
+        if not in_rows and not hasattr(session, "anderson_after"):
             session.close()
             raise ValidationError(
-                f"anderson: Anderson acceleration runs with the in-process executor only, got "
-                f"{type(executor).__name__}; use anderson=0 with this executor")
-        aa = Anderson(n, r, int(anderson), problem.dtype)
+                f"anderson: {type(executor).__name__} does not run Anderson acceleration; "
+                f"use anderson=0 with this executor")
+        aa = Anderson(n, r, int(anderson), problem.dtype, SUM_BLOCK, rows=in_rows)
         if resume is not None:
-            aa.load(resume[0]["anderson"], W_aa)
+            aa.start(session, rho, resume[0]["anderson"], W_aa)
         else:
-            aa.reset(session.U, session.Lam, rho)
+            aa.start(session, rho)
     hook = on_sweep if aa is None or on_sweep is None else _with_anderson(on_sweep, aa)
     run = getattr(session, "run", None) if fused else None
     final_obj = None
@@ -291,7 +294,7 @@ class _AndersonCheckpoint:
 
     def checkpoint_array(self):
         V, U, Lam = self._s.gather()
-        return np.hstack([V, U, Lam, self._aa.arrays()])
+        return np.hstack([V, U, Lam, self._aa.arrays(self._s)])
 
     def gather(self):
         return self._s.gather()

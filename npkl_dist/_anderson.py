@@ -76,16 +76,28 @@ def _record_entry(k, g, X, Fp, Gp, dF, dG, slot, have_prev):
 
 
 @njit(nogil=True, cache=True)
-def anderson_record(U, Lam, inv_rho, X, Fp, Gp, dF, dG, slot, have_prev, valid, fdot, bdot):
-    """Record one application of the map and the dot products of the new difference.
+def _block_dot(a, b, c, nl, r, block):
+    """Row block c's part of <a, b> for flat local states (U rows, then Lam rows): the U
+    segment's dot plus the Lam segment's."""
+    h = nl * r
+    s = c * block * r
+    e = min((c + 1) * block, nl) * r
+    return _dot(a[s:e], b[s:e]) + _dot(a[h + s:h + e], b[h + s:h + e])
 
-    States are flat (N = 2 n r,): U's entries row by row, then Lam / rho's. g = (U, Lam *
-    inv_rho) in float64 (the map's output), f = g - X (X: the state the map was applied to).
-    If ``have_prev``: dF[slot] = f - Fp, dG[slot] = g - Gp. Then Fp = f, Gp = g. For the
-    ``valid`` (m,) history slots j (after this write): fdot[j] = <dF[slot], dF[j]>, and
-    bdot[j] = <dF[j], f> -- for the older slots updated from its previous value (f - Fp is
-    dF[slot]), so one new dot per slot.  IN/OUT: Fp, Gp, dF (m, N), dG (m, N), fdot (m,),
-    bdot (m,)."""
+
+@njit(nogil=True, cache=True)
+def anderson_record(U, Lam, inv_rho, X, Fp, Gp, dF, dG, slot, have_prev, valid, block, fpart,
+                    bpart):
+    """Record one application of the map on these rows, and the partial dots of the new
+    difference.
+
+    States are flat (2 nl r,): the rows' U entries row by row, then their Lam / rho entries.
+    g = (U, Lam * inv_rho) in float64 (the map's output), f = g - X (X: the state the map was
+    applied to). If ``have_prev``: dF[slot] = f - Fp, dG[slot] = g - Gp. Then Fp = f, Gp = g,
+    and for each block of ``block`` rows c (the rows start at a multiple of ``block``):
+    fpart[c, j] = block c's part of <dF[slot], dF[j]> for the ``valid`` slots j (the new one
+    included), bpart[c] of <dF[slot], f>. Totals are the partials added in block order (by
+    every executor).  OUT: Fp, Gp, dF (m, 2 nl r), dG, fpart (n_blocks, m), bpart."""
     n, r = U.shape
     h = n * r
     for i in range(n):
@@ -97,12 +109,92 @@ def anderson_record(U, Lam, inv_rho, X, Fp, Gp, dF, dG, slot, have_prev, valid, 
                           slot, have_prev)
     if not have_prev:
         return
-    for j in range(dF.shape[0]):
+    for c in range(bpart.shape[0]):
+        for j in range(dF.shape[0]):
+            fpart[c, j] = _block_dot(dF[slot], dF[j], c, n, r, block) if valid[j] else 0.0
+        bpart[c] = _block_dot(dF[slot], Fp, c, n, r, block)
+
+
+@njit(nogil=True, cache=True)
+def anderson_residual(U, X, block, out):
+    """out[c] = block c's part of ||U - X_U||^2 (X: the flat state the map was applied to),
+    row by row, left to right.  OUT: out (n_blocks,)."""
+    n, r = U.shape
+    for c in range(out.shape[0]):
+        acc = 0.0
+        for i in range(c * block, min((c + 1) * block, n)):
+            for q in range(r):
+                d = np.float64(U[i, q]) - X[i * r + q]
+                acc += d * d
+        out[c] = acc
+
+
+@njit(nogil=True, cache=True)
+def anderson_next_slot(order, ints):
+    """The history slot the next difference goes to (the oldest one once all m are used),
+    with ``order`` (oldest first) and the count updated. Returns (slot, count); slot is -1
+    when there is no previous application to take a difference from."""
+    m = order.shape[0]
+    count = ints[_COUNT]
+    if ints[_HAVE_PREV] == 0:
+        return -1, count
+    slot = 0
+    if count == m:  # the oldest slot is reused
+        slot = order[0]
+        for k in range(m - 1):
+            order[k] = order[k + 1]
+        count -= 1
+    else:
+        used = np.zeros(m, np.bool_)
+        for k in range(count):
+            used[order[k]] = True
+        while used[slot]:
+            slot += 1
+    order[count] = slot
+    return slot, count + 1
+
+
+@njit(nogil=True, cache=True)
+def anderson_valid(order, count):
+    valid = np.zeros(order.shape[0], np.bool_)
+    for k in range(count):
+        valid[order[k]] = True
+    return valid
+
+
+@njit(nogil=True, cache=True)
+def anderson_coefficients(fpart, bpart, slot, count, order, gram, bdot, coef):
+    """From the new difference's partial dots (all blocks, in order): the Gram matrix's new
+    column, <dF_j, f> (the older slots' from their previous value: f - f_prev is the new
+    difference), and the coefficients c of the regularised normal equations, in coef[:count]
+    (slots in ``order``). False if the system is not numerically positive definite."""
+    m = gram.shape[0]
+    valid = anderson_valid(order, count)
+    for j in range(m):
+        if valid[j]:
+            t = 0.0
+            for c in range(fpart.shape[0]):
+                t += fpart[c, j]
+            gram[slot, j] = t
+            gram[j, slot] = t
+    for j in range(m):
         if valid[j] and j != slot:  # <dF_j, f_k> = <dF_j, f_(k-1)> + <dF_j, dF_new>
-            fdot[j] = _dot(dF[slot], dF[j])
-            bdot[j] += fdot[j]
-    fdot[slot] = _dot(dF[slot], dF[slot])
-    bdot[slot] = _dot(dF[slot], Fp)
+            bdot[j] += gram[slot, j]
+    t = 0.0
+    for c in range(bpart.shape[0]):
+        t += bpart[c]
+    bdot[slot] = t
+    A = np.empty((count, count))
+    rhs = np.empty(count)
+    trace = 0.0
+    for a in range(count):
+        rhs[a] = bdot[order[a]]
+        for c in range(count):
+            A[a, c] = gram[order[a], order[c]]
+        trace += A[a, a]
+    for a in range(count):
+        A[a, a] += AA_REG * trace
+    return _solve_spd(A, rhs, coef[:count])
 
 
 @njit(nogil=True, cache=True)
@@ -181,19 +273,25 @@ _OBJ_BEFORE, _OBJ_KEPT = 0, 1
 
 
 @njit(nogil=True, cache=True)
-def anderson_reset(U, Lam, rho, X, ints):
-    """Clear the memory; the next map is applied to the current (U, Lam / rho)."""
+def anderson_clear(ints):
     ints[_COUNT] = 0
     ints[_HAVE_PREV] = 0
     ints[_PENDING] = 0
+
+
+@njit(nogil=True, cache=True)
+def anderson_reset(U, Lam, rho, X, ints):
+    """Clear the memory; the next map is applied to the current (U, Lam / rho)."""
+    anderson_clear(ints)
     anderson_state(U, Lam, 1.0 / rho, X)
 
 
 @njit(nogil=True, cache=True)
 def anderson_after(obj, rho_used, rho_next, converged, tol, vnorm, V, U, Lam, X, Fp, Gp, dF,
-                   dG, gram, order, ints, floats, fdot, bdot, Vsave):
-    """The accelerator's part of one KL-ADMM iteration, run by every loop (compiled and
-    reference) after the iteration's stopping test and eq. (15).
+                   dG, gram, order, ints, floats, bdot, Vsave, block, fpart, bpart, coef):
+    """The accelerator's part of one KL-ADMM iteration, run by the in-process loops (compiled
+    and reference) after the iteration's stopping test and eq. (15); ``AndersonDask.after``
+    composes the same steps over a Dask executor's blocks.
 
     The iteration ran at ``rho_used``, its new V has objective ``obj``; eq. (15) proposes
     ``rho_next``. If it started from an extrapolated state and raised the objective, it is
@@ -202,99 +300,53 @@ def anderson_after(obj, rho_used, rho_next, converged, tol, vnorm, V, U, Lam, X,
     ``tol * vnorm`` (U_in: the U the iteration started from; plain ADMM's U(k), an
     extrapolated one here, where ||V - U|| and the change of V alone can be small away from a
     fixed point). Otherwise, unless converged: rho changed -> memory cleared; else the map's
-    output is recorded and replaced by the extrapolated state. floats[1] gets the objective of the
-    V kept. Returns (next rho, converged).  IN/OUT: V, U, Lam and the memory arrays."""
-    m = dF.shape[0]
+    output is recorded and replaced by the extrapolated state. floats[1] gets the objective
+    of the V kept. Returns (next rho, converged).  IN/OUT: V, U, Lam and the memory arrays;
+    fpart (n_blocks, m), bpart (n_blocks,), coef (m,) scratch."""
     if ints[_PENDING] and not obj <= floats[_OBJ_BEFORE]:
         ints[_REJECTED] += 1
         V[...] = Vsave
         anderson_extrapolate(U, Lam, rho_used, Gp, dG, np.empty(0, np.int64), np.empty(0), X)
-        ints[_COUNT] = 0
-        ints[_HAVE_PREV] = 0
-        ints[_PENDING] = 0
+        anderson_clear(ints)
         floats[_OBJ_KEPT] = floats[_OBJ_BEFORE]
         return rho_used, False
     floats[_OBJ_KEPT] = obj
     ints[_PENDING] = 0
     if converged:
-        n, r = U.shape
+        anderson_residual(U, X, block, bpart)
         fu = 0.0
-        for i in range(n):
-            for q in range(r):
-                d = np.float64(U[i, q]) - X[i * r + q]
-                fu += d * d
+        for c in range(bpart.shape[0]):
+            fu += bpart[c]
         if np.sqrt(fu) < tol * vnorm:
             return rho_next, True
         converged = False
     if rho_next != rho_used:
         anderson_reset(U, Lam, rho_next, X, ints)
         return rho_next, False
-    count = ints[_COUNT]
-    have_prev = ints[_HAVE_PREV] != 0
-    slot = 0
-    if have_prev:
-        if count == m:  # the oldest slot is reused
-            slot = order[0]
-            for k in range(m - 1):
-                order[k] = order[k + 1]
-            count -= 1
-        else:
-            used = np.zeros(m, np.bool_)
-            for k in range(count):
-                used[order[k]] = True
-            while used[slot]:
-                slot += 1
-        order[count] = slot
-        count += 1
-    valid = np.zeros(m, np.bool_)
-    for k in range(count):
-        valid[order[k]] = True
-    anderson_record(U, Lam, 1.0 / rho_used, X, Fp, Gp, dF, dG, slot, have_prev, valid,
-                    fdot, bdot)
+    slot, count = anderson_next_slot(order, ints)
+    anderson_record(U, Lam, 1.0 / rho_used, X, Fp, Gp, dF, dG, max(slot, 0), slot >= 0,
+                    anderson_valid(order, count), block, fpart, bpart)
     ints[_HAVE_PREV] = 1
     ints[_COUNT] = count
-    if count == 0:
-        anderson_state(U, Lam, 1.0 / rho_used, X)
-        return rho_next, False
-    for j in range(m):  # the new column of the Gram matrix
-        if valid[j]:
-            gram[slot, j] = fdot[j]
-            gram[j, slot] = fdot[j]
-    idx = order[:count].copy()
-    A = np.empty((count, count))
-    rhs = np.empty(count)
-    trace = 0.0
-    for a in range(count):
-        rhs[a] = bdot[idx[a]]
-        for c in range(count):
-            A[a, c] = gram[idx[a], idx[c]]
-        trace += A[a, a]
-    for a in range(count):
-        A[a, a] += AA_REG * trace
-    coef = np.empty(count)
-    if not _solve_spd(A, rhs, coef):  # a singular system: the plain step
-        anderson_state(U, Lam, 1.0 / rho_used, X)
+    if slot < 0 or not anderson_coefficients(fpart, bpart, slot, count, order, gram, bdot,
+                                             coef):
+        anderson_state(U, Lam, 1.0 / rho_used, X)  # nothing to combine yet, or singular
         return rho_next, False
     Vsave[...] = V
-    anderson_extrapolate(U, Lam, rho_used, Gp, dG, idx, coef, X)
+    anderson_extrapolate(U, Lam, rho_used, Gp, dG, order[:count].copy(), coef[:count], X)
     ints[_PENDING] = 1
     ints[_STEPS] += 1
     floats[_OBJ_BEFORE] = obj
     return rho_next, False
 
 
-class Anderson:
-    """The accelerator's memory for one fit (arrays in the fit's internal order), for the
-    Python loop; the compiled loop (``_kernels.admm_run``) takes the same arrays and runs the
-    same kernels, so both give the same iterates bit for bit.
+class RowMemory:
+    """The accelerator's arrays for a set of rows (all of them in-process, one block's on a
+    Dask worker): the flat states X, Fp, Gp (U rows, then Lam / rho rows), the m differences
+    dF, dG, V before the last extrapolation, and the partial-dot scratch."""
 
-    ``state_dict`` / ``arrays`` / ``load`` make it part of a checkpoint, so that a resumed fit
-    continues bitwise as the uninterrupted one."""
-
-    def __init__(self, n: int, r: int, m: int, dtype=np.float64):
-        if m < 1:
-            raise ValueError(f"Anderson: memory m={m} must be >= 1")
-        self.n, self.r, self.m = n, r, m
+    def __init__(self, n: int, r: int, m: int, dtype=np.float64, block: int = 1024):
+        self.n, self.r, self.m, self.block = n, r, m, int(block)
         N = 2 * n * r
         self.X = np.zeros(N)
         self.Fp = np.zeros(N)
@@ -302,12 +354,58 @@ class Anderson:
         self.dF = np.zeros((m, N))
         self.dG = np.zeros((m, N))
         self.Vsave = np.zeros((n, r), dtype=dtype)
-        self.fdot = np.zeros(m)
-        self.bdot = np.zeros(m)
+        nb = max(-(-n // self.block), 1)
+        self.fpart = np.zeros((nb, m))
+        self.bpart = np.zeros(nb)
+
+    def _rows(self, flat):
+        """A flat state as (n, 2r): each row's U part, then its Lam / rho part."""
+        n, r = self.n, self.r
+        return np.hstack([flat[:n * r].reshape(n, r), flat[n * r:].reshape(n, r)])
+
+    def _flat(self, rows):
+        return np.concatenate([rows[:, :self.r].ravel(), rows[:, self.r:].ravel()])
+
+    def arrays(self) -> np.ndarray:
+        """(n, width) float64: X, Fp, Gp, dF, dG (n x 2r each), Vsave side by side, so that
+        a checkpoint's row blocks hold their rows' memory (see ``Anderson.width``)."""
+        flat = [self.X, self.Fp, self.Gp, *self.dF, *self.dG]
+        return np.hstack([self._rows(v) for v in flat] + [self.Vsave.astype(np.float64)])
+
+    def load_rows(self, W):
+        m, k = self.m, 2 * self.r
+        W = np.asarray(W, dtype=np.float64)
+        self.X[...] = self._flat(W[:, 0:k])
+        self.Fp[...] = self._flat(W[:, k:2 * k])
+        self.Gp[...] = self._flat(W[:, 2 * k:3 * k])
+        for j in range(m):
+            self.dF[j] = self._flat(W[:, (3 + j) * k:(4 + j) * k])
+            self.dG[j] = self._flat(W[:, (3 + m + j) * k:(4 + m + j) * k])
+        self.Vsave[...] = W[:, (3 + 2 * m) * k:]
+
+
+class Anderson:
+    """The accelerator's state for one fit: the small part (Gram matrix, history order,
+    counters, <dF_j, f>) here, the row arrays in a ``RowMemory`` -- this object's own for
+    the in-process executor, one per block in the workers for Dask (whose session then runs
+    ``anderson_after``'s steps itself). The compiled loop (``_kernels.admm_run``) and the
+    Python loop run the same kernels, so all give the same iterates bit for bit.
+
+    ``state_dict`` / ``arrays`` / ``load`` make it part of a checkpoint, so that a resumed fit
+    continues bitwise as the uninterrupted one."""
+
+    def __init__(self, n: int, r: int, m: int, dtype=np.float64, block: int = 1024,
+                 rows: bool = True):
+        if m < 1:
+            raise ValueError(f"Anderson: memory m={m} must be >= 1")
+        self.n, self.r, self.m, self.block = n, r, m, int(block)
+        self.mem = RowMemory(n, r, m, dtype, block) if rows else None
         self.gram = np.zeros((m, m))
         self.order = np.zeros(m, np.int64)
         self.ints = np.zeros(5, np.int64)
         self.floats = np.zeros(2)  # read only once set (pending, or after a call)
+        self.bdot = np.zeros(m)
+        self.coef = np.zeros(m)
 
     @property
     def n_steps(self) -> int:
@@ -322,18 +420,31 @@ class Anderson:
         return float(self.floats[_OBJ_KEPT])
 
     def kernel_args(self):
-        """The memory arrays in ``anderson_after``'s order (after V, U, Lam)."""
-        return (self.X, self.Fp, self.Gp, self.dF, self.dG, self.gram, self.order, self.ints,
-                self.floats, self.fdot, self.bdot, self.Vsave)
+        """The memory in ``anderson_after``'s order (after V, U, Lam)."""
+        mm = self.mem
+        return (mm.X, mm.Fp, mm.Gp, mm.dF, mm.dG, self.gram, self.order, self.ints,
+                self.floats, self.bdot, mm.Vsave, self.block, mm.fpart, mm.bpart, self.coef)
 
-    def reset(self, U, Lam, rho):
-        anderson_reset(U, Lam, float(rho), self.X, self.ints)
+    def start(self, session, rho, state=None, W=None):
+        """At the fit's start (or resume: ``state`` and the memory columns ``W``)."""
+        if state is not None:
+            self._load_state(state)
+        if self.mem is None:
+            session.anderson_start(self, rho, W)
+        elif W is None:
+            anderson_reset(session.U, session.Lam, float(rho), self.mem.X, self.ints)
+        else:
+            self.mem.load_rows(W)
 
     def after(self, session, obj, rho_used, rho_next, converged, tol, vnorm):
         """``anderson_after`` on the session's arrays. Returns (next rho, converged)."""
-        rho, conv = anderson_after(float(obj), float(rho_used), float(rho_next),
-                                   bool(converged), float(tol), float(vnorm), session.V,
-                                   session.U, session.Lam, *self.kernel_args())
+        args = (float(obj), float(rho_used), float(rho_next), bool(converged), float(tol),
+                float(vnorm))
+        if self.mem is None:
+            rho, conv = session.anderson_after(self, *args)
+        else:
+            rho, conv = anderson_after(*args, session.V, session.U, session.Lam,
+                                       *self.kernel_args())
         return float(rho), bool(conv)
 
     # -- checkpoints --------------------------------------------------------------------
@@ -342,36 +453,17 @@ class Anderson:
                 "floats": [float(x) for x in self.floats], "gram": self.gram.tolist(),
                 "bdot": self.bdot.tolist()}
 
-    def _rows(self, flat):
-        """A flat state as (n, 2r): each row's U part, then its Lam / rho part."""
-        n, r = self.n, self.r
-        return np.hstack([flat[:n * r].reshape(n, r), flat[n * r:].reshape(n, r)])
-
-    def _flat(self, rows):
-        return np.concatenate([rows[:, :self.r].ravel(), rows[:, self.r:].ravel()])
-
-    def arrays(self) -> np.ndarray:
-        """(n, width) float64: X, Fp, Gp, dF, dG (n x 2r each), Vsave side by side, so that
-        a checkpoint's row blocks hold their rows' memory (see ``width``)."""
-        flat = [self.X, self.Fp, self.Gp, *self.dF, *self.dG]
-        return np.hstack([self._rows(v) for v in flat] + [self.Vsave.astype(np.float64)])
+    def arrays(self, session) -> np.ndarray:
+        return self.mem.arrays() if self.mem is not None else session.anderson_rows()
 
     @staticmethod
     def width(r: int, m: int) -> int:
         return 2 * r * (3 + 2 * m) + r
 
-    def load(self, state: dict, W):
-        m, k = self.m, 2 * self.r
+    def _load_state(self, state: dict):
+        m = self.m
         if int(state["m"]) != m:
             raise ValueError(f"Anderson: checkpoint memory {state['m']} != {m}")
-        W = np.asarray(W, dtype=np.float64)
-        self.X[...] = self._flat(W[:, 0:k])
-        self.Fp[...] = self._flat(W[:, k:2 * k])
-        self.Gp[...] = self._flat(W[:, 2 * k:3 * k])
-        for j in range(m):
-            self.dF[j] = self._flat(W[:, (3 + j) * k:(4 + j) * k])
-            self.dG[j] = self._flat(W[:, (3 + m + j) * k:(4 + m + j) * k])
-        self.Vsave[...] = W[:, (3 + 2 * m) * k:]
         self.order[...] = state["order"]
         self.ints[...] = state["ints"]
         self.floats[...] = state["floats"]

@@ -957,7 +957,7 @@ def _block_total(x, n):
 @njit(nogil=True, cache=True, parallel=True)
 def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, pj, pt, V, U,
              Lam, Vn, Un, rho, rho_min, gamma, tol, adaptive, n_iter, trace, aa_on, X, Fp, Gp,
-             dF, dG, gram, order, ints, floats, fdot, bdot, Vsave):
+             dF, dG, gram, order, ints, floats, bdot, Vsave, aa_block, fpart, bpart, coef):
     """Up to ``n_iter`` whole KL-ADMM iterations in one call (the in-process fast path).
 
     Each iteration is exactly the reference one (two ``admm_rows`` half-steps, the dual
@@ -1050,7 +1050,8 @@ def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, 
         if aa_on:
             rho_next, converged = anderson_after(obj, rho, rho_next, converged, tol, vnorm, V,
                                                  U, Lam, X, Fp, Gp, dF, dG, gram, order, ints,
-                                                 floats, fdot, bdot, Vsave)
+                                                 floats, bdot, Vsave, aa_block, fpart, bpart,
+                                                 coef)
         rho = rho_next
         if converged:
             break

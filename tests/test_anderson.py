@@ -9,7 +9,7 @@ import pytest
 
 import npkl_dist as nk
 from npkl_dist._admm import admm_objective, fit_admm
-from npkl_dist._anderson import AA_REG, Anderson, anderson_after
+from npkl_dist._anderson import AA_REG, Anderson, anderson_after, anderson_reset
 from npkl_dist.executors import InProcessExecutor
 
 pytestmark = pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
@@ -29,7 +29,7 @@ def problem(seed, n=300, gamma=2.0, dtype="float64", rank=8, diagonal=True):
 
 def _state(aa):
     n, r = aa.n, aa.r
-    return aa.X[:n * r].reshape(n, r), aa.X[n * r:].reshape(n, r)
+    return aa.mem.X[:n * r].reshape(n, r), aa.mem.X[n * r:].reshape(n, r)
 
 
 def test_extrapolation_is_the_least_squares_combination(global_random_seed):
@@ -41,7 +41,7 @@ def test_extrapolation_is_the_least_squares_combination(global_random_seed):
     U = rng.standard_normal((n, r))
     Lam = rng.standard_normal((n, r))
     aa = Anderson(n, r, m)
-    aa.reset(U, Lam, rho)
+    anderson_reset(U, Lam, rho, aa.mem.X, aa.ints)
     args = aa.kernel_args()
     obj = 100.0
     for step in range(6):
@@ -49,24 +49,24 @@ def test_extrapolation_is_the_least_squares_combination(global_random_seed):
         U[...] = 0.5 * U + 0.1 * rng.standard_normal((n, r))
         Lam[...] = 0.5 * Lam + 0.1 * rng.standard_normal((n, r))
         g = np.concatenate([U.ravel(), (Lam * (1.0 / rho)).ravel()])
-        f = g - aa.X
+        f = g - aa.mem.X
         obj -= 1.0
         rho_next, conv = anderson_after(obj, rho, rho, False, 0.0, 1.0, V, U, Lam, *args)
         assert rho_next == rho and not conv
         k = int(aa.ints[0])
         assert k == min(step, m)
         if k == 0:
-            np.testing.assert_array_equal(aa.X, g)  # the plain step
+            np.testing.assert_array_equal(aa.mem.X, g)  # the plain step
             continue
         idx = aa.order[:k]
-        dF, dG = aa.dF[idx].T, aa.dG[idx].T
-        np.testing.assert_allclose(aa.Fp, f, rtol=0, atol=1e-15)
+        dF, dG = aa.mem.dF[idx].T, aa.mem.dG[idx].T
+        np.testing.assert_allclose(aa.mem.Fp, f, rtol=0, atol=1e-15)
         A = dF.T @ dF
         A[np.diag_indices_from(A)] += AA_REG * np.trace(A)
         c = np.linalg.solve(A, dF.T @ f)
         c_ls = np.linalg.lstsq(dF, f, rcond=None)[0]
         np.testing.assert_allclose(c, c_ls, rtol=1e-5, atol=1e-8)
-        np.testing.assert_allclose(aa.X, g - dG @ c, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(aa.mem.X, g - dG @ c, rtol=1e-10, atol=1e-12)
         Ux, Lx = _state(aa)
         np.testing.assert_array_equal(U, Ux)  # the state written back is the one recorded
         np.testing.assert_allclose(Lam, Lx * rho, rtol=1e-15)
@@ -80,7 +80,7 @@ def test_safeguard_undoes_an_iteration_that_raised_the_objective(global_random_s
     U = rng.standard_normal((n, r))
     Lam = rng.standard_normal((n, r))
     aa = Anderson(n, r, 2)
-    aa.reset(U, Lam, rho)
+    anderson_reset(U, Lam, rho, aa.mem.X, aa.ints)
     args = aa.kernel_args()
     for obj in (10.0, 9.0, 8.0):
         U[...] = 0.7 * U + 0.05 * rng.standard_normal((n, r))
@@ -88,7 +88,7 @@ def test_safeguard_undoes_an_iteration_that_raised_the_objective(global_random_s
         V[...] = rng.standard_normal((n, r))
         anderson_after(obj, rho, rho, False, 0.0, 1.0, V, U, Lam, *args)
     assert aa.ints[2] == 1  # the last step extrapolated
-    V_kept, g = aa.Vsave.copy(), aa.Gp.copy()
+    V_kept, g = aa.mem.Vsave.copy(), aa.mem.Gp.copy()
     # the iteration from the extrapolated state ends higher, and even "converged": undone
     V[...] = 0.0
     rho_next, conv = anderson_after(8.5, rho, 2 * rho, True, 1.0, 1e9, V, U, Lam, *args)
@@ -102,7 +102,7 @@ def test_safeguard_undoes_an_iteration_that_raised_the_objective(global_random_s
     U[...] += 0.01
     rho_next, conv = anderson_after(7.0, rho, 2 * rho, False, 0.0, 1.0, V, U, Lam, *args)
     assert rho_next == 2 * rho and aa.ints[0] == 0 and aa.ints[1] == 0
-    np.testing.assert_array_equal(aa.X, np.concatenate([U.ravel(), (Lam * (1.0 / (2 * rho))).ravel()]))
+    np.testing.assert_array_equal(aa.mem.X, np.concatenate([U.ravel(), (Lam * (1.0 / (2 * rho))).ravel()]))
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

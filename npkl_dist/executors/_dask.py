@@ -299,6 +299,67 @@ class BlockActor:
         nb = self.spec.n_own
         return self.X[:nb].copy(), self.U[:nb].copy(), self.Lam.copy()
 
+    # -- KL-ADMM's Anderson acceleration (npkl_dist._anderson): this block's memory ------
+    def aa_init(self, m, block):
+        from .._anderson import RowMemory
+
+        nb = self.spec.n_own
+        self.aa = RowMemory(nb, self.X.shape[1], m, self.X.dtype, block)
+        return True
+
+    def _u_halo(self):
+        return [(t, self.U[local]) for t, local in self.spec.send_all]
+
+    def aa_reset(self, rho):
+        from .._anderson import anderson_state
+
+        nb = self.spec.n_own
+        anderson_state(self.U[:nb], self.Lam, 1.0 / rho, self.aa.X)
+        return True
+
+    def aa_revert(self, rho):
+        """Back to the last plain result; returns U's halo rows for the other blocks."""
+        from .._anderson import anderson_extrapolate
+
+        nb, aa = self.spec.n_own, self.aa
+        self.X[:nb] = aa.Vsave
+        anderson_extrapolate(self.U[:nb], self.Lam, rho, aa.Gp, aa.dG, np.empty(0, np.int64),
+                             np.empty(0), aa.X)
+        return self._u_halo()
+
+    def aa_residual(self):
+        from .._anderson import anderson_residual
+
+        anderson_residual(self.U[:self.spec.n_own], self.aa.X, self.aa.block, self.aa.bpart)
+        return self.aa.bpart.copy()
+
+    def aa_record(self, slot, have_prev, valid, rho):
+        from .._anderson import anderson_record
+
+        nb, aa = self.spec.n_own, self.aa
+        anderson_record(self.U[:nb], self.Lam, 1.0 / rho, aa.X, aa.Fp, aa.Gp, aa.dF, aa.dG,
+                        slot, have_prev, valid, aa.block, aa.fpart, aa.bpart)
+        return aa.fpart.copy(), aa.bpart.copy()
+
+    def aa_plain(self, rho):
+        return self.aa_reset(rho)
+
+    def aa_extrapolate(self, rho, idx, coef):
+        """V is kept (for a revert); U, Lam <- the extrapolated state. Returns U's halo."""
+        from .._anderson import anderson_extrapolate
+
+        nb, aa = self.spec.n_own, self.aa
+        aa.Vsave[...] = self.X[:nb]
+        anderson_extrapolate(self.U[:nb], self.Lam, rho, aa.Gp, aa.dG, idx, coef, aa.X)
+        return self._u_halo()
+
+    def aa_rows(self):
+        return self.aa.arrays()
+
+    def aa_load(self, W):
+        self.aa.load_rows(W)
+        return True
+
 
 def _is_worker_loss(exc) -> bool:
     from distributed.client import FutureCancelledError
@@ -574,6 +635,69 @@ class _DaskADMMSession:
     def gather(self):
         parts = self.ex._gather(lambda: [a.admm_own() for a in self.actors])
         return tuple(np.concatenate([p[k] for p in parts]) for k in range(3))
+
+    # -- Anderson acceleration: ``_anderson.anderson_after``'s steps over the blocks ------
+    def _all(self, call):
+        return self.ex._gather(lambda: [call(a) for a in self.actors])
+
+    def anderson_start(self, aa, rho, W=None):
+        """Each block's memory (``_anderson.RowMemory``): empty, or its rows of a checkpoint's
+        memory columns ``W``."""
+        if any(st % aa.block for st in self.starts[:-1]):
+            raise ValidationError(f"anderson: block boundaries {list(self.starts)} are not "
+                                  f"multiples of {aa.block}; use the executor's default align")
+        self._all(lambda a: a.aa_init(aa.m, aa.block))
+        if W is None:
+            self._all(lambda a: a.aa_reset(rho))
+        else:
+            st = self.starts
+            self.ex._gather(lambda: [a.aa_load(W[st[b]:st[b + 1]])
+                                     for b, a in enumerate(self.actors)])
+
+    def anderson_rows(self):
+        return np.vstack(self._all(lambda a: a.aa_rows()))
+
+    def anderson_after(self, aa, obj, rho_used, rho_next, converged, tol, vnorm):
+        """``_anderson.anderson_after``, step for step, with the row work in the blocks and
+        the partial sums added in block order (so the result is the in-process one)."""
+        from .. import _anderson as A
+
+        ints, floats = aa.ints, aa.floats
+        if ints[A._PENDING] and not obj <= floats[A._OBJ_BEFORE]:
+            ints[A._REJECTED] += 1
+            self._u_inbox = self._exchange(self._all(lambda a: a.aa_revert(rho_used)))
+            A.anderson_clear(ints)
+            floats[A._OBJ_KEPT] = floats[A._OBJ_BEFORE]
+            return rho_used, False
+        floats[A._OBJ_KEPT] = obj
+        ints[A._PENDING] = 0
+        if converged:
+            fu = ordered_total(np.concatenate(self._all(lambda a: a.aa_residual())).tolist())
+            if np.sqrt(fu) < tol * vnorm:
+                return rho_next, True
+            converged = False
+        if rho_next != rho_used:
+            self._all(lambda a: a.aa_reset(rho_next))
+            A.anderson_clear(ints)
+            return rho_next, False
+        slot, count = A.anderson_next_slot(aa.order, ints)
+        valid = A.anderson_valid(aa.order, count)
+        parts = self._all(lambda a: a.aa_record(max(slot, 0), slot >= 0, valid, rho_used))
+        ints[A._HAVE_PREV] = 1
+        ints[A._COUNT] = count
+        fpart = np.vstack([p[0] for p in parts])
+        bpart = np.concatenate([p[1] for p in parts])
+        if slot < 0 or not A.anderson_coefficients(fpart, bpart, slot, count, aa.order,
+                                                   aa.gram, aa.bdot, aa.coef):
+            self._all(lambda a: a.aa_plain(rho_used))
+            return rho_next, False
+        idx, coef = aa.order[:count].copy(), aa.coef[:count].copy()
+        self._u_inbox = self._exchange(self._all(lambda a: a.aa_extrapolate(rho_used, idx,
+                                                                             coef)))
+        ints[A._PENDING] = 1
+        ints[A._STEPS] += 1
+        floats[A._OBJ_BEFORE] = obj
+        return rho_next, False
 
     def write_checkpoint_blocks(self, store, ckpt_id, row_block):
         self.ex._gather(lambda: [a.write_blocks(store.url, ckpt_id, row_block,

@@ -278,7 +278,8 @@ class _ADMMSession:
         if anderson is None:
             z1, z2 = np.empty(0), np.empty((0, 0))
             args += (False, z1, z1, z1, z2, z2, z2, np.empty(0, np.int64),
-                     np.empty(0, np.int64), z1, z1, z1, np.empty((0, 0), self.V.dtype))
+                     np.empty(0, np.int64), z1, z1, np.empty((0, 0), self.V.dtype), 1, z2, z1,
+                     z1)
         else:
             args += (True, *anderson.kernel_args())
         if ex.n_threads == 1 or n <= 2 * CHUNK:
