@@ -210,27 +210,36 @@ def test_stages_match_the_library_and_skip_when_done(tmp_path):
     assert all(v["skipped"] for v in again.values())
 
 
+def _learn_killed_after(cfg, sweep):
+    """A new run of ``cfg`` whose learn stage dies right after ``sweep``'s checkpoint."""
+    from flows import _stages
+    from npkl_dist import store as st
+
+    rs = st.RunStore.create(cfg["run"], config={"pipeline": cfg})
+    ctx = _stages.Context(rs, cfg, quiet=True)
+    for f in (_stages.ingest, _stages.build_graph, _stages.colour):
+        f(ctx)
+
+    class Killed(Exception):
+        pass
+
+    try:
+        with _learn_dies_at(sweep, Killed):
+            _stages.learn(ctx)
+    finally:
+        rs.close()
+
+
 def test_learn_resumes_from_checkpoint_bitwise(tmp_path):
     """Learning interrupted after a checkpoint (here: stopped at 8 of 15 sweeps by running it
     with max_sweeps=8 in the same store, then continued) ends equal to an uninterrupted run."""
-    from flows import _stages
     from npkl_dist import store as st
 
     _data(tmp_path)
     full = _cfg(tmp_path, run=str(tmp_path / "full"), extend={"features": None})
     _run_stages(full)
     part = _cfg(tmp_path, run=str(tmp_path / "part"), extend={"features": None})
-    rs = st.RunStore.create(part["run"], config={"pipeline": part})
-    ctx = _stages.Context(rs, part, quiet=True)
-    for f in (_stages.ingest, _stages.build_graph, _stages.colour):
-        f(ctx)
-    # a learn that dies right after sweep 8's checkpoint
-    class Killed(Exception):
-        pass
-
-    with _learn_dies_at(8, Killed):
-        _stages.learn(ctx)
-    rs.close()
+    _learn_killed_after(part, 8)  # a learn that dies right after sweep 8's checkpoint
     res = _run_stages(part, create=False)
     assert res["learn"]["resumed_from"] == 8
     with st.RunStore.open(full["run"]) as a, st.RunStore.open(part["run"]) as b:
@@ -396,20 +405,8 @@ def test_admm_anderson_pipeline_matches_library_and_resumes(tmp_path, dtype):
                                       max_sweeps=40, anderson=4, tol=0.0, dtype=dtype))
     np.testing.assert_array_equal(V, ref)
     # the same run, learning killed right after iteration 16's checkpoint (every 4), resumed
-    from flows import _stages
-
     part = _cfg(tmp_path, run=str(tmp_path / "part"), model=model, extend={"features": None})
-    rs = st.RunStore.create(part["run"], config={"pipeline": part})
-    ctx = _stages.Context(rs, part, quiet=True)
-    for f in (_stages.ingest, _stages.build_graph, _stages.colour):
-        f(ctx)
-
-    class Killed(Exception):
-        pass
-
-    with _learn_dies_at(16, Killed):
-        _stages.learn(ctx)
-    rs.close()
+    _learn_killed_after(part, 16)
     again = _run_stages(part, create=False)
     assert again["learn"]["resumed_from"] == 16
     with st.RunStore.open(part["run"]) as rs2:
