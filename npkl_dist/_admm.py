@@ -22,6 +22,10 @@ same iterates and traces bit for bit (``tests/test_admm.py::test_fused_*``): eve
 residual and objective is a sum of per-row terms, added left to right in SUM_BLOCK partials
 (``_kernels.block_sums``) on every path.
 
+``anderson=m`` accelerates the iteration (``npkl_dist._anderson``: Anderson extrapolation of
+(U, Lam / rho), safeguarded by the objective); every loop and executor composes the same
+kernels for it, so the iterates stay bitwise equal across them.
+
 Arithmetic: the half-step's sparse product, dot products and back-substitution, and the
 objective's smooth and pair terms, add each product by a fused multiply-add (rounded once;
 ``_kernels._fmadd``), and the small Woodbury systems multiply by reciprocal pivots. Every
@@ -39,9 +43,9 @@ from numbers import Real
 import numpy as np
 
 from ._anderson import Anderson
-from ._kernels import SUM_BLOCK
 from ._bcd import FitResult, initial_V
 from ._errors import ConvergenceWarning, ValidationError, fmt_value
+from ._kernels import SUM_BLOCK
 from ._plan import make_plan, prepare
 from ._problem import NPKLProblem
 
