@@ -304,9 +304,9 @@ class _AndersonCheckpoint:
         return self._s.gather()
 
     def write_checkpoint_blocks(self, store, ckpt_id, row_block):
-        W = self.checkpoint_array()
-        for start in range(0, W.shape[0], row_block):
-            store.write_V_block(ckpt_id, start, W[start:start + row_block])
+        from .executors._inprocess import _write_blocks
+
+        _write_blocks(store, ckpt_id, self.checkpoint_array(), row_block)
 
 
 def _with_anderson(on_sweep, aa):

@@ -38,6 +38,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._kernels import _block_total, _cholesky_solve, row_sq_dist
+
 #: Tikhonov weight of the normal equations, relative to the Gram matrix's trace.
 AA_REG = 1e-10
 
@@ -116,20 +118,6 @@ def anderson_record(U, Lam, inv_rho, X, Fp, Gp, dF, dG, slot, have_prev, valid, 
 
 
 @njit(nogil=True, cache=True)
-def anderson_residual(U, X, block, out):
-    """out[c] = block c's part of ||U - X_U||^2 (X: the flat state the map was applied to),
-    row by row, left to right.  OUT: out (n_blocks,)."""
-    n, r = U.shape
-    for c in range(out.shape[0]):
-        acc = 0.0
-        for i in range(c * block, min((c + 1) * block, n)):
-            for q in range(r):
-                d = np.float64(U[i, q]) - X[i * r + q]
-                acc += d * d
-        out[c] = acc
-
-
-@njit(nogil=True, cache=True)
 def anderson_next_slot(order, ints):
     """The history slot the next difference goes to (the oldest one once all m are used),
     with ``order`` (oldest first) and the count updated. Returns (slot, count); slot is -1
@@ -163,13 +151,13 @@ def anderson_valid(order, count):
 
 
 @njit(nogil=True, cache=True)
-def anderson_coefficients(fpart, bpart, slot, count, order, gram, bdot, coef):
+def anderson_coefficients(fpart, bpart, slot, count, order, valid, gram, bdot, coef):
     """From the new difference's partial dots (all blocks, in order): the Gram matrix's new
     column, <dF_j, f> (the older slots' from their previous value: f - f_prev is the new
     difference), and the coefficients c of the regularised normal equations, in coef[:count]
-    (slots in ``order``). False if the system is not numerically positive definite."""
+    (slots in ``order``; ``valid`` marks them). False if the system is not numerically
+    positive definite or c not finite."""
     m = gram.shape[0]
-    valid = anderson_valid(order, count)
     for j in range(m):
         if valid[j]:
             t = 0.0
@@ -194,7 +182,13 @@ def anderson_coefficients(fpart, bpart, slot, count, order, gram, bdot, coef):
         trace += A[a, a]
     for a in range(count):
         A[a, a] += AA_REG * trace
-    return _solve_spd(A, rhs, coef[:count])
+    if not _cholesky_solve(A, rhs, count):
+        return False
+    for a in range(count):
+        if not np.isfinite(rhs[a]):
+            return False
+        coef[a] = rhs[a]
+    return True
 
 
 @njit(nogil=True, cache=True)
@@ -233,40 +227,6 @@ def anderson_state(U, Lam, inv_rho, X):
             X[h + i * r + q] = np.float64(Lam[i, q]) * inv_rho
 
 
-@njit(nogil=True, cache=True)
-def _solve_spd(A, b, out):
-    """out = A^-1 b by Cholesky (A small, symmetric). False if A is not numerically positive
-    definite or the result not finite (then out is undefined)."""
-    k = A.shape[0]
-    C = np.zeros((k, k))
-    for j in range(k):
-        d = A[j, j]
-        for p in range(j):
-            d -= C[j, p] * C[j, p]
-        if not d > 0.0:
-            return False
-        C[j, j] = np.sqrt(d)
-        for i in range(j + 1, k):
-            e = A[i, j]
-            for p in range(j):
-                e -= C[i, p] * C[j, p]
-            C[i, j] = e / C[j, j]
-    y = np.empty(k)
-    for i in range(k):
-        e = b[i]
-        for p in range(i):
-            e -= C[i, p] * y[p]
-        y[i] = e / C[i, i]
-    for i in range(k - 1, -1, -1):
-        e = y[i]
-        for p in range(i + 1, k):
-            e -= C[p, i] * out[p]
-        out[i] = e / C[i, i]
-        if not np.isfinite(out[i]):
-            return False
-    return True
-
-
 # indices into the accelerator's integer and float state
 _COUNT, _HAVE_PREV, _PENDING, _STEPS, _REJECTED = 0, 1, 2, 3, 4
 _OBJ_BEFORE, _OBJ_KEPT = 0, 1
@@ -290,8 +250,8 @@ def anderson_reset(U, Lam, rho, X, ints):
 def anderson_after(obj, rho_used, rho_next, converged, tol, vnorm, V, U, Lam, X, Fp, Gp, dF,
                    dG, gram, order, ints, floats, bdot, Vsave, block, fpart, bpart, coef):
     """The accelerator's part of one KL-ADMM iteration, run by the in-process loops (compiled
-    and reference) after the iteration's stopping test and eq. (15); ``AndersonDask.after``
-    composes the same steps over a Dask executor's blocks.
+    and reference) after the iteration's stopping test and eq. (15); the Dask session's
+    ``anderson_after`` composes the same steps over its blocks.
 
     The iteration ran at ``rho_used``, its new V has objective ``obj``; eq. (15) proposes
     ``rho_next``. If it started from an extrapolated state and raised the objective, it is
@@ -302,7 +262,8 @@ def anderson_after(obj, rho_used, rho_next, converged, tol, vnorm, V, U, Lam, X,
     fixed point). Otherwise, unless converged: rho changed -> memory cleared; else the map's
     output is recorded and replaced by the extrapolated state. floats[1] gets the objective
     of the V kept. Returns (next rho, converged).  IN/OUT: V, U, Lam and the memory arrays;
-    fpart (n_blocks, m), bpart (n_blocks,), coef (m,) scratch."""
+    fpart (n_blocks, m), bpart (n_blocks,), coef (m,) scratch. The fixed-point residual is
+    summed as the executors sum ||V - U|| (row sums, then ``block_sums`` in order)."""
     if ints[_PENDING] and not obj <= floats[_OBJ_BEFORE]:
         ints[_REJECTED] += 1
         V[...] = Vsave
@@ -313,23 +274,23 @@ def anderson_after(obj, rho_used, rho_next, converged, tol, vnorm, V, U, Lam, X,
     floats[_OBJ_KEPT] = obj
     ints[_PENDING] = 0
     if converged:
-        anderson_residual(U, X, block, bpart)
-        fu = 0.0
-        for c in range(bpart.shape[0]):
-            fu += bpart[c]
-        if np.sqrt(fu) < tol * vnorm:
+        n, r = U.shape
+        rows = np.empty(n)
+        row_sq_dist(U, X[:n * r].reshape(n, r), rows)
+        if np.sqrt(_block_total(rows, n)) < tol * vnorm:
             return rho_next, True
         converged = False
     if rho_next != rho_used:
         anderson_reset(U, Lam, rho_next, X, ints)
         return rho_next, False
     slot, count = anderson_next_slot(order, ints)
+    valid = anderson_valid(order, count)
     anderson_record(U, Lam, 1.0 / rho_used, X, Fp, Gp, dF, dG, max(slot, 0), slot >= 0,
-                    anderson_valid(order, count), block, fpart, bpart)
+                    valid, block, fpart, bpart)
     ints[_HAVE_PREV] = 1
     ints[_COUNT] = count
-    if slot < 0 or not anderson_coefficients(fpart, bpart, slot, count, order, gram, bdot,
-                                             coef):
+    if slot < 0 or not anderson_coefficients(fpart, bpart, slot, count, order, valid, gram,
+                                             bdot, coef):
         anderson_state(U, Lam, 1.0 / rho_used, X)  # nothing to combine yet, or singular
         return rho_next, False
     Vsave[...] = V

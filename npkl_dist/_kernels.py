@@ -26,8 +26,6 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from ._anderson import anderson_after
-
 LOSS_CODES = {"hinge": 0, "squared_hinge": 1, "square": 2, "linear": 3}
 
 #: Rows per parallel work item of the KL-ADMM half-step; a sweep step runs in parallel only
@@ -1048,10 +1046,9 @@ def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, 
             elif dual > 10.0 * primal:
                 rho_next = max(rho / 2.0, rho_min)
         if aa_on:
-            rho_next, converged = anderson_after(obj, rho, rho_next, converged, tol, vnorm, V,
-                                                 U, Lam, X, Fp, Gp, dF, dG, gram, order, ints,
-                                                 floats, bdot, Vsave, aa_block, fpart, bpart,
-                                                 coef)
+            rho_next, converged = _anderson.anderson_after(
+                obj, rho, rho_next, converged, tol, vnorm, V, U, Lam, X, Fp, Gp, dF, dG, gram,
+                order, ints, floats, bdot, Vsave, aa_block, fpart, bpart, coef)
         rho = rho_next
         if converged:
             break
@@ -1169,3 +1166,9 @@ def add_pairs_in_place(out, ci, cj, w, t):  # OUT: out (n, n)
         half = 0.5 * w[p] * t[p]
         out[ci[p], cj[p]] += half
         out[cj[p], ci[p]] += half
+
+
+# Bound last: _anderson's kernels use the ones above (its import of this module finds them
+# defined whichever module is imported first), and admm_run resolves
+# _anderson.anderson_after when it compiles.
+from . import _anderson  # noqa: E402

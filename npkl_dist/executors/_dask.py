@@ -328,10 +328,9 @@ class BlockActor:
         return self._u_halo()
 
     def aa_residual(self):
-        from .._anderson import anderson_residual
-
-        anderson_residual(self.U[:self.spec.n_own], self.aa.X, self.aa.block, self.aa.bpart)
-        return self.aa.bpart.copy()
+        """Chunked ||U - U_in||^2 of own rows (the fixed-point residual's part)."""
+        nb, r = self.spec.n_own, self.X.shape[1]
+        return chunked_sums(row_norms2(self.U[:nb], self.aa.X[:nb * r].reshape(nb, r)))
 
     def aa_record(self, slot, have_prev, valid, rho):
         from .._anderson import anderson_record
@@ -340,9 +339,6 @@ class BlockActor:
         anderson_record(self.U[:nb], self.Lam, 1.0 / rho, aa.X, aa.Fp, aa.Gp, aa.dF, aa.dG,
                         slot, have_prev, valid, aa.block, aa.fpart, aa.bpart)
         return aa.fpart.copy(), aa.bpart.copy()
-
-    def aa_plain(self, rho):
-        return self.aa_reset(rho)
 
     def aa_extrapolate(self, rho, idx, coef):
         """V is kept (for a revert); U, Lam <- the extrapolated state. Returns U's halo."""
@@ -672,7 +668,7 @@ class _DaskADMMSession:
         floats[A._OBJ_KEPT] = obj
         ints[A._PENDING] = 0
         if converged:
-            fu = ordered_total(np.concatenate(self._all(lambda a: a.aa_residual())).tolist())
+            fu = ordered_total([x for p in self._all(lambda a: a.aa_residual()) for x in p])
             if np.sqrt(fu) < tol * vnorm:
                 return rho_next, True
             converged = False
@@ -687,9 +683,9 @@ class _DaskADMMSession:
         ints[A._COUNT] = count
         fpart = np.vstack([p[0] for p in parts])
         bpart = np.concatenate([p[1] for p in parts])
-        if slot < 0 or not A.anderson_coefficients(fpart, bpart, slot, count, aa.order,
+        if slot < 0 or not A.anderson_coefficients(fpart, bpart, slot, count, aa.order, valid,
                                                    aa.gram, aa.bdot, aa.coef):
-            self._all(lambda a: a.aa_plain(rho_used))
+            self._all(lambda a: a.aa_reset(rho_used))
             return rho_next, False
         idx, coef = aa.order[:count].copy(), aa.coef[:count].copy()
         self._u_inbox = self._exchange(self._all(lambda a: a.aa_extrapolate(rho_used, idx,
