@@ -24,7 +24,7 @@ seed = 0
 method = "auto"                # bcd: auto | sweeps | block (see `npkl fit --help`)
 start = "random"               # bcd: random | propagate | spectral
 # tol_objective, tol_kkt: bcd's extra stopping criteria; capacity: simplenpkl's tr(K^2) <= B
-# anderson = 5: admm with Anderson acceleration of memory 5 (in-process executor; default 0)
+# anderson = 5: admm with Anderson acceleration of memory 5 (default 0: the paper's Alg. 1)
 
 [execution]
 executor = "auto"              # auto | inprocess | dask

@@ -60,7 +60,8 @@ def fit_pipeline_config(args, run: str) -> dict:
                   "knn_method": args.knn_method, "delta": args.delta},
         "model": {k: getattr(args, k) for k in (
             "solver", "loss", "rank", "gamma", "bound", "diagonal", "max_sweeps", "tol",
-            "dtype", "seed", "method", "start", "tol_objective", "tol_kkt", "capacity", "anderson")},
+            "dtype", "seed", "method", "start", "tol_objective", "tol_kkt", "capacity",
+            "anderson")},
         # --dask counts with --executor dask only (as it always has)
         "execution": {"executor": args.executor, "workers": args.workers,
                       "dask": args.dask if args.executor == "dask" else None,

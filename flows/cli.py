@@ -133,7 +133,7 @@ def _add_fit_options(p: argparse.ArgumentParser):
     m.add_argument("--anderson", type=_nonneg_int, default=0, metavar="M",
                    help="admm: Anderson acceleration with memory M (e.g. 5), safeguarded by "
                         "the objective; several times fewer iterations on the papers' data "
-                        "sets; in-process executor only (default: 0, the paper's Alg. 1)")
+                        "sets; both executors (default: 0, the paper's Alg. 1)")
     m.add_argument("--dtype", choices=("float32", "float64"), default="float64",
                    help="floating-point type of V and L (default: float64)")
     m.add_argument("--seed", type=_nonneg_int, default=0,
