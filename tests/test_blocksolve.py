@@ -313,12 +313,16 @@ def test_block_objective_never_increases(loss, precond, extrapolate, global_rand
 def test_block_reaches_the_sweeps_optimum(loss, global_random_seed):
     problem = sparse_constrained_problem(global_random_seed, loss, n=300, frac=0.2)
     V0 = initial_V(problem, np.random.default_rng(global_random_seed))
-    # stop both on optimality (the scaled KKT residual), not on step size
-    sweeps = _fit(problem, method="sweeps", V0=V0, max_sweeps=20000, tol=1.0, tol_kkt=1e-7)
-    block = _fit(problem, method="block", V0=V0, max_sweeps=3000, tol=1.0, tol_kkt=1e-7,
+    # Stop both on optimality (the scaled KKT residual), not on step size. The residual must
+    # pin the objective to the 1e-8 asserted below: at 1e-7 it does not on every seed (the
+    # squared hinge's sweeps stopped 2e-8 to 7e-8 above the optimum on seeds 0, 7 and 9),
+    # at 1e-8 the two methods agree to 2.4e-10 or better on seeds 0-29 (bench/RESULTS.md).
+    # The sweeps need up to 65,000 passes there (squared hinge, seed 9); hence the caps.
+    sweeps = _fit(problem, method="sweeps", V0=V0, max_sweeps=200000, tol=1.0, tol_kkt=1e-8)
+    block = _fit(problem, method="block", V0=V0, max_sweeps=20000, tol=1.0, tol_kkt=1e-8,
                  inner_rtol=1e-6, inner_maxiter=200)
     assert sweeps.converged and block.converged
-    assert block.kkt < 1e-7 and sweeps.kkt < 1e-7
+    assert block.kkt < 1e-8 and sweeps.kkt < 1e-8
     assert block.objective == pytest.approx(sweeps.objective, rel=1e-8)
     # the kernel agrees too (the factor itself is determined up to a rotation)
     Kb, Ks = block.V @ block.V.T, sweeps.V @ sweeps.V.T
