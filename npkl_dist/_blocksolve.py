@@ -31,11 +31,12 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit, prange
 
+from ._aggregation import plain_aggregation_hierarchy
 from ._errors import ValidationError
 from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, greedy_colouring, pair_terms,
                        sweep_units, sweep_units_serial)
 from ._kkt import kkt_row_terms
-from ._plan import _constraint_lists, permute
+from ._plan import _constraint_lists, _split, permute
 from .executors._inprocess import chunked_sums, ordered_total
 
 
@@ -401,6 +402,28 @@ AMG_OPTIONS = {"strength": None}
 DECOUPLED_RTOL = float(np.sqrt(np.finfo(np.float64).eps))
 
 
+def _nonzero(A: sp.csr_matrix) -> sp.csr_matrix:
+    """A without explicit zeros (a copy only if it holds some)."""
+    if A.nnz and not np.all(A.data):
+        A = A.copy()
+        A.eliminate_zeros()
+    return A
+
+
+@njit(cache=True, parallel=True)
+def _gershgorin_rho(indptr, off_data, diag):
+    """max over rows of (|d_i| + sum_j |a_ij|) / d_i: the Gershgorin bound on the spectral
+    radius of D^-1 A for positive d, from A's off-diagonal part."""
+    n = diag.shape[0]
+    ratio = np.empty(n)
+    for i in prange(n):
+        s = abs(diag[i])
+        for p in range(indptr[i], indptr[i + 1]):
+            s += abs(off_data[p])
+        ratio[i] = s / diag[i]
+    return ratio.max()
+
+
 def _decoupled_rows(A: sp.csr_matrix, rtol: float = DECOUPLED_RTOL) -> np.ndarray:
     """Mask of the rows of A whose off-diagonal absolute sum is at most ``rtol`` times the
     diagonal (none, or Gaussian weights of far neighbours, ~1e-20: they round away next to
@@ -415,8 +438,9 @@ class AMGPreconditioner:
     """One symmetric V-cycle of smoothed-aggregation AMG (pyamg hierarchy), all columns at once.
 
     pyamg builds the hierarchy (aggregation, smoothed prolongators, Galerkin coarse operators)
-    once per graph; its own cycle works on one vector at a time, so the cycle here applies the
-    same hierarchy to an (n, r) block: damped Jacobi pre- and post-smoothing (weight 4/(3 rho),
+    once per graph; a plain-aggregation one (``smooth=None``) comes from pyamg's steps with
+    compiled Galerkin products (:mod:`npkl_dist._aggregation`). pyamg's own cycle works on one
+    vector at a time, so the cycle here applies the same hierarchy to an (n, r) block: damped Jacobi pre- and post-smoothing (weight 4/(3 rho),
     rho = the Gershgorin bound on the spectral radius of D^{-1}A, which keeps the cycle SPD),
     Galerkin restriction P', and a dense Cholesky solve on the coarsest level.
     ``additive``: the finest level takes its Jacobi weights plus the coarse correction
@@ -469,8 +493,13 @@ class AMGPreconditioner:
         # set-up (restoring the caller's state) so that the hierarchy, and with it every fit
         # and every resume, is reproducible bit for bit.
         with seeded_global_random():
-            ml = pyamg.smoothed_aggregation_solver(A, symmetry="hermitian", keep=False,
-                                                   **opts, **AMG_OPTIONS)
+            if opts["smooth"] is None:
+                # plain aggregation: pyamg's steps, with the Galerkin products compiled
+                # (npkl_dist._aggregation; its coarse operators have sorted rows)
+                ml = plain_aggregation_hierarchy(A, opts["max_coarse"], opts["max_levels"])
+            else:
+                ml = pyamg.smoothed_aggregation_solver(A, symmetry="hermitian", keep=False,
+                                                       **opts, **AMG_OPTIONS)
             try:
                 return self._setup_levels(ml)
             except LinAlgError:  # the coarsest matrix is not positive definite
@@ -483,18 +512,16 @@ class AMGPreconditioner:
 
         self.levels = []
         for k, lev in enumerate(ml.levels[:-1]):
-            Ak = sp.csr_matrix(lev.A)
-            d = Ak.diagonal()
+            # the off-diagonal part (sorted rows, no explicit zeros) and the diagonal
+            off, d = _split(_nonzero(sp.csr_matrix(lev.A)))
             if np.any(d <= 0):
                 return False
             # Gershgorin bound on rho(D^-1 A): cheap, and a smaller weight keeps the
             # smoother convergent and the cycle SPD
-            rho = float(np.max(abs(Ak).sum(axis=1).A1 / d))
+            rho = _gershgorin_rho(off.indptr, off.data, d)
             level = {"diag": d, "w": (4.0 / (3.0 * rho)) / d,
                      "P": _int64_csr(lev.P), "R": _int64_csr(lev.P.T)}
             if not (self.additive and k == 0):  # the additive finest level never smooths
-                off = (Ak - sp.diags(d)).tocsr()
-                off.sort_indices()
                 level.update(indptr=off.indptr.astype(np.int64),
                              indices=off.indices.astype(np.int64), data=off.data)
             self.levels.append(level)
@@ -1636,29 +1663,40 @@ def colour_units(layout, c):
     return rows, np.append(np.arange(0, rows.shape[0], CHUNK), rows.shape[0]).astype(np.int64)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def _selected(k, colmap, keep_beyond):
+    """The new column of column k (-1: dropped)."""
+    if k < colmap.shape[0]:
+        return colmap[k]
+    return k if keep_beyond else -1
+
+
+@njit(cache=True, parallel=True)
 def _select_columns(indptr, indices, data, nrows, colmap, keep_beyond, diag, canonical):
     """The entries of rows 0..nrows whose column c has colmap[c] >= 0, renamed to colmap[c],
     in their order, as CSR (int64 indices, float64 data); columns beyond colmap are kept as
     they are (``keep_beyond``) or dropped. ``canonical``: also the diagonal
     ``diag`` (row i, column i), every row sorted by column and exact zeros dropped -- what
-    scipy's ``(A + sp.diags(diag)).tocsr()`` gives for an off-diagonal A, in one pass."""
-    ptr = np.zeros(nrows + 1, np.int64)
-    for i in range(nrows):
-        cnt = 1 if canonical else 0
+    scipy's ``(A + sp.diags(diag)).tocsr()`` gives for an off-diagonal A, in one pass.
+    Rows in parallel (a count pass, then a fill pass); each row is written by one thread in
+    its own order, so the result does not depend on the thread count."""
+    cnt = np.zeros(nrows, np.int64)
+    for i in prange(nrows):
+        c = 1 if canonical else 0
         for p in range(indptr[i], indptr[i + 1]):
-            k = indices[p]
-            if (colmap[k] >= 0) if k < colmap.shape[0] else keep_beyond:
-                cnt += 1
-        ptr[i + 1] = ptr[i] + cnt
-    idx = np.empty(ptr[nrows], np.int64)
-    val = np.empty(ptr[nrows], np.float64)
-    q = 0
+            if _selected(indices[p], colmap, keep_beyond) >= 0:
+                c += 1
+        cnt[i] = c
+    bound = np.zeros(nrows + 1, np.int64)
     for i in range(nrows):
-        start = q
+        bound[i + 1] = bound[i] + cnt[i]
+    idx = np.empty(bound[nrows], np.int64)
+    val = np.empty(bound[nrows], np.float64)
+    for i in prange(nrows):
+        start = bound[i]
+        q = start
         for p in range(indptr[i], indptr[i + 1]):
-            k = indices[p]
-            c = colmap[k] if k < colmap.shape[0] else (k if keep_beyond else -1)
+            c = _selected(indices[p], colmap, keep_beyond)
             if c >= 0:
                 idx[q] = c
                 val[q] = np.float64(data[p])
@@ -1680,8 +1718,19 @@ def _select_columns(indptr, indices, data, nrows, colmap, keep_beyond, diag, can
                     idx[w], val[w] = idx[a], val[a]
                     w += 1
             q = w
-        ptr[i + 1] = q
-    return ptr, idx[:q], val[:q]
+        cnt[i] = q - start
+    ptr = np.zeros(nrows + 1, np.int64)
+    for i in range(nrows):
+        ptr[i + 1] = ptr[i] + cnt[i]
+    if ptr[nrows] == bound[nrows]:
+        return ptr, idx, val
+    # exact zeros dropped (canonical): close the gaps
+    for i in range(nrows):
+        src, dst = bound[i], ptr[i]
+        for k in range(cnt[i]):
+            idx[dst + k] = idx[src + k]
+            val[dst + k] = val[src + k]
+    return ptr, idx[:ptr[nrows]], val[:ptr[nrows]]
 
 
 def _column_map(n_cols, keep_ranges):

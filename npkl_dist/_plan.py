@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
+from numba import njit, prange
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from ._errors import ValidationError, fmt_value
@@ -156,26 +157,49 @@ class PreparedProblem:
 
 def _split(L: sp.csr_matrix):
     """(off-diagonal part with sorted indices, diagonal) of a CSR matrix without duplicate
-    entries, filtered row by row (no COO round trip)."""
-    L = sp.csr_matrix(L)
-    L.sum_duplicates()  # sorted, one entry per (row, column)
-    diag = L.diagonal().copy()
+    entries, filtered row by row in one compiled pass (no COO round trip)."""
+    L = _canonical(L)
     n = L.shape[0]
-    counts = np.diff(L.indptr)
-    rows = np.repeat(np.arange(n, dtype=L.indices.dtype), counts)
-    keep = L.indices != rows
-    off = sp.csr_matrix((L.data[keep], L.indices[keep], kept_ptr(rows, keep, n)),
-                        shape=L.shape)
+    ptr, idx, val, diag = _split_rows(L.indptr, L.indices, L.data, n)
+    off = sp.csr_matrix((val, idx, ptr), shape=L.shape)
     off.has_sorted_indices = True
     return off, diag
 
 
-def kept_ptr(rows, keep, n):
-    """CSR row pointer (n rows) of the entries that ``keep`` selects; ``rows`` are the
-    entries' row numbers, in order."""
+def _canonical(L) -> sp.csr_matrix:
+    """L as CSR with sorted indices and no duplicates (summed, as scipy sums them)."""
+    L = sp.csr_matrix(L)
+    if not L.has_canonical_format:
+        L = L.copy()
+        L.sum_duplicates()
+    return L
+
+
+@njit(cache=True, parallel=True)
+def _split_rows(indptr, indices, data, n):
+    cnt = np.zeros(n, np.int64)
+    diag = np.zeros(n, data.dtype)
+    for i in prange(n):
+        c = 0
+        for p in range(indptr[i], indptr[i + 1]):
+            if indices[p] == i:
+                diag[i] = data[p]
+            else:
+                c += 1
+        cnt[i] = c
     ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(rows[keep], minlength=n), out=ptr[1:])
-    return ptr
+    for i in range(n):
+        ptr[i + 1] = ptr[i] + cnt[i]
+    idx = np.empty(ptr[n], indices.dtype)
+    val = np.empty(ptr[n], data.dtype)
+    for i in prange(n):
+        q = ptr[i]
+        for p in range(indptr[i], indptr[i + 1]):
+            if indices[p] != i:
+                idx[q] = indices[p]
+                val[q] = data[p]
+                q += 1
+    return ptr, idx, val, diag
 
 
 def permute(L: sp.csr_matrix, order: np.ndarray, rank_of: np.ndarray | None = None
