@@ -2,20 +2,20 @@
 
 The block solver's default preconditioner (``precond='amg-additive'``, and ``'amg-plain'``)
 is a plain-aggregation hierarchy: pyamg's ``smoothed_aggregation_solver`` with
-``smooth=None`` and no strength filter. pyamg forms each coarse operator as ``R @ A @ P`` in
-BSR format, two general sparse products. With a tentative prolongator, which has at most one
-entry per row, that product is a sum over A's entries,
+``smooth=None`` and no strength filter. pyamg forms each coarse operator as ``R @ A @ P``,
+two general sparse products through BSR. With a tentative prolongator, which has at most
+one entry per row, that is one pass over A's entries per aggregate. At n = 1e6 (990,000
+unconstrained rows, 14.5M entries) pyamg's products took about 0.6 s of its 0.9 s set-up;
+the pass takes about 0.35 s (bench/RESULTS.md).
 
-    A_c[a, b] = sum over (i, j) with agg(i) = a, agg(j) = b of  t_i A_ij t_j,
-
-one pass over A. At n = 1e6 (990,000 unconstrained rows, 14.5M entries) pyamg's products
-took about 0.6 s of its 0.9 s set-up; this pass takes a small fraction of that.
-
-Everything else is pyamg's own code, called in pyamg's order: the aggregation
-(``standard_aggregation``), the improvement of the near-null candidate by relaxation on
-A x = 0 (finest level only), and ``fit_candidates``. So the aggregates and prolongators are
-pyamg's exactly, and the coarse operators equal pyamg's to rounding (the sums run in another
-order): ``tests/test_aggregation.py`` checks both against ``smoothed_aggregation_solver``.
+The pass reproduces scipy's products exactly: the same sums in the same order, each coarse
+row's entries in scipy's stored order, and no entry whose sum is exactly zero. That order
+matters, because the next level's aggregation visits a row's neighbours in stored order. A
+sorted variant, tried first, gave other level-1 aggregates at n = 1e6 and a fit that needed
+30 outer iterations instead of 28. Everything else is pyamg's own code, called in pyamg's
+order: the aggregation (``standard_aggregation``), the improvement of the near-null
+candidate by relaxation on A x = 0 (finest level only), and ``fit_candidates``. So the
+hierarchy is pyamg's bit for bit, which ``tests/test_aggregation.py`` checks level by level.
 """
 
 from __future__ import annotations
@@ -137,43 +137,60 @@ def _galerkin_count(indptr, indices, agg, gptr, grows, n_coarse, n_chunks):
 
 
 @njit(cache=True, parallel=True)
-def _galerkin_fill(indptr, indices, data, agg, t, gptr, grows, cptr, n_coarse, n_chunks):
-    """Row a's entries at cptr[a]..cptr[a] + kept[a], sorted by column; entries whose sum
-    is exactly zero are dropped, as scipy's sparse products drop them."""
+def _galerkin_fill(indptr, indices, data, agg, t, gptr, grows, cptr, n_coarse, n_chunks,
+                   n_fine, max_ra):
+    """Row a of Tᵀ A T at cptr[a] .. cptr[a] + kept[a], formed as scipy forms (Tᵀ A) T:
+    the same sums in the same order, the same order of the entries in a row, and no entry
+    whose sum is exactly zero (see :func:`galerkin_plain`)."""
     idx = np.empty(cptr[n_coarse], np.int64)
     val = np.empty(cptr[n_coarse], np.float64)
     kept = np.zeros(n_coarse, np.int64)
     step = (n_coarse + n_chunks - 1) // n_chunks
     for ch in prange(n_chunks):
-        slot = np.full(n_coarse, -1, np.int64)
+        ra = np.zeros(n_fine)  # row a of Tᵀ A, dense
+        jmark = np.full(n_fine, -1, np.int64)
+        jlist = np.empty(max_ra, np.int64)
+        bsum = np.zeros(n_coarse)
+        bmark = np.full(n_coarse, -1, np.int64)
+        blist = np.empty(n_coarse, np.int64)
         for a in range(ch * step, min(n_coarse, (ch + 1) * step)):
-            start = cptr[a]
-            q = start
+            # Tᵀ A: rows i of aggregate a ascending (Tᵀ's rows are sorted), A's entries in
+            # their order; columns listed as first met
+            m = 0
             for g in range(gptr[a], gptr[a + 1]):
                 i = grows[g]
                 ti = t[i]
                 for p in range(indptr[i], indptr[i + 1]):
                     j = indices[p]
-                    b = agg[j]
-                    if b < 0:
-                        continue
-                    if slot[b] < start:  # first entry of column b in this row
-                        slot[b] = q
-                        idx[q] = b
-                        val[q] = 0.0
-                        q += 1
-                    val[slot[b]] += ti * data[p] * t[j]
-            # sort the row by column (its entries are few: an index sort)
-            o = np.argsort(idx[start:q])
-            ci = idx[start:q][o]
-            cv = val[start:q][o]
-            w = start
-            for k in range(q - start):
-                if cv[k] != 0.0:
-                    idx[w] = ci[k]
-                    val[w] = cv[k]
-                    w += 1
-            kept[a] = w - start
+                    ra[j] += ti * data[p]
+                    if jmark[j] != a:
+                        jmark[j] = a
+                        jlist[m] = j
+                        m += 1
+            # (Tᵀ A) T: Tᵀ A's row in scipy's stored order (the reverse of first met),
+            # without its zero sums
+            nb = 0
+            for k in range(m - 1, -1, -1):
+                j = jlist[k]
+                v = ra[j]
+                ra[j] = 0.0
+                b = agg[j]
+                if v == 0.0 or b < 0:
+                    continue
+                bsum[b] += v * t[j]
+                if bmark[b] != a:
+                    bmark[b] = a
+                    blist[nb] = b
+                    nb += 1
+            q = cptr[a]
+            for k in range(nb - 1, -1, -1):  # stored in reverse of first met
+                b = blist[k]
+                if bsum[b] != 0.0:
+                    idx[q] = b
+                    val[q] = bsum[b]
+                    q += 1
+                bsum[b] = 0.0
+            kept[a] = q - cptr[a]
     return idx, val, kept
 
 
@@ -194,21 +211,32 @@ def _compact(cptr, idx, val, kept):
 
 def galerkin_plain(indptr, indices, data, agg, t, n_coarse: int, n_chunks: int | None = None):
     """CSR (ptr, indices, data) of Tᵀ A T for A = (indptr, indices, data) and the tentative
-    prolongator T with T[i, agg[i]] = t[i] (row i empty where agg[i] < 0); rows sorted by
-    column, and no stored zeros (scipy's products store none: the pattern is what the next
-    level's aggregation reads). One pass over A's entries per coarse row group, in parallel over row chunks."""
+    prolongator T with T[i, agg[i]] = t[i] (row i empty where agg[i] < 0).
+
+    It is what pyamg's ``R @ A @ P`` gives (scipy's SMMP products, ``(Tᵀ A) T``) bit for
+    bit: the same sums in the same order, each row's entries in scipy's order (the reverse
+    of first met; the next level's aggregation depends on it), and no entry whose sum is
+    exactly zero. Coarse rows in ``n_chunks`` parallel chunks (default: one per thread; each
+    holds two dense arrays over A's rows)."""
     import numba
 
+    n_coarse = int(n_coarse)
     if n_chunks is None:
-        n_chunks = max(1, min(int(n_coarse), 8 * numba.get_num_threads()))
+        n_chunks = numba.get_num_threads()
+    n_chunks = max(1, min(n_coarse, int(n_chunks)))
     agg = np.asarray(agg, np.int64)
     t = np.asarray(t, np.float64)
-    gptr, grows = _group_rows(agg, int(n_coarse))
-    counts = _galerkin_count(indptr, indices, agg, gptr, grows, int(n_coarse), n_chunks)
-    cptr = np.zeros(int(n_coarse) + 1, np.int64)
+    gptr, grows = _group_rows(agg, n_coarse)
+    counts = _galerkin_count(indptr, indices, agg, gptr, grows, n_coarse, n_chunks)
+    cptr = np.zeros(n_coarse + 1, np.int64)
     np.cumsum(counts, out=cptr[1:])
+    # the longest row of Tᵀ A is at most the entries of an aggregate's rows
+    cs = np.zeros(grows.shape[0] + 1, np.int64)
+    np.cumsum(np.diff(np.asarray(indptr, np.int64))[grows], out=cs[1:])
+    max_ra = int(np.max(cs[gptr[1:]] - cs[gptr[:-1]])) if n_coarse else 0
     idx, val, kept = _galerkin_fill(indptr, indices, np.asarray(data, np.float64), agg, t,
-                                    gptr, grows, cptr, int(n_coarse), n_chunks)
+                                    gptr, grows, cptr, n_coarse, n_chunks, agg.shape[0],
+                                    max(max_ra, 1))
     if np.array_equal(kept, counts):  # no sum was exactly zero
         return cptr, idx, val
     return _compact(cptr, idx, val, kept)

@@ -1,5 +1,6 @@
-"""The plain-aggregation hierarchy's compiled Galerkin product against scipy's products, and
-the hierarchy against pyamg's steps run with scipy's products (the slow reference)."""
+"""The plain-aggregation hierarchy's compiled Galerkin product against scipy's products as
+pyamg forms them (bit for bit: values, the order of each row's entries, the pattern), and the
+hierarchy against pyamg's own ``smoothed_aggregation_solver``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from npkl_dist._aggregation import (IMPROVE_CANDIDATES, _single_entry_columns, galerkin_plain,
+from npkl_dist._aggregation import (_single_entry_columns, galerkin_plain,
                                     plain_aggregation_hierarchy)
 from test_reference import connected_knn_laplacian
 
@@ -34,46 +35,65 @@ def _tentative(n, n_coarse, rng, empty=0.1):
     return agg, t, T
 
 
+def _pyamg_product(A, T):
+    """``R @ A @ P`` as pyamg forms a coarse operator: BSR (1 x 1 blocks) prolongator, its
+    BSR transpose, scipy's products; as CSR in scipy's stored order."""
+    P = sp.bsr_matrix(T, blocksize=(1, 1))
+    return sp.csr_matrix(P.T @ A @ P)
+
+
+def _assert_same_csr(ptr, idx, val, want):
+    np.testing.assert_array_equal(ptr, want.indptr)
+    np.testing.assert_array_equal(idx, want.indices)
+    np.testing.assert_array_equal(val, want.data)
+
+
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-def test_galerkin_plain_is_scipys_product(index_dtype, global_random_seed):
+def test_galerkin_plain_is_scipys_product_bit_for_bit(index_dtype, global_random_seed):
     rng = np.random.default_rng(global_random_seed)
     n, nc = 700, 53
     A = _symmetric(n, 0.02, rng)
+    # rows in a scrambled order: the product reads A's entries in their stored order
+    for i in range(n):
+        sl = slice(A.indptr[i], A.indptr[i + 1])
+        o = rng.permutation(sl.stop - sl.start)
+        A.indices[sl], A.data[sl] = A.indices[sl][o], A.data[sl][o]
+    A.has_sorted_indices = False
     agg, t, T = _tentative(n, nc, rng)
-    want = (T.T @ A @ T).tocsr()
-    want.sort_indices()
-    results = []
+    want = _pyamg_product(A, T)
+    assert not want.has_sorted_indices  # the order checked below is scipy's, not sorted
     for chunks in (1, 3, 64):
         ptr, idx, val = galerkin_plain(A.indptr.astype(index_dtype),
                                        A.indices.astype(index_dtype), A.data, agg, t, nc,
                                        n_chunks=chunks)
-        got = sp.csr_matrix((val, idx, ptr), shape=(nc, nc))
-        # rows sorted, one entry per column
-        for a in range(nc):
-            assert np.all(np.diff(idx[ptr[a]:ptr[a + 1]]) > 0)
-        np.testing.assert_allclose(got.toarray(), want.toarray(), rtol=1e-13,
-                                   atol=1e-13 * np.abs(want.data).max())
-        results.append((ptr, idx, val))
-    # the chunking does not change a single bit (each row is summed by one thread in order)
-    for other in results[1:]:
-        for a, b in zip(results[0], other):
-            np.testing.assert_array_equal(a, b)
+        _assert_same_csr(ptr, idx, val, want)
+    np.testing.assert_allclose(sp.csr_matrix((val, idx, ptr), shape=(nc, nc)).toarray(),
+                               (T.T @ A @ T).toarray(), rtol=1e-12,
+                               atol=1e-13 * np.abs(want.data).max())
 
 
 def test_galerkin_plain_drops_cancelling_sums_as_scipy_does():
-    """An entry whose terms cancel exactly is not stored, as scipy's products (CSR and
-    pyamg's BSR) store none: the pattern is what the next level's aggregation reads."""
+    """An entry whose terms cancel exactly is not stored, as scipy's products store none;
+    also where the cancellation is in Tᵀ A (the first product), which changes the order in
+    which the second product meets the columns. The pattern is what the next level's
+    aggregation reads."""
     A = sp.csr_matrix(np.array([[2.0, 1.0, -1.0], [1.0, 2.0, 0.0], [-1.0, 0.0, 2.0]]))
     agg = np.array([0, 1, 1])
     t = np.ones(3)
     T = sp.csr_matrix((t, (np.arange(3), agg)), shape=(3, 2))
-    for want in ((T.T @ A @ T).tocsr(),
-                 (sp.bsr_matrix(T, blocksize=(1, 1)).T @ sp.bsr_matrix(A, blocksize=(1, 1))
-                  @ sp.bsr_matrix(T, blocksize=(1, 1))).tocsr()):
-        assert want.nnz == 2
-    ptr, idx, val = galerkin_plain(A.indptr, A.indices, A.data, agg, t, 2)
-    assert list(ptr) == [0, 1, 2] and list(idx) == [0, 1]
-    np.testing.assert_array_equal(val, [2.0, 4.0])
+    want = _pyamg_product(A, T)
+    assert want.nnz == 2
+    _assert_same_csr(*galerkin_plain(A.indptr, A.indices, A.data, agg, t, 2), want)
+    # (Tᵀ A)[0, 2] = 1 * 3 + 1 * (-3) = 0 exactly: dropped before the second product
+    A = sp.csr_matrix(np.array([[1.0, 0.0, 3.0, 1.0], [0.0, 1.0, -3.0, 2.0],
+                                [3.0, -3.0, 1.0, 0.0], [1.0, 2.0, 0.0, 1.0]]))
+    agg = np.array([0, 0, 1, 2])
+    t = np.ones(4)
+    T = sp.csr_matrix((t, (np.arange(4), agg)), shape=(4, 3))
+    want = _pyamg_product(A, T)
+    # 10 distinct (row, column) pairs in Tᵀ A, one of them an exact zero
+    assert (sp.csr_matrix(sp.bsr_matrix(T, blocksize=(1, 1)).T @ A)).nnz == 9
+    _assert_same_csr(*galerkin_plain(A.indptr, A.indices, A.data, agg, t, 3), want)
 
 
 def test_single_entry_columns_refuses_a_smoothed_prolongator():
@@ -84,29 +104,6 @@ def test_single_entry_columns_refuses_a_smoothed_prolongator():
     assert list(agg) == [-1, 1] and list(t) == [0.0, 2.0]
 
 
-def _reference_hierarchy(A, max_coarse, max_levels):
-    """pyamg's smooth=None steps with scipy's Galerkin products, rows sorted."""
-    from pyamg.aggregation import fit_candidates, standard_aggregation
-    from pyamg.relaxation.utils import relaxation_as_linear_operator
-
-    levels = [[sp.csr_matrix(A), None]]
-    B = np.ones((A.shape[0], 1))
-    while len(levels) < max_levels and levels[-1][0].shape[0] > max_coarse:
-        Ak = levels[-1][0]
-        agg_op = standard_aggregation(Ak)[0]
-        if len(levels) == 1:
-            Ak.symmetry = "hermitian"
-            B = relaxation_as_linear_operator(IMPROVE_CANDIDATES, Ak,
-                                              np.zeros((Ak.shape[0], 1))) @ B
-        T, B = fit_candidates(agg_op, B)
-        T = sp.csr_matrix(T)
-        levels[-1][1] = T
-        Ac = (T.T @ Ak @ T).tocsr()
-        Ac.sort_indices()
-        levels.append([Ac, None])
-    return levels
-
-
 def _knn_operator(n, seed):
     rng = np.random.default_rng(seed)
     A = connected_knn_laplacian(rng.standard_normal((n, 3)), 8) + sp.identity(n) * 1e-3
@@ -114,40 +111,25 @@ def _knn_operator(n, seed):
 
 
 @pytest.mark.parametrize("n,max_coarse", [(3000, 50), (8000, 20)])
-def test_hierarchy_is_pyamgs_steps_with_scipys_products(n, max_coarse, global_random_seed):
-    A = _knn_operator(n, global_random_seed)
-    mine = plain_aggregation_hierarchy(A, max_coarse, 10)
-    ref = _reference_hierarchy(A, max_coarse, 10)
-    assert len(mine.levels) == len(ref) >= 3
-    for lev, (Ar, Pr) in zip(mine.levels, ref):
-        assert lev.A.shape == Ar.shape
-        # the same pattern (every stored entry) and the same values to rounding
-        np.testing.assert_array_equal(lev.A.indptr, Ar.indptr)
-        np.testing.assert_array_equal(lev.A.indices, Ar.indices)
-        np.testing.assert_allclose(lev.A.data, Ar.data, rtol=1e-12,
-                                   atol=1e-13 * np.abs(Ar.data).max())
-        if Pr is None:
-            assert lev.P is None
-        else:  # the aggregates and weights: exactly pyamg's
-            np.testing.assert_array_equal(lev.P.toarray(), Pr.toarray())
-    oc = sum(a.nnz for a, _ in ref) / ref[0][0].nnz
-    assert mine.operator_complexity() == pytest.approx(oc, rel=1e-12)
-
-
-def test_finest_level_is_pyamgs_own():
-    """On the finest level nothing differs from pyamg's smoothed_aggregation_solver: the
-    same prolongator bit for bit (the coarse operator is formed from it)."""
+def test_hierarchy_is_pyamgs_bit_for_bit(n, max_coarse, global_random_seed):
+    """Every level's operator (values, pattern, the order of the entries) and prolongator is
+    pyamg's ``smoothed_aggregation_solver(..., strength=None, smooth=None)``'s."""
     import pyamg
 
-    A = _knn_operator(3000, 3)
-    mine = plain_aggregation_hierarchy(A, 50, 10)
+    A = _knn_operator(n, global_random_seed)
+    mine = plain_aggregation_hierarchy(A, max_coarse, 10)
     ml = pyamg.smoothed_aggregation_solver(A, symmetry="hermitian", strength=None,
-                                           smooth=None, max_coarse=50, max_levels=10)
-    np.testing.assert_array_equal(mine.levels[0].P.toarray(),
-                                  sp.csr_matrix(ml.levels[0].P).toarray())
-    want = sp.csr_matrix(ml.levels[1].A).toarray()
-    np.testing.assert_allclose(mine.levels[1].A.toarray(), want, rtol=1e-12,
-                               atol=1e-13 * np.abs(want).max())
+                                           smooth=None, max_coarse=max_coarse, max_levels=10)
+    assert len(mine.levels) == len(ml.levels) >= 3
+    for lev, ref in zip(mine.levels, ml.levels):
+        Ar = sp.csr_matrix(ref.A)
+        _assert_same_csr(lev.A.indptr, lev.A.indices, lev.A.data, Ar)
+        if lev is mine.levels[-1]:
+            assert lev.P is None
+        else:
+            Pr = sp.csr_matrix(ref.P)
+            _assert_same_csr(lev.P.indptr, lev.P.indices, lev.P.data, Pr)
+    assert mine.operator_complexity() == pytest.approx(ml.operator_complexity(), rel=1e-12)
 
 
 def test_small_matrix_is_its_own_coarsest_level():

@@ -198,13 +198,7 @@ def test_amg_preconditioner_fallback_edges(monkeypatch):
 def test_amg_hierarchy_is_pyamgs_default_one(smooth):
     """AMG_OPTIONS (strength=None: aggregation on A's own pattern) builds the hierarchy
     pyamg builds with its default symmetric strength, level by level and bit for bit, on a
-    kNN Laplacian (uneven weights) with a shifted diagonal.
-
-    Plain aggregation (smooth=None) forms its coarse operators with sorted rows
-    (npkl_dist._aggregation), where pyamg's BSR products leave the columns in scipy's order,
-    and aggregation depends on that order: there the finest prolongator is pyamg's bit for
-    bit, and the coarser levels are tests/test_aggregation.py's (against the same steps with
-    scipy's products)."""
+    kNN Laplacian (uneven weights) with a shifted diagonal."""
     import pyamg
 
     from npkl_dist._blocksolve import AMG_OPTIONS, seeded_global_random
@@ -220,14 +214,12 @@ def test_amg_hierarchy_is_pyamgs_default_one(smooth):
         ml = pyamg.smoothed_aggregation_solver(A, symmetry="hermitian", max_coarse=50,
                                                smooth=sm, max_levels=10, keep=False)
     assert len(ml.levels) == M.n_levels >= 3
-    for lev, mine in zip(ml.levels[:-1] if smooth else ml.levels[:1], M.levels):
+    for lev, mine in zip(ml.levels[:-1], M.levels):
         P = sp.csr_matrix(lev.P)
         np.testing.assert_array_equal(sp.csr_matrix(mine["P"]).toarray(), P.toarray())
         np.testing.assert_array_equal(np.asarray(mine["diag"]), sp.csr_matrix(lev.A).diagonal())
-    if smooth:
-        Lc = M.coarse[0]
-        np.testing.assert_allclose(Lc @ Lc.T, ml.levels[-1].A.toarray(), rtol=1e-12,
-                                   atol=1e-14)
+    Lc = M.coarse[0]
+    np.testing.assert_allclose(Lc @ Lc.T, ml.levels[-1].A.toarray(), rtol=1e-12, atol=1e-14)
 
 
 def _vcycle_reference(M, k, b):
