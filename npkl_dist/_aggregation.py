@@ -24,6 +24,8 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit, prange
 
+from ._kernels import csr_compact, csr_row_ptr
+
 #: pyamg's default improvement of the candidates (``smoothed_aggregation_solver``'s
 #: ``improve_candidates``): finest level only.
 IMPROVE_CANDIDATES = ("block_gauss_seidel", {"sweep": "symmetric", "iterations": 4})
@@ -194,21 +196,6 @@ def _galerkin_fill(indptr, indices, data, agg, t, gptr, grows, cptr, n_coarse, n
     return idx, val, kept
 
 
-@njit(cache=True)
-def _compact(cptr, idx, val, kept):
-    """The rows' kept entries, contiguous: (ptr, idx, val)."""
-    n = kept.shape[0]
-    ptr = np.zeros(n + 1, np.int64)
-    for a in range(n):
-        ptr[a + 1] = ptr[a] + kept[a]
-    for a in range(n):
-        src, dst = cptr[a], ptr[a]
-        for k in range(kept[a]):
-            idx[dst + k] = idx[src + k]
-            val[dst + k] = val[src + k]
-    return ptr, idx[:ptr[n]], val[:ptr[n]]
-
-
 def galerkin_plain(indptr, indices, data, agg, t, n_coarse: int, n_chunks: int | None = None):
     """CSR (ptr, indices, data) of Tᵀ A T for A = (indptr, indices, data) and the tentative
     prolongator T with T[i, agg[i]] = t[i] (row i empty where agg[i] < 0).
@@ -228,8 +215,7 @@ def galerkin_plain(indptr, indices, data, agg, t, n_coarse: int, n_chunks: int |
     t = np.asarray(t, np.float64)
     gptr, grows = _group_rows(agg, n_coarse)
     counts = _galerkin_count(indptr, indices, agg, gptr, grows, n_coarse, n_chunks)
-    cptr = np.zeros(n_coarse + 1, np.int64)
-    np.cumsum(counts, out=cptr[1:])
+    cptr = csr_row_ptr(counts)
     # the longest row of Tᵀ A is at most the entries of an aggregate's rows
     cs = np.zeros(grows.shape[0] + 1, np.int64)
     np.cumsum(np.diff(np.asarray(indptr, np.int64))[grows], out=cs[1:])
@@ -239,4 +225,4 @@ def galerkin_plain(indptr, indices, data, agg, t, n_coarse: int, n_chunks: int |
                                     max(max_ra, 1))
     if np.array_equal(kept, counts):  # no sum was exactly zero
         return cptr, idx, val
-    return _compact(cptr, idx, val, kept)
+    return csr_compact(cptr, idx, val, kept)

@@ -33,8 +33,8 @@ from numba import njit, prange
 
 from ._aggregation import plain_aggregation_hierarchy
 from ._errors import ValidationError
-from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, greedy_colouring, pair_terms,
-                       sweep_units, sweep_units_serial)
+from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, csr_compact, csr_row_ptr,
+                       greedy_colouring, pair_terms, sweep_units, sweep_units_serial)
 from ._kkt import kkt_row_terms
 from ._plan import _constraint_lists, _split, permute
 from .executors._inprocess import chunked_sums, ordered_total
@@ -1687,9 +1687,7 @@ def _select_columns(indptr, indices, data, nrows, colmap, keep_beyond, diag, can
             if _selected(indices[p], colmap, keep_beyond) >= 0:
                 c += 1
         cnt[i] = c
-    bound = np.zeros(nrows + 1, np.int64)
-    for i in range(nrows):
-        bound[i + 1] = bound[i] + cnt[i]
+    bound = csr_row_ptr(cnt)
     idx = np.empty(bound[nrows], np.int64)
     val = np.empty(bound[nrows], np.float64)
     for i in prange(nrows):
@@ -1719,18 +1717,9 @@ def _select_columns(indptr, indices, data, nrows, colmap, keep_beyond, diag, can
                     w += 1
             q = w
         cnt[i] = q - start
-    ptr = np.zeros(nrows + 1, np.int64)
-    for i in range(nrows):
-        ptr[i + 1] = ptr[i] + cnt[i]
-    if ptr[nrows] == bound[nrows]:
-        return ptr, idx, val
-    # exact zeros dropped (canonical): close the gaps
-    for i in range(nrows):
-        src, dst = bound[i], ptr[i]
-        for k in range(cnt[i]):
-            idx[dst + k] = idx[src + k]
-            val[dst + k] = val[src + k]
-    return ptr, idx[:ptr[nrows]], val[:ptr[nrows]]
+    if np.sum(cnt) == bound[nrows]:
+        return bound, idx, val
+    return csr_compact(bound, idx, val, cnt)  # exact zeros dropped (canonical)
 
 
 def _column_map(n_cols, keep_ranges):

@@ -1171,4 +1171,28 @@ def add_pairs_in_place(out, ci, cj, w, t):  # OUT: out (n, n)
 # Bound last: _anderson's kernels use the ones above (its import of this module finds them
 # defined whichever module is imported first), and admm_run resolves
 # _anderson.anderson_after when it compiles.
+@njit(nogil=True, cache=True)
+def csr_row_ptr(counts):
+    """CSR row pointer of rows with ``counts`` entries (int64, len(counts) + 1)."""
+    n = counts.shape[0]
+    ptr = np.zeros(n + 1, np.int64)
+    for i in range(n):
+        ptr[i + 1] = ptr[i] + counts[i]
+    return ptr
+
+
+@njit(nogil=True, cache=True)
+def csr_compact(start, idx, val, kept):
+    """Rows written at ``start[a]`` with ``kept[a]`` entries each (gaps after them), made
+    contiguous in place: returns (ptr, idx, val) of the compacted CSR."""
+    n = kept.shape[0]
+    ptr = csr_row_ptr(kept)
+    for a in range(n):
+        src, dst = start[a], ptr[a]
+        for k in range(kept[a]):
+            idx[dst + k] = idx[src + k]
+            val[dst + k] = val[src + k]
+    return ptr, idx[:ptr[n]], val[:ptr[n]]
+
+
 from . import _anderson  # noqa: E402

@@ -40,7 +40,7 @@ from numba import njit, prange
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from ._errors import ValidationError, fmt_value
-from ._kernels import LOSS_CODES, SUM_BLOCK, block_deferral, greedy_colouring
+from ._kernels import LOSS_CODES, SUM_BLOCK, block_deferral, csr_row_ptr, greedy_colouring
 from ._problem import NPKLProblem
 
 __all__ = ["SweepPlan", "PreparedProblem", "make_plan", "prepare", "concurrent_conflicts"]
@@ -187,9 +187,7 @@ def _split_rows(indptr, indices, data, n):
             else:
                 c += 1
         cnt[i] = c
-    ptr = np.zeros(n + 1, np.int64)
-    for i in range(n):
-        ptr[i + 1] = ptr[i] + cnt[i]
+    ptr = csr_row_ptr(cnt)
     idx = np.empty(ptr[n], indices.dtype)
     val = np.empty(ptr[n], data.dtype)
     for i in prange(n):
