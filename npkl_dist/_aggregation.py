@@ -24,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit, prange
 
-from ._kernels import csr_compact, csr_row_ptr
+from ._kernels import csr_compact, csr_row_ptr, serial_variant
 
 #: pyamg's default improvement of the candidates (``smoothed_aggregation_solver``'s
 #: ``improve_candidates``): finest level only.
@@ -53,12 +53,13 @@ class Hierarchy:
 
 
 def plain_aggregation_hierarchy(A: sp.csr_matrix, max_coarse: int = 500,
-                                max_levels: int = 10) -> Hierarchy:
+                                max_levels: int = 10, serial: bool = False) -> Hierarchy:
     """pyamg's ``smoothed_aggregation_solver(A, symmetry='hermitian', strength=None,
     smooth=None, max_coarse=..., max_levels=...)`` hierarchy, with the Galerkin products
     compiled. ``A``: symmetric CSR, float64, canonical (sorted, no duplicates).
 
-    pyamg draws no random numbers on this path; the caller may seed anyway."""
+    pyamg draws no random numbers on this path; the caller may seed anyway. ``serial``: the
+    Galerkin passes without threads (Dask block actors, which parallelise over blocks)."""
     from pyamg.aggregation import fit_candidates, standard_aggregation
     from pyamg.relaxation.utils import relaxation_as_linear_operator
 
@@ -76,7 +77,8 @@ def plain_aggregation_hierarchy(A: sp.csr_matrix, max_coarse: int = 500,
         T = sp.csr_matrix(T)
         agg, t = _single_entry_columns(T)
         levels[-1].P = T
-        ptr, idx, val = galerkin_plain(A.indptr, A.indices, A.data, agg, t, T.shape[1])
+        ptr, idx, val = galerkin_plain(A.indptr, A.indices, A.data, agg, t, T.shape[1],
+                                       serial=serial)
         Ac = sp.csr_matrix((val, idx, ptr), shape=(T.shape[1], T.shape[1]))
         Ac.has_sorted_indices = True
         levels.append(Level(Ac))
@@ -196,7 +198,13 @@ def _galerkin_fill(indptr, indices, data, agg, t, gptr, grows, cptr, n_coarse, n
     return idx, val, kept
 
 
-def galerkin_plain(indptr, indices, data, agg, t, n_coarse: int, n_chunks: int | None = None):
+# serial compilations for callers that parallelise at a coarser level (see serial_variant)
+_galerkin_count_serial = serial_variant(_galerkin_count)
+_galerkin_fill_serial = serial_variant(_galerkin_fill)
+
+
+def galerkin_plain(indptr, indices, data, agg, t, n_coarse: int, n_chunks: int | None = None,
+                   serial: bool = False):
     """CSR (ptr, indices, data) of Tᵀ A T for A = (indptr, indices, data) and the tentative
     prolongator T with T[i, agg[i]] = t[i] (row i empty where agg[i] < 0).
 
@@ -204,23 +212,26 @@ def galerkin_plain(indptr, indices, data, agg, t, n_coarse: int, n_chunks: int |
     bit: the same sums in the same order, each row's entries in scipy's order (the reverse
     of first met; the next level's aggregation depends on it), and no entry whose sum is
     exactly zero. Coarse rows in ``n_chunks`` parallel chunks (default: one per thread; each
-    holds two dense arrays over A's rows)."""
+    holds two dense arrays over A's rows). ``serial``: compiled without threads, one chunk
+    by default."""
     import numba
 
     n_coarse = int(n_coarse)
     if n_chunks is None:
-        n_chunks = numba.get_num_threads()
+        n_chunks = 1 if serial else numba.get_num_threads()
+    count, fill = (_galerkin_count_serial, _galerkin_fill_serial) if serial else (
+        _galerkin_count, _galerkin_fill)
     n_chunks = max(1, min(n_coarse, int(n_chunks)))
     agg = np.asarray(agg, np.int64)
     t = np.asarray(t, np.float64)
     gptr, grows = _group_rows(agg, n_coarse)
-    counts = _galerkin_count(indptr, indices, agg, gptr, grows, n_coarse, n_chunks)
+    counts = count(indptr, indices, agg, gptr, grows, n_coarse, n_chunks)
     cptr = csr_row_ptr(counts)
     # the longest row of Tᵀ A is at most the entries of an aggregate's rows
     cs = np.zeros(grows.shape[0] + 1, np.int64)
     np.cumsum(np.diff(np.asarray(indptr, np.int64))[grows], out=cs[1:])
     max_ra = int(np.max(cs[gptr[1:]] - cs[gptr[:-1]])) if n_coarse else 0
-    idx, val, kept = _galerkin_fill(indptr, indices, np.asarray(data, np.float64), agg, t,
+    idx, val, kept = fill(indptr, indices, np.asarray(data, np.float64), agg, t,
                                     gptr, grows, cptr, n_coarse, n_chunks, agg.shape[0],
                                     max(max_ra, 1))
     if np.array_equal(kept, counts):  # no sum was exactly zero

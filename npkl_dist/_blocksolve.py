@@ -34,7 +34,8 @@ from numba import njit, prange
 from ._aggregation import plain_aggregation_hierarchy
 from ._errors import ValidationError
 from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, csr_compact, csr_row_ptr,
-                       greedy_colouring, pair_terms, sweep_units, sweep_units_serial)
+                       greedy_colouring, pair_terms, serial_variant, sweep_units,
+                       sweep_units_serial)
 from ._kkt import kkt_row_terms
 from ._plan import _constraint_lists, _split, permute
 from .executors._inprocess import chunked_sums, ordered_total
@@ -324,7 +325,7 @@ class _Kernels:
              "_subspace_step", "_save", "_pair_coeffs2", "_rows_smooth")
 
     def __init__(self, serial: bool):
-        from ._kernels import pair_terms_serial, serial_variant
+        from ._kernels import pair_terms_serial
 
         g = globals()
         for name in self.NAMES:
@@ -424,6 +425,9 @@ def _gershgorin_rho(indptr, off_data, diag):
     return ratio.max()
 
 
+_gershgorin_rho_serial = serial_variant(_gershgorin_rho)
+
+
 def _decoupled_rows(A: sp.csr_matrix, rtol: float = DECOUPLED_RTOL) -> np.ndarray:
     """Mask of the rows of A whose off-diagonal absolute sum is at most ``rtol`` times the
     diagonal (none, or Gaussian weights of far neighbours, ~1e-20: they round away next to
@@ -496,7 +500,8 @@ class AMGPreconditioner:
             if opts["smooth"] is None:
                 # plain aggregation: pyamg's steps, with the Galerkin products compiled
                 # (npkl_dist._aggregation; its coarse operators have sorted rows)
-                ml = plain_aggregation_hierarchy(A, opts["max_coarse"], opts["max_levels"])
+                ml = plain_aggregation_hierarchy(A, opts["max_coarse"], opts["max_levels"],
+                                                 serial=self.K.serial)
             else:
                 ml = pyamg.smoothed_aggregation_solver(A, symmetry="hermitian", keep=False,
                                                        **opts, **AMG_OPTIONS)
@@ -513,12 +518,13 @@ class AMGPreconditioner:
         self.levels = []
         for k, lev in enumerate(ml.levels[:-1]):
             # the off-diagonal part (sorted rows, no explicit zeros) and the diagonal
-            off, d = _split(_nonzero(sp.csr_matrix(lev.A)))
+            off, d = _split(_nonzero(sp.csr_matrix(lev.A)), serial=self.K.serial)
             if np.any(d <= 0):
                 return False
             # Gershgorin bound on rho(D^-1 A): cheap, and a smaller weight keeps the
             # smoother convergent and the cycle SPD
-            rho = _gershgorin_rho(off.indptr, off.data, d)
+            rho = (_gershgorin_rho_serial if self.K.serial else _gershgorin_rho)(
+                off.indptr, off.data, d)
             level = {"diag": d, "w": (4.0 / (3.0 * rho)) / d,
                      "P": _int64_csr(lev.P), "R": _int64_csr(lev.P.T)}
             if not (self.additive and k == 0):  # the additive finest level never smooths
@@ -1722,6 +1728,14 @@ def _select_columns(indptr, indices, data, nrows, colmap, keep_beyond, diag, can
     return csr_compact(bound, idx, val, cnt)  # exact zeros dropped (canonical)
 
 
+_select_columns_serial = serial_variant(_select_columns)
+
+
+def _select(serial):
+    """_select_columns, or its compilation without threads (Dask block actors)."""
+    return _select_columns_serial if serial else _select_columns
+
+
 def _column_map(n_cols, keep_ranges):
     """colmap for :func:`_select_columns` over columns 0..n_cols: column c in [lo, hi)
     becomes c - lo + new_lo for each (lo, hi, new_lo) of ``keep_ranges``; every other
@@ -1735,23 +1749,24 @@ def _column_map(n_cols, keep_ranges):
 _NO_DIAG = np.empty(0)
 
 
-def free_operator(indptr, indices, data, n_free_own, n_own, n_free_halo):
+def free_operator(indptr, indices, data, n_free_own, n_own, n_free_halo, serial=False):
     """The block of L_UU that a partition's own U rows (local 0..n_free_own) need, as CSR
     over the U-local numbering: own U rows, then the U rows of the halo (local
     ``n_own + k`` becomes ``n_free_own + k``, k < n_free_halo). Entries keep their order.
 
-    Returns (indptr, indices, data) with int64 indices and float64 data."""
+    Returns (indptr, indices, data) with int64 indices and float64 data. ``serial``: without
+    threads (Dask block actors)."""
     nu, n_own, nfh = int(n_free_own), int(n_own), int(n_free_halo)
     colmap = _column_map(n_own + nfh, [(0, nu, 0), (n_own, n_own + nfh, nu)])
-    return _select_columns(indptr, indices, data, nu, colmap, False, _NO_DIAG, False)
+    return _select(serial)(indptr, indices, data, nu, colmap, False, _NO_DIAG, False)
 
 
-def free_matrix(A_ptr, A_idx, A_data, diag):
+def free_matrix(A_ptr, A_idx, A_data, diag, serial=False):
     """The own block of L_UU with its diagonal, as a canonical scipy CSR (float64): the
     matrix the AMG hierarchy is built on (entries of A in halo columns are dropped)."""
     nu = diag.shape[0]
     colmap = _column_map(nu, [(0, nu, 0)])
-    ptr, idx, val = _select_columns(A_ptr, A_idx, A_data, nu, colmap, False,
+    ptr, idx, val = _select(serial)(A_ptr, A_idx, A_data, nu, colmap, False,
                                     np.asarray(diag, np.float64), True)
     A = sp.csr_matrix((val, idx, ptr), shape=(nu, nu))
     A.has_sorted_indices = True
@@ -1759,13 +1774,13 @@ def free_matrix(A_ptr, A_idx, A_data, diag):
     return A
 
 
-def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo):
+def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo, serial=False):
     """The entries of the own U rows (local 0..n_free_own) in constrained columns -- own C
     rows [n_free_own, n_own) and halo C rows (local >= n_own + n_free_halo) -- as CSR in the
     local numbering (entries keep their order). Returns (indptr, indices, data)."""
     nu, n_own, nfh = int(n_free_own), int(n_own), int(n_free_halo)
     colmap = _column_map(n_own + nfh, [(nu, n_own, nu)])  # the halo's C rows lie beyond
-    return _select_columns(indptr, indices, data, nu, colmap, True, _NO_DIAG, False)
+    return _select(serial)(indptr, indices, data, nu, colmap, True, _NO_DIAG, False)
 
 
 #: The subspace search takes L D on the U rows from the one-step PCG (alpha Q plus the
@@ -1820,7 +1835,7 @@ class BlockPart:
         nu, nw = self.nu, self.nu + int(n_free_halo)
         self.A_ptr, self.A_idx, self.A_data = self._cached(
             "operator", lambda: free_operator(indptr, indices, data, nu, self.n_own,
-                                              int(n_free_halo)))
+                                              int(n_free_halo), serial=serial))
         self.A_diag = np.asarray(diag[:nu], np.float64)
         self.dinv = 1.0 / self.A_diag
         fast = extrapolate and V.dtype == np.float64 and nu > 0
@@ -1828,7 +1843,7 @@ class BlockPart:
         self.r_from_step = bool(RESIDUAL_FROM_STEP) and fast
         if self.ld_from_cg:
             self.uc = self._cached("uc", lambda: constrained_columns(
-                indptr, indices, data, nu, self.n_own, int(n_free_halo)))
+                indptr, indices, data, nu, self.n_own, int(n_free_halo), serial=serial))
         self._cg_steps, self._alpha = 0, None
         self._no_q = np.empty((0, V.shape[1]))  # Q and uc of the plain product (unused)
         self._no_uc = (np.zeros(1, np.int64), np.empty(0, np.int64), np.empty(0))
@@ -1905,7 +1920,7 @@ class BlockPart:
     def _make_precond(self, precond, serial):
         nu = self.nu
         if precond.startswith("amg") and nu > 0:
-            A = free_matrix(self.A_ptr, self.A_idx, self.A_data, self.A_diag)
+            A = free_matrix(self.A_ptr, self.A_idx, self.A_data, self.A_diag, serial=serial)
             return AMGPreconditioner(A, serial=serial,
                                      smooth="jacobi" if precond == "amg" else None,
                                      additive=precond == "amg-additive")

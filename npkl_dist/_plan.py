@@ -40,7 +40,8 @@ from numba import njit, prange
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from ._errors import ValidationError, fmt_value
-from ._kernels import LOSS_CODES, SUM_BLOCK, block_deferral, csr_row_ptr, greedy_colouring
+from ._kernels import (LOSS_CODES, SUM_BLOCK, block_deferral, csr_row_ptr, greedy_colouring,
+                       serial_variant)
 from ._problem import NPKLProblem
 
 __all__ = ["SweepPlan", "PreparedProblem", "make_plan", "prepare", "concurrent_conflicts"]
@@ -155,12 +156,14 @@ class PreparedProblem:
         return int(self.diag.shape[0])
 
 
-def _split(L: sp.csr_matrix):
+def _split(L: sp.csr_matrix, serial: bool = False):
     """(off-diagonal part with sorted indices, diagonal) of a CSR matrix without duplicate
-    entries, filtered row by row in one compiled pass (no COO round trip)."""
+    entries, filtered row by row in one compiled pass (no COO round trip; ``serial``:
+    without threads, for Dask block actors)."""
     L = _canonical(L)
     n = L.shape[0]
-    ptr, idx, val, diag = _split_rows(L.indptr, L.indices, L.data, n)
+    split_rows = _split_rows_serial if serial else _split_rows
+    ptr, idx, val, diag = split_rows(L.indptr, L.indices, L.data, n)
     off = sp.csr_matrix((val, idx, ptr), shape=L.shape)
     off.has_sorted_indices = True
     return off, diag
@@ -198,6 +201,9 @@ def _split_rows(indptr, indices, data, n):
                 val[q] = data[p]
                 q += 1
     return ptr, idx, val, diag
+
+
+_split_rows_serial = serial_variant(_split_rows)
 
 
 def permute(L: sp.csr_matrix, order: np.ndarray, rank_of: np.ndarray | None = None

@@ -63,10 +63,11 @@ def test_galerkin_plain_is_scipys_product_bit_for_bit(index_dtype, global_random
     want = _pyamg_product(A, T)
     assert not want.has_sorted_indices  # the order checked below is scipy's, not sorted
     for chunks in (1, 3, 64):
-        ptr, idx, val = galerkin_plain(A.indptr.astype(index_dtype),
-                                       A.indices.astype(index_dtype), A.data, agg, t, nc,
-                                       n_chunks=chunks)
-        _assert_same_csr(ptr, idx, val, want)
+        for serial in (False, True):  # serial: the compilation without threads
+            ptr, idx, val = galerkin_plain(A.indptr.astype(index_dtype),
+                                           A.indices.astype(index_dtype), A.data, agg, t, nc,
+                                           n_chunks=chunks, serial=serial)
+            _assert_same_csr(ptr, idx, val, want)
     np.testing.assert_allclose(sp.csr_matrix((val, idx, ptr), shape=(nc, nc)).toarray(),
                                (T.T @ A @ T).toarray(), rtol=1e-12,
                                atol=1e-13 * np.abs(want.data).max())
@@ -130,6 +131,9 @@ def test_hierarchy_is_pyamgs_bit_for_bit(n, max_coarse, global_random_seed):
             Pr = sp.csr_matrix(ref.P)
             _assert_same_csr(lev.P.indptr, lev.P.indices, lev.P.data, Pr)
     assert mine.operator_complexity() == pytest.approx(ml.operator_complexity(), rel=1e-12)
+    serial = plain_aggregation_hierarchy(A, max_coarse, 10, serial=True)
+    for a, b in zip(serial.levels, mine.levels):
+        _assert_same_csr(a.A.indptr, a.A.indices, a.A.data, b.A)
 
 
 def test_small_matrix_is_its_own_coarsest_level():

@@ -72,4 +72,12 @@ def test_setup_operators_equal_the_numpy_and_scipy_references(seed, dtype, n_hal
     assert np.array_equal(got.indices, ref.indices)
     assert np.array_equal(got.data, ref.data)  # bitwise: the same hierarchy follows
     assert (got != ref).nnz == 0
+    # the serial compilations (Dask block actors) give the same arrays
+    for fn, args in ((free_operator, (ip, ix, da, nu, n_own, n_free_halo)),
+                     (constrained_columns, (ip, ix, da, nu, n_own, n_free_halo))):
+        for g, r in zip(fn(*args, serial=True), fn(*args)):
+            assert g.dtype == r.dtype and np.array_equal(g, r)
+    ser = free_matrix(A_ptr, A_idx, A_data, A_diag, serial=True)
+    for attr in ("indptr", "indices", "data"):
+        assert np.array_equal(getattr(ser, attr), getattr(got, attr))
 

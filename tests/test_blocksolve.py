@@ -222,6 +222,27 @@ def test_amg_hierarchy_is_pyamgs_default_one(smooth):
     np.testing.assert_allclose(Lc @ Lc.T, ml.levels[-1].A.toarray(), rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("smooth,additive", [("jacobi", False), (None, False), (None, True)])
+def test_amg_preconditioner_serial_equals_parallel(smooth, additive):
+    """Dask block actors build their preconditioner with the serial compilations (no threads
+    started from an actor's thread): the same levels and the same cycle, bit for bit."""
+    A = (grid_laplacian(40) + sp.identity(1600) * 1e-3).tocsr()
+    par = AMGPreconditioner(A, smooth=smooth, additive=additive, max_coarse=30)
+    ser = AMGPreconditioner(A, smooth=smooth, additive=additive, max_coarse=30, serial=True)
+    assert ser.K.serial and not par.K.serial and len(par.levels) >= 2
+    for a, b in zip(par.levels, ser.levels):
+        for key in a:
+            x, y = a[key], b[key]
+            if sp.issparse(x):
+                x, y = x.toarray(), y.toarray()
+            np.testing.assert_array_equal(x, y)
+    R = np.random.default_rng(0).standard_normal((1600, 3))
+    Zp, Zs = np.empty_like(R), np.empty_like(R)
+    par.apply_to(R, Zp)
+    ser.apply_to(R, Zs)
+    np.testing.assert_array_equal(Zp, Zs)
+
+
 def _vcycle_reference(M, k, b):
     """The V-cycle written out with scipy products: Jacobi-from-zero pre-smoothing,
     Galerkin restriction, the next level, prolongation, Jacobi post-smoothing."""
