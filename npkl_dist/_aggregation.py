@@ -101,7 +101,7 @@ def _single_entry_columns(T: sp.csr_matrix):
     return agg, t
 
 
-@njit(cache=True)
+@njit(nogil=True, cache=True)
 def _group_rows(agg, n_coarse):
     """Fine rows grouped by aggregate (counting sort, rows ascending in each group)."""
     ptr = np.zeros(n_coarse + 1, np.int64)
@@ -120,7 +120,7 @@ def _group_rows(agg, n_coarse):
     return ptr, rows
 
 
-@njit(cache=True, parallel=True)
+@njit(nogil=True, cache=True, parallel=True)
 def _galerkin_count(indptr, indices, agg, gptr, grows, n_coarse, n_chunks):
     """Entries of each coarse row (distinct aggregates among the rows' columns)."""
     counts = np.zeros(n_coarse, np.int64)
@@ -140,7 +140,7 @@ def _galerkin_count(indptr, indices, agg, gptr, grows, n_coarse, n_chunks):
     return counts
 
 
-@njit(cache=True, parallel=True)
+@njit(nogil=True, cache=True, parallel=True)
 def _galerkin_fill(indptr, indices, data, agg, t, gptr, grows, cptr, n_coarse, n_chunks,
                    n_fine, max_ra):
     """Row a of Tᵀ A T at cptr[a] .. cptr[a] + kept[a], formed as scipy forms (Tᵀ A) T:

@@ -411,7 +411,7 @@ def _nonzero(A: sp.csr_matrix) -> sp.csr_matrix:
     return A
 
 
-@njit(cache=True, parallel=True)
+@njit(nogil=True, cache=True, parallel=True)
 def _gershgorin_rho(indptr, off_data, diag):
     """max over rows of (|d_i| + sum_j |a_ij|) / d_i: the Gershgorin bound on the spectral
     radius of D^-1 A for positive d, from A's off-diagonal part."""
@@ -1669,7 +1669,7 @@ def colour_units(layout, c):
     return rows, np.append(np.arange(0, rows.shape[0], CHUNK), rows.shape[0]).astype(np.int64)
 
 
-@njit(cache=True, inline="always")
+@njit(nogil=True, cache=True, inline="always")
 def _selected(k, colmap, keep_beyond):
     """The new column of column k (-1: dropped)."""
     if k < colmap.shape[0]:
@@ -1677,7 +1677,7 @@ def _selected(k, colmap, keep_beyond):
     return k if keep_beyond else -1
 
 
-@njit(cache=True, parallel=True)
+@njit(nogil=True, cache=True, parallel=True)
 def _select_columns(indptr, indices, data, nrows, colmap, keep_beyond, diag, canonical):
     """The entries of rows 0..nrows whose column c has colmap[c] >= 0, renamed to colmap[c],
     in their order, as CSR (int64 indices, float64 data); columns beyond colmap are kept as

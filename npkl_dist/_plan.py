@@ -178,7 +178,7 @@ def _canonical(L) -> sp.csr_matrix:
     return L
 
 
-@njit(cache=True, parallel=True)
+@njit(nogil=True, cache=True, parallel=True)
 def _split_rows(indptr, indices, data, n):
     cnt = np.zeros(n, np.int64)
     diag = np.zeros(n, data.dtype)
