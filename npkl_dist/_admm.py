@@ -163,9 +163,11 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
 
         executor = InProcessExecutor()
     rng = np.random.default_rng(problem.seed)
-    if plan is None:
-        plan = make_plan(problem, relabel=relabel)
-    prep = prepare(problem, plan)
+    Lp = None
+    if plan is None:  # L permuted once for the plan and prepare
+        plan, Lp = make_plan(problem, relabel=relabel, return_matrix=True)
+    prep = prepare(problem, plan, Lp)
+    del Lp
     gamma = problem.gamma
     diagonal = problem.constraints.diagonal
     n, r = problem.n_points, problem.rank

@@ -272,9 +272,13 @@ def _build(problem: NPKLProblem, method: str, executor, relabel: str, scheme: st
         prep = prepare(problem, layout, Lp)
         del Lp
     else:
-        layout = plan if plan is not None else make_plan(problem, relabel=relabel,
-                                                         scheme=scheme)
-        prep = prepare(problem, layout)
+        if plan is not None:
+            layout, Lp = plan, None
+        else:  # L permuted once for the plan and prepare
+            layout, Lp = make_plan(problem, relabel=relabel, scheme=scheme,
+                                   return_matrix=True)
+        prep = prepare(problem, layout, Lp)
+        del Lp
     return method, layout, prep
 
 

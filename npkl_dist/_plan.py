@@ -242,7 +242,8 @@ def relabel_order(problem: NPKLProblem, relabel: str = "rcm") -> np.ndarray:
 
 
 def make_plan(problem: NPKLProblem, relabel: str = "rcm", scheme: str = "blocks",
-              n_blocks: int | None = None, align: int = SUM_BLOCK) -> SweepPlan:
+              n_blocks: int | None = None, align: int = SUM_BLOCK,
+              return_matrix: bool = False):
     """Relabel, cut into blocks and colour a problem (pure; cheap relative to a fit).
 
     Parameters
@@ -259,6 +260,9 @@ def make_plan(problem: NPKLProblem, relabel: str = "rcm", scheme: str = "blocks"
         n < 2 align). The Dask executor cuts its row blocks at block boundaries that are
         multiples of its own alignment (SUM_BLOCK, or a run's checkpoint shard height), so
         a plan meant for a run store is made with ``align`` = that shard height.
+    return_matrix : bool
+        Also return L in the plan's order (what ``prepare`` would compute again), as
+        ``(plan, Lp)``.
     """
     if relabel not in RELABELLINGS:
         raise ValidationError(f"relabel: {relabel!r} is not one of {RELABELLINGS}")
@@ -280,8 +284,7 @@ def make_plan(problem: NPKLProblem, relabel: str = "rcm", scheme: str = "blocks"
         block_ptr = chunk_bounds(n)
         greedy_colouring(n, indptr, indices, cptr, cidx, np.ones(n, np.bool_), colour)
     else:
-        src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-        bandwidth = int(np.abs(src - indices).max()) if indices.size else 0
+        bandwidth = _bandwidth(indptr, indices)
         block_ptr = _block_bounds(n, bandwidth, n_blocks, align)
         block = np.repeat(np.arange(block_ptr.shape[0] - 1, dtype=np.int64),
                           np.diff(block_ptr))
@@ -292,10 +295,25 @@ def make_plan(problem: NPKLProblem, relabel: str = "rcm", scheme: str = "blocks"
         # drop empty colours (e.g. every row of the odd blocks deferred)
         colour = np.unique(colour, return_inverse=True)[1].astype(np.int64)
     n_colours = int(colour.max()) + 1
-    colour_rows = np.lexsort((np.arange(n), colour)).astype(np.int64)
+    # rows by colour, ascending within a colour: a stable sort (radix on few colours)
+    key = colour.astype(np.int16) if n_colours <= np.iinfo(np.int16).max else colour
+    colour_rows = np.argsort(key, kind="stable").astype(np.int64)
     colour_ptr = np.zeros(n_colours + 1, np.int64)
     np.cumsum(np.bincount(colour, minlength=n_colours), out=colour_ptr[1:])
-    return SweepPlan(order, rank_of, colour, colour_ptr, colour_rows, block_ptr, scheme)
+    plan = SweepPlan(order, rank_of, colour, colour_ptr, colour_rows, block_ptr, scheme)
+    return (plan, Lp) if return_matrix else plan
+
+
+@njit(nogil=True, cache=True)
+def _bandwidth(indptr, indices):
+    """max |i - j| over the entries (i, j) of a CSR pattern (0 when it has none)."""
+    b = 0
+    for i in range(indptr.shape[0] - 1):
+        for p in range(indptr[i], indptr[i + 1]):
+            d = abs(i - indices[p])
+            if d > b:
+                b = d
+    return b
 
 
 def _block_bounds(n: int, bandwidth: int, n_blocks: int | None, align: int) -> np.ndarray:

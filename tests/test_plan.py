@@ -220,6 +220,15 @@ def test_relabel_round_trip_and_prepared_arrays(case, relabel, seed):
                        prep.csgn[prep.cptr[q]:prep.cptr[q + 1]].tolist()))
         assert got == sorted(expected[q])
     assert prep.pmax == max(len(v) for v in expected.values())
+    # the plan with L in its order (fit_bcd and fit_admm permute L once for both): the same
+    # plan, and prepare gives the same arrays from that matrix
+    plan2, Lp2 = make_plan(problem, relabel=relabel, return_matrix=True)
+    for f in ("order", "colour", "colour_ptr", "colour_rows", "block_ptr"):
+        assert np.array_equal(getattr(plan2, f), getattr(plan, f))
+    np.testing.assert_array_equal(Lp2.toarray(), Lp)
+    prep2 = prepare(problem, plan2, Lp2)
+    for f in ("indptr", "indices", "data", "diag", "cptr", "cidx", "csgn"):
+        assert np.array_equal(getattr(prep2, f), getattr(prep, f))
 
 
 def test_rcm_recovers_shuffled_path(rng):
