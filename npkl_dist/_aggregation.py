@@ -79,9 +79,8 @@ def plain_aggregation_hierarchy(A: sp.csr_matrix, max_coarse: int = 500,
         levels[-1].P = T
         ptr, idx, val = galerkin_plain(A.indptr, A.indices, A.data, agg, t, T.shape[1],
                                        serial=serial)
-        Ac = sp.csr_matrix((val, idx, ptr), shape=(T.shape[1], T.shape[1]))
-        Ac.has_sorted_indices = True
-        levels.append(Level(Ac))
+        # rows in scipy's entry order, as pyamg's levels (not sorted)
+        levels.append(Level(sp.csr_matrix((val, idx, ptr), shape=(T.shape[1], T.shape[1]))))
     return Hierarchy(levels)
 
 

@@ -34,8 +34,7 @@ from numba import njit, prange
 from ._aggregation import plain_aggregation_hierarchy
 from ._errors import ValidationError
 from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, csr_compact, csr_row_ptr,
-                       greedy_colouring, pair_terms, serial_variant, sweep_units,
-                       sweep_units_serial)
+                       greedy_colouring, pair_terms, sweep_units, sweep_units_serial)
 from ._kkt import kkt_row_terms
 from ._plan import _constraint_lists, _split, permute
 from .executors._inprocess import chunked_sums, ordered_total
@@ -322,10 +321,11 @@ class _Kernels:
     NAMES = ("_matvec_dot", "_pre_smooth", "_post_smooth", "_csr_mm", "_scale_rows",
              "_cg_update", "_dots", "_jacobi_dots", "_direction", "_neg_residual_rows",
              "_copy_delta", "_direction_LD", "_residual_dots",
-             "_subspace_step", "_save", "_pair_coeffs2", "_rows_smooth")
+             "_subspace_step", "_save", "_pair_coeffs2", "_rows_smooth",
+             "_select_columns", "_gershgorin_rho")  # the last two: set-up
 
     def __init__(self, serial: bool):
-        from ._kernels import pair_terms_serial
+        from ._kernels import pair_terms_serial, serial_variant
 
         g = globals()
         for name in self.NAMES:
@@ -425,9 +425,6 @@ def _gershgorin_rho(indptr, off_data, diag):
     return ratio.max()
 
 
-_gershgorin_rho_serial = serial_variant(_gershgorin_rho)
-
-
 def _decoupled_rows(A: sp.csr_matrix, rtol: float = DECOUPLED_RTOL) -> np.ndarray:
     """Mask of the rows of A whose off-diagonal absolute sum is at most ``rtol`` times the
     diagonal (none, or Gaussian weights of far neighbours, ~1e-20: they round away next to
@@ -444,9 +441,10 @@ class AMGPreconditioner:
     pyamg builds the hierarchy (aggregation, smoothed prolongators, Galerkin coarse operators)
     once per graph; a plain-aggregation one (``smooth=None``) comes from pyamg's steps with
     compiled Galerkin products (:mod:`npkl_dist._aggregation`). pyamg's own cycle works on one
-    vector at a time, so the cycle here applies the same hierarchy to an (n, r) block: damped Jacobi pre- and post-smoothing (weight 4/(3 rho),
-    rho = the Gershgorin bound on the spectral radius of D^{-1}A, which keeps the cycle SPD),
-    Galerkin restriction P', and a dense Cholesky solve on the coarsest level.
+    vector at a time, so the cycle here applies the same hierarchy to an (n, r) block: damped
+    Jacobi pre- and post-smoothing (weight 4/(3 rho), rho = the Gershgorin bound on the
+    spectral radius of D^{-1}A, which keeps the cycle SPD), Galerkin restriction P', and a
+    dense Cholesky solve on the coarsest level.
     ``additive``: the finest level takes its Jacobi weights plus the coarse correction
     instead of smoothing (see :meth:`_additive`).
     """
@@ -499,7 +497,7 @@ class AMGPreconditioner:
         with seeded_global_random():
             if opts["smooth"] is None:
                 # plain aggregation: pyamg's steps, with the Galerkin products compiled
-                # (npkl_dist._aggregation; its coarse operators have sorted rows)
+                # (npkl_dist._aggregation; the same hierarchy bit for bit)
                 ml = plain_aggregation_hierarchy(A, opts["max_coarse"], opts["max_levels"],
                                                  serial=self.K.serial)
             else:
@@ -523,8 +521,7 @@ class AMGPreconditioner:
                 return False
             # Gershgorin bound on rho(D^-1 A): cheap, and a smaller weight keeps the
             # smoother convergent and the cycle SPD
-            rho = (_gershgorin_rho_serial if self.K.serial else _gershgorin_rho)(
-                off.indptr, off.data, d)
+            rho = self.K.gershgorin_rho(off.indptr, off.data, d)
             level = {"diag": d, "w": (4.0 / (3.0 * rho)) / d,
                      "P": _int64_csr(lev.P), "R": _int64_csr(lev.P.T)}
             if not (self.additive and k == 0):  # the additive finest level never smooths
@@ -1728,14 +1725,6 @@ def _select_columns(indptr, indices, data, nrows, colmap, keep_beyond, diag, can
     return csr_compact(bound, idx, val, cnt)  # exact zeros dropped (canonical)
 
 
-_select_columns_serial = serial_variant(_select_columns)
-
-
-def _select(serial):
-    """_select_columns, or its compilation without threads (Dask block actors)."""
-    return _select_columns_serial if serial else _select_columns
-
-
 def _column_map(n_cols, keep_ranges):
     """colmap for :func:`_select_columns` over columns 0..n_cols: column c in [lo, hi)
     becomes c - lo + new_lo for each (lo, hi, new_lo) of ``keep_ranges``; every other
@@ -1758,7 +1747,8 @@ def free_operator(indptr, indices, data, n_free_own, n_own, n_free_halo, serial=
     threads (Dask block actors)."""
     nu, n_own, nfh = int(n_free_own), int(n_own), int(n_free_halo)
     colmap = _column_map(n_own + nfh, [(0, nu, 0), (n_own, n_own + nfh, nu)])
-    return _select(serial)(indptr, indices, data, nu, colmap, False, _NO_DIAG, False)
+    return kernels(serial).select_columns(indptr, indices, data, nu, colmap, False, _NO_DIAG,
+                                          False)
 
 
 def free_matrix(A_ptr, A_idx, A_data, diag, serial=False):
@@ -1766,8 +1756,8 @@ def free_matrix(A_ptr, A_idx, A_data, diag, serial=False):
     matrix the AMG hierarchy is built on (entries of A in halo columns are dropped)."""
     nu = diag.shape[0]
     colmap = _column_map(nu, [(0, nu, 0)])
-    ptr, idx, val = _select(serial)(A_ptr, A_idx, A_data, nu, colmap, False,
-                                    np.asarray(diag, np.float64), True)
+    ptr, idx, val = kernels(serial).select_columns(A_ptr, A_idx, A_data, nu, colmap, False,
+                                                   np.asarray(diag, np.float64), True)
     A = sp.csr_matrix((val, idx, ptr), shape=(nu, nu))
     A.has_sorted_indices = True
     A.has_canonical_format = True
@@ -1780,7 +1770,8 @@ def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo, s
     local numbering (entries keep their order). Returns (indptr, indices, data)."""
     nu, n_own, nfh = int(n_free_own), int(n_own), int(n_free_halo)
     colmap = _column_map(n_own + nfh, [(nu, n_own, nu)])  # the halo's C rows lie beyond
-    return _select(serial)(indptr, indices, data, nu, colmap, True, _NO_DIAG, False)
+    return kernels(serial).select_columns(indptr, indices, data, nu, colmap, True, _NO_DIAG,
+                                          False)
 
 
 #: The subspace search takes L D on the U rows from the one-step PCG (alpha Q plus the

@@ -1168,9 +1168,6 @@ def add_pairs_in_place(out, ci, cj, w, t):  # OUT: out (n, n)
         out[cj[p], ci[p]] += half
 
 
-# Bound last: _anderson's kernels use the ones above (its import of this module finds them
-# defined whichever module is imported first), and admm_run resolves
-# _anderson.anderson_after when it compiles.
 @njit(nogil=True, cache=True)
 def csr_row_ptr(counts):
     """CSR row pointer of rows with ``counts`` entries (int64, len(counts) + 1)."""
@@ -1195,4 +1192,7 @@ def csr_compact(start, idx, val, kept):
     return ptr, idx[:ptr[n]], val[:ptr[n]]
 
 
+# Bound last: _anderson's kernels use the ones above (its import of this module finds them
+# defined whichever module is imported first), and admm_run resolves
+# _anderson.anderson_after when it compiles.
 from . import _anderson  # noqa: E402

@@ -223,6 +223,23 @@ def test_amg_hierarchy_is_pyamgs_default_one(smooth):
 
 
 @pytest.mark.parametrize("smooth,additive", [("jacobi", False), (None, False), (None, True)])
+def test_amg_levels_smoothing_weights_from_the_gershgorin_bound(smooth, additive):
+    """Each level's Jacobi weights are 4 / (3 rho d) with rho the Gershgorin bound on
+    rho(D^-1 A), max_i sum_j |a_ij| / d_i, as scipy computes it from the level's matrix."""
+    A = (grid_laplacian(40) + sp.identity(1600) * 1e-3).tocsr()
+    M = AMGPreconditioner(A, smooth=smooth, additive=additive, max_coarse=30)
+    assert len(M.levels) >= 2
+    Ak = A
+    for lev in M.levels:
+        d = lev["diag"]
+        np.testing.assert_allclose(d, Ak.diagonal(), rtol=1e-13)  # products: rounding
+        rho = float(np.max(abs(Ak).sum(axis=1).A1 / d))
+        np.testing.assert_allclose(lev["w"], (4.0 / (3.0 * rho)) / d, rtol=1e-12)
+        P = sp.csr_matrix(lev["P"])
+        Ak = (P.T @ Ak @ P).tocsr()  # the next level's matrix, by scipy's product
+
+
+@pytest.mark.parametrize("smooth,additive", [("jacobi", False), (None, False), (None, True)])
 def test_amg_preconditioner_serial_equals_parallel(smooth, additive):
     """Dask block actors build their preconditioner with the serial compilations (no threads
     started from an actor's thread): the same levels and the same cycle, bit for bit."""

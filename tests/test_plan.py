@@ -308,7 +308,7 @@ def test_permute_and_split_equal_scipys_fancy_indexing_and_coo_route():
     for unsorted rows with duplicate entries."""
     import scipy.sparse as sp
 
-    from npkl_dist._plan import _split, permute
+    from npkl_dist._plan import _bandwidth, _split, permute
 
     rng = np.random.default_rng(5)
     n = 300
@@ -335,3 +335,8 @@ def test_permute_and_split_equal_scipys_fancy_indexing_and_coo_route():
         np.testing.assert_array_equal(off.toarray(), dense - np.diag(np.diag(dense)))
         assert np.all(np.diff(off.indices[off.indptr[0]:off.indptr[1]]) > 0)
         assert not np.any(np.repeat(np.arange(n), np.diff(off.indptr)) == off.indices)
+        # the plan's bandwidth pass against numpy
+        rows = np.repeat(np.arange(n), np.diff(got.indptr))
+        assert _bandwidth(got.indptr.astype(np.int64), got.indices.astype(np.int64)) == int(
+            np.abs(rows - got.indices).max())
+    assert _bandwidth(np.zeros(4, np.int64), np.zeros(0, np.int64)) == 0  # no entries
