@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 from numba import njit, prange
-from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from ._errors import ValidationError, fmt_value
 from ._kernels import (LOSS_CODES, SUM_BLOCK, block_deferral, csr_row_ptr, greedy_colouring,
@@ -236,9 +235,91 @@ def relabel_order(problem: NPKLProblem, relabel: str = "rcm") -> np.ndarray:
     if relabel not in RELABELLINGS:
         raise ValidationError(f"relabel: {relabel!r} is not one of {RELABELLINGS}")
     if relabel == "rcm":
-        return reverse_cuthill_mckee(sp.csr_matrix(problem.L),
-                                     symmetric_mode=True).astype(np.int64)
+        return reverse_cuthill_mckee(sp.csr_matrix(problem.L))
     return np.arange(problem.n_points, dtype=np.int64)
+
+
+def reverse_cuthill_mckee(L: sp.csr_matrix) -> np.ndarray:
+    """scipy's ``reverse_cuthill_mckee(L, symmetric_mode=True)`` (int64): the same
+    permutation, element for element, at about half its time (n = 1e6 kNN Laplacian: 0.37 s
+    against 0.75-0.9 s; bench/RESULTS.md).
+
+    scipy's algorithm, step for step: node degrees (row lengths, plus one where the diagonal
+    is stored), ``np.argsort`` of them as int32 (the same sort on the same array, so the
+    same seeds in the same order), then for each unvisited seed a breadth-first search
+    whose newly found neighbours of each node are insertion-sorted by degree (stable, so
+    ties keep the row's stored order), the whole order reversed. The one change is the
+    visited test: a byte per node instead of scipy's two chained lookups in (n,) index
+    arrays, which at n = 1e6 are two cache misses per edge."""
+    n = L.shape[0]
+    degree = np.empty(n, np.int32)
+    _rcm_degrees(L.indptr, L.indices, degree)
+    seeds = np.argsort(degree)
+    order = np.empty(n, np.int64)
+    _cuthill_mckee(L.indptr, L.indices, degree, seeds, order)
+    return order[::-1].copy()
+
+
+@njit(nogil=True, cache=True)
+def _rcm_degrees(indptr, indices, degree):
+    """degree[i] = the length of row i, plus one when row i stores its diagonal (scipy's
+    ``_node_degrees``).  OUT (n,) int32."""
+    for i in range(degree.shape[0]):
+        d = indptr[i + 1] - indptr[i]
+        for p in range(indptr[i], indptr[i + 1]):
+            if indices[p] == i:
+                d += 1
+                break
+        degree[i] = d
+
+
+@njit(nogil=True, cache=True)
+def _cuthill_mckee(indptr, indices, degree, seeds, order):
+    """Cuthill-McKee order (not yet reversed) into ``order`` (n,) int64 OUT: components
+    started from the unvisited node of lowest degree in ``seeds`` order, each node's new
+    neighbours sorted by degree by a stable insertion sort, as scipy's
+    ``_reverse_cuthill_mckee``."""
+    n = order.shape[0]
+    longest = 1
+    for i in range(n):
+        longest = max(longest, indptr[i + 1] - indptr[i])
+    key = np.empty(longest, np.int64)  # degrees of the current node's new neighbours
+    visited = np.zeros(n, np.bool_)
+    found = 0
+    for z in range(n):
+        seed = seeds[z]
+        if visited[seed]:
+            continue
+        order[found] = seed
+        visited[seed] = True
+        found += 1
+        level_start = found - 1
+        level_end = found
+        while level_start < level_end:
+            for q in range(level_start, level_end):
+                i = order[q]
+                first = found
+                for p in range(indptr[i], indptr[i + 1]):
+                    j = indices[p]
+                    if not visited[j]:
+                        visited[j] = True
+                        order[found] = j
+                        key[found - first] = degree[j]
+                        found += 1
+                for a in range(1, found - first):  # insertion sort by degree, stable
+                    d = key[a]
+                    node = order[first + a]
+                    b = a
+                    while b > 0 and d < key[b - 1]:
+                        key[b] = key[b - 1]
+                        order[first + b] = order[first + b - 1]
+                        b -= 1
+                    key[b] = d
+                    order[first + b] = node
+            level_start = level_end
+            level_end = found
+        if found == n:
+            break
 
 
 def make_plan(problem: NPKLProblem, relabel: str = "rcm", scheme: str = "blocks",
