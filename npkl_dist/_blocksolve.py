@@ -274,6 +274,35 @@ def _jacobi_dots(R, dinv, Z, part_rz, part_rr):
 
 
 @njit(nogil=True, cache=True, parallel=True)
+def _additive_dots(w, R, indptr, indices, data, X, Z, part_rz, part_rr):
+    """Z = diag(w) R + P X (P: CSR ``indptr, indices, data``) fused with the R*Z and R*R chunk
+    sums: the finest level of the additive cycle and the PCG dots in one pass over the rows,
+    with the arithmetic of ``_scale_rows``, ``_csr_mm(accumulate=True)`` and ``_dots`` (each
+    entry and each chunk sum bitwise theirs); Z is written and read while its row is in
+    cache instead of in three passes over the (n, r) blocks."""
+    n, r = R.shape
+    n_ch = (n + RB - 1) // RB
+    for ch in prange(n_ch):
+        a = np.zeros(r)
+        b = np.zeros(r)
+        for i in range(ch * RB, min((ch + 1) * RB, n)):
+            wi = w[i]
+            for c in range(r):
+                Z[i, c] = wi * R[i, c]
+            for p in range(indptr[i], indptr[i + 1]):
+                k = indices[p]
+                v = data[p]
+                for c in range(r):
+                    Z[i, c] += v * X[k, c]
+            for c in range(r):
+                a[c] += R[i, c] * Z[i, c]
+                b[c] += R[i, c] * R[i, c]
+        for c in range(r):
+            part_rz[ch, c] = a[c]
+            part_rr[ch, c] = b[c]
+
+
+@njit(nogil=True, cache=True, parallel=True)
 def _direction(P, Z, beta):
     """P = Z + beta P."""
     n, r = P.shape
@@ -319,7 +348,8 @@ class _Kernels:
     """The parallel kernels of a block solve, or their serial compilations (Dask actors)."""
 
     NAMES = ("_matvec_dot", "_pre_smooth", "_post_smooth", "_csr_mm", "_scale_rows",
-             "_cg_update", "_dots", "_jacobi_dots", "_direction", "_neg_residual_rows",
+             "_cg_update", "_dots", "_jacobi_dots", "_additive_dots", "_direction",
+             "_neg_residual_rows",
              "_copy_delta", "_direction_LD", "_residual_dots",
              "_subspace_step", "_save", "_pair_coeffs2", "_rows_smooth",
              "_select_columns", "_gershgorin_rho")  # the last two: set-up
@@ -610,6 +640,21 @@ class AMGPreconditioner:
         self.K.csr_mm(P_.indptr, P_.indices, P_.data, coarse_x, out, True)
 
     def apply_dots(self, R, Z, part_rz, part_rr):
+        """Z = M R with the R*Z and R*R chunk sums (``_dots``). The additive cycle's finest
+        level, which only scales R and adds the prolongated coarse correction, is fused with
+        the sums (``_additive_dots``: the same numbers as ``apply_to`` then ``_dots``, in one
+        pass over the rows instead of three; at n = 1e6 about 20 ms of a 0.22 s outer
+        iteration, bench/RESULTS.md)."""
+        if self._split is None and self.levels and self.additive:
+            lev = self.levels[0]
+            work = self._work(R.shape[1])
+            _, _, coarse_b, coarse_x = work[0]
+            R_, P_ = lev["R"], lev["P"]
+            self.K.csr_mm(R_.indptr, R_.indices, R_.data, R, coarse_b, False)
+            self._cycle(1, coarse_b, coarse_x, work)
+            self.K.additive_dots(lev["w"], R, P_.indptr, P_.indices, P_.data, coarse_x, Z,
+                                 part_rz, part_rr)
+            return
         self.apply_to(R, Z)
         self.K.dots(R, Z, part_rz, part_rr)
 

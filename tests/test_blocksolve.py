@@ -260,6 +260,44 @@ def test_amg_preconditioner_serial_equals_parallel(smooth, additive):
     np.testing.assert_array_equal(Zp, Zs)
 
 
+@pytest.mark.parametrize("serial", [False, True])
+@pytest.mark.parametrize("smooth,additive", [("jacobi", False), (None, False), (None, True)])
+def test_amg_apply_dots_equals_apply_then_dots(smooth, additive, serial, global_random_seed):
+    """apply_dots (the additive cycle's finest level fused with the PCG sums) gives the
+    numbers of apply_to followed by the chunk sums, bit for bit: Z, R*Z and R*R, into a
+    view of a longer Z (as the block session passes its own rows), over several RB chunks."""
+    from npkl_dist._blocksolve import RB, _dots
+
+    rng = np.random.default_rng(global_random_seed)
+    A = (grid_laplacian(50) + sp.identity(2500) * 1e-3).tocsr()
+    M = AMGPreconditioner(A, smooth=smooth, additive=additive, max_coarse=30, serial=serial)
+    assert len(M.levels) >= 2 and A.shape[0] > 2 * RB
+    n_ch = (A.shape[0] + RB - 1) // RB
+    for r in (1, 3, 16):
+        R = rng.standard_normal((A.shape[0], r))
+        Z = np.full((A.shape[0] + 7, r), np.nan)
+        pa, pb = np.full((n_ch, r), np.nan), np.full((n_ch, r), np.nan)
+        M.apply_dots(R, Z[:A.shape[0]], pa, pb)
+        Zw = np.empty_like(R)
+        qa, qb = np.empty((n_ch, r)), np.empty((n_ch, r))
+        M.apply_to(R, Zw)
+        _dots(R, Zw, qa, qb)
+        np.testing.assert_array_equal(Z[:A.shape[0]], Zw)
+        assert np.isnan(Z[A.shape[0]:]).all()  # nothing written past the view
+        np.testing.assert_array_equal(pa, qa)
+        np.testing.assert_array_equal(pb, qb)
+        np.testing.assert_allclose(Zw, _vcycle_reference(M, 0, R) if not additive else
+                                   _additive_reference(M, R), rtol=1e-10, atol=1e-12)
+
+
+def _additive_reference(M, b):
+    """The additive cycle written out: W b + P M_1 P' b, M_1 the V-cycle from level 1."""
+    lev = M.levels[0]
+    R = sp.csr_matrix((lev["R"].data, lev["R"].indices, lev["R"].indptr), shape=lev["R"].shape)
+    P = sp.csr_matrix((lev["P"].data, lev["P"].indices, lev["P"].indptr), shape=lev["P"].shape)
+    return lev["w"][:, None] * b + P @ _vcycle_reference(M, 1, R @ b)
+
+
 def _vcycle_reference(M, k, b):
     """The V-cycle written out with scipy products: Jacobi-from-zero pre-smoothing,
     Galerkin restriction, the next level, prolongation, Jacobi post-smoothing."""
