@@ -237,6 +237,16 @@ def _cg_update(X, R, P, Q, alpha):
 
 
 @njit(nogil=True, cache=True, parallel=True)
+def _cg_update_x(X, P, alpha):
+    """X += alpha P (per column alpha): ``_cg_update`` without the residual, for a last PCG
+    step whose R -= alpha Q nothing would read."""
+    n, r = X.shape
+    for i in prange(n):
+        for c in range(r):
+            X[i, c] += alpha[c] * P[i, c]
+
+
+@njit(nogil=True, cache=True, parallel=True)
 def _dots(R, Z, part_rz, part_rr):
     """part_rz[ch, c] = sum R*Z, part_rr[ch, c] = sum R*R over the chunk's rows."""
     n, r = R.shape
@@ -348,7 +358,8 @@ class _Kernels:
     """The parallel kernels of a block solve, or their serial compilations (Dask actors)."""
 
     NAMES = ("_matvec_dot", "_pre_smooth", "_post_smooth", "_csr_mm", "_scale_rows",
-             "_cg_update", "_dots", "_jacobi_dots", "_additive_dots", "_direction",
+             "_cg_update", "_cg_update_x", "_dots", "_jacobi_dots", "_additive_dots",
+             "_direction",
              "_neg_residual_rows",
              "_copy_delta", "_direction_LD", "_residual_dots",
              "_subspace_step", "_save", "_pair_coeffs2", "_rows_smooth",
@@ -1880,7 +1891,7 @@ class BlockPart:
         if self.ld_from_cg:
             self.uc = self._cached("uc", lambda: constrained_columns(
                 indptr, indices, data, nu, self.n_own, int(n_free_halo), serial=serial))
-        self._cg_steps, self._alpha = 0, None
+        self._cg_steps, self._alpha, self._r_moved = 0, None, False
         self._no_q = np.empty((0, V.shape[1]))  # Q and uc of the plain product (unused)
         self._no_uc = (np.zeros(1, np.int64), np.empty(0, np.int64), np.empty(0))
         self.precond_setup(precond, serial)
@@ -1976,7 +1987,7 @@ class BlockPart:
         return pxr, pg
 
     def save(self):
-        self._cg_steps, self._alpha = 0, None
+        self._cg_steps, self._alpha, self._r_moved = 0, None, False
         if self.extrapolate and not self._vprev_is_v:
             self.K.save(self.V, self.Vprev)
         self._vprev_is_v = False  # the step moves V from here on
@@ -1998,7 +2009,14 @@ class BlockPart:
         return part
 
     def pcg_update(self, alpha, precondition):
-        self.K.cg_update(self.X, self.R, self._P, self.Q, alpha)
+        if precondition:
+            self.K.cg_update(self.X, self.R, self._P, self.Q, alpha)
+        else:
+            # the last step: R - alpha Q would not be read. The residual is formed anew
+            # after the C rows (subspace_step's fused update from R as it stands, or
+            # residual()), and the direction pass reads Q, not R.
+            self.K.cg_update_x(self.X, self._P, alpha)
+        self._r_moved = bool(precondition)
         self._cg_steps += 1
         self._alpha = np.asarray(alpha, np.float64)
         if not precondition:
@@ -2058,8 +2076,10 @@ class BlockPart:
         fused = self.r_from_step and self._cg_steps <= 1  # the residual in the same pass
         pxr, pg = self._chunks(self.nu), self._chunks(self.nu)
         use_q, alpha = self._cg_step()
+        # R is R_start - alpha Q where the PCG's one step updated it, else R_start
         self.K.subspace_step(self.V, self.Vprev, self.LD, self.S, self.LS, s1, s2, part,
-                             self.R, self.Q, alpha, use_q, self.dinv, fused, pxr, pg)
+                             self.R, self.Q, alpha, use_q and self._r_moved, self.dinv, fused,
+                             pxr, pg)
         self._vprev_is_v = True
         if self.nu and not self._x_is_v:
             self.X[...] = self.V[:self.nu]

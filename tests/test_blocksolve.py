@@ -913,11 +913,13 @@ def test_errors_name_the_argument():
 # --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("loss", ["square", "squared_hinge", "hinge"])
-@pytest.mark.parametrize("maxiter", [1, 3])
-def test_direction_from_the_cg_step_equals_the_product_with_L(loss, maxiter):
+@pytest.mark.parametrize("maxiter,rtol", [(1, 1e-12), (3, 1e-12), (3, 0.9)])
+def test_direction_from_the_cg_step_equals_the_product_with_L(loss, maxiter, rtol):
     """Each outer iteration's L D (fast path after a one-step PCG; the product after more
     steps) equals L times that iteration's D, on every row; the residual carried from step
-    to step (RESIDUAL_FROM_STEP) equals -(L V)_U."""
+    to step (RESIDUAL_FROM_STEP) equals -(L V)_U: after a PCG whose last step leaves R as
+    it was (maxiter 1), after several steps, and after one step that updated R because the
+    PCG meant to go on but stopped on its tolerance (maxiter 3, rtol 0.9)."""
     from npkl_dist import _blocksolve as bs
 
     problem = sparse_constrained_problem(3, loss, n=500, rank=4, frac=0.1)
@@ -939,8 +941,10 @@ def test_direction_from_the_cg_step_equals_the_product_with_L(loss, maxiter):
 
     part.direction = record
     rng = np.random.default_rng(1)
+    paths = set()
     for _ in range(8):
-        session.step(lay.colour_order(rng), 1e-12, maxiter)
+        session.step(lay.colour_order(rng), rtol, maxiter)
+        paths.add((part._cg_steps, part._r_moved))
         # the subspace step leaves Vprev = V (the next step's start) in its own pass
         assert part._vprev_is_v
         np.testing.assert_array_equal(part.Vprev, part.V)
@@ -951,6 +955,10 @@ def test_direction_from_the_cg_step_equals_the_product_with_L(loss, maxiter):
         # and the residual carried from step to step is the exact -(L V)_U
         exact = -(Lfull @ part.V)[:lay.n_free]
         np.testing.assert_allclose(part.R, exact, rtol=0, atol=1e-11 * np.abs(exact).max())
+    if maxiter == 1:
+        assert paths == {(1, False)}
+    elif rtol > 0.5:
+        assert (1, True) in paths  # one step, R updated: the subspace step adds alpha Q back
 
 
 @pytest.mark.parametrize("loss", ["square", "squared_hinge", "hinge"])
