@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -33,6 +32,7 @@ def main(argv=None):
     import scipy.sparse as sp
 
     import npkl_dist
+    from bench._env import time_alternately
     from bench.bench_block import graph_for
     from npkl_dist._blocksolve import RB, AMGPreconditioner, _dots
     from npkl_dist._plan import permute, reverse_cuthill_mckee
@@ -63,15 +63,8 @@ def main(argv=None):
           f"bitwise the same: {same}")
     if not same:
         raise SystemExit("apply_dots differs from apply_to + _dots")
-    times = {"apply_to + _dots": [], "apply_dots": []}
-    for _ in range(args.runs):
-        for name, f in (("apply_to + _dots", two_calls), ("apply_dots", fused)):
-            t0 = time.perf_counter()
-            f()
-            times[name].append(time.perf_counter() - t0)
-    med = {k: float(np.median(v)) for k, v in times.items()}
-    for k, v in times.items():
-        print(f"{k}: {' '.join(f'{1e3 * x:.1f}' for x in v)} ms, median {1e3 * med[k]:.1f} ms")
+    med = time_alternately({"apply_to + _dots": two_calls, "apply_dots": fused}, args.runs,
+                           unit="ms")
     print(f"saved per application: {1e3 * (med['apply_to + _dots'] - med['apply_dots']):.1f} ms "
           f"({med['apply_to + _dots'] / med['apply_dots']:.2f}x)")
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -33,6 +32,7 @@ def main(argv=None):
     import numba
     import numpy as np
 
+    from bench._env import time_alternately
     from npkl_dist._blocksolve import RB, _cg_update, _cg_update_x, _subspace_step
 
     numba.set_num_threads(args.threads)
@@ -72,16 +72,8 @@ def main(argv=None):
     scale = np.abs(results["after"][1]).max()
     print(f"n = {n:,}, r = {r}, {args.threads} threads; X and V bitwise the same: "
           f"{same_x and same_v}; residuals differ by {dr:.1e} (entries up to {scale:.1f})")
-    times = {"before": [], "after": []}
-    for _ in range(args.runs):
-        for name, f in (("before", before), ("after", after)):
-            reset()
-            t0 = time.perf_counter()
-            f()
-            times[name].append(time.perf_counter() - t0)
-    med = {k: float(np.median(v)) for k, v in times.items()}
-    for k, v in times.items():
-        print(f"{k}: {' '.join(f'{1e3 * x:.1f}' for x in v)} ms, median {1e3 * med[k]:.1f} ms")
+    med = time_alternately({"before": before, "after": after}, args.runs, unit="ms",
+                           before=reset)
     print(f"saved per outer iteration: {1e3 * (med['before'] - med['after']):.1f} ms "
           f"({med['before'] / med['after']:.2f}x)")
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -29,6 +28,7 @@ def main(argv=None):
     from scipy.sparse.csgraph import reverse_cuthill_mckee as scipy_rcm
 
     import npkl_dist
+    from bench._env import time_alternately
     from bench.bench_block import graph_for
     from npkl_dist._plan import reverse_cuthill_mckee
 
@@ -39,16 +39,8 @@ def main(argv=None):
     print(f"n = {args.n:,}, {L.nnz:,} entries; the same permutation as scipy's: {same}")
     if not same:
         raise SystemExit("the compiled order differs from scipy's")
-    times = {"scipy": [], "compiled": []}
-    for _ in range(args.runs):
-        for name, f in (("scipy", lambda: scipy_rcm(L, symmetric_mode=True)),
-                        ("compiled", lambda: reverse_cuthill_mckee(L))):
-            t0 = time.perf_counter()
-            f()
-            times[name].append(time.perf_counter() - t0)
-    med = {k: float(np.median(v)) for k, v in times.items()}
-    for k, v in times.items():
-        print(f"{k}: {' '.join(f'{x:.3f}' for x in v)} s, median {med[k]:.3f} s")
+    med = time_alternately({"scipy": lambda: scipy_rcm(L, symmetric_mode=True),
+                            "compiled": lambda: reverse_cuthill_mckee(L)}, args.runs)
     print(f"ratio scipy / compiled: {med['scipy'] / med['compiled']:.2f}x")
 
 
