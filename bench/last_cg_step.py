@@ -10,6 +10,10 @@ r = 16 is bench_block's problem). Each run times, alternately, ``_cg_update`` +
 the same arrays (the subspace step with its fused residual, on n_U = n rows), and prints
 every run, the medians and the difference. Also checks that the two residuals agree to
 rounding (they differ by (R - alpha Q) + alpha Q - R).
+
+Then the step's update of X with ``finish_block``'s sums: ``_cg_update_x`` followed by
+``_copy_delta`` (||X||^2, ||X - X_start||^2) against ``_cg_update_x_sums`` (one pass);
+checks that X and the sums are bitwise the same.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ def main(argv=None):
     import numpy as np
 
     from bench._env import time_alternately
-    from npkl_dist._blocksolve import RB, _cg_update, _cg_update_x, _subspace_step
+    from npkl_dist._blocksolve import (RB, _cg_update, _cg_update_x, _cg_update_x_sums,
+                                      _copy_delta, _subspace_step)
 
     numba.set_num_threads(args.threads)
     n, r = args.n, args.r
@@ -76,6 +81,33 @@ def main(argv=None):
                            before=reset)
     print(f"saved per outer iteration: {1e3 * (med['before'] - med['after']):.1f} ms "
           f"({med['before'] / med['after']:.2f}x)")
+
+    n2, d2, n2f, d2f = (np.empty(n_ch) for _ in range(4))
+    Xs = np.empty((n, r))
+    no_v = np.empty((0, r))
+
+    def reset_x():
+        X[...] = X0
+        Xs[...] = X0
+
+    def two_passes():
+        _cg_update_x(X, P, alpha)
+        _copy_delta(X, Vprev, no_v, False, False, n2, d2)  # Vprev holds X0 (reset)
+
+    def one_pass():
+        _cg_update_x_sums(Xs, P, alpha, n2f, d2f)
+
+    Vprev[...] = X0
+    reset_x()
+    two_passes()
+    one_pass()
+    same = (np.array_equal(X, Xs) and np.array_equal(n2, n2f) and np.array_equal(d2, d2f))
+    print(f"X += alpha P with finish_block's sums, bitwise the same: {same}")
+    med = time_alternately({"_cg_update_x + _copy_delta": two_passes,
+                            "_cg_update_x_sums": one_pass}, args.runs, unit="ms",
+                           before=reset_x)
+    print(f"saved per outer iteration: "
+          f"{1e3 * (med['_cg_update_x + _copy_delta'] - med['_cg_update_x_sums']):.1f} ms")
 
 
 if __name__ == "__main__":

@@ -247,6 +247,28 @@ def _cg_update_x(X, P, alpha):
 
 
 @njit(nogil=True, cache=True, parallel=True)
+def _cg_update_x_sums(X, P, alpha, n2_part, d2_part):
+    """X += alpha P with the chunk sums of ||X||^2 and ||X - X_start||^2 that
+    ``_copy_delta`` (no copy, Xold = X_start) would form after it: for a one-step PCG on
+    V's own float64 rows, whose start Vprev equals X before the step bit for bit."""
+    n, r = X.shape
+    n_ch = (n + RB - 1) // RB
+    for ch in prange(n_ch):
+        a = 0.0
+        b = 0.0
+        for i in range(ch * RB, min((ch + 1) * RB, n)):
+            for c in range(r):
+                x0 = X[i, c]
+                x = x0 + alpha[c] * P[i, c]
+                X[i, c] = x
+                dd = x - x0
+                a += x * x
+                b += dd * dd
+        n2_part[ch] = a
+        d2_part[ch] = b
+
+
+@njit(nogil=True, cache=True, parallel=True)
 def _dots(R, Z, part_rz, part_rr):
     """part_rz[ch, c] = sum R*Z, part_rr[ch, c] = sum R*R over the chunk's rows."""
     n, r = R.shape
@@ -358,7 +380,7 @@ class _Kernels:
     """The parallel kernels of a block solve, or their serial compilations (Dask actors)."""
 
     NAMES = ("_matvec_dot", "_pre_smooth", "_post_smooth", "_csr_mm", "_scale_rows",
-             "_cg_update", "_cg_update_x", "_dots", "_jacobi_dots", "_additive_dots",
+             "_cg_update", "_cg_update_x", "_cg_update_x_sums", "_dots", "_jacobi_dots", "_additive_dots",
              "_direction",
              "_neg_residual_rows",
              "_copy_delta", "_direction_LD", "_residual_dots",
@@ -1892,6 +1914,7 @@ class BlockPart:
             self.uc = self._cached("uc", lambda: constrained_columns(
                 indptr, indices, data, nu, self.n_own, int(n_free_halo), serial=serial))
         self._cg_steps, self._alpha, self._r_moved = 0, None, False
+        self._finish_parts = None
         self._no_q = np.empty((0, V.shape[1]))  # Q and uc of the plain product (unused)
         self._no_uc = (np.zeros(1, np.int64), np.empty(0, np.int64), np.empty(0))
         self.precond_setup(precond, serial)
@@ -1988,6 +2011,7 @@ class BlockPart:
 
     def save(self):
         self._cg_steps, self._alpha, self._r_moved = 0, None, False
+        self._finish_parts = None
         if self.extrapolate and not self._vprev_is_v:
             self.K.save(self.V, self.Vprev)
         self._vprev_is_v = False  # the step moves V from here on
@@ -2011,6 +2035,11 @@ class BlockPart:
     def pcg_update(self, alpha, precondition):
         if precondition:
             self.K.cg_update(self.X, self.R, self._P, self.Q, alpha)
+        elif self._cg_steps == 0 and self.extrapolate and self._x_is_v:
+            # the last step and the first: R - alpha Q would not be read (below), and
+            # finish_block's sums come from this pass (X's start is Vprev, bit for bit)
+            self._finish_parts = (self._chunks(self.nu), self._chunks(self.nu))
+            self.K.cg_update_x_sums(self.X, self._P, alpha, *self._finish_parts)
         else:
             # the last step: R - alpha Q would not be read. The residual is formed anew
             # after the C rows (subspace_step's fused update from R as it stands, or
@@ -2029,7 +2058,11 @@ class BlockPart:
         return self.pcg_precondition()
 
     def finish_block(self):
-        """V_U = X (rounded to V's dtype); chunk sums of ||X||^2 and ||X - Xold||^2."""
+        """V_U = X (rounded to V's dtype); chunk sums of ||X||^2 and ||X - Xold||^2 (formed
+        by the PCG's step where it was the only one)."""
+        if self._finish_parts is not None:
+            parts, self._finish_parts = self._finish_parts, None
+            return parts
         pn, pd = self._chunks(self.nu), self._chunks(self.nu)
         old = self.Vprev if self.extrapolate else self.Xold
         self.K.copy_delta(self.X, old, self.V, not self._x_is_v, not self.extrapolate, pn, pd)

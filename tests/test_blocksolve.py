@@ -290,6 +290,29 @@ def test_amg_apply_dots_equals_apply_then_dots(smooth, additive, serial, global_
                                    _additive_reference(M, R), rtol=1e-10, atol=1e-12)
 
 
+def test_last_cg_step_sums_equal_the_separate_passes(global_random_seed):
+    """A one-step PCG's update of X with finish_block's sums (``_cg_update_x_sums``) gives
+    the X of ``_cg_update_x`` and the ||X||^2, ||X - X_start||^2 chunk sums of
+    ``_copy_delta`` bit for bit, over several RB chunks."""
+    from npkl_dist._blocksolve import RB, _cg_update_x, _cg_update_x_sums, _copy_delta
+
+    rng = np.random.default_rng(global_random_seed)
+    for n, r in ((1, 1), (3 * RB + 17, 5)):
+        X0 = rng.standard_normal((n, r))
+        P = rng.standard_normal((n, r))
+        alpha = rng.uniform(-2.0, 2.0, r)
+        n_ch = (n + RB - 1) // RB
+        X1, X2 = X0.copy(), X0.copy()
+        a1, b1, a2, b2 = (np.full(n_ch, np.nan) for _ in range(4))
+        _cg_update_x_sums(X1, P, alpha, a1, b1)
+        _cg_update_x(X2, P, alpha)
+        _copy_delta(X2, X0.copy(), np.empty((0, r)), False, False, a2, b2)
+        np.testing.assert_array_equal(X1, X2)
+        np.testing.assert_array_equal(a1, a2)
+        np.testing.assert_array_equal(b1, b2)
+        np.testing.assert_allclose(a1.sum(), np.sum(X2 * X2), rtol=1e-12)
+
+
 def _additive_reference(M, b):
     """The additive cycle written out: W b + P M_1 P' b, M_1 the V-cycle from level 1."""
     lev = M.levels[0]
