@@ -344,10 +344,33 @@ def _direction(P, Z, beta):
 
 
 def _colsum(part):
-    """Column totals of chunk partials, added in chunk order."""
+    """Column totals of chunk partials, added in chunk order (compiled for the 1-D and 2-D
+    partials of every outer iteration: a Python loop over ~1,000 chunks took 0.3-0.6 ms a
+    call at n = 1e6, eleven calls per outer iteration)."""
+    if part.ndim == 1 and part.dtype == np.float64:
+        return _colsum_1d(part)
+    if part.ndim == 2 and part.dtype == np.float64:
+        return _colsum_2d(part)
     tot = np.zeros(part.shape[1:]) if part.ndim > 1 else 0.0
     for k in range(part.shape[0]):
         tot = tot + part[k]
+    return tot
+
+
+@njit(nogil=True, cache=True)
+def _colsum_1d(part):
+    tot = 0.0
+    for k in range(part.shape[0]):
+        tot = tot + part[k]
+    return tot
+
+
+@njit(nogil=True, cache=True)
+def _colsum_2d(part):
+    tot = np.zeros(part.shape[1])
+    for k in range(part.shape[0]):
+        for c in range(part.shape[1]):
+            tot[c] = tot[c] + part[k, c]
     return tot
 
 

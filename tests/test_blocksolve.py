@@ -1036,3 +1036,25 @@ def test_search_steps_within_rounding_are_refused(dtype, monkeypatch):
     assert res.objective == pytest.approx(exact, rel=1e-5 if dtype == "float32" else 1e-10)
     # the refused steps are the plain block steps: above the fit that took its searches
     assert res.objective > clean.objective
+
+
+def test_colsum_adds_chunk_partials_in_order(global_random_seed):
+    """The compiled column totals add the chunk partials in chunk order, as the loop
+    ``tot = tot + part[k]`` does (bit for bit; the 1-D partials to a float), for any
+    layout of the 2-D partials."""
+    from npkl_dist._blocksolve import _colsum
+
+    rng = np.random.default_rng(global_random_seed)
+    for shape in ((1,), (977,), (3, 1), (977, 16)):
+        # magnitudes spread over 1e-8..1e8: any other order of the additions rounds otherwise
+        part = rng.standard_normal(shape) * 10.0 ** rng.uniform(-8, 8, shape)
+        want = np.zeros(shape[1:]) if len(shape) > 1 else 0.0
+        for k in range(shape[0]):
+            want = want + part[k]
+        for p in (part, np.asfortranarray(part)):
+            got = _colsum(p)
+            np.testing.assert_array_equal(got, want)
+        if len(shape) == 1:
+            assert isinstance(got, float)
+    assert _colsum(np.zeros((0, 4))).tolist() == [0.0] * 4
+    assert _colsum(np.zeros(0)) == 0.0
