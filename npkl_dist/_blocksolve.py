@@ -237,20 +237,11 @@ def _cg_update(X, R, P, Q, alpha):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _cg_update_x(X, P, alpha):
-    """X += alpha P (per column alpha): ``_cg_update`` without the residual, for a last PCG
-    step whose R -= alpha Q nothing would read."""
-    n, r = X.shape
-    for i in prange(n):
-        for c in range(r):
-            X[i, c] += alpha[c] * P[i, c]
-
-
-@njit(nogil=True, cache=True, parallel=True)
 def _cg_update_x_sums(X, P, alpha, n2_part, d2_part):
-    """X += alpha P with the chunk sums of ||X||^2 and ||X - X_start||^2 that
-    ``_copy_delta`` (no copy, Xold = X_start) would form after it: for a one-step PCG on
-    V's own float64 rows, whose start Vprev equals X before the step bit for bit."""
+    """X += alpha P (``_cg_update`` without the residual: a last PCG step, whose
+    R -= alpha Q nothing would read) with the chunk sums of ||X||^2 and ||X - X_start||^2
+    that ``_copy_delta`` (no copy, Xold = X_start) would form after it: finish_block's sums
+    for a one-step PCG on V's own float64 rows, whose start Vprev equals X bit for bit."""
     n, r = X.shape
     n_ch = (n + RB - 1) // RB
     for ch in prange(n_ch):
@@ -286,32 +277,13 @@ def _dots(R, Z, part_rz, part_rr):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _jacobi_dots(R, dinv, Z, part_rz, part_rr):
-    """Z = dinv * R fused with the R*Z and R*R chunk sums."""
-    n, r = R.shape
-    n_ch = (n + RB - 1) // RB
-    for ch in prange(n_ch):
-        a = np.zeros(r)
-        b = np.zeros(r)
-        for i in range(ch * RB, min((ch + 1) * RB, n)):
-            s = dinv[i]
-            for c in range(r):
-                z = s * R[i, c]
-                Z[i, c] = z
-                a[c] += R[i, c] * z
-                b[c] += R[i, c] * R[i, c]
-        for c in range(r):
-            part_rz[ch, c] = a[c]
-            part_rr[ch, c] = b[c]
-
-
-@njit(nogil=True, cache=True, parallel=True)
 def _additive_dots(w, R, indptr, indices, data, X, Z, part_rz, part_rr):
     """Z = diag(w) R + P X (P: CSR ``indptr, indices, data``) fused with the R*Z and R*R chunk
     sums: the finest level of the additive cycle and the PCG dots in one pass over the rows,
     with the arithmetic of ``_scale_rows``, ``_csr_mm(accumulate=True)`` and ``_dots`` (each
     entry and each chunk sum bitwise theirs); Z is written and read while its row is in
-    cache instead of in three passes over the (n, r) blocks."""
+    cache instead of in three passes over the (n, r) blocks. With a P of empty rows it is
+    the Jacobi step Z = diag(w) R with its sums."""
     n, r = R.shape
     n_ch = (n + RB - 1) // RB
     for ch in prange(n_ch):
@@ -347,14 +319,8 @@ def _colsum(part):
     """Column totals of chunk partials, added in chunk order (compiled for the 1-D and 2-D
     partials of every outer iteration: a Python loop over ~1,000 chunks took 0.3-0.6 ms a
     call at n = 1e6, eleven calls per outer iteration)."""
-    if part.ndim == 1 and part.dtype == np.float64:
-        return _colsum_1d(part)
-    if part.ndim == 2 and part.dtype == np.float64:
-        return _colsum_2d(part)
-    tot = np.zeros(part.shape[1:]) if part.ndim > 1 else 0.0
-    for k in range(part.shape[0]):
-        tot = tot + part[k]
-    return tot
+    part = np.asarray(part, np.float64)
+    return _colsum_1d(part) if part.ndim == 1 else _colsum_2d(part)
 
 
 @njit(nogil=True, cache=True)
@@ -403,8 +369,7 @@ class _Kernels:
     """The parallel kernels of a block solve, or their serial compilations (Dask actors)."""
 
     NAMES = ("_matvec_dot", "_pre_smooth", "_post_smooth", "_csr_mm", "_scale_rows",
-             "_cg_update", "_cg_update_x", "_cg_update_x_sums", "_dots", "_jacobi_dots", "_additive_dots",
-             "_direction",
+             "_cg_update", "_cg_update_x_sums", "_dots", "_additive_dots", "_direction",
              "_neg_residual_rows",
              "_copy_delta", "_direction_LD", "_residual_dots",
              "_subspace_step", "_save", "_pair_coeffs2", "_rows_smooth",
@@ -471,9 +436,13 @@ class JacobiPreconditioner:
         self.dinv = 1.0 / np.asarray(A_diag, np.float64)
         self.setup_seconds = 0.0
         self.K = kernels(serial)
+        # no coarse correction: P with empty rows
+        self._no_P = (np.zeros(self.dinv.shape[0] + 1, np.int64), np.empty(0, np.int64),
+                      np.empty(0), np.empty((0, 0)))
 
     def apply_dots(self, R, Z, part_rz, part_rr):
-        self.K.jacobi_dots(R, self.dinv, Z, part_rz, part_rr)
+        ptr, idx, val, X = self._no_P
+        self.K.additive_dots(self.dinv, R, ptr, idx, val, X, Z, part_rz, part_rr)
 
 
 # pyamg's aggregation reads only the sparsity pattern of its strength matrix and skips the
@@ -681,17 +650,22 @@ class AMGPreconditioner:
         else:
             self._cycle(0, R, Z, self._work(R.shape[1]))
 
-    def _additive(self, b, out, work):
+    def _additive(self, b, out, work, part_rz=None, part_rr=None):
         """out = W b + P M_1 P' b: the finest level additive (its Jacobi weights W plus the
         coarse correction, the V-cycle from level 1), so no product with the finest matrix.
         A sum of two SPD operators: SPD, a valid PCG preconditioner. Weaker per step than
         the V-cycle, but each outer iteration of a block solve then makes one pass over
-        L_UU instead of three; see ``precond`` in ``fit_bcd``."""
+        L_UU instead of three; see ``precond`` in ``fit_bcd``. With ``part_rz, part_rr``:
+        the finest level fused with the b*out and b*b chunk sums (``_additive_dots``)."""
         lev = self.levels[0]
         _, _, coarse_b, coarse_x = work[0]
         R_, P_ = lev["R"], lev["P"]
         self.K.csr_mm(R_.indptr, R_.indices, R_.data, b, coarse_b, False)
         self._cycle(1, coarse_b, coarse_x, work)
+        if part_rz is not None:
+            self.K.additive_dots(lev["w"], b, P_.indptr, P_.indices, P_.data, coarse_x, out,
+                                 part_rz, part_rr)
+            return
         self.K.scale_rows(lev["w"], b, out)
         self.K.csr_mm(P_.indptr, P_.indices, P_.data, coarse_x, out, True)
 
@@ -702,14 +676,7 @@ class AMGPreconditioner:
         pass over the rows instead of three; at n = 1e6 about 20 ms of a 0.22 s outer
         iteration, bench/RESULTS.md)."""
         if self._split is None and self.levels and self.additive:
-            lev = self.levels[0]
-            work = self._work(R.shape[1])
-            _, _, coarse_b, coarse_x = work[0]
-            R_, P_ = lev["R"], lev["P"]
-            self.K.csr_mm(R_.indptr, R_.indices, R_.data, R, coarse_b, False)
-            self._cycle(1, coarse_b, coarse_x, work)
-            self.K.additive_dots(lev["w"], R, P_.indptr, P_.indices, P_.data, coarse_x, Z,
-                                 part_rz, part_rr)
+            self._additive(R, Z, self._work(R.shape[1]), part_rz, part_rr)
             return
         self.apply_to(R, Z)
         self.K.dots(R, Z, part_rz, part_rr)
@@ -2058,16 +2025,15 @@ class BlockPart:
     def pcg_update(self, alpha, precondition):
         if precondition:
             self.K.cg_update(self.X, self.R, self._P, self.Q, alpha)
-        elif self._cg_steps == 0 and self.extrapolate and self._x_is_v:
-            # the last step and the first: R - alpha Q would not be read (below), and
-            # finish_block's sums come from this pass (X's start is Vprev, bit for bit)
-            self._finish_parts = (self._chunks(self.nu), self._chunks(self.nu))
-            self.K.cg_update_x_sums(self.X, self._P, alpha, *self._finish_parts)
         else:
             # the last step: R - alpha Q would not be read. The residual is formed anew
             # after the C rows (subspace_step's fused update from R as it stands, or
             # residual()), and the direction pass reads Q, not R.
-            self.K.cg_update_x(self.X, self._P, alpha)
+            parts = (self._chunks(self.nu), self._chunks(self.nu))
+            self.K.cg_update_x_sums(self.X, self._P, alpha, *parts)
+            if self._cg_steps == 0 and self.extrapolate and self._x_is_v:
+                # also the first step: X's start is Vprev, so these are finish_block's sums
+                self._finish_parts = parts
         self._r_moved = bool(precondition)
         self._cg_steps += 1
         self._alpha = np.asarray(alpha, np.float64)

@@ -280,10 +280,8 @@ def _cuthill_mckee(indptr, indices, degree, seeds, order):
     neighbours sorted by degree by a stable insertion sort, as scipy's
     ``_reverse_cuthill_mckee``."""
     n = order.shape[0]
-    longest = 1
-    for i in range(n):
-        longest = max(longest, indptr[i + 1] - indptr[i])
-    key = np.empty(longest, np.int64)  # degrees of the current node's new neighbours
+    # degrees of the current node's new neighbours: at most its row length <= its degree
+    key = np.empty(max(1, degree.max()) if n else 1, np.int64)
     visited = np.zeros(n, np.bool_)
     found = 0
     for z in range(n):

@@ -290,11 +290,33 @@ def test_amg_apply_dots_equals_apply_then_dots(smooth, additive, serial, global_
                                    _additive_reference(M, R), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("serial", [False, True])
+def test_jacobi_apply_dots_is_the_scaled_residual_and_its_sums(serial, global_random_seed):
+    """The Jacobi preconditioner (the fused kernel with no coarse correction) gives
+    Z = D^-1 R and the R*Z, R*R chunk sums of ``_dots`` bit for bit."""
+    from npkl_dist._blocksolve import RB, JacobiPreconditioner, _dots
+
+    rng = np.random.default_rng(global_random_seed)
+    n, r = 3 * RB + 5, 4
+    d = rng.uniform(0.5, 3.0, n)
+    M = JacobiPreconditioner(d, serial=serial)
+    R = rng.standard_normal((n, r))
+    n_ch = (n + RB - 1) // RB
+    Z, pa, pb = np.empty((n, r)), np.empty((n_ch, r)), np.empty((n_ch, r))
+    M.apply_dots(R, Z, pa, pb)
+    want = (1.0 / d)[:, None] * R
+    qa, qb = np.empty((n_ch, r)), np.empty((n_ch, r))
+    _dots(R, want, qa, qb)
+    np.testing.assert_array_equal(Z, want)
+    np.testing.assert_array_equal(pa, qa)
+    np.testing.assert_array_equal(pb, qb)
+
+
 def test_last_cg_step_sums_equal_the_separate_passes(global_random_seed):
     """A one-step PCG's update of X with finish_block's sums (``_cg_update_x_sums``) gives
-    the X of ``_cg_update_x`` and the ||X||^2, ||X - X_start||^2 chunk sums of
+    the X of ``_cg_update`` and the ||X||^2, ||X - X_start||^2 chunk sums of
     ``_copy_delta`` bit for bit, over several RB chunks."""
-    from npkl_dist._blocksolve import RB, _cg_update_x, _cg_update_x_sums, _copy_delta
+    from npkl_dist._blocksolve import RB, _cg_update, _cg_update_x_sums, _copy_delta
 
     rng = np.random.default_rng(global_random_seed)
     for n, r in ((1, 1), (3 * RB + 17, 5)):
@@ -305,7 +327,7 @@ def test_last_cg_step_sums_equal_the_separate_passes(global_random_seed):
         X1, X2 = X0.copy(), X0.copy()
         a1, b1, a2, b2 = (np.full(n_ch, np.nan) for _ in range(4))
         _cg_update_x_sums(X1, P, alpha, a1, b1)
-        _cg_update_x(X2, P, alpha)
+        _cg_update(X2, np.zeros((n, r)), P, np.zeros((n, r)), alpha)
         _copy_delta(X2, X0.copy(), np.empty((0, r)), False, False, a2, b2)
         np.testing.assert_array_equal(X1, X2)
         np.testing.assert_array_equal(a1, a2)
