@@ -22,7 +22,9 @@ holds the experiments behind the analysis in bench/RESULTS.md, on bench_block's 
             (L-BFGS, the exact restriction) over one r x r transform per region,
             V_a -> V_a (I + B_a), the regions the aggregates of a plain-aggregation AMG level
             of L (at most --m); --momentum: restart it, transform it region by region, or
-            ``sum`` (S + the region step: the whole step since the outer iteration began).
+            ``sum`` (S + the region step: the whole step since the outer iteration began);
+            --regions-from labels: the regions are the mixture's true components instead
+            (an oracle partition whose boundary is almost empty).
 
 ``schur``   the local coupling of the two blocks: for --samples constrained rows i, the
             diagonal of the Schur complement S = L_CC - L_CU L_UU^-1 L_UC against L's,
@@ -39,6 +41,7 @@ session's state (prototypes, not library features). Usage::
     python bench/block_tail.py coarse --n 100000 --m 20000 3000
     python bench/block_tail.py ritz --n 100000 --every 1 3 5
     python bench/block_tail.py regions --n 100000 --m 100 --every 1 2 --start 2 --momentum sum
+    python bench/block_tail.py regions --n 100000 --every 1 --momentum transform --regions-from labels
     python bench/block_tail.py schur --n 1000000 --frac 0.01
 """
 
@@ -298,6 +301,7 @@ def cmd_regions(args):
     from scipy.optimize import minimize
 
     P = problem(args.n, args.frac, args.rank)
+    y = graph_for(args.n)[1]
     f_star = reference(P, args.ref_iters).objective
     show("no region step", fit_bcd(P, method="block", max_sweeps=args.outer, tol=0), f_star)
     for m_max in args.m:
@@ -312,8 +316,16 @@ def cmd_regions(args):
                 prep, V = session.prep, session.parts[0].V.astype(np.float64)
                 if "agg" not in st:
                     st["Li"] = internal_L(prep)
-                    T, _ = aggregates(st["Li"], m_max)
-                    st["agg"], st["m"] = T.indices.copy(), T.shape[1]
+                    if args.regions_from == "labels":  # oracle: the mixture's components
+                        st["agg"] = np.asarray(y)[session.layout.order].astype(np.int64)
+                        st["m"] = int(st["agg"].max()) + 1
+                    else:
+                        T, _ = aggregates(st["Li"], m_max)
+                        st["agg"], st["m"] = T.indices.copy(), T.shape[1]
+                    a_ = st["agg"]
+                    Lc = st["Li"].tocoo()
+                    cross = np.count_nonzero(a_[Lc.row] != a_[Lc.col])
+                    print(f"  {st['m']} regions; {cross} of {Lc.nnz} entries cross", flush=True)
                     print(f"  region sizes {np.bincount(st['agg']).min()}-"
                           f"{np.bincount(st['agg']).max()}", flush=True)
                 Li, agg, m = st["Li"], st["agg"], st["m"]
@@ -414,6 +426,7 @@ def main(argv=None):
             p.add_argument("--start", type=int, default=2)
             p.add_argument("--maxiter", type=int, default=200)
             p.add_argument("--momentum", choices=("restart", "transform", "sum"), default="restart")
+            p.add_argument("--regions-from", choices=("amg", "labels"), default="amg")
         if name == "schur":
             p.add_argument("--samples", type=int, default=30)
         if name == "ritz":

@@ -283,23 +283,31 @@ def _additive_dots(w, R, indptr, indices, data, X, Z, part_rz, part_rr):
     with the arithmetic of ``_scale_rows``, ``_csr_mm(accumulate=True)`` and ``_dots`` (each
     entry and each chunk sum bitwise theirs); Z is written and read while its row is in
     cache instead of in three passes over the (n, r) blocks. With a P of empty rows it is
-    the Jacobi step Z = diag(w) R with its sums."""
+    the Jacobi step Z = diag(w) R with its sums.
+
+    Each row is formed in float64 and stored once; the sums read Z as stored. So a float32
+    Z (a one-step PCG's direction, ``BlockPart.pcg_precondition``) holds each entry rounded
+    once, and R*Z is the sum for that rounded direction, which keeps the PCG's step exact
+    along it; a float64 Z gets the arithmetic above, bit for bit."""
     n, r = R.shape
     n_ch = (n + RB - 1) // RB
     for ch in prange(n_ch):
         a = np.zeros(r)
         b = np.zeros(r)
+        z = np.empty(r)
         for i in range(ch * RB, min((ch + 1) * RB, n)):
             wi = w[i]
             for c in range(r):
-                Z[i, c] = wi * R[i, c]
+                z[c] = wi * R[i, c]
             for p in range(indptr[i], indptr[i + 1]):
                 k = indices[p]
                 v = data[p]
                 for c in range(r):
-                    Z[i, c] += v * X[k, c]
+                    z[c] += v * X[k, c]
             for c in range(r):
-                a[c] += R[i, c] * Z[i, c]
+                Z[i, c] = z[c]
+                zc = np.float64(Z[i, c])
+                a[c] += R[i, c] * zc
                 b[c] += R[i, c] * R[i, c]
         for c in range(r):
             part_rz[ch, c] = a[c]
@@ -644,6 +652,11 @@ class AMGPreconditioner:
 
     def _apply(self, R, Z):
         if not self.levels:
+            if Z.dtype != np.float64:  # the substitutions accumulate in their output
+                Z64 = np.empty(R.shape)
+                _cholesky_solve_block(*self.coarse, R, Z64)
+                Z[...] = Z64
+                return
             _cholesky_solve_block(*self.coarse, R, Z)
         elif self.additive:
             self._additive(R, Z, self._work(R.shape[1]))
@@ -1854,6 +1867,15 @@ LD_FROM_CG = True
 #: resumes from older checkpoints recompute it exactly.
 RESIDUAL_FROM_STEP = True
 
+#: A one-step PCG (``inner_maxiter=1``, the default) takes its direction rounded to float32:
+#: Z = M R is stored once in single precision (each entry rounded once) and the step is the
+#: exact minimiser along that rounded direction (R*Z, L Z and X += alpha Z all read the
+#: stored float32 Z, in float64 arithmetic). The product with L_UU gathers ~14 neighbour rows
+#: of Z per row; a float32 row is one cache line instead of two (bench/RESULTS.md, "a
+#: single-precision direction"). The driver decides for every part at once, so a halo row
+#: has its owner's precision. False: float64 directions (the reference, for tests).
+DIRECTION_FLOAT32 = True
+
 
 class BlockPart:
     """The rows of V that one executor block updates in a block solve, with their halo.
@@ -1916,6 +1938,8 @@ class BlockPart:
             self.X[...] = V[:nu]
         self.R = self._buffer("R", (nu, r))
         self.Z = self._buffer("Z", (nw, r), zero=True)  # own rows, then the U halo
+        # a one-step PCG's direction in float32 (DIRECTION_FLOAT32), allocated on first use
+        self._Z64, self._Z32 = self.Z, None
         # the CG direction: Z itself on a CG iteration's first step (no copy); an array of
         # its own only once a second step needs P and the next Z at once
         self.P, self._P = None, self.Z
@@ -2006,7 +2030,15 @@ class BlockPart:
             self.K.save(self.V, self.Vprev)
         self._vprev_is_v = False  # the step moves V from here on
 
-    def pcg_precondition(self):
+    def pcg_precondition(self, single=False):
+        """Z = M R with the chunk sums of R*Z and R*R. ``single``: Z in float32, the
+        direction of a one-step PCG (``DIRECTION_FLOAT32``; every part gets the same)."""
+        if single:
+            if self._Z32 is None:
+                self._Z32 = self._buffer("Z32", self._Z64.shape, np.float32, zero=True)
+            self.Z = self._Z32
+        else:
+            self.Z = self._Z64
         r = self.R.shape[1]
         pa, pb = self._chunks(self.nu, r), self._chunks(self.nu, r)
         self.M.apply_dots(self.R, self.Z[:self.nu], pa, pb)
@@ -2264,9 +2296,10 @@ class BlockSession:
 
     def _pcg(self, rtol, maxiter):
         tot = self._total
+        single = bool(DIRECTION_FLOAT32) and maxiter == 1
 
-        def precondition():
-            res = self._call("pcg_precondition", send="Z")
+        def precondition():  # before the first step: a one-step PCG's direction
+            res = self._call("pcg_precondition", single, send="Z")
             return tot([x[0] for x in res]), tot([x[1] for x in res])
 
         def matvec(beta):

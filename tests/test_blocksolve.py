@@ -1028,6 +1028,120 @@ def test_fit_with_direction_from_cg_follows_the_reference(loss, monkeypatch):
     np.testing.assert_allclose(fast.kkt_trace, ref.kkt_trace, rtol=100 * rtol)
 
 
+# --------------------------------------------------------------------------------------------
+# a one-step PCG's direction in float32 (DIRECTION_FLOAT32)
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("serial", [False, True])
+@pytest.mark.parametrize("precond", ["amg-additive", "amg-plain", "amg", "jacobi", "coarse"])
+def test_float32_direction_is_rounded_once_and_summed_as_stored(precond, serial,
+                                                                global_random_seed):
+    """apply_dots into a float32 Z stores the float64 Z rounded once (each preconditioner:
+    the fused additive level, the V-cycles' last smoothing, Jacobi, the exact coarse solve
+    of a hierarchy without levels), and its R*Z sums are those of the stored values (so
+    the PCG's step is exact along the rounded direction); R*R is float64's. Bit for bit."""
+    from npkl_dist._blocksolve import RB, _dots
+
+    rng = np.random.default_rng(global_random_seed)
+    side = 8 if precond == "coarse" else 50
+    A = (grid_laplacian(side) + sp.identity(side * side) * 1e-3).tocsr()
+    n = A.shape[0]
+    if precond == "jacobi":
+        M = JacobiPreconditioner(A.diagonal(), serial=serial)
+    else:
+        M = AMGPreconditioner(A, smooth="jacobi" if precond == "amg" else None,
+                              additive=precond == "amg-additive",
+                              max_coarse=100 if precond == "coarse" else 30, serial=serial)
+        assert (len(M.levels) == 0) == (precond == "coarse")
+    n_ch = (n + RB - 1) // RB
+    for r in (1, 3, 16):
+        R = rng.standard_normal((n, r))
+        Z64, pa64, pb64 = np.empty((n, r)), np.empty((n_ch, r)), np.empty((n_ch, r))
+        M.apply_dots(R, Z64, pa64, pb64)
+        Z32 = np.full((n, r), np.nan, np.float32)
+        pa, pb = np.empty((n_ch, r)), np.empty((n_ch, r))
+        M.apply_dots(R, Z32, pa, pb)
+        np.testing.assert_array_equal(Z32, Z64.astype(np.float32))
+        qa, qb = np.empty((n_ch, r)), np.empty((n_ch, r))
+        _dots(R, Z32.astype(np.float64), qa, qb)
+        np.testing.assert_array_equal(pa, qa)
+        np.testing.assert_array_equal(pb, pb64)
+        assert not np.array_equal(pa, pa64)  # the rounding is there, and summed as stored
+
+
+@pytest.mark.parametrize("loss", ["square", "hinge"])
+def test_one_step_pcg_takes_its_float32_direction_exactly(loss, monkeypatch):
+    """In a block session the one-step PCG (inner_maxiter=1) takes Z in float32, Q = L_UU Z
+    of the stored values, and a step after which the residual is orthogonal to that
+    direction (to float64 rounding: with R*Z summed over the unrounded Z it would be off by
+    about float32's rounding). Several steps (inner_maxiter > 1) keep float64 directions,
+    and so does DIRECTION_FLOAT32 = False."""
+    from npkl_dist import _blocksolve as bs
+
+    n = 1500  # U has more rows than the AMG's coarsest level: the fused additive level
+    problem = sparse_constrained_problem(3, loss, n=n, rank=4, frac=0.1)
+    lay = block_layout(problem, make_plan(problem))
+    prep = prepare(problem, lay)
+    V = np.ascontiguousarray(initial_V(problem, np.random.default_rng(0), "random")[lay.order])
+    session = bs.BlockSession(prep, lay, V)
+    part = session.parts[0]
+    assert part.M.levels and part.M.additive
+    nu = lay.n_free
+    L_UU = (sp.csr_matrix((prep.data, prep.indices, prep.indptr), shape=(n, n))
+            + sp.diags(prep.diag)).tocsr()[:nu, :nu]
+    seen = []
+    update = part.pcg_update
+
+    def record(alpha, again):
+        seen.append((part.R.copy(), part._P[:nu].copy(), part.Q.copy(), np.array(alpha)))
+        return update(alpha, again)
+
+    part.pcg_update = record
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        session.step(lay.colour_order(rng), 0.01, 1)
+        R, Z, Q, alpha = seen.pop()
+        assert Z.dtype == np.float32
+        Zd = Z.astype(np.float64)
+        want = L_UU @ Zd
+        np.testing.assert_allclose(Q, want, rtol=0, atol=1e-13 * np.abs(want).max())
+        after = np.sum((R - alpha * Q) * Zd, axis=0)
+        assert np.all(np.abs(after) <= 1e-12 * np.sum(np.abs(R * Zd), axis=0)), after
+    session.step(lay.colour_order(rng), 1e-12, 3)
+    assert all(z.dtype == np.float64 for _, z, _, _ in seen)
+    seen.clear()
+    monkeypatch.setattr(bs, "DIRECTION_FLOAT32", False)
+    session.step(lay.colour_order(rng), 0.01, 1)
+    assert seen and seen[0][1].dtype == np.float64
+
+
+@pytest.mark.parametrize("loss", ["square", "squared_hinge", "hinge"])
+def test_fit_with_float32_directions_reaches_the_float64_fit(loss, monkeypatch):
+    """Whole block fits with float32 and float64 one-step directions: monotone, the same
+    objective trace to rounding early on (the step is exact along either direction), the
+    same optimum; with inner_maxiter > 1 the switch changes nothing, bit for bit. (The
+    hinge's optimum needs its joint moves, the default: without them both fits stall, at
+    different kinks.)"""
+    from npkl_dist import _blocksolve as bs
+
+    problem = sparse_constrained_problem(5, loss, n=600, rank=4, frac=0.1)
+    single = _fit(problem, method="block", max_sweeps=300, tol=0)
+    multi = _fit(problem, method="block", max_sweeps=10, tol=0, inner_maxiter=3, joint=False)
+    monkeypatch.setattr(bs, "DIRECTION_FLOAT32", False)
+    ref = _fit(problem, method="block", max_sweeps=300, tol=0)
+    ref_multi = _fit(problem, method="block", max_sweeps=10, tol=0, inner_maxiter=3,
+                     joint=False)
+    for res in (single, ref):
+        assert np.all(np.diff(res.objective_trace) <= 1e-12 * abs(res.objective_trace[0]))
+    k = 10
+    rtol = 1e-4 if loss == "hinge" else 1e-6
+    np.testing.assert_allclose(single.objective_trace[:k], ref.objective_trace[:k], rtol=rtol)
+    assert single.objective == pytest.approx(ref.objective, rel=1e-7)
+    assert single.objective == pytest.approx(problem.objective(single.V), rel=1e-10)
+    np.testing.assert_array_equal(multi.V, ref_multi.V)
+    assert multi.objective_trace == ref_multi.objective_trace
+
+
 @pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_search_steps_within_rounding_are_refused(dtype, monkeypatch):
