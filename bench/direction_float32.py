@@ -3,6 +3,7 @@
 
 ``python bench/direction_float32.py [--n N] [--runs K] [--threads T] [--f-star F]``
 ``python bench/direction_float32.py --kernels [--n N] [--runs K] [--threads T]``
+``python bench/direction_float32.py --dask [--n N] [--runs K]``
 
 The problem is bench_block.py's (10-cluster mixture in 8-D, kNN k = 10, delta = 1e-3, square
 loss, r = 16, gamma = 1, 1% of the points paired at random). Every fit goes through one
@@ -18,6 +19,11 @@ with its sums (``apply_dots``), Q = L Z with Z'Q (``_matvec_dot``), X += alpha Z
 finish_block's sums (``_cg_update_x_sums``) -- on the same graph's Laplacian in reverse
 Cuthill-McKee order, with Z in float64 and in float32, alternating (the fits' times carry
 the host's noise; these isolate what the precision changes).
+
+``--dask``: the same fits on a Dask LocalCluster of 2 worker processes x 1 thread (2 blocks,
+block-Jacobi AMG), both settings alternating: the bytes of the halo exchanges (the U rows of Z
+sent during the PCG, and of V after it) and the time to the gap. (That Dask fits equal the
+in-process partitioned oracle bit for bit, with either setting, is tests/test_dask_block.py's.)
 """
 
 from __future__ import annotations
@@ -45,10 +51,13 @@ def main(argv=None):
     ap.add_argument("--gap", type=float, default=1e-4)
     ap.add_argument("--f-star", type=float, default=2214.258)
     ap.add_argument("--kernels", action="store_true", help="time the PCG step's passes only")
+    ap.add_argument("--dask", action="store_true", help="fits on a 2-worker LocalCluster")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     if args.kernels:
         return kernels(args)
+    if args.dask:
+        return dask_fits(args)
     S, y, _ = graph_for(args.n)
     P = NPKLProblem.build(npkl_dist.laplacian(S, 1e-3), constraints_for(y, "0.01"),
                           loss="square", gamma=1.0, rank=16, seed=0)
@@ -92,6 +101,61 @@ def main(argv=None):
               f"{1e3 * outer:.1f} ms per outer iteration")
     print(f"ratio float64 / float32: {med[False][0] / med[True][0]:.2f}x to the gap, "
           f"{med[False][2] / med[True][2]:.2f}x per outer iteration")
+
+
+def dask_fits(args):
+    import distributed
+
+    from npkl_dist.executors._dask import DaskExecutor
+
+    S, y, _ = graph_for(args.n)
+    P = NPKLProblem.build(npkl_dist.laplacian(S, 1e-3), constraints_for(y, "0.01"),
+                          loss="square", gamma=1.0, rank=16, seed=0)
+    f_star = fit_bcd(P, method="block", max_sweeps=300, tol=1.0, tol_kkt=1e-9).objective
+
+    def stop(s, obj, ch, sec):
+        return (obj - f_star) / abs(f_star) <= args.gap
+
+    def fit(ex, single):
+        _blocksolve.DIRECTION_FLOAT32 = single  # the driver decides for every block
+        try:
+            t0 = time.perf_counter()
+            res = fit_bcd(P, method="block", max_sweeps=200, tol=0, executor=ex,
+                          callback=stop)
+            return time.perf_counter() - t0, res
+        finally:
+            _blocksolve.DIRECTION_FLOAT32 = True
+
+    env = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None, env=env) as cluster, \
+            distributed.Client(cluster) as client:
+        ex = DaskExecutor(client, blocks=2)
+        names = {False: "float64 direction", True: "float32 direction"}
+        seen = {}
+        from npkl_dist.executors._dask_block import DaskBlockSession as session_cls
+        close = session_cls.close
+
+        def keep(self):  # the session's halo bytes before it goes
+            seen["bytes"] = list(self.halo_bytes)
+            close(self)
+
+        session_cls.close = keep
+        for single in (False, True):
+            fit(ex, single)  # compile, start the actors
+        times = {k: [] for k in names}
+        for _ in range(args.runs):
+            for single in (False, True):
+                wall, res = fit(ex, single)
+                times[single].append(wall)
+                b = np.array(seen["bytes"])
+                gap = (res.objective - f_star) / abs(f_star)
+                print(f"{names[single]}: {res.n_sweeps} outer, {wall:.2f} s, gap {gap:.2e}, "
+                      f"halo bytes per outer iteration {b.sum() / res.n_sweeps / 1e6:.2f} MB "
+                      f"(largest exchange {b.max() / 1e6:.2f} MB)", flush=True)
+        session_cls.close = close
+    for k in (False, True):
+        print(f"{names[k]}: median {np.median(times[k]):.2f} s to the gap")
 
 
 def kernels(args):

@@ -69,6 +69,20 @@ def test_jacobi_block_fit_equals_inprocess_bitwise(client, global_random_seed, b
     _same(got, ref)
 
 
+@pytest.mark.parametrize("blocks", [2, 3])
+def test_float32_directions_through_halos_equal_inprocess_bitwise(client, global_random_seed,
+                                                                 blocks):
+    """A one-step PCG (the default inner_maxiter=1) takes float32 directions
+    (DIRECTION_FLOAT32): the halo rows of Z travel in float32, and every block's product
+    reads its neighbours' rounded rows as their owners do, so the fit is the in-process one
+    bit for bit on any partition."""
+    p = make_problem(global_random_seed, "squared_hinge")
+    kw = dict(method="block", max_sweeps=6, tol=0, precond="jacobi")
+    ref = nk.fit_bcd(p, executor=InProcessExecutor(1), **kw)
+    got = nk.fit_bcd(p, executor=DaskExecutor(client, blocks=blocks), **kw)
+    _same(got, ref)
+
+
 @pytest.mark.parametrize("blocks", [1, 3])
 def test_hinge_joint_moves_equal_inprocess_bitwise(client, global_random_seed, blocks):
     """Hinge block fits take joint moves (npkl_dist._joint): the driver's move is written
@@ -211,6 +225,12 @@ def test_halo_traffic_of_a_block_step(client, global_random_seed):
     assert session.halo_bytes[2] == u_halo * V.shape[1] * V.itemsize
     assert sum(session.halo_bytes[3:]) == c_halo * V.shape[1] * V.itemsize
     assert len(session.halo_bytes) == 3 + nc
+    # a one-step PCG: one Z exchange, its rows in float32 (DIRECTION_FLOAT32)
+    session.halo_bytes.clear()
+    session.step(np.arange(lay.n_colours), 0.01, 1)
+    assert session.halo_bytes[0] == u_halo * V.shape[1] * 4
+    assert session.halo_bytes[1] == u_halo * V.shape[1] * V.itemsize
+    assert len(session.halo_bytes) == 2 + nc
     session.close()
 
 
