@@ -45,7 +45,7 @@ import numpy as np
 from ._anderson import Anderson
 from ._bcd import FitResult, initial_V
 from ._errors import ConvergenceWarning, ValidationError, fmt_value
-from ._kernels import SUM_BLOCK
+from ._kernels import SUM_BLOCK, put_rows, take_rows
 from ._plan import make_plan, prepare
 from ._problem import NPKLProblem
 
@@ -197,7 +197,7 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
     else:
         if V0 is None:
             V0 = initial_V(problem, rng)
-        V = np.ascontiguousarray(np.asarray(V0)[plan.order], dtype=problem.dtype)
+        V = take_rows(V0, plan.order, problem.dtype)
         U = V.copy()
         Lam = np.zeros_like(V)
         it = 0
@@ -280,10 +280,8 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
             ConvergenceWarning,
             stacklevel=2,
         )
-    res.V = np.empty_like(V)
-    res.V[plan.order] = V
-    res.U = np.empty_like(U)
-    res.U[plan.order] = U
+    res.V = put_rows(V, plan.order)  # undo the relabelling
+    res.U = put_rows(U, plan.order)
     res.objective = res.objective_trace[-1] if final_obj is None else final_obj
     if aa is not None:
         res.anderson_steps, res.anderson_rejected = aa.n_steps, aa.n_rejected

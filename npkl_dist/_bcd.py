@@ -17,6 +17,7 @@ from numbers import Real
 import numpy as np
 
 from ._errors import ConvergenceWarning, ValidationError, fmt_value
+from ._kernels import put_rows, take_rows
 from ._plan import SCHEMES, make_plan, prepare, relabel_order
 from ._problem import NPKLProblem
 
@@ -616,7 +617,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
                 )
             if not np.all(np.isfinite(V0)):
                 raise ValidationError("V0: holds NaN or inf; pass a finite start")
-        V = np.ascontiguousarray(V0[layout.order], dtype=problem.dtype)
+        V = take_rows(V0, layout.order, problem.dtype)
         result = None
         first = 1
     if cache is not None:  # the setup's work arrays serve one fit at a time
@@ -782,9 +783,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             ConvergenceWarning,
             stacklevel=2,
         )
-    out = np.empty_like(V)
-    out[layout.order] = V  # undo the relabelling
-    result.V = out
+    result.V = put_rows(V, layout.order)  # undo the relabelling
     result.objective = result.objective_trace[-1] if result.objective_trace else result.objective_initial
     result.fit_seconds = time.perf_counter() - t_start
     return result

@@ -402,3 +402,32 @@ def test_rcm_equals_scipys_order_on_random_patterns(data):
     b = np.array([e[1] for e in edges] + [e[0] for e in edges], np.int64)
     M = sp.csr_matrix((np.ones(len(a)), (a, b)), shape=(n, n))
     np.testing.assert_array_equal(reverse_cuthill_mckee(M), _scipy_rcm(M))
+
+
+@pytest.mark.parametrize("src_dtype", [np.float64, np.float32, np.int64])
+@pytest.mark.parametrize("dtype", [None, np.float32, np.float64])
+def test_row_relabelling_equals_numpys_fancy_indexing(src_dtype, dtype, global_random_seed):
+    """take_rows / put_rows (a fit's relabelling of V into its internal order and back,
+    compiled for float32/float64) give numpy's A[idx] / out[perm] = A bit for bit, with the
+    dtype conversion rounded as numpy's astype; other inputs take numpy's route."""
+    from npkl_dist._kernels import put_rows, take_rows
+
+    rng = np.random.default_rng(global_random_seed)
+    n, r = 1000, 7
+    A = (rng.standard_normal((n, r)) * 1e3).astype(src_dtype)
+    want_dtype = A.dtype if dtype is None else np.dtype(dtype)
+    for perm in (rng.permutation(n), rng.permutation(n).astype(np.int32)):
+        got = take_rows(A, perm, dtype)
+        assert got.dtype == want_dtype and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, A[perm].astype(want_dtype))
+        back = put_rows(got, perm)
+        assert back.dtype == want_dtype
+        np.testing.assert_array_equal(back, A.astype(want_dtype))
+    # a subset, repeats and negative indices (numpy's semantics), a Fortran-ordered source
+    idx = np.r_[rng.integers(-n, n, 50), 3, 3]
+    np.testing.assert_array_equal(take_rows(A, idx, dtype), A[idx].astype(want_dtype))
+    F = np.asfortranarray(A)
+    np.testing.assert_array_equal(take_rows(F, perm, dtype), A[perm].astype(want_dtype))
+    with pytest.raises(IndexError):
+        take_rows(A, np.array([0, n]), dtype)
+    assert take_rows(A, np.zeros(0, np.int64), dtype).shape == (0, r)
