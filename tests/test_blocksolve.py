@@ -1115,6 +1115,41 @@ def test_one_step_pcg_takes_its_float32_direction_exactly(loss, monkeypatch):
     assert seen and seen[0][1].dtype == np.float64
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_objective_kkt_takes_the_norm_sums_of_the_subspace_step(dtype):
+    """After an outer iteration the KKT residual's scale, the chunk sums of ||v_i||^2, comes
+    from the subspace step's own pass: the same sums (to rounding) as a pass over V, so the
+    same objective and KKT residual; a joint move (assign) drops them, and the next
+    evaluation sums V itself."""
+    from npkl_dist import _blocksolve as bs
+    from npkl_dist._kkt import kkt_residual
+    from npkl_dist.executors._inprocess import chunked_sums
+
+    problem = sparse_constrained_problem(4, "square", n=1500, rank=4, frac=0.1, dtype=dtype)
+    lay = block_layout(problem, make_plan(problem))
+    prep = prepare(problem, lay)
+    V = np.ascontiguousarray(initial_V(problem, np.random.default_rng(0), "random")[lay.order])
+    session = bs.BlockSession(prep, lay, V)
+    part = session.parts[0]
+    rng = np.random.default_rng(1)
+    for _ in range(3):
+        session.step(lay.colour_order(rng), 0.01, 1)
+        assert part._vn is not None
+        Vo = part.V.astype(np.float64)
+        np.testing.assert_allclose(part._vn, chunked_sums(np.einsum("ij,ij->i", Vo, Vo)),
+                                   rtol=1e-13)
+        obj, kkt = session.objective_kkt()
+        cached = part._vn
+        part._vn = None
+        obj2, kkt2 = session.objective_kkt()
+        part._vn = cached
+        assert obj == obj2
+        assert kkt == pytest.approx(kkt2, rel=1e-13)
+        assert kkt == pytest.approx(kkt_residual(prep, part.V), rel=1e-8)
+    session.assign(part.V * 1.01)
+    assert part._vn is None
+
+
 @pytest.mark.parametrize("loss", ["square", "squared_hinge", "hinge"])
 def test_fit_with_float32_directions_reaches_the_float64_fit(loss, monkeypatch):
     """Whole block fits with float32 and float64 one-step directions: monotone, the same
