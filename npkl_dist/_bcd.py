@@ -659,7 +659,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         int(resume[0].get("joint_wait", 1)), int(resume[0].get("joint_next", 0)))
     try:
         if result is None:
-            obj0 = session.objective_kkt()[0] if method == "block" else session.objective()
+            obj0 = (session.objective_kkt(with_kkt=False)[0] if method == "block"
+                    else session.objective())  # the start's objective alone
             result = FitResult(V=V, objective=obj0, objective_initial=obj0,
                                n_colours=layout.n_colours, method=method, start=start)
         result.setup_seconds = time.perf_counter() - t_start

@@ -1229,3 +1229,13 @@ def test_colsum_adds_chunk_partials_in_order(global_random_seed):
             assert isinstance(got, float)
     assert _colsum(np.zeros((0, 4))).tolist() == [0.0] * 4
     assert _colsum(np.zeros(0)) == 0.0
+
+
+@pytest.mark.parametrize("loss", SMOOTH_LOSSES)
+def test_block_fit_reports_the_starts_objective(loss):
+    """objective_initial of a block fit (the by-product evaluation without its KKT part) is
+    the objective of the start."""
+    problem = sparse_constrained_problem(6, loss, n=800, rank=4, frac=0.1)
+    V0 = initial_V(problem, np.random.default_rng(problem.seed), "random")
+    res = _fit(problem, method="block", max_sweeps=2, tol=0)
+    assert res.objective_initial == pytest.approx(problem.objective(V0), rel=1e-10)
