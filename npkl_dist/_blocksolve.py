@@ -381,7 +381,7 @@ class _Kernels:
              "_neg_residual_rows",
              "_copy_delta", "_direction_LD", "_residual_dots",
              "_subspace_step", "_save", "_pair_coeffs2", "_rows_smooth",
-             "_select_columns", "_gershgorin_rho")  # the last two: set-up
+             "_select_columns", "_gershgorin_rho", "_diag_gershgorin")  # the last 3: set-up
 
     def __init__(self, serial: bool):
         from ._kernels import pair_terms_serial, serial_variant
@@ -488,6 +488,26 @@ def _gershgorin_rho(indptr, off_data, diag):
     return ratio.max()
 
 
+@njit(nogil=True, cache=True, parallel=True)
+def _diag_gershgorin(indptr, indices, data, diag, ratio):
+    """The diagonal of a CSR matrix (0 where a row stores none) and, per row,
+    (|d_i| + sum_{j != i} |a_ij|) / d_i (0 where d_i <= 0): ``_split`` then
+    ``_gershgorin_rho`` without the off-diagonal copy (the same additions in the same order,
+    explicit zeros adding 0)."""
+    n = diag.shape[0]
+    for i in prange(n):
+        d = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            if indices[p] == i:
+                d = data[p]
+        s = abs(d)
+        for p in range(indptr[i], indptr[i + 1]):
+            if indices[p] != i:
+                s += abs(data[p])
+        diag[i] = d
+        ratio[i] = s / d if d > 0.0 else 0.0  # d <= 0: the caller refuses the level
+
+
 def _decoupled_rows(A: sp.csr_matrix, rtol: float = DECOUPLED_RTOL) -> np.ndarray:
     """Mask of the rows of A whose off-diagonal absolute sum is at most ``rtol`` times the
     diagonal (none, or Gaussian weights of far neighbours, ~1e-20: they round away next to
@@ -578,13 +598,23 @@ class AMGPreconditioner:
 
         self.levels = []
         for k, lev in enumerate(ml.levels[:-1]):
-            # the off-diagonal part (sorted rows, no explicit zeros) and the diagonal
-            off, d = _split(_nonzero(sp.csr_matrix(lev.A)), serial=self.K.serial)
-            if np.any(d <= 0):
-                return False
-            # Gershgorin bound on rho(D^-1 A): cheap, and a smaller weight keeps the
-            # smoother convergent and the cycle SPD
-            rho = self.K.gershgorin_rho(off.indptr, off.data, d)
+            if self.additive and k == 0:
+                # the additive finest level only scales by its Jacobi weights: its diagonal
+                # and Gershgorin bound in one pass, without copying the off-diagonal part
+                A = sp.csr_matrix(lev.A)
+                d, ratio = np.empty(A.shape[0]), np.empty(A.shape[0])
+                self.K.diag_gershgorin(A.indptr, A.indices, A.data, d, ratio)
+                if np.any(d <= 0):
+                    return False
+                rho = ratio.max()
+            else:
+                # the off-diagonal part (sorted rows, no explicit zeros) and the diagonal
+                off, d = _split(_nonzero(sp.csr_matrix(lev.A)), serial=self.K.serial)
+                if np.any(d <= 0):
+                    return False
+                # Gershgorin bound on rho(D^-1 A): cheap, and a smaller weight keeps the
+                # smoother convergent and the cycle SPD
+                rho = self.K.gershgorin_rho(off.indptr, off.data, d)
             level = {"diag": d, "w": (4.0 / (3.0 * rho)) / d,
                      "P": _int64_csr(lev.P), "R": _int64_csr(lev.P.T)}
             if not (self.additive and k == 0):  # the additive finest level never smooths

@@ -1239,3 +1239,35 @@ def test_block_fit_reports_the_starts_objective(loss):
     V0 = initial_V(problem, np.random.default_rng(problem.seed), "random")
     res = _fit(problem, method="block", max_sweeps=2, tol=0)
     assert res.objective_initial == pytest.approx(problem.objective(V0), rel=1e-10)
+
+
+@pytest.mark.parametrize("serial", [False, True])
+def test_additive_finest_level_weights_equal_the_split_route(serial, global_random_seed):
+    """The additive finest level's diagonal and Jacobi weights, from one pass over the CSR
+    rows (``_diag_gershgorin``), equal those of the split route (off-diagonal part without
+    explicit zeros, then ``_gershgorin_rho``) bit for bit, also with explicit zeros and rows
+    stored out of order; a zero diagonal entry still refuses the hierarchy."""
+    from npkl_dist._blocksolve import _gershgorin_rho, _nonzero
+    from npkl_dist._plan import _split
+
+    rng = np.random.default_rng(global_random_seed)
+    G = sp.triu(grid_laplacian(40), k=1).tocoo()  # a grid's edges, random weights
+    W = sp.coo_matrix((rng.uniform(0.5, 2.0, G.nnz), (G.row, G.col)), shape=(1600, 1600))
+    W = (W + W.T).tocsr()
+    A = (sp.diags(np.asarray(W.sum(axis=1)).ravel() + rng.uniform(1e-3, 1e-1)) - W).tocsr()
+    A.sort_indices()
+    Z = A.copy()  # explicit zeros off the diagonal, on both sides (symmetric)
+    rows = np.repeat(np.arange(1600), np.diff(Z.indptr))
+    upper = np.flatnonzero(rows < Z.indices)
+    for p in rng.choice(upper, 40, replace=False):
+        i, j = rows[p], Z.indices[p]
+        Z[i, j] = 0.0
+        Z[j, i] = 0.0
+    assert Z.nnz == A.nnz and np.count_nonzero(Z.data == 0) == 80
+    for M in (A, Z):
+        pre = AMGPreconditioner(M, smooth=None, additive=True, max_coarse=30, serial=serial)
+        assert pre.levels and pre.additive
+        off, d = _split(_nonzero(sp.csr_matrix(M)))
+        rho = _gershgorin_rho(off.indptr, off.data, d)
+        np.testing.assert_array_equal(pre.levels[0]["diag"], d)
+        np.testing.assert_array_equal(pre.levels[0]["w"], (4.0 / (3.0 * rho)) / d)
