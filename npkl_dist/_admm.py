@@ -45,7 +45,7 @@ import numpy as np
 from ._anderson import Anderson
 from ._bcd import FitResult, initial_V
 from ._errors import ConvergenceWarning, ValidationError, fmt_value
-from ._kernels import SUM_BLOCK, put_rows, take_rows
+from ._kernels import SUM_BLOCK, take_rows
 from ._plan import make_plan, prepare
 from ._problem import NPKLProblem
 
@@ -280,8 +280,8 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
             ConvergenceWarning,
             stacklevel=2,
         )
-    res.V = put_rows(V, plan.order)  # undo the relabelling
-    res.U = put_rows(U, plan.order)
+    res.V = take_rows(V, plan.rank_of)  # undo the relabelling
+    res.U = take_rows(U, plan.rank_of)
     res.objective = res.objective_trace[-1] if final_obj is None else final_obj
     if aa is not None:
         res.anderson_steps, res.anderson_rejected = aa.n_steps, aa.n_rejected

@@ -17,7 +17,7 @@ from numbers import Real
 import numpy as np
 
 from ._errors import ConvergenceWarning, ValidationError, fmt_value
-from ._kernels import put_rows, take_rows
+from ._kernels import take_rows
 from ._plan import SCHEMES, make_plan, prepare, relabel_order
 from ._problem import NPKLProblem
 
@@ -784,7 +784,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             ConvergenceWarning,
             stacklevel=2,
         )
-    result.V = put_rows(V, layout.order)  # undo the relabelling
+    result.V = take_rows(V, layout.rank_of)  # undo the relabelling
     result.objective = result.objective_trace[-1] if result.objective_trace else result.objective_initial
     result.fit_seconds = time.perf_counter() - t_start
     return result

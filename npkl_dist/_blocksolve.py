@@ -381,7 +381,7 @@ class _Kernels:
              "_neg_residual_rows",
              "_copy_delta", "_direction_LD", "_residual_dots",
              "_subspace_step", "_save", "_pair_coeffs2", "_rows_smooth",
-             "_select_columns", "_gershgorin_rho", "_diag_gershgorin")  # the last 3: set-up
+             "_select_columns", "_diag_gershgorin")  # the last two: set-up
 
     def __init__(self, serial: bool):
         from ._kernels import pair_terms_serial, serial_variant
@@ -475,25 +475,11 @@ def _nonzero(A: sp.csr_matrix) -> sp.csr_matrix:
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _gershgorin_rho(indptr, off_data, diag):
-    """max over rows of (|d_i| + sum_j |a_ij|) / d_i: the Gershgorin bound on the spectral
-    radius of D^-1 A for positive d, from A's off-diagonal part."""
-    n = diag.shape[0]
-    ratio = np.empty(n)
-    for i in prange(n):
-        s = abs(diag[i])
-        for p in range(indptr[i], indptr[i + 1]):
-            s += abs(off_data[p])
-        ratio[i] = s / diag[i]
-    return ratio.max()
-
-
-@njit(nogil=True, cache=True, parallel=True)
 def _diag_gershgorin(indptr, indices, data, diag, ratio):
     """The diagonal of a CSR matrix (0 where a row stores none) and, per row,
-    (|d_i| + sum_{j != i} |a_ij|) / d_i (0 where d_i <= 0): ``_split`` then
-    ``_gershgorin_rho`` without the off-diagonal copy (the same additions in the same order,
-    explicit zeros adding 0)."""
+    (|d_i| + sum_{j != i} |a_ij|) / d_i (0 where d_i <= 0), whose maximum is the Gershgorin
+    bound on the spectral radius of D^-1 A: one pass over the rows, the off-diagonal entries
+    added in their stored order (explicit zeros add 0)."""
     n = diag.shape[0]
     for i in prange(n):
         d = 0.0
@@ -598,26 +584,18 @@ class AMGPreconditioner:
 
         self.levels = []
         for k, lev in enumerate(ml.levels[:-1]):
-            if self.additive and k == 0:
-                # the additive finest level only scales by its Jacobi weights: its diagonal
-                # and Gershgorin bound in one pass, without copying the off-diagonal part
-                A = sp.csr_matrix(lev.A)
-                d, ratio = np.empty(A.shape[0]), np.empty(A.shape[0])
-                self.K.diag_gershgorin(A.indptr, A.indices, A.data, d, ratio)
-                if np.any(d <= 0):
-                    return False
-                rho = ratio.max()
-            else:
-                # the off-diagonal part (sorted rows, no explicit zeros) and the diagonal
-                off, d = _split(_nonzero(sp.csr_matrix(lev.A)), serial=self.K.serial)
-                if np.any(d <= 0):
-                    return False
-                # Gershgorin bound on rho(D^-1 A): cheap, and a smaller weight keeps the
-                # smoother convergent and the cycle SPD
-                rho = self.K.gershgorin_rho(off.indptr, off.data, d)
-            level = {"diag": d, "w": (4.0 / (3.0 * rho)) / d,
+            A = sp.csr_matrix(lev.A)
+            # the diagonal and the Gershgorin bound on rho(D^-1 A) in one pass: cheap, and a
+            # smaller weight keeps the smoother convergent and the cycle SPD
+            d, ratio = np.empty(A.shape[0]), np.empty(A.shape[0])
+            self.K.diag_gershgorin(A.indptr, A.indices, A.data, d, ratio)
+            if np.any(d <= 0):
+                return False
+            level = {"diag": d, "w": (4.0 / (3.0 * ratio.max())) / d,
                      "P": _int64_csr(lev.P), "R": _int64_csr(lev.P.T)}
             if not (self.additive and k == 0):  # the additive finest level never smooths
+                # the off-diagonal part (sorted rows, no explicit zeros) its smoothing reads
+                off, _ = _split(_nonzero(A), serial=self.K.serial)
                 level.update(indptr=off.indptr.astype(np.int64),
                              indices=off.indices.astype(np.int64), data=off.data)
             self.levels.append(level)

@@ -1065,48 +1065,25 @@ def _take_rows(A, idx, out):
             out[q, c] = A[src, c]
 
 
-@njit(nogil=True, cache=True, parallel=True)
-def _put_rows(A, idx, out):
-    """out[idx[q]] = A[q], rows in parallel (``idx`` distinct: each row written once)."""
-    r = A.shape[1]
-    for q in prange(idx.shape[0]):
-        dst = idx[q]
-        for c in range(r):
-            out[dst, c] = A[q, c]
-
-
 _ROW_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def take_rows(A, idx, dtype=None) -> np.ndarray:
-    """``np.ascontiguousarray(A[idx], dtype)``: a relabelling of an (n, r) factor into a fit's
-    internal order. Float32/float64 (n, r) arrays take one parallel compiled pass, the same
-    values bit for bit (a float64 to float32 conversion rounds as numpy's does); at
-    n = 1e6, r = 16 it takes about a quarter of numpy's serial gather (bench/RESULTS.md)."""
+    """``np.ascontiguousarray(A[idx], dtype)``: a relabelling of an (n, r) factor, into a
+    fit's internal order (``idx`` = the order) or back (``idx`` = its inverse, ``rank_of``).
+    Float32/float64 (n, r) arrays with indices in range take one parallel compiled pass, the
+    same values bit for bit (a float64 to float32 conversion rounds as numpy's does); at
+    n = 1e6, r = 16 about a third of numpy's serial gather (bench/RESULTS.md). Anything else
+    (negative or out-of-range indices among it) takes numpy's route."""
     A = np.asarray(A)
     dtype = A.dtype if dtype is None else np.dtype(dtype)
     idx = np.asarray(idx)
-    if A.ndim != 2 or A.dtype not in _ROW_DTYPES or dtype not in _ROW_DTYPES \
-            or idx.ndim != 1 or idx.dtype.kind not in "iu":
+    if (A.ndim != 2 or A.dtype not in _ROW_DTYPES or dtype not in _ROW_DTYPES
+            or idx.ndim != 1 or idx.dtype.kind not in "iu"
+            or (idx.size and (idx.min() < 0 or idx.max() >= A.shape[0]))):
         return np.ascontiguousarray(A[idx], dtype=dtype)
-    if idx.size and (idx.min() < -A.shape[0] or idx.max() >= A.shape[0]):
-        raise IndexError(f"take_rows: an index is out of range for {A.shape[0]} rows")
     out = np.empty((idx.shape[0], A.shape[1]), dtype)
-    _take_rows(A, np.where(idx < 0, idx + A.shape[0], idx), out)
-    return out
-
-
-def put_rows(A, perm) -> np.ndarray:
-    """``out[perm] = A`` into a new array for a permutation ``perm`` of A's rows (the undoing
-    of a fit's relabelling): one parallel compiled pass for float32/float64 (n, r) arrays."""
-    A = np.asarray(A)
-    perm = np.asarray(perm)
-    out = np.empty_like(A)
-    if A.ndim != 2 or A.dtype not in _ROW_DTYPES or perm.shape != (A.shape[0],) \
-            or perm.dtype.kind not in "iu":
-        out[perm] = A
-        return out
-    _put_rows(A, perm, out)
+    _take_rows(A, idx, out)
     return out
 
 

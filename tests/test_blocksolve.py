@@ -1241,13 +1241,27 @@ def test_block_fit_reports_the_starts_objective(loss):
     assert res.objective_initial == pytest.approx(problem.objective(V0), rel=1e-10)
 
 
+def _gershgorin_weights_reference(off_indptr, off_data, d):
+    """4 / (3 rho) / d with rho = max_i (|d_i| + sum_j |a_ij|) / d_i, the off-diagonal
+    entries added one by one in stored order (plain Python floats: the slow reference)."""
+    rho = 0.0
+    for i in range(d.shape[0]):
+        s = abs(float(d[i]))
+        for v in off_data[off_indptr[i]:off_indptr[i + 1]]:
+            s += abs(float(v))  # a loop, not sum(): Python 3.12's float sum() compensates
+        rho = max(rho, s / float(d[i]))
+    return (4.0 / (3.0 * rho)) / d
+
+
 @pytest.mark.parametrize("serial", [False, True])
-def test_additive_finest_level_weights_equal_the_split_route(serial, global_random_seed):
-    """The additive finest level's diagonal and Jacobi weights, from one pass over the CSR
-    rows (``_diag_gershgorin``), equal those of the split route (off-diagonal part without
-    explicit zeros, then ``_gershgorin_rho``) bit for bit, also with explicit zeros and rows
-    stored out of order; a zero diagonal entry still refuses the hierarchy."""
-    from npkl_dist._blocksolve import _gershgorin_rho, _nonzero
+@pytest.mark.parametrize("additive", [True, False])
+def test_additive_finest_level_weights_equal_the_split_route(serial, additive,
+                                                             global_random_seed):
+    """Every level's diagonal and Jacobi weights, from one pass over its CSR rows
+    (``_diag_gershgorin``), equal those of the split route (off-diagonal part without
+    explicit zeros, its entries added in order) bit for bit, also with explicit zeros; the
+    additive finest level, which never smooths, keeps no off-diagonal part."""
+    from npkl_dist._blocksolve import _nonzero
     from npkl_dist._plan import _split
 
     rng = np.random.default_rng(global_random_seed)
@@ -1265,9 +1279,16 @@ def test_additive_finest_level_weights_equal_the_split_route(serial, global_rand
         Z[j, i] = 0.0
     assert Z.nnz == A.nnz and np.count_nonzero(Z.data == 0) == 80
     for M in (A, Z):
-        pre = AMGPreconditioner(M, smooth=None, additive=True, max_coarse=30, serial=serial)
-        assert pre.levels and pre.additive
-        off, d = _split(_nonzero(sp.csr_matrix(M)))
-        rho = _gershgorin_rho(off.indptr, off.data, d)
-        np.testing.assert_array_equal(pre.levels[0]["diag"], d)
-        np.testing.assert_array_equal(pre.levels[0]["w"], (4.0 / (3.0 * rho)) / d)
+        pre = AMGPreconditioner(M, smooth=None, additive=additive, max_coarse=30,
+                                serial=serial)
+        assert len(pre.levels) >= 2 and pre.additive == additive
+        for k, level in enumerate(pre.levels):
+            if k == 0:
+                off, d = _split(_nonzero(sp.csr_matrix(M)))
+                assert ("data" in level) == (not additive)
+            else:
+                off = sp.csr_matrix((level["data"], level["indices"], level["indptr"]))
+                d = level["diag"]
+            np.testing.assert_array_equal(level["diag"], d)
+            np.testing.assert_array_equal(
+                level["w"], _gershgorin_weights_reference(off.indptr, off.data, d))

@@ -407,10 +407,11 @@ def test_rcm_equals_scipys_order_on_random_patterns(data):
 @pytest.mark.parametrize("src_dtype", [np.float64, np.float32, np.int64])
 @pytest.mark.parametrize("dtype", [None, np.float32, np.float64])
 def test_row_relabelling_equals_numpys_fancy_indexing(src_dtype, dtype, global_random_seed):
-    """take_rows / put_rows (a fit's relabelling of V into its internal order and back,
-    compiled for float32/float64) give numpy's A[idx] / out[perm] = A bit for bit, with the
-    dtype conversion rounded as numpy's astype; other inputs take numpy's route."""
-    from npkl_dist._kernels import put_rows, take_rows
+    """take_rows (a fit's relabelling of V into its internal order, and back through the
+    inverse order; compiled for float32/float64) gives numpy's A[idx] and out[perm] = A bit
+    for bit, with the dtype conversion rounded as numpy's astype; other inputs take numpy's
+    route."""
+    from npkl_dist._kernels import take_rows
 
     rng = np.random.default_rng(global_random_seed)
     n, r = 1000, 7
@@ -420,7 +421,7 @@ def test_row_relabelling_equals_numpys_fancy_indexing(src_dtype, dtype, global_r
         got = take_rows(A, perm, dtype)
         assert got.dtype == want_dtype and got.flags.c_contiguous
         np.testing.assert_array_equal(got, A[perm].astype(want_dtype))
-        back = put_rows(got, perm)
+        back = take_rows(got, np.argsort(perm))  # out[perm] = got
         assert back.dtype == want_dtype
         np.testing.assert_array_equal(back, A.astype(want_dtype))
     # a subset, repeats and negative indices (numpy's semantics), a Fortran-ordered source
