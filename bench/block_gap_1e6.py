@@ -49,6 +49,7 @@ def main(argv=None):
                     help="time fits that share one fit_setup (after a first fit through it)")
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"],
                     help="the problem's dtype (V, L and the work arrays; sums in float64)")
+    ap.add_argument("--start", default=None, help="start (default: the library's)")
     ap.add_argument("--precond", default=None, help="block preconditioner (default: the "
                     "library's)")
     args = ap.parse_args(argv)
@@ -65,6 +66,8 @@ def main(argv=None):
         f_star = ref.objective
         print(f"reference: {ref.n_sweeps} outer, f* = {f_star:.8g}, kkt {ref.kkt:.1e}")
     kw = {} if args.precond is None else {"precond": args.precond}
+    if args.start is not None:
+        kw["start"] = args.start
     if args.reuse_setup:
         t0 = time.perf_counter()
         kw["setup"] = npkl_dist.fit_setup(P, method="auto", executor=ex)

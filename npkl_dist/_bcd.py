@@ -72,7 +72,7 @@ STALL_KKT_MIN = 1e-6
 
 #: Hinge loss: at most this many sweeps between two joint-move attempts (``joint``).
 JOINT_MAX_WAIT = 16
-STARTS = ("random", "propagate", "spectral")
+STARTS = ("random", "propagate", "spectral", "coarse")
 
 
 def stall_bound(tol: float) -> float:
@@ -154,12 +154,27 @@ def initial_V(problem: NPKLProblem, rng: np.random.Generator, start: str = "rand
     start='spectral': the r bottom eigenvectors of L (LOBPCG, preconditioned by
         smoothed-aggregation AMG), scaled by the factor that minimises the objective along
         them (a convex one-dimensional problem in the squared scale).
+    start='coarse': the r bottom eigenvectors of L's Galerkin operator on a coarse level of a
+        plain-aggregation hierarchy (at most ``_coarse_start.MAX_COARSE`` aggregates),
+        piecewise constant on the aggregates, scaled as the spectral start
+        (``npkl_dist._coarse_start``). The aggregation visits rows in order: here the
+        original order, in :func:`fit_bcd` the fit's internal order. The scale is at least
+        that of a mean row norm 0.1 (V = 0 is a saddle no step leaves).
 
     For the linear loss rows are projected on the ball ||v_i|| <= b.
     """
     if start not in STARTS:
         raise ValidationError(f"start: {start!r} is not one of {', '.join(STARTS)}")
     n, r = problem.n_points, problem.rank
+    if start == "coarse":  # draws nothing from rng
+        from ._coarse_start import coarse_start
+        from ._plan import _split
+
+        off, diag = _split(problem.L.tocsr())
+        c = problem.constraints
+        V = coarse_start(off.indptr, off.indices, off.data, diag, c.i, c.j, c.t, rank=r,
+                         loss=problem.loss, gamma=problem.gamma, bound=problem.bound)[0]
+        return V.astype(problem.dtype, copy=False)
     V = rng.standard_normal((n, r))
     V /= np.sqrt(r)  # in place: at n = 1e6 each (n, r) temporary is 128 MB of fresh pages
     if start == "propagate":
@@ -169,6 +184,7 @@ def initial_V(problem: NPKLProblem, rng: np.random.Generator, start: str = "rand
         V[~keep] = 0.0
     elif start == "spectral":
         V = _spectral_start(problem, V)
+
     if problem.loss == "linear":
         norms = np.linalg.norm(V, axis=1)
         over = norms > problem.bound
@@ -210,6 +226,22 @@ def _spectral_start(problem: NPKLProblem, X0: np.ndarray) -> np.ndarray:
         hi = float(n) / r
     s = minimize_scalar(f, bounds=(0.0, hi), method="bounded").x
     return E * np.sqrt(max(s, 0.0))
+
+
+def _internal_coarse_start(problem: NPKLProblem, prep, cache) -> np.ndarray:
+    """start='coarse' in a fit's internal order, from its prepared L and pairs; the
+    aggregation levels and eigenpairs are kept in a fit setup's cache for the next fit
+    (they depend on L and the rank only)."""
+    from ._coarse_start import coarse_start
+
+    key = ("coarse start", int(problem.rank))
+    V, basis = coarse_start(prep.indptr, prep.indices, prep.data, prep.diag, prep.pi,
+                            prep.pj, prep.pt, rank=problem.rank, loss=problem.loss,
+                            gamma=problem.gamma, bound=problem.bound, dtype=problem.dtype,
+                            basis=None if cache is None else cache.get(key))
+    if cache is not None:
+        cache[key] = basis
+    return V
 
 
 def choose_method(problem: NPKLProblem, executor=None) -> str:
@@ -607,17 +639,20 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         result.converged = bool(state.get("converged", False))
         first = int(state["sweep"]) + 1
     else:
-        if V0 is None:
-            V0 = initial_V(problem, rng, start)
+        if V0 is None and start == "coarse":  # in the internal order, from the prepared L
+            V = _internal_coarse_start(problem, prep, cache)
         else:
-            V0 = np.asarray(V0)
-            if V0.shape != (problem.n_points, problem.rank):
-                raise ValidationError(
-                    f"V0: expected shape {(problem.n_points, problem.rank)}, got {V0.shape}"
-                )
-            if not np.all(np.isfinite(V0)):
-                raise ValidationError("V0: holds NaN or inf; pass a finite start")
-        V = take_rows(V0, layout.order, problem.dtype)
+            if V0 is None:
+                V0 = initial_V(problem, rng, start)
+            else:
+                V0 = np.asarray(V0)
+                if V0.shape != (problem.n_points, problem.rank):
+                    raise ValidationError(
+                        f"V0: expected shape {(problem.n_points, problem.rank)}, got {V0.shape}"
+                    )
+                if not np.all(np.isfinite(V0)):
+                    raise ValidationError("V0: holds NaN or inf; pass a finite start")
+            V = take_rows(V0, layout.order, problem.dtype)
         result = None
         first = 1
     if cache is not None:  # the setup's work arrays serve one fit at a time

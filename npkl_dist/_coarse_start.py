@@ -1,0 +1,326 @@
+"""The coarse spectral start (``start='coarse'``): the bottom eigenvectors of L on a coarse
+plain-aggregation level, prolongated and scaled.
+
+``start='spectral'`` solves for the r bottom eigenvectors of L by LOBPCG, which at n = 1e6
+cost 35 times the fit it started. Most of what that start buys is global: which points move
+together (the graph's clusters), which a random start's fit has to discover hop by hop. A
+coarse level of an aggregation hierarchy holds that at a tiny fraction of the cost:
+
+1. Aggregate L's graph (pyamg's ``standard_aggregation``, rows visited in the order given)
+   and form the Galerkin operator Tᵀ L T for the tentative prolongator with orthonormal
+   columns, T[i, agg(i)] = b_i / ||b on agg(i)||, where the candidate b is the constant
+   improved by a few damped Jacobi steps on L x = 0 (:func:`near_null_candidate`; for a
+   normalised Laplacian the smooth vectors are √degree, not constant). Repeat while the
+   level has more than ``max_coarse`` rows and the next would keep at least 2r; each coarse
+   level's candidate is the norms of b on its aggregates, as in pyamg's ``fit_candidates``.
+2. The r bottom eigenpairs of the last level: dense ``eigh`` up to ``DENSE_MAX`` rows, else
+   ARPACK (``eigsh``, smallest algebraic, a fixed start vector, so deterministic).
+3. E = T_0 T_1 ... X: the candidate's shape on each finest aggregate (rows of isolated
+   points, which no aggregate holds, are 0). Its columns are orthonormal and, the levels being exact
+   Galerkin products, tr(Eᵀ L E) = tr(Xᵀ A_c X) without a product with L.
+4. V = sqrt(s) E, with s minimising the objective along the ray (a one-dimensional convex
+   problem in s, as for the spectral start), but with a mean row norm of at least
+   ``MIN_ROW_NORM`` (:func:`start_scale`: with few pairs the ray's optimum is the saddle
+   V = 0).
+
+Measured at n = 1e6 (bench_block's mixture, 1% constrained, square loss, r = 16): the block
+fit reached the 1e-4 gap in 18 outer iterations from this start, against 28 from the random
+one, as from LOBPCG's exact eigenvectors (bench/RESULTS.md, "A coarse spectral start"). At
+n = 1e5 it saves nothing (31-35 outer iterations against 32-33).
+
+The aggregation is greedy in row order, so the start depends on the order of L's rows:
+:func:`fit_bcd` computes it in its internal (locality) order, :func:`initial_V` in the
+original order. Both are the same construction; the vectors differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from numba import njit, prange
+
+#: Coarsen while a level has more rows than this (the block solver's AMG uses the same).
+MAX_COARSE = 500
+
+#: Eigenproblems of at most this many rows are solved densely; larger ones by ARPACK.
+DENSE_MAX = 1000
+
+#: The start's smallest mean row norm (see :func:`start_scale`); the random start's is 1.
+MIN_ROW_NORM = 0.1
+
+#: Damped Jacobi steps that improve the finest level's candidate (pyamg: 4 symmetric
+#: Gauss-Seidel sweeps).
+CANDIDATE_STEPS = 8
+
+
+@dataclass
+class CoarseBasis:
+    """The aggregation levels (``aggs[k]``, ``ts[k]``: level k's aggregate of each row and
+    T's entry there) and the last level's eigenpairs (ascending ``w``, columns of ``X``)."""
+
+    aggs: list
+    ts: list
+    w: np.ndarray
+    X: np.ndarray
+    rank: int
+
+    @property
+    def n_coarse(self) -> int:
+        return int(self.X.shape[0])
+
+
+def _aggregate(A: sp.csr_matrix, b=None):
+    """(agg, t, n_coarse, b_coarse) of pyamg's standard aggregation of A's graph, with the
+    tentative prolongator of the candidate ``b`` (default: ones): t = b / ||b on the
+    aggregate|| (orthonormal columns), and the coarse candidate those norms."""
+    from pyamg.aggregation import standard_aggregation
+
+    T = standard_aggregation(A)[0].tocsr()
+    n, nc = T.shape
+    b = np.ones(n) if b is None else np.asarray(b, np.float64)
+    counts = np.diff(T.indptr)
+    agg = np.full(n, -1, np.int64)
+    has = counts > 0
+    agg[has] = T.indices[T.indptr[:-1][has]]
+    norm = np.sqrt(np.bincount(agg[has], weights=b[has] ** 2, minlength=nc))
+    t = np.zeros(n)
+    ok = has.copy()
+    ok[has] = norm[agg[has]] > 0
+    t[ok] = b[ok] / norm[agg[ok]]
+    return agg, t, nc, norm
+
+
+@njit(parallel=True, cache=True)
+def _jacobi_step(indptr, indices, data, diag, omega, x, out):
+    """out = x - omega D⁻¹ (diag(d) + A_off) x, one row per iteration."""
+    for i in prange(x.shape[0]):
+        acc = diag[i] * x[i]
+        for p in range(indptr[i], indptr[i + 1]):
+            acc += data[p] * x[indices[p]]
+        out[i] = x[i] - omega * acc / diag[i]
+
+
+def near_null_candidate(indptr, indices, data, diag, steps: int = CANDIDATE_STEPS):
+    """Ones improved by ``steps`` damped Jacobi iterations on L x = 0 (the weight 1 / the
+    Gershgorin bound of D⁻¹ L, so the iteration contracts and keeps x >= 0 on an M-matrix):
+    the local shape of L's smoothest vectors, e.g. √degree for a normalised Laplacian, where
+    the constant that piecewise-constant aggregates hold is not smooth. pyamg improves its
+    candidate the same way (by Gauss-Seidel)."""
+    diag = np.asarray(diag, np.float64)
+    data = np.asarray(data, np.float64)
+    absrow = np.add.reduceat(np.abs(data), indptr[:-1]) if data.size else np.zeros_like(diag)
+    absrow[np.diff(indptr) == 0] = 0.0
+    ratio = float(np.max(1.0 + absrow / diag)) if diag.size else 1.0
+    x = np.ones(diag.shape[0])
+    y = np.empty_like(x)
+    for _ in range(int(steps)):
+        _jacobi_step(indptr, indices, data, diag, 1.0 / ratio, x, y)
+        x, y = y, x
+    return x
+
+
+@njit(parallel=True, cache=True)
+def _galerkin_count(indptr, indices, agg, gptr, grows, mark, n_coarse, n_chunks):
+    """Entries of each row of Tᵀ A T (A's pattern; the diagonal counted on every row)."""
+    counts = np.zeros(n_coarse, np.int64)
+    step = (n_coarse + n_chunks - 1) // n_chunks
+    for ch in prange(n_chunks):
+        m = mark[ch]
+        for a in range(ch * step, min(n_coarse, (ch + 1) * step)):
+            m[a] = a  # the diagonal
+            c = 1
+            for g in range(gptr[a], gptr[a + 1]):
+                i = grows[g]
+                for p in range(indptr[i], indptr[i + 1]):
+                    b = agg[indices[p]]
+                    if b >= 0 and m[b] != a:
+                        m[b] = a
+                        c += 1
+            counts[a] = c
+    return counts
+
+
+@njit(parallel=True, cache=True)
+def _galerkin_fill(indptr, indices, data, diag, agg, t, gptr, grows, cptr, slot, n_coarse,
+                   n_chunks):
+    """Tᵀ (A + diag(diag)) T row by row (the diagonal entry first, then the columns in the
+    order first met); ``slot[ch]`` is a chunk's column-to-position map, all -1 on entry and
+    on exit."""
+    idx = np.empty(cptr[n_coarse], np.int64)
+    val = np.zeros(cptr[n_coarse])
+    step = (n_coarse + n_chunks - 1) // n_chunks
+    for ch in prange(n_chunks):
+        sl = slot[ch]
+        for a in range(ch * step, min(n_coarse, (ch + 1) * step)):
+            start = cptr[a]
+            idx[start] = a
+            sl[a] = start
+            nxt = start + 1
+            for g in range(gptr[a], gptr[a + 1]):
+                i = grows[g]
+                ti = t[i]
+                val[start] += ti * ti * diag[i]
+                for p in range(indptr[i], indptr[i + 1]):
+                    j = indices[p]
+                    b = agg[j]
+                    if b < 0:
+                        continue
+                    q = sl[b]
+                    if q < 0:
+                        q = nxt
+                        sl[b] = q
+                        idx[q] = b
+                        nxt += 1
+                    val[q] += ti * data[p] * t[j]
+            for q in range(start, nxt):
+                sl[idx[q]] = -1
+    return idx, val
+
+
+def galerkin(indptr, indices, data, diag, agg, t, n_coarse: int) -> sp.csr_matrix:
+    """Tᵀ (A + diag(diag)) T for T[i, agg[i]] = t[i] (row i empty where agg[i] < 0), A the
+    CSR (indptr, indices, data). One pass per coarse row over its aggregate's rows, columns
+    marked in a dense array over the coarse rows (each chunk its own); the coarse diagonal is
+    stored even where it sums to 0. (The block solver's ``_aggregation.galerkin_plain``
+    reproduces scipy's entry order for pyamg's next aggregation; this start needs only the
+    operator.)"""
+    import numba
+
+    from ._aggregation import _group_rows
+
+    n_coarse = int(n_coarse)
+    agg = np.asarray(agg, np.int64)
+    gptr, grows = _group_rows(agg, n_coarse)
+    n_chunks = max(1, min(n_coarse, 4 * numba.get_num_threads()))
+    mark = np.full((n_chunks, n_coarse), -1, np.int64)
+    counts = _galerkin_count(indptr, indices, agg, gptr, grows, mark, n_coarse, n_chunks)
+    cptr = np.zeros(n_coarse + 1, np.int64)
+    np.cumsum(counts, out=cptr[1:])
+    mark.fill(-1)
+    idx, val = _galerkin_fill(indptr, indices, np.asarray(data, np.float64),
+                              np.asarray(diag, np.float64), agg, np.asarray(t, np.float64),
+                              gptr, grows, cptr, mark, n_coarse, n_chunks)
+    return sp.csr_matrix((val, idx, cptr), shape=(n_coarse, n_coarse))
+
+
+def coarse_basis(indptr, indices, data, diag, rank: int, max_coarse: int = MAX_COARSE,
+                 dense_max: int = DENSE_MAX) -> CoarseBasis:
+    """The hierarchy and eigenpairs of the coarse start for L = off-diagonal CSR (``indptr,
+    indices, data``, no diagonal entries) + diag(``diag``)."""
+    rank = int(rank)
+    n = int(np.shape(diag)[0])
+    A = sp.csr_matrix((np.asarray(data, np.float64), indices, indptr), shape=(n, n))
+    A_diag = np.asarray(diag, np.float64)  # each level: off-diagonal part + diagonal
+    aggs, ts = [], []
+    b = near_null_candidate(A.indptr, A.indices, A.data, A_diag) if n > max_coarse else None
+    while A.shape[0] > max_coarse:
+        agg, t, nc, b = _aggregate(A, b)
+        if nc < 2 * rank or nc >= A.shape[0]:
+            break
+        Ac = galerkin(A.indptr, A.indices, A.data, A_diag, agg, t, nc)
+        A_diag = Ac.diagonal()
+        Ac.setdiag(0.0)  # the stored diagonal entries become explicit zeros
+        aggs.append(agg)
+        ts.append(t)
+        A = Ac
+    A = (A + sp.diags(A_diag)).tocsr()
+    m = A.shape[0]
+    k = min(rank, m)
+    if m <= dense_max or k >= m - 1:
+        w, X = np.linalg.eigh(A.toarray())
+        w, X = w[:k], X[:, :k]
+    else:
+        from scipy.sparse.linalg import eigsh
+
+        w, X = eigsh(A, k=k, which="SA", tol=1e-6, v0=np.ones(m))
+        order = np.argsort(w, kind="stable")
+        w, X = w[order], X[:, order]
+    return CoarseBasis(aggs, ts, np.ascontiguousarray(w), np.ascontiguousarray(X), rank)
+
+
+@njit(parallel=True, cache=True)
+def _prolong_rows(agg, t, Y, out):
+    """out[i] = t[i] * Y[agg[i]] (0 where agg[i] < 0)."""
+    r = Y.shape[1]
+    for i in prange(agg.shape[0]):
+        a = agg[i]
+        if a < 0:
+            for c in range(r):
+                out[i, c] = 0.0
+        else:
+            ti = t[i]
+            for c in range(r):
+                out[i, c] = ti * Y[a, c]
+
+
+def prolong(basis: CoarseBasis, rank: int, dtype=np.float64) -> np.ndarray:
+    """E = T_0 T_1 ... X[:, :rank], shape (n, rank); columns beyond the coarse level's size
+    (only when n < rank) are zero."""
+    X = basis.X
+    Y = np.zeros((X.shape[0], rank))
+    Y[:, :min(rank, X.shape[1])] = X[:, :rank]
+    for k in range(len(basis.aggs) - 1, -1, -1):
+        out = np.empty((basis.aggs[k].shape[0], rank), np.float64 if k else dtype)
+        _prolong_rows(basis.aggs[k], basis.ts[k], Y, out)
+        Y = out
+    return np.ascontiguousarray(Y, dtype=dtype)
+
+
+def smooth_energy(basis: CoarseBasis, rank: int) -> float:
+    """tr(Eᵀ L E) of :func:`prolong`'s E, from the coarse level alone (exact Galerkin)."""
+    return float(np.sum(basis.w[:rank]))
+
+
+def start_scale(loss: str, gamma: float, bound: float, a: float, z: np.ndarray,
+                max_row2: float, n: int, r: int, min_row: float = MIN_ROW_NORM) -> float:
+    """The scale s of V = sqrt(s) E: the s >= 0 minimising s a + gamma sum loss(s z) (the
+    objective along the ray, where a = tr(Eᵀ L E) and z = t_p <e_i, e_j> over the pairs), but
+    at least ``min_row``² n / r, which gives V a mean squared row norm of ``min_row``² (E has
+    r orthonormal columns). For the linear loss s also keeps every row in the ball
+    (max_row2 = max ||e_i||²).
+
+    The floor matters: with few pairs the smooth fields barely touch them, the ray's optimum
+    is V = 0, and V = 0 is a saddle of the factored problem that no step leaves. From a small
+    multiple of E the fit grows the directions the pairs favour out of E's smooth ones; at
+    n = 1e6 it needed 18 outer iterations from mean row norms 1e-3 and 1e-1 alike, where a
+    random start at those norms needed 31 (bench/RESULTS.md)."""
+    from scipy.optimize import minimize_scalar
+
+    from ._objective import loss_fn
+
+    lf = loss_fn(loss)
+    z = np.asarray(z, np.float64)
+
+    def f(s):
+        return s * a + gamma * float(np.sum(lf(s * z)))
+
+    hi = f(0.0) / max(a, 1e-300) if f(0.0) > 0 else np.inf
+    cap = bound ** 2 / max_row2 if loss == "linear" and max_row2 > 0 else np.inf
+    hi = min(hi, cap)
+    if not np.isfinite(hi) or hi <= 0:
+        hi = float(n) / r
+    s = max(float(minimize_scalar(f, bounds=(0.0, hi), method="bounded").x), 0.0)
+    if f(hi) <= f(s):  # the bounded search stops short of an optimum at its end
+        s = hi
+    return min(max(s, min_row ** 2 * n / r), cap)
+
+
+def coarse_start(indptr, indices, data, diag, pi, pj, pt, *, rank: int, loss: str,
+                 gamma: float, bound: float, dtype=np.float64, basis: CoarseBasis | None = None
+                 ) -> tuple[np.ndarray, CoarseBasis]:
+    """(V, basis): the coarse start in the order of L's rows (off-diagonal CSR + diagonal)
+    with the pairs (pi, pj, pt) in that order. ``basis``: one computed before for this L and
+    this rank (a fit setup's cache), reused."""
+    if basis is None or basis.rank != rank:
+        basis = coarse_basis(indptr, indices, data, diag, rank)
+    E = prolong(basis, rank, np.float64)
+    a = smooth_energy(basis, rank)
+    pi = np.asarray(pi, np.int64)
+    pj = np.asarray(pj, np.int64)
+    z = np.asarray(pt, np.float64) * np.einsum("kr,kr->k", E[pi], E[pj])
+    max_row2 = float(np.max(np.einsum("kr,kr->k", E, E))) if loss == "linear" and len(E) else 0.0
+    s = start_scale(loss, gamma, bound, a, z, max_row2, E.shape[0], rank)
+    E *= np.sqrt(s)
+    return np.ascontiguousarray(E, dtype=dtype), basis
