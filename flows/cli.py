@@ -120,10 +120,13 @@ def _add_fit_options(p: argparse.ArgumentParser):
                         "rows); auto = block from 200 points for the square loss and the "
                         "squared hinge, at any size for the hinge, never for linear "
                         "(default: auto)")
-    m.add_argument("--start", choices=("random", "propagate", "spectral"), default="random",
+    m.add_argument("--start", choices=("auto", "random", "propagate", "spectral", "coarse"),
+                   default="auto",
                    help="bcd start: the paper's random rows; propagate = random rows at "
                         "constrained points, zero elsewhere; spectral = scaled bottom "
-                        "eigenvectors of L (default: random)")
+                        "eigenvectors of L (LOBPCG); coarse = bottom eigenvectors of L on a "
+                        "coarse aggregation level, scaled; auto = coarse for block solves, "
+                        "random for plain sweeps (default)")
     m.add_argument("--tol-objective", type=float, default=None,
                    help="bcd: also require |f(t-1) - f(t)| / |f(t)| < this to stop")
     m.add_argument("--tol-kkt", type=float, default=None,

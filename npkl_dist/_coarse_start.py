@@ -110,9 +110,9 @@ def near_null_candidate(indptr, indices, data, diag, steps: int = CANDIDATE_STEP
     candidate the same way (by Gauss-Seidel)."""
     diag = np.asarray(diag, np.float64)
     data = np.asarray(data, np.float64)
-    absrow = np.add.reduceat(np.abs(data), indptr[:-1]) if data.size else np.zeros_like(diag)
-    absrow[np.diff(indptr) == 0] = 0.0
-    ratio = float(np.max(1.0 + absrow / diag)) if diag.size else 1.0
+    rows = np.empty(diag.shape[0])
+    _row_ratio(indptr, data, diag, rows)
+    ratio = float(np.max(rows)) if diag.size else 1.0
     x = np.ones(diag.shape[0])
     y = np.empty_like(x)
     for _ in range(int(steps)):
@@ -122,40 +122,22 @@ def near_null_candidate(indptr, indices, data, diag, steps: int = CANDIDATE_STEP
 
 
 @njit(parallel=True, cache=True)
-def _galerkin_count(indptr, indices, agg, gptr, grows, mark, n_coarse, n_chunks):
-    """Entries of each row of Tᵀ A T (A's pattern; the diagonal counted on every row)."""
-    counts = np.zeros(n_coarse, np.int64)
-    step = (n_coarse + n_chunks - 1) // n_chunks
-    for ch in prange(n_chunks):
-        m = mark[ch]
-        for a in range(ch * step, min(n_coarse, (ch + 1) * step)):
-            m[a] = a  # the diagonal
-            c = 1
-            for g in range(gptr[a], gptr[a + 1]):
-                i = grows[g]
-                for p in range(indptr[i], indptr[i + 1]):
-                    b = agg[indices[p]]
-                    if b >= 0 and m[b] != a:
-                        m[b] = a
-                        c += 1
-            counts[a] = c
-    return counts
-
-
-@njit(parallel=True, cache=True)
-def _galerkin_fill(indptr, indices, data, diag, agg, t, gptr, grows, cptr, slot, n_coarse,
+def _galerkin_fill(indptr, indices, data, diag, agg, t, gptr, grows, bptr, slot, n_coarse,
                    n_chunks):
-    """Tᵀ (A + diag(diag)) T row by row (the diagonal entry first, then the columns in the
-    order first met); ``slot[ch]`` is a chunk's column-to-position map, all -1 on entry and
-    on exit."""
-    idx = np.empty(cptr[n_coarse], np.int64)
-    val = np.zeros(cptr[n_coarse])
+    """Tᵀ (A + diag(diag)) T row by row into slots of a bound on each row's length
+    (``bptr``): the diagonal entry first, then the columns in the order first met. Returns
+    (idx, val, counts). ``slot[ch]`` is a chunk's column-to-position map, all -1 on entry and
+    on exit. Only the written part of each row's slot is touched."""
+    idx = np.empty(bptr[n_coarse], np.int32)
+    val = np.empty(bptr[n_coarse])
+    counts = np.zeros(n_coarse, np.int64)
     step = (n_coarse + n_chunks - 1) // n_chunks
     for ch in prange(n_chunks):
         sl = slot[ch]
         for a in range(ch * step, min(n_coarse, (ch + 1) * step)):
-            start = cptr[a]
+            start = bptr[a]
             idx[start] = a
+            val[start] = 0.0
             sl[a] = start
             nxt = start + 1
             for g in range(gptr[a], gptr[a + 1]):
@@ -172,20 +154,33 @@ def _galerkin_fill(indptr, indices, data, diag, agg, t, gptr, grows, cptr, slot,
                         q = nxt
                         sl[b] = q
                         idx[q] = b
+                        val[q] = 0.0
                         nxt += 1
                     val[q] += ti * data[p] * t[j]
             for q in range(start, nxt):
                 sl[idx[q]] = -1
-    return idx, val
+            counts[a] = nxt - start
+    return idx, val, counts
+
+
+@njit(parallel=True, cache=True)
+def _compact_rows(bptr, cptr, idx, val, out_idx, out_val):
+    for a in prange(cptr.shape[0] - 1):
+        src = bptr[a]
+        for q in range(cptr[a], cptr[a + 1]):
+            out_idx[q] = idx[src]
+            out_val[q] = val[src]
+            src += 1
 
 
 def galerkin(indptr, indices, data, diag, agg, t, n_coarse: int) -> sp.csr_matrix:
     """Tᵀ (A + diag(diag)) T for T[i, agg[i]] = t[i] (row i empty where agg[i] < 0), A the
     CSR (indptr, indices, data). One pass per coarse row over its aggregate's rows, columns
-    marked in a dense array over the coarse rows (each chunk its own); the coarse diagonal is
-    stored even where it sums to 0. (The block solver's ``_aggregation.galerkin_plain``
-    reproduces scipy's entry order for pyamg's next aggregation; this start needs only the
-    operator.)"""
+    marked in a dense array over the coarse rows (each chunk its own), each row written into
+    a slot as long as its aggregate's entries (plus the diagonal), then compacted; the
+    coarse diagonal is stored even where it sums to 0. (The block solver's
+    ``_aggregation.galerkin_plain`` reproduces scipy's entry order for pyamg's next
+    aggregation; this start needs only the operator.)"""
     import numba
 
     from ._aggregation import _group_rows
@@ -194,15 +189,32 @@ def galerkin(indptr, indices, data, diag, agg, t, n_coarse: int) -> sp.csr_matri
     agg = np.asarray(agg, np.int64)
     gptr, grows = _group_rows(agg, n_coarse)
     n_chunks = max(1, min(n_coarse, 4 * numba.get_num_threads()))
-    mark = np.full((n_chunks, n_coarse), -1, np.int64)
-    counts = _galerkin_count(indptr, indices, agg, gptr, grows, mark, n_coarse, n_chunks)
+    slot = np.full((n_chunks, n_coarse), -1, np.int64)
+    has = agg >= 0
+    bound = np.bincount(agg[has], weights=np.diff(np.asarray(indptr, np.int64))[has],
+                        minlength=n_coarse).astype(np.int64)
+    bptr = np.zeros(n_coarse + 1, np.int64)
+    np.cumsum(np.minimum(bound + 1, n_coarse), out=bptr[1:])
+    idx, val, counts = _galerkin_fill(indptr, indices, np.asarray(data, np.float64),
+                                      np.asarray(diag, np.float64), agg,
+                                      np.asarray(t, np.float64), gptr, grows, bptr, slot,
+                                      n_coarse, n_chunks)
     cptr = np.zeros(n_coarse + 1, np.int64)
     np.cumsum(counts, out=cptr[1:])
-    mark.fill(-1)
-    idx, val = _galerkin_fill(indptr, indices, np.asarray(data, np.float64),
-                              np.asarray(diag, np.float64), agg, np.asarray(t, np.float64),
-                              gptr, grows, cptr, mark, n_coarse, n_chunks)
-    return sp.csr_matrix((val, idx, cptr), shape=(n_coarse, n_coarse))
+    out_idx = np.empty(cptr[-1], np.int32)
+    out_val = np.empty(cptr[-1])
+    _compact_rows(bptr, cptr, idx, val, out_idx, out_val)
+    return sp.csr_matrix((out_val, out_idx, cptr), shape=(n_coarse, n_coarse))
+
+
+@njit(parallel=True, cache=True)
+def _row_ratio(indptr, data, diag, out):
+    """out[i] = 1 + sum_j |a_ij| / d_i (Gershgorin's bound of row i of D⁻¹ A)."""
+    for i in prange(diag.shape[0]):
+        acc = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            acc += abs(data[p])
+        out[i] = 1.0 + acc / diag[i]
 
 
 def coarse_basis(indptr, indices, data, diag, rank: int, max_coarse: int = MAX_COARSE,

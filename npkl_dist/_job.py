@@ -51,7 +51,7 @@ class FitConfig:
     max_sweeps: int | None = None  # None: the solver's own cap (default_max_iterations)
     tol: float = 1e-5
     method: str = "auto"
-    start: str = "random"
+    start: str = "auto"
     tol_objective: float | None = None
     tol_kkt: float | None = None
     dtype: str = "float64"

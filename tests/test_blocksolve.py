@@ -1237,7 +1237,7 @@ def test_block_fit_reports_the_starts_objective(loss):
     the objective of the start."""
     problem = sparse_constrained_problem(6, loss, n=800, rank=4, frac=0.1)
     V0 = initial_V(problem, np.random.default_rng(problem.seed), "random")
-    res = _fit(problem, method="block", max_sweeps=2, tol=0)
+    res = _fit(problem, method="block", max_sweeps=2, tol=0, start="random")
     assert res.objective_initial == pytest.approx(problem.objective(V0), rel=1e-10)
 
 

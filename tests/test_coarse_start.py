@@ -233,3 +233,18 @@ def test_unknown_start_is_refused():
     p = sparse_constrained_problem(0, "square", n=200, rank=3)
     with pytest.raises(ValidationError, match="start: 'coarsest' is not one of"):
         fit_bcd(p, start="coarsest")
+
+
+def test_auto_start_is_coarse_for_block_solves_and_random_for_sweeps():
+    p = _mixture_problem(1, n=3000, rank=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        blk = fit_bcd(p, method="block", max_sweeps=3, tol=0)
+        blk_coarse = fit_bcd(p, method="block", max_sweeps=3, tol=0, start="coarse")
+        swp = fit_bcd(p, method="sweeps", max_sweeps=3, tol=0)
+        swp_random = fit_bcd(p, method="sweeps", max_sweeps=3, tol=0, start="random")
+    assert (blk.start, swp.start) == ("coarse", "random")
+    np.testing.assert_array_equal(blk.V, blk_coarse.V)
+    np.testing.assert_array_equal(swp.V, swp_random.V)
+    with pytest.raises(ValidationError, match="'auto' is resolved by fit_bcd"):
+        initial_V(p, np.random.default_rng(0), "auto")

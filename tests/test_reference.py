@@ -759,7 +759,7 @@ def test_bcd_hinge_within_1pct_of_sdp():
     assert res.joint_moves  # it got there through joint moves
     assert res.objective >= f_sdp - 1e-6 * abs(f_sdp)
     assert abs(res.objective - f_sdp) <= 0.01 * abs(f_sdp) + 1e-9
-    stalled = fit_tiny(problem, joint=False)
+    stalled = fit_tiny(problem, joint=False, start="random")  # the random start's stall
     assert stalled.converged and stalled.objective > f_sdp + 0.01 * abs(f_sdp)
 
 
