@@ -50,6 +50,10 @@ def main(argv=None):
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"],
                     help="the problem's dtype (V, L and the work arrays; sums in float64)")
     ap.add_argument("--start", default=None, help="start (default: the library's)")
+    ap.add_argument("--alternate", default=None, metavar="START",
+                    help="also time fits from START, alternating with the main start in each "
+                         "round, with the plain sweeps timed in every round; prints both "
+                         "starts' medians and their ratio")
     ap.add_argument("--precond", default=None, help="block preconditioner (default: the "
                     "library's)")
     args = ap.parse_args(argv)
@@ -76,6 +80,8 @@ def main(argv=None):
                         callback=lambda s, obj, ch, sec: (obj - f_star) / abs(f_star) <= args.gap)
         print(f"fit_setup {t1 - t0:.2f} s; first fit through it {time.perf_counter() - t1:.2f} s "
               f"({first.n_sweeps} outer, set-up {first.setup_seconds:.2f} s)", flush=True)
+    if args.alternate:
+        return alternate(args, P, ex, f_star, kw)
     runs = []
     for _ in range(args.runs):
         t0 = time.perf_counter()
@@ -98,6 +104,36 @@ def main(argv=None):
           f"{wall / t_sweep:.0f} sweep-equivalents (the whole block fit / one sweep); "
           f"{(wall - swp.setup_seconds) / t_sweep:.0f} counted from the end of the sweep "
           f"fit's set-up (the sweeps a sweep fit started at the same time would have made)")
+
+
+def alternate(args, P, ex, f_star, kw):
+    """Rounds of: a fit from the main start, a fit from ``args.alternate``, plain sweeps."""
+    starts = [kw.pop("start", "auto"), args.alternate]
+    walls = {s: [] for s in starts}
+    outer = {s: [] for s in starts}
+    sweeps = []
+    for k in range(args.runs):
+        for st in (starts if k % 2 == 0 else starts[::-1]):
+            t0 = time.perf_counter()
+            res = fit_bcd(P, method="auto", max_sweeps=200, tol=0, executor=ex, start=st, **kw,
+                          callback=lambda s, obj, ch, sec: (obj - f_star) / abs(f_star)
+                          <= args.gap)
+            walls[st].append(time.perf_counter() - t0)
+            outer[st].append(res.n_sweeps)
+            print(f"round {k}: start {st} ({res.start}): {res.n_sweeps} outer, "
+                  f"{walls[st][-1]:.2f} s (set-up {res.setup_seconds:.2f} s, median outer "
+                  f"{np.median(res.sweep_seconds):.3f} s)", flush=True)
+        swp = fit_bcd(P, method="sweeps", max_sweeps=args.sweeps, tol=0, executor=ex,
+                      trace=False)
+        sweeps.append(float(np.median(swp.sweep_seconds)))
+        print(f"round {k}: plain sweep median {sweeps[-1]:.3f} s", flush=True)
+    t_sweep = float(np.median(sweeps))
+    med = {s: float(np.median(walls[s])) for s in starts}
+    for st in starts:
+        print(f"start {st}: median {med[st]:.2f} s over {args.runs} fits, "
+              f"{int(np.median(outer[st]))} outer iterations, {med[st] / t_sweep:.0f} "
+              f"sweep-equivalents (plain sweep median {t_sweep:.3f} s over the rounds)")
+    print(f"ratio {starts[1]} / {starts[0]}: {med[starts[1]] / med[starts[0]]:.2f}x")
 
 
 if __name__ == "__main__":

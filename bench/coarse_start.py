@@ -40,9 +40,14 @@ def main(argv=None):
     ap.add_argument("--max-outer", type=int, default=400)
     ap.add_argument("--ref-iters", type=int, default=400)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--cost", type=int, default=0, metavar="RUNS",
+                    help="instead: time the two starts themselves (1% constrained, square "
+                         "loss), RUNS alternations at each --n")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     ex = npkl_dist.executors.InProcessExecutor(args.threads)
+    if args.cost:
+        return start_cost(args, ex)
     rows = []
     print(f"command: python bench/coarse_start.py {' '.join(argv or sys.argv[1:])}", flush=True)
     for n in args.n:
@@ -88,6 +93,32 @@ def main(argv=None):
     for n, frac, loss, start, meth, k, secs, setup, g0 in rows:
         print(f"| {n:,} | {frac} | {loss} | {start} | {meth} | {k if k else '-'} | "
               f"{f'{secs:.2f}' if secs else '-'} | {setup:.2f} | {g0:.2e} |")
+
+
+def start_cost(args, ex):
+    """The random start (drawn, then relabelled into the fit's order) against the coarse
+    start (computed in the fit's order from the prepared L), alternating in one process."""
+    from npkl_dist._bcd import _build, _internal_coarse_start, initial_V
+    from npkl_dist._kernels import take_rows
+
+    for n in args.n:
+        S, y, _ = graph_for(n)
+        P = NPKLProblem.build(npkl_dist.laplacian(S, 1e-3), constraints_for(y, "0.01"),
+                              loss="square", gamma=1.0, rank=16, seed=0)
+        _, layout, prep = _build(P, "block", ex, "rcm", "blocks", None)
+        times = {"random": [], "coarse": []}
+        _internal_coarse_start(P, prep, None)  # compile
+        for _ in range(args.cost):
+            t0 = time.perf_counter()
+            take_rows(initial_V(P, np.random.default_rng(0), "random"), layout.order)
+            t1 = time.perf_counter()
+            _internal_coarse_start(P, prep, None)
+            t2 = time.perf_counter()
+            times["random"].append(t1 - t0)
+            times["coarse"].append(t2 - t1)
+        r, c = (float(np.median(times[k])) for k in ("random", "coarse"))
+        print(f"n={n}: random start {r:.3f} s, coarse start {c:.3f} s (medians of {args.cost}),"
+              f" coarse / random {c / r:.2f}x", flush=True)
 
 
 if __name__ == "__main__":
