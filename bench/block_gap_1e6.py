@@ -13,6 +13,10 @@ Repeats ``--runs`` times and prints every run and the medians.
 ``--dtype float32``: V, L and the work arrays in single precision (the sums stay in float64);
 the plain sweeps then run in float32 too.
 
+``--start S``: the fits' start (default: the library's, ``'auto'``: the coarse start for block
+fits). ``--alternate S``: rounds of one fit from the main start and one from S, in alternating
+order, with the plain sweeps timed in every round; prints both starts' medians and their ratio.
+
 ``--reuse-setup``: the fits share one ``fit_setup`` (as select_gamma's grid does on one fold):
 a first fit through it builds the AMG hierarchy and touches the work arrays, and the timed
 fits (the second and later on this graph and these constraints) skip that set-up.
