@@ -288,12 +288,15 @@ def smooth_energy(basis: CoarseBasis, rank: int) -> float:
 
 
 def start_scale(loss: str, gamma: float, bound: float, a: float, z: np.ndarray,
-                max_row2: float, n: int, r: int, min_row: float = MIN_ROW_NORM) -> float:
+                max_row2: float, n: int, r: int, min_row: float = MIN_ROW_NORM,
+                endpoint: bool = True) -> float:
     """The scale s of V = sqrt(s) E: the s >= 0 minimising s a + gamma sum loss(s z) (the
     objective along the ray, where a = tr(Eᵀ L E) and z = t_p <e_i, e_j> over the pairs), but
     at least ``min_row``² n / r, which gives V a mean squared row norm of ``min_row``² (E has
     r orthonormal columns). For the linear loss s also keeps every row in the ball
-    (max_row2 = max ||e_i||²).
+    (max_row2 = max ||e_i||²). ``endpoint``: take the search interval's upper end where it is
+    no worse than the bounded search's point (which never reaches the end); the spectral
+    start calls this with ``min_row=0, endpoint=False``, its rule before the coarse start.
 
     The floor matters: with few pairs the smooth fields barely touch them, the ray's optimum
     is V = 0, and V = 0 is a saddle of the factored problem that no step leaves. From a small
@@ -316,7 +319,7 @@ def start_scale(loss: str, gamma: float, bound: float, a: float, z: np.ndarray,
     if not np.isfinite(hi) or hi <= 0:
         hi = float(n) / r
     s = max(float(minimize_scalar(f, bounds=(0.0, hi), method="bounded").x), 0.0)
-    if f(hi) <= f(s):  # the bounded search stops short of an optimum at its end
+    if endpoint and f(hi) <= f(s):  # the bounded search stops short of an optimum at its end
         s = hi
     return min(max(s, min_row ** 2 * n / r), cap)
 
