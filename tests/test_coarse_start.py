@@ -248,3 +248,20 @@ def test_auto_start_is_coarse_for_block_solves_and_random_for_sweeps():
     np.testing.assert_array_equal(swp.V, swp_random.V)
     with pytest.raises(ValidationError, match="'auto' is resolved by fit_bcd"):
         initial_V(p, np.random.default_rng(0), "auto")
+
+
+def test_candidate_is_damped_jacobi_on_dense_l(global_random_seed):
+    """near_null_candidate's compiled steps against numpy: x <- x - w D⁻¹ L x from ones,
+    w = 1 / max_i (1 + sum_j |a_ij| / d_i)."""
+    from npkl_dist._coarse_start import near_null_candidate
+
+    p = _mixture_problem(global_random_seed, n=800)
+    off, diag = _split(p.L.tocsr())
+    L = p.L.toarray()
+    w = 1.0 / np.max(1.0 + np.abs(off.toarray()).sum(axis=1) / diag)
+    x = np.ones(L.shape[0])
+    for _ in range(5):
+        x = x - w * (L @ x) / diag
+    got = near_null_candidate(off.indptr, off.indices, off.data, diag, steps=5)
+    np.testing.assert_allclose(got, x, rtol=1e-12, atol=1e-14)
+    assert np.all(got >= 0)
