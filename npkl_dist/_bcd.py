@@ -247,6 +247,25 @@ def _internal_coarse_start(problem: NPKLProblem, prep, cache) -> np.ndarray:
     return V
 
 
+def _start_prefault(problem: NPKLProblem, method: str, executor, extrapolate: bool,
+                    inner_maxiter: int):
+    """A :class:`~npkl_dist._blocksolve.Prefault` of the block session's work arrays, started
+    before the set-up, for an in-process block fit with at least ``PREFAULT_MIN_ENTRIES``
+    entries in V; else None. (``method`` is resolved as ``_build`` resolves it.)"""
+    if not getattr(executor, "prefaults", False):
+        return None
+    if _resolve_method(problem, method, executor) != "block":
+        return None
+    from ._blocksolve import PREFAULT_MIN_ENTRIES, Prefault, constrained_mask, session_buffers
+
+    n, r = problem.n_points, problem.rank
+    if n * r < PREFAULT_MIN_ENTRIES:
+        return None
+    n_free = n - int(np.count_nonzero(constrained_mask(problem)))
+    return Prefault(session_buffers(n, n_free, r, problem.dtype, bool(extrapolate),
+                                    int(inner_maxiter)))
+
+
 def choose_method(problem: NPKLProblem, executor=None) -> str:
     """method='auto': block solves where they were measured better (see
     ``AUTO_SMALL_MIN_POINTS`` for the measurements).
@@ -601,8 +620,15 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
                 "plan: pass either plan= or setup= (a FitSetup holds its own plan), not both")
         method, layout, prep = setup.bind(problem, method, executor)
         cache = setup.cache
+        prefault = None
     else:
-        method, layout, prep = _build(problem, method, executor, relabel, scheme, plan)
+        prefault = _start_prefault(problem, method, executor, extrapolate, inner_maxiter)
+        try:
+            method, layout, prep = _build(problem, method, executor, relabel, scheme, plan)
+        except BaseException:
+            if prefault is not None:
+                prefault.close()
+            raise
         cache = None
     plan = layout if method == "sweeps" else None
     start = resolve_start(start, method)
@@ -672,6 +698,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
     try:
         if method == "block":
             opts = {"cache": cache} if cache is not None else {}
+            if prefault is not None:
+                opts["prefault"] = prefault
             session = executor.block_session(prep, layout, V, precond=precond,
                                              extrapolate=extrapolate, **opts)
             if extra is not None:
@@ -681,6 +709,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
     except BaseException:
         if cache is not None:
             cache[_IN_USE] = False
+        if prefault is not None:
+            prefault.close()
         raise
     use_joint = bool(joint) and problem.loss == "hinge"
     # the hinge's default stop: the step-size rule and a joint residual within the stall bound
@@ -798,6 +828,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         session.close()
         if cache is not None:
             cache[_IN_USE] = False
+        if prefault is not None:
+            prefault.close()
     # plain sweeps where block solves apply: those converge in far fewer iterations when
     # sweeps need hundreds (bench/RESULTS.md, "Plain sweeps vs block solves on real data"),
     # and on the hinge they end at an equal or lower objective ("The hinge's stalls")

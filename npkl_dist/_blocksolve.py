@@ -103,6 +103,15 @@ class BlockLayout:
         return rng.permutation(self.n_colours)
 
 
+def constrained_mask(problem) -> np.ndarray:
+    """(n,) bool: the points in at least one constraint pair (the layout's C rows)."""
+    constrained = np.zeros(problem.n_points, bool)
+    c = problem.constraints
+    constrained[c.i] = True
+    constrained[c.j] = True
+    return constrained
+
+
 def block_layout(problem, plan, return_matrix: bool = False):
     """U-first layout from ``plan``'s locality order (a SweepPlan, or the order itself, e.g.
     from ``relabel_order``); the constrained rows get a greedy proper colouring of the
@@ -111,10 +120,7 @@ def block_layout(problem, plan, return_matrix: bool = False):
     ``return_matrix``: also return L in the layout's order (what ``prepare`` would compute
     again), as ``(layout, Lp)``."""
     n = problem.n_points
-    constrained = np.zeros(n, bool)
-    c = problem.constraints
-    constrained[c.i] = True
-    constrained[c.j] = True
+    constrained = constrained_mask(problem)
     plan_order = np.asarray(getattr(plan, "order", plan))
     in_c = constrained[plan_order]  # internal plan rows that are constrained
     free_rows = np.flatnonzero(~in_c)
@@ -1885,6 +1891,93 @@ RESIDUAL_FROM_STEP = True
 #: False: float64 directions (the reference, for tests).
 DIRECTION_FLOAT32 = True
 
+#: A standalone in-process block fit touches its work arrays' pages in a background thread
+#: while its set-up runs (:class:`Prefault`) from this many entries of V (n x rank) on.
+PREFAULT_MIN_ENTRIES = 1 << 20
+
+
+def session_buffers(n, n_free, rank, dtype=np.float64, extrapolate=True, inner_maxiter=1):
+    """{name: (shape, dtype)}: the work arrays that an in-process block session
+    (:class:`BlockPart` over every row) allocates in a fit with these settings, as its
+    ``_buffer`` names them (``tests/test_blocksolve.py`` checks that a fit asks for exactly
+    these)."""
+    n, nu, r = int(n), int(n_free), int(rank)
+    f64, vdt = np.dtype(np.float64), np.dtype(dtype)
+    specs = {"R": ((nu, r), f64), "Z": ((nu, r), f64), "Q": ((nu, r), f64),
+             "delta2": ((n,), f64), "norm2": ((n,), f64)}
+    if vdt != f64:
+        specs["X"] = ((nu, r), f64)
+    if extrapolate:
+        specs.update(Vprev=((n, r), f64), LD=((n, r), f64), S=((n, r), vdt),
+                     LS=((n, r), vdt))
+    else:
+        specs["Xold"] = ((nu, r), f64)
+    if nu and inner_maxiter == 1 and DIRECTION_FLOAT32:  # no PCG without U rows
+        specs["Z32"] = ((nu, r), np.dtype(np.float32))
+    if nu and inner_maxiter > 1:
+        specs["P"] = ((nu, r), f64)
+    return specs
+
+
+@njit(nogil=True, cache=True)
+def _touch_pages(b, step):
+    """b[0], b[step], b[2 step], ... = 0: one write per page (b: an array's bytes)."""
+    for p in range(0, b.shape[0], step):
+        b[p] = 0
+
+
+class Prefault:
+    """A block session's work arrays, allocated and their pages touched in a background
+    thread while the fit's set-up (layout, AMG hierarchy, start) runs on the main thread.
+
+    The first write to a fresh page is a page fault; in this kind of VM a fresh 128 MB
+    array took 0.13-0.3 s of them, and a standalone fit at n = 1e6 paid about 0.8 s of its
+    first outer iteration (1.0-1.3 s against 0.2 s later) touching eight such arrays. The
+    set-up's serial stretches (reverse Cuthill-McKee, scipy's index sort, pyamg's
+    aggregation and relaxation) leave the second core idle; the faults go there. The thread
+    only allocates and writes one byte per page, so nothing computed depends on it: a fit
+    takes these arrays or fresh ones to the same result, bitwise.
+
+    ``specs``: {name: (shape, dtype)} (:func:`session_buffers`)."""
+
+    PAGE = 4096
+
+    def __init__(self, specs):
+        self.specs = dict(specs)
+        self._arrays = {}
+        self.missed = []  # names asked for and not held (shape, dtype or name unknown)
+        self._thread = threading.Thread(target=self._run, name="npkl-prefault", daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        for name, (shape, dtype) in self.specs.items():
+            a = np.empty(shape, dtype)
+            if a.size:
+                _touch_pages(a.reshape(-1).view(np.uint8), self.PAGE)
+            self._arrays[name] = a
+
+    def take(self, name, shape, dtype):
+        """The array held as ``name`` if it has this shape and dtype (then no longer held),
+        else None. Waits for the thread."""
+        self._thread.join()
+        a = self._arrays.get(name)
+        if a is None or a.shape != tuple(shape) or a.dtype != np.dtype(dtype):
+            self.missed.append(name)
+            return None
+        del self._arrays[name]
+        return a
+
+    def left(self):
+        """Names of the arrays still held (not taken). Waits for the thread."""
+        self._thread.join()
+        return sorted(self._arrays)
+
+    def close(self):
+        """Wait for the thread and drop what was not taken; returns the names dropped."""
+        left = self.left()
+        self._arrays.clear()
+        return left
+
 
 class BlockPart:
     """The rows of V that one executor block updates in a block solve, with their halo.
@@ -1909,8 +2002,9 @@ class BlockPart:
     def __init__(self, *, V, n_own, n_free, n_free_halo, base, indptr, indices, data, diag,
                  cptr, cidx, csgn, pmax, colour_rows, unit_ptr, pair_own, pair_other, pair_t,
                  loss_code, gamma, bound, precond="amg-additive", extrapolate=True,
-                 serial=False, cache=None):
+                 serial=False, cache=None, prefault=None):
         self.K = kernels(serial)
+        self._prefault = prefault
         # cache (a FitSetup's): what does not depend on gamma, the loss or V's values -- the
         # U-block operator, the preconditioner, the work arrays -- kept for the next fit
         self._cache = cache
@@ -1982,22 +2076,29 @@ class BlockPart:
         return self._cache[key]
 
     def _buffer(self, name, shape, dtype=np.float64, zero=False):
-        """A work array: fresh, or the cache's from the previous fit (its pages already
-        touched: a fresh 128 MB array costs 0.13-0.3 s of page faults in this VM). Its
-        contents are never read before written, or zeroed here (``zero``)."""
-        dtype = np.dtype(dtype)
-        if self._cache is None:
-            return np.zeros(shape, dtype) if zero else np.empty(shape, dtype)
+        """A work array: the cache's from the previous fit, or the prefault's (their pages
+        already touched: a fresh 128 MB array costs 0.13-0.3 s of page faults in this VM),
+        or fresh. Its contents are never read before written, or zeroed here (``zero``)."""
+        dtype, shape = np.dtype(dtype), tuple(shape)
         key = ("buffer", name)
-        a = self._cache.get(key)
-        if a is None or a.shape != tuple(shape) or a.dtype != dtype:
-            a = self._cache[key] = np.empty(shape, dtype)
+        a = None if self._cache is None else self._cache.get(key)
+        if a is not None and (a.shape != shape or a.dtype != dtype):
+            a = None
+        if a is None and self._prefault is not None:
+            a = self._prefault.take(name, shape, dtype)
+        if a is None:
+            if self._cache is None:
+                return np.zeros(shape, dtype) if zero else np.empty(shape, dtype)
+            a = np.empty(shape, dtype)
+        if self._cache is not None:
+            self._cache[key] = a
         if zero:
             a.fill(0)
         return a
 
     @classmethod
-    def whole(cls, prep, layout, V, precond="amg-additive", extrapolate=True, cache=None):
+    def whole(cls, prep, layout, V, precond="amg-additive", extrapolate=True, cache=None,
+              prefault=None):
         """The one part of an in-process solve: every row, no halo."""
         n = V.shape[0]
         units = [colour_units(layout, c) for c in range(layout.n_colours)]
@@ -2007,7 +2108,8 @@ class BlockPart:
                    cptr=prep.cptr, cidx=prep.cidx, csgn=prep.csgn, pmax=prep.pmax,
                    colour_rows=rows, unit_ptr=ptrs, pair_own=prep.pi, pair_other=prep.pj,
                    pair_t=prep.pt, loss_code=prep.loss_code, gamma=prep.gamma,
-                   bound=prep.bound, precond=precond, extrapolate=extrapolate, cache=cache)
+                   bound=prep.bound, precond=precond, extrapolate=extrapolate, cache=cache,
+                   prefault=prefault)
 
     def precond_setup(self, precond, serial):
         self.M = self._cached(("precond", precond, bool(serial)),
@@ -2257,11 +2359,15 @@ class BlockSession:
     cache : dict, optional
         A :class:`~npkl_dist.FitSetup`'s: the U-block operator, the preconditioner and the
         work arrays are taken from it (and left in it for the next fit of the setup).
+    prefault : Prefault, optional
+        Work arrays whose pages a background thread touched during the fit's set-up; taken
+        where the cache holds none.
     """
 
     def __init__(self, prep, layout, V, n_threads=1, precond="amg-additive", extrapolate=True,
-                 cache=None):
+                 cache=None, prefault=None):
         check_precond(precond)
+        self._prefault = prefault
         self.prep, self.layout = prep, layout
         self.n_threads = int(n_threads)
         self.n_free = layout.n_free
@@ -2277,7 +2383,8 @@ class BlockSession:
     def _setup(self, prep, layout, V, precond):
         self.V = V
         self.parts = [BlockPart.whole(prep, layout, V, precond=precond,
-                                      extrapolate=self.extrapolate, cache=self._cache)]
+                                      extrapolate=self.extrapolate, cache=self._cache,
+                                      prefault=self._prefault)]
         self.pair_index = [np.arange(prep.pi.shape[0])]
 
     # -- how parts are called (overridden by the partitioned session) ------------------------

@@ -180,14 +180,18 @@ class InProcessExecutor:
         """A BCD fit's state on this executor; ``V`` (internal order) is updated in place."""
         return _BCDSession(self, prep, plan, V)
 
+    #: block fits may hand block_session a Prefault (work arrays touched during set-up)
+    prefaults = True
+
     def block_session(self, prep, layout, V, precond="amg-additive", extrapolate=True,
-                      cache=None):
+                      cache=None, prefault=None):
         """A block-exact BCD fit's state (``npkl_dist._blocksolve``); V updated in place.
-        ``cache``: a FitSetup's (operator, preconditioner and work arrays reused)."""
+        ``cache``: a FitSetup's (operator, preconditioner and work arrays reused);
+        ``prefault``: a ``Prefault``'s work arrays, where the cache holds none."""
         from .._blocksolve import BlockSession
 
         return BlockSession(prep, layout, V, self.n_threads, precond=precond,
-                            extrapolate=extrapolate, cache=cache)
+                            extrapolate=extrapolate, cache=cache, prefault=prefault)
 
     def kkt(self, prep, V) -> float:
         """Scaled KKT residual of V (internal order), see ``npkl_dist._kkt``."""

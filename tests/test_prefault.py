@@ -1,0 +1,130 @@
+"""Block fits' work arrays touched in a background thread during the set-up (``Prefault``):
+the session takes exactly the arrays ``session_buffers`` names, and the fit is bitwise the
+fit without them."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+from npkl_dist import ConvergenceWarning, fit_bcd, fit_setup
+from npkl_dist import _bcd, _blocksolve
+from npkl_dist._blocksolve import Prefault, session_buffers
+from npkl_dist.executors import InProcessExecutor
+
+from test_blocksolve import sparse_constrained_problem
+
+
+def _fit(problem, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return fit_bcd(problem, **kw)
+
+
+@pytest.fixture
+def prefaults(monkeypatch):
+    """Every block fit prefaults (no size floor); records (left, missed) of each prefault
+    when the fit closes it."""
+    monkeypatch.setattr(_blocksolve, "PREFAULT_MIN_ENTRIES", 0)
+    seen = []
+    close = Prefault.close
+
+    def recording_close(self):
+        seen.append((self.left(), list(self.missed)))
+        return close(self)
+
+    monkeypatch.setattr(Prefault, "close", recording_close)
+    return seen
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("extrapolate", [True, False])
+@pytest.mark.parametrize("inner_maxiter", [1, 3])
+def test_session_takes_exactly_the_prefaulted_arrays(prefaults, dtype, extrapolate,
+                                                     inner_maxiter):
+    p = sparse_constrained_problem(3, "squared_hinge", n=600, frac=0.1, dtype=dtype)
+    _fit(p, method="block", max_sweeps=4, tol=0, extrapolate=extrapolate,
+         inner_maxiter=inner_maxiter, executor=InProcessExecutor(2))
+    assert prefaults == [([], [])]  # every array taken, none asked for that was not held
+
+
+@pytest.mark.parametrize("loss", ["square", "hinge"])
+def test_prefaulted_fit_is_bitwise_the_fit_without(monkeypatch, loss, global_random_seed):
+    p = sparse_constrained_problem(global_random_seed, loss, n=800, frac=0.05)
+    kw = dict(method="block", max_sweeps=8, tol=0, executor=InProcessExecutor(2))
+    monkeypatch.setattr(_blocksolve, "PREFAULT_MIN_ENTRIES", 1 << 62)
+    without = _fit(p, **kw)
+    monkeypatch.setattr(_blocksolve, "PREFAULT_MIN_ENTRIES", 0)
+    started = []
+    init = Prefault.__init__
+
+    def counting_init(self, specs):
+        started.append(sorted(specs))
+        init(self, specs)
+
+    monkeypatch.setattr(Prefault, "__init__", counting_init)
+    with_ = _fit(p, **kw)
+    assert len(started) == 1
+    assert np.array_equal(with_.V, without.V)
+    assert with_.objective_trace == without.objective_trace
+    assert with_.kkt_trace == without.kkt_trace
+
+
+def test_prefault_only_for_standalone_in_process_block_fits(prefaults, monkeypatch):
+    p = sparse_constrained_problem(1, "square", n=600, frac=0.1)
+    ex = InProcessExecutor(1)
+    _fit(p, method="sweeps", max_sweeps=2, tol=0, executor=ex)
+    assert prefaults == []
+    _fit(p, method="block", max_sweeps=2, tol=0, executor=ex, setup=fit_setup(p, method="block",
+                                                                               executor=ex))
+    assert prefaults == []  # a setup keeps its own work arrays
+
+    class NoPrefaults(InProcessExecutor):
+        prefaults = False
+
+    _fit(p, method="block", max_sweeps=2, tol=0, executor=NoPrefaults(1))
+    assert prefaults == []
+    monkeypatch.setattr(_blocksolve, "PREFAULT_MIN_ENTRIES", p.n_points * p.rank + 1)
+    _fit(p, method="block", max_sweeps=2, tol=0, executor=ex)
+    assert prefaults == []  # below the size floor
+    monkeypatch.setattr(_blocksolve, "PREFAULT_MIN_ENTRIES", p.n_points * p.rank)
+    _fit(p, method="block", max_sweeps=2, tol=0, executor=ex)
+    assert prefaults == [([], [])]
+
+
+def test_session_buffers_of_a_problem_with_every_point_constrained(prefaults):
+    p = sparse_constrained_problem(2, "square", n=200, frac=1.0)
+    _fit(p, method="block", max_sweeps=2, tol=0, executor=InProcessExecutor(1))
+    assert prefaults == [([], [])]
+    specs = session_buffers(200, 0, 4)
+    assert specs["R"] == ((0, 4), np.dtype(np.float64))
+    assert specs["Vprev"] == ((200, 4), np.dtype(np.float64))
+
+
+def test_prefault_take_checks_shape_and_dtype():
+    pf = Prefault({"A": ((5, 3), np.float64), "B": ((4,), np.float32)})
+    assert pf.take("A", (5, 2), np.float64) is None
+    assert pf.take("B", (4,), np.float64) is None
+    assert pf.take("C", (1,), np.float64) is None
+    assert pf.missed == ["A", "B", "C"]
+    a = pf.take("A", (5, 3), np.float64)
+    assert a.shape == (5, 3) and a.dtype == np.float64
+    assert pf.take("A", (5, 3), np.float64) is None  # taken once
+    assert pf.left() == ["B"]
+    assert pf.close() == ["B"] and pf.left() == []
+
+
+def test_failed_setup_leaves_no_prefault_thread(prefaults, monkeypatch):
+    p = sparse_constrained_problem(1, "square", n=600, frac=0.1)
+
+    def broken_build(*a, **k):
+        raise RuntimeError("set-up failed")
+
+    monkeypatch.setattr(_bcd, "_build", broken_build)
+    with pytest.raises(RuntimeError, match="set-up failed"):
+        _fit(p, method="block", max_sweeps=2, tol=0, executor=InProcessExecutor(1))
+    assert len(prefaults) == 1  # closed
+    assert not any(t.name == "npkl-prefault" and t.is_alive() for t in threading.enumerate())
