@@ -36,7 +36,7 @@ from ._errors import ValidationError
 from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, csr_compact, csr_row_ptr,
                        greedy_colouring, pair_terms, sweep_units, sweep_units_serial)
 from ._kkt import kkt_row_terms
-from ._plan import _constraint_lists, _split, permute
+from ._plan import _constraint_lists, _split, permute_split
 from .executors._inprocess import chunked_sums, ordered_total
 
 
@@ -118,7 +118,7 @@ def block_layout(problem, plan, return_matrix: bool = False):
     conflict graph (manifold edges and constraint pairs) restricted to them.
 
     ``return_matrix``: also return L in the layout's order (what ``prepare`` would compute
-    again), as ``(layout, Lp)``."""
+    again), as ``(layout, Lp)`` with Lp a ``SplitL``."""
     n = problem.n_points
     constrained = constrained_mask(problem)
     plan_order = np.asarray(getattr(plan, "order", plan))
@@ -130,13 +130,12 @@ def block_layout(problem, plan, return_matrix: bool = False):
     rank_of = np.empty(n, np.int64)
     rank_of[order] = np.arange(n, dtype=np.int64)
     n_free = int(free_rows.shape[0])
-    Lp = permute(problem.L, order, rank_of)
+    Lp = permute_split(problem.L, order, rank_of)
     cptr, cidx, _ = _constraint_lists(problem, rank_of)
     colour = np.zeros(n, np.int64)
     active = np.zeros(n, np.bool_)
     active[n_free:] = True
-    greedy_colouring(n, Lp.indptr.astype(np.int64), Lp.indices.astype(np.int64), cptr, cidx,
-                     active, colour)
+    greedy_colouring(n, Lp.indptr, Lp.indices, cptr, cidx, active, colour)
     new_rows = np.arange(n_free, n, dtype=np.int64)
     ccol = colour[n_free:]
     srt = np.lexsort((new_rows, ccol))

@@ -225,7 +225,7 @@ def test_relabel_round_trip_and_prepared_arrays(case, relabel, seed):
     plan2, Lp2 = make_plan(problem, relabel=relabel, return_matrix=True)
     for f in ("order", "colour", "colour_ptr", "colour_rows", "block_ptr"):
         assert np.array_equal(getattr(plan2, f), getattr(plan, f))
-    np.testing.assert_array_equal(Lp2.toarray(), Lp)
+    np.testing.assert_array_equal(Lp2.tocsr().toarray(), Lp)
     prep2 = prepare(problem, plan2, Lp2)
     for f in ("indptr", "indices", "data", "diag", "cptr", "cidx", "csgn"):
         assert np.array_equal(getattr(prep2, f), getattr(prep, f))
@@ -340,6 +340,46 @@ def test_permute_and_split_equal_scipys_fancy_indexing_and_coo_route():
         assert _bandwidth(got.indptr.astype(np.int64), got.indices.astype(np.int64)) == int(
             np.abs(rows - got.indices).max())
     assert _bandwidth(np.zeros(4, np.int64), np.zeros(0, np.int64)) == 0  # no entries
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_permute_split_is_permute_then_split(dtype, global_random_seed):
+    """The set-up's one-pass permutation and split equals ``_split(permute(...))`` array for
+    array (sorted rows, int64 indices): with explicit zeros, rows without their diagonal, an
+    empty row, and an input with duplicates and unsorted rows."""
+    import scipy.sparse as sp
+
+    from npkl_dist._plan import _split, permute, permute_split
+
+    rng = np.random.default_rng(global_random_seed)
+    n = 257
+    rows, cols = rng.integers(0, n, 3000), rng.integers(0, n, 3000)
+    A = sp.coo_matrix((rng.standard_normal(3000), (rows, cols)), shape=(n, n))
+    A = sp.csr_matrix(A + A.T, dtype=dtype)
+    A.sum_duplicates()
+    A.data[::7] = 0.0  # explicit zeros are kept
+    A = A.tolil()
+    A[5, :] = 0.0  # an empty row
+    A = A.tocsr()
+    A.sum_duplicates()
+    dup = sp.csr_matrix((np.r_[A.data, dtype(1.5)], np.r_[A.indices, A.indices[-1]],
+                         np.r_[A.indptr[:-1], A.indptr[-1] + 1]), shape=(n, n))
+    for i in range(n):
+        sl = slice(dup.indptr[i], dup.indptr[i + 1])
+        dup.indices[sl], dup.data[sl] = dup.indices[sl][::-1].copy(), dup.data[sl][::-1].copy()
+    dup.has_sorted_indices = False
+    assert np.count_nonzero(A.diagonal() == 0) > 0  # some rows without their diagonal
+    for M in (A, dup):
+        order = rng.permutation(n)
+        off, diag = _split(permute(M, order))
+        got = permute_split(M, order)
+        assert got.indptr.dtype == got.indices.dtype == np.int64
+        assert got.data.dtype == got.diag.dtype == dtype
+        np.testing.assert_array_equal(got.indptr, off.indptr)
+        np.testing.assert_array_equal(got.indices, off.indices)
+        np.testing.assert_array_equal(got.data, off.data)
+        np.testing.assert_array_equal(got.diag, diag)
+        np.testing.assert_array_equal(got.tocsr().toarray(), M.toarray()[order][:, order])
 
 
 def _scipy_rcm(M):
