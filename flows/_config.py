@@ -22,7 +22,7 @@ loss = "square"
 max_sweeps = 1000              # default: the solver's own cap (bcd 1000, admm 500, simplenpkl 200)
 seed = 0
 method = "auto"                # bcd: auto | sweeps | block (see `npkl fit --help`)
-start = "auto"                 # bcd: auto | random | propagate | spectral | coarse
+start = "auto"                 # bcd: auto | random | propagate | spectral | coarse | coarse-free
 # tol_objective, tol_kkt: bcd's extra stopping criteria; capacity: simplenpkl's tr(K^2) <= B
 # anderson = 5: admm with Anderson acceleration of memory 5 (default 0: the paper's Alg. 1)
 
@@ -96,7 +96,8 @@ SECTIONS: dict[str, dict[str, tuple]] = {
         "dtype": (_STR, "float64", ("float32", "float64"), False),
         "seed": (_INT, 0, None, False),
         "method": (_STR, "auto", ("auto", "sweeps", "block"), False),
-        "start": (_STR, "auto", ("auto", "random", "propagate", "spectral", "coarse"), False),
+        "start": (_STR, "auto", ("auto", "random", "propagate", "spectral", "coarse",
+                                 "coarse-free"), False),
         "tol_objective": (_FLOAT, None, None, False),
         "tol_kkt": (_FLOAT, None, None, False),
         "capacity": (_FLOAT, None, None, False),

@@ -120,13 +120,17 @@ def _add_fit_options(p: argparse.ArgumentParser):
                         "rows); auto = block from 200 points for the square loss and the "
                         "squared hinge, at any size for the hinge, never for linear "
                         "(default: auto)")
-    m.add_argument("--start", choices=("auto", "random", "propagate", "spectral", "coarse"),
+    m.add_argument("--start", choices=("auto", "random", "propagate", "spectral", "coarse",
+                                        "coarse-free"),
                    default="auto",
                    help="bcd start: the paper's random rows; propagate = random rows at "
                         "constrained points, zero elsewhere; spectral = scaled bottom "
                         "eigenvectors of L (LOBPCG); coarse = bottom eigenvectors of L on a "
-                        "coarse aggregation level, scaled; auto = coarse for block solves, "
-                        "random for plain sweeps (default)")
+                        "coarse aggregation level, scaled; coarse-free (block solves) = the "
+                        "same for the unconstrained block on the block solver's own AMG "
+                        "hierarchy, constrained rows filled from their neighbours; auto = "
+                        "coarse-free for block solves with at least half the points in no "
+                        "pair, else coarse; random for plain sweeps (default)")
     m.add_argument("--tol-objective", type=float, default=None,
                    help="bcd: also require |f(t-1) - f(t)| / |f(t)| < this to stop")
     m.add_argument("--tol-kkt", type=float, default=None,

@@ -72,18 +72,34 @@ STALL_KKT_MIN = 1e-6
 
 #: Hinge loss: at most this many sweeps between two joint-move attempts (``joint``).
 JOINT_MAX_WAIT = 16
-STARTS = ("auto", "random", "propagate", "spectral", "coarse")
+STARTS = ("auto", "random", "propagate", "spectral", "coarse", "coarse-free")
 
 
-def resolve_start(start: str, method: str) -> str:
-    """start='auto' (fit_bcd's default): 'coarse' for block solves, where at n = 1e6 it saved
-    10 of 28 outer iterations and on bench_block's n = 1e5 grid took fewer outer iterations
-    in 9 of 11 cases (10% constrained: 18-43 against 28-49) and 1-2 more in two (1%)
-    (bench/RESULTS.md, "A coarse spectral start for block fits"); 'random' (the paper's)
-    for plain sweeps, whose replication runs keep bcdkl-tnnls2015's Alg. 1."""
+def resolve_start(start: str, method: str, problem: NPKLProblem | None = None) -> str:
+    """start='auto' (fit_bcd's default): for block solves 'coarse-free' where at least
+    ``_coarse_start.FREE_MIN_FRACTION`` of the points are in no pair (and at least 2 rank of
+    them), else 'coarse'; 'random' (the paper's) for plain sweeps, whose replication runs
+    keep bcdkl-tnnls2015's Alg. 1. At n = 1e6 (1% constrained) 'coarse' saved 10 of 28 outer
+    iterations, and 'coarse-free' needs the same 18 without a hierarchy of its own
+    (bench/RESULTS.md, "A coarse spectral start for block fits" and "The coarse start from
+    the block solver's own hierarchy"). ``problem``: needed for block solves."""
     if start == "auto":
-        return "coarse" if method == "block" else "random"
+        if method != "block":
+            return "random"
+        from ._coarse_start import FREE_MIN_FRACTION
+
+        if problem is not None:
+            n_free = problem.n_points - int(np.count_nonzero(_constrained(problem)))
+            if n_free >= FREE_MIN_FRACTION * problem.n_points and n_free >= 2 * problem.rank:
+                return "coarse-free"
+        return "coarse"
     return start
+
+
+def _constrained(problem: NPKLProblem) -> np.ndarray:
+    from ._blocksolve import constrained_mask
+
+    return constrained_mask(problem)
 
 
 def stall_bound(tol: float) -> float:
@@ -172,6 +188,13 @@ def initial_V(problem: NPKLProblem, rng: np.random.Generator, start: str = "rand
         original order, in :func:`fit_bcd` the fit's internal order. The scale is at least
         that of a mean row norm 0.1 (V = 0 is a saddle no step leaves).
 
+    start='coarse-free': the r bottom eigenvectors of L_UU's Galerkin operator on the coarsest
+        level of the block solver's own AMG hierarchy (U: the points in no pair), prolongated,
+        the constrained rows filled by one Jacobi step on L V = 0 from the others, scaled as
+        'coarse'. Computed in the internal order of a default block fit (reverse
+        Cuthill-McKee, constrained rows last), where a block fit shares the hierarchy with
+        its preconditioner; needs at least one unconstrained point.
+
     For the linear loss rows are projected on the ball ||v_i|| <= b.
     """
     if start not in STARTS or start == "auto":
@@ -179,6 +202,16 @@ def initial_V(problem: NPKLProblem, rng: np.random.Generator, start: str = "rand
             f"start: {start!r} is not one of {', '.join(STARTS[1:])} ('auto' is resolved by "
             f"fit_bcd from its method)")
     n, r = problem.n_points, problem.rank
+    if start == "coarse-free":  # draws nothing from rng
+        from .executors import InProcessExecutor
+
+        if problem.loss == "linear":
+            raise ValidationError(
+                "start: 'coarse-free' is a block fit's start, and block fits do not take the "
+                "linear loss; use start='coarse'")
+        _, layout, prep = _build(problem, "block", InProcessExecutor(), "rcm", "blocks", None)
+        V = _internal_free_start(problem, prep, layout, None)
+        return take_rows(V, layout.rank_of, problem.dtype)
     if start == "coarse":  # draws nothing from rng
         from ._coarse_start import coarse_start
         from ._plan import _split
@@ -264,6 +297,35 @@ def _start_prefault(problem: NPKLProblem, method: str, executor, extrapolate: bo
     n_free = n - int(np.count_nonzero(constrained_mask(problem)))
     return Prefault(session_buffers(n, n_free, r, problem.dtype, bool(extrapolate),
                                     int(inner_maxiter)))
+
+
+def _internal_free_start(problem: NPKLProblem, prep, layout, cache, share: bool = False
+                         ) -> np.ndarray:
+    """start='coarse-free' in a block fit's internal (U-first) order. ``cache``: a fit
+    setup's or a standalone in-process fit's own; its basis is kept there for the next fit
+    (it depends on L and the rank only), and with ``share`` (an in-process session follows)
+    the hierarchy is left for the session's preconditioner (``_blocksolve.HIERARCHY_KEY``),
+    which takes it."""
+    from ._blocksolve import HIERARCHY_KEY, free_hierarchy
+    from ._coarse_start import free_basis, free_start
+
+    n_free = int(layout.n_free)
+    if n_free < 1:
+        raise ValidationError(
+            "start: 'coarse-free' needs at least one point in no constraint pair (every point "
+            "here is in one); use start='coarse'")
+    key = ("coarse-free start", int(problem.rank))
+    basis = None if cache is None else cache.get(key)
+    if basis is None:
+        h = free_hierarchy(prep, n_free, cache)
+        basis = free_basis(h, problem.rank)
+        if cache is not None:
+            cache[key] = basis
+            if share:
+                cache[HIERARCHY_KEY] = h
+    return free_start(prep.indptr, prep.indices, prep.data, prep.diag, n_free, prep.pi,
+                      prep.pj, prep.pt, basis, rank=problem.rank, loss=problem.loss,
+                      gamma=problem.gamma, bound=problem.bound, dtype=problem.dtype)
 
 
 def choose_method(problem: NPKLProblem, executor=None) -> str:
@@ -517,10 +579,11 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         'block': the unconstrained rows solved together by preconditioned CG, alternated
         with exact updates of the constrained rows (``npkl_dist._blocksolve``).
         'auto': :func:`choose_method`.
-    start : {'auto', 'random', 'propagate', 'spectral', 'coarse'}
-        See :func:`initial_V`; 'auto' (default): :func:`resolve_start`, i.e. 'coarse' for
-        block solves and the paper's 'random' for plain sweeps. ``FitResult.start`` is the
-        start taken.
+    start : {'auto', 'random', 'propagate', 'spectral', 'coarse', 'coarse-free'}
+        See :func:`initial_V`; 'auto' (default): :func:`resolve_start`, i.e. for block
+        solves 'coarse-free' where at least half the points are in no pair (its AMG
+        hierarchy is the preconditioner's, built once) and 'coarse' otherwise, and the
+        paper's 'random' for plain sweeps. ``FitResult.start`` is the start taken.
     inner_rtol, inner_maxiter : float, int
         Method 'block': each outer iteration's CG stops when every column's residual fell by
         ``inner_rtol`` or after ``inner_maxiter`` iterations (inexact block solves: the
@@ -631,7 +694,13 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             raise
         cache = None
     plan = layout if method == "sweeps" else None
-    start = resolve_start(start, method)
+    start = resolve_start(start, method, problem)
+    from .executors import InProcessExecutor
+
+    if cache is None and method == "block" and isinstance(executor, InProcessExecutor):
+        # a standalone in-process block fit's own cache: what its start builds on the way
+        # (the U-block operator, the AMG hierarchy) goes on to its session
+        cache = {}
     rng = np.random.default_rng(problem.seed)
     extra = None
     if resume is not None:
@@ -674,6 +743,13 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
     else:
         if V0 is None and start == "coarse":  # in the internal order, from the prepared L
             V = _internal_coarse_start(problem, prep, cache)
+        elif V0 is None and start == "coarse-free":
+            if method != "block":
+                raise ValidationError(
+                    "start: 'coarse-free' is a block fit's start (it uses the U-first layout of "
+                    "method='block'); use start='coarse' with plain sweeps")
+            V = _internal_free_start(problem, prep, layout, cache,
+                                     share=isinstance(executor, InProcessExecutor))
         else:
             if V0 is None:
                 V0 = initial_V(problem, rng, start)

@@ -509,6 +509,36 @@ def _decoupled_rows(A: sp.csr_matrix, rtol: float = DECOUPLED_RTOL) -> np.ndarra
     return mass <= rtol * np.abs(A.diagonal())
 
 
+#: The AMG hierarchies' coarsest size and depth (pyamg's defaults).
+AMG_MAX_COARSE = 500
+AMG_MAX_LEVELS = 10
+
+#: Key of a block fit's cache holding L_UU's plain-aggregation hierarchy from the
+#: 'coarse-free' start until the session's preconditioner takes it.
+HIERARCHY_KEY = "free hierarchy"
+
+
+def free_hierarchy(prep, n_free: int, cache=None):
+    """The plain-aggregation hierarchy of L_UU (rows and columns 0..n_free of the prepared L,
+    U-first) that the default preconditioner ('amg-additive', and 'amg-plain') builds: the
+    same matrix (``free_operator`` over every row, then ``free_matrix``) and the same
+    ``plain_aggregation_hierarchy``, bit for bit. ``cache``: a block fit's; the U-block
+    operator is taken from it or left in it under the session's key ('operator')."""
+    n = int(prep.diag.shape[0])
+
+    def operator():
+        return free_operator(prep.indptr, prep.indices, prep.data, int(n_free), n, 0)
+
+    if cache is None:
+        ops = operator()
+    else:
+        if "operator" not in cache:
+            cache["operator"] = operator()
+        ops = cache["operator"]
+    A = free_matrix(*ops, np.asarray(prep.diag[:n_free], np.float64))
+    return plain_aggregation_hierarchy(A, AMG_MAX_COARSE, AMG_MAX_LEVELS)
+
+
 class AMGPreconditioner:
     """One symmetric V-cycle of smoothed-aggregation AMG (pyamg hierarchy), all columns at once.
 
@@ -525,8 +555,12 @@ class AMGPreconditioner:
 
     name = "amg"
 
-    def __init__(self, A: sp.csr_matrix, max_coarse: int = 500, max_levels: int = 10,
-                 smooth="jacobi", serial: bool = False, additive: bool = False):
+    def __init__(self, A: sp.csr_matrix, max_coarse: int = AMG_MAX_COARSE,
+                 max_levels: int = AMG_MAX_LEVELS, smooth="jacobi", serial: bool = False,
+                 additive: bool = False, hierarchy=None):
+        """``hierarchy``: A's plain-aggregation hierarchy (``smooth=None``), already built
+        with these ``max_coarse`` and ``max_levels`` (:func:`free_hierarchy`, which the
+        'coarse-free' start builds first); used instead of building it again."""
         import time
 
         t0 = time.perf_counter()
@@ -537,9 +571,12 @@ class AMGPreconditioner:
             # local (row-sum) weights instead of a power-iteration spectral radius:
             # same hierarchy quality here at a fraction of the set-up time
             smooth = ("jacobi", {"weighting": "local"})
+        elif hierarchy is not None and smooth is not None:
+            raise ValueError("AMGPreconditioner: a given hierarchy is a plain-aggregation one "
+                             "(smooth=None)")
         opts = dict(max_coarse=max_coarse, smooth=smooth, max_levels=max_levels)
         self._split = None
-        if not self._build(A, opts):
+        if not self._build(A, opts, hierarchy):
             # a degenerate hierarchy: rows of A coupled to the rest by nothing, or by weights
             # that round away next to their diagonal (two points joined only by a Gaussian
             # weight of 1e-20), made an aggregate whose prolongator column the local Jacobi
@@ -559,9 +596,10 @@ class AMGPreconditioner:
                     "coarse level with a zero diagonal); fit with precond='jacobi'")
         self.setup_seconds = time.perf_counter() - t0
 
-    def _build(self, A, opts) -> bool:
-        """The hierarchy of A (pyamg) and its levels; False where it is degenerate (a level
-        with a non-positive diagonal, or a coarsest matrix that is not positive definite)."""
+    def _build(self, A, opts, hierarchy=None) -> bool:
+        """The hierarchy of A (pyamg, or ``hierarchy`` if given) and its levels; False where
+        it is degenerate (a level with a non-positive diagonal, or a coarsest matrix that is
+        not positive definite)."""
         import pyamg
         from scipy.linalg import LinAlgError
 
@@ -569,7 +607,9 @@ class AMGPreconditioner:
         # set-up (restoring the caller's state) so that the hierarchy, and with it every fit
         # and every resume, is reproducible bit for bit.
         with seeded_global_random():
-            if opts["smooth"] is None:
+            if hierarchy is not None:
+                ml = hierarchy
+            elif opts["smooth"] is None:
                 # plain aggregation: pyamg's steps, with the Galerkin products compiled
                 # (npkl_dist._aggregation; the same hierarchy bit for bit)
                 ml = plain_aggregation_hierarchy(A, opts["max_coarse"], opts["max_levels"],
@@ -2116,6 +2156,13 @@ class BlockPart:
 
     def _make_precond(self, precond, serial):
         nu = self.nu
+        # the hierarchy the 'coarse-free' start built on this L_UU (an in-process fit's one
+        # part: its U block is the whole L_UU)
+        h = self._cache.pop(HIERARCHY_KEY, None) if self._cache is not None else None
+        if (h is not None and precond in ("amg-additive", "amg-plain") and nu > 0
+                and self.base == 0 and h.levels[0].A.shape[0] == nu):
+            return AMGPreconditioner(h.levels[0].A, serial=serial, smooth=None,
+                                     additive=precond == "amg-additive", hierarchy=h)
         if precond.startswith("amg") and nu > 0:
             A = free_matrix(self.A_ptr, self.A_idx, self.A_data, self.A_diag, serial=serial)
             return AMGPreconditioner(A, serial=serial,

@@ -52,6 +52,10 @@ DENSE_MAX = 1000
 #: The start's smallest mean row norm (see :func:`start_scale`); the random start's is 1.
 MIN_ROW_NORM = 0.1
 
+#: start='auto' of a block fit takes 'coarse-free' (the block solver's own hierarchy of
+#: L_UU) where at least this fraction of the points is in no pair, else 'coarse'.
+FREE_MIN_FRACTION = 0.5
+
 #: Damped Jacobi steps that improve the finest level's candidate (pyamg: 4 symmetric
 #: Gauss-Seidel sweeps).
 CANDIDATE_STEPS = 8
@@ -240,8 +244,16 @@ def coarse_basis(indptr, indices, data, diag, rank: int, max_coarse: int = MAX_C
         ts.append(t)
         A = Ac
     A = (A + sp.diags(A_diag)).tocsr()
+    w, X = bottom_eigenpairs(A, rank, dense_max)
+    return CoarseBasis(aggs, ts, w, X, rank)
+
+
+def bottom_eigenpairs(A: sp.csr_matrix, rank: int, dense_max: int = DENSE_MAX):
+    """(w, X): the min(rank, m) smallest eigenvalues of the symmetric (m, m) A, ascending, and
+    their eigenvectors: dense ``eigh`` up to ``dense_max`` rows, else ARPACK from a fixed
+    start vector (deterministic)."""
     m = A.shape[0]
-    k = min(rank, m)
+    k = min(int(rank), m)
     if m <= dense_max or k >= m - 1:
         w, X = np.linalg.eigh(A.toarray())
         w, X = w[:k], X[:, :k]
@@ -251,7 +263,81 @@ def coarse_basis(indptr, indices, data, diag, rank: int, max_coarse: int = MAX_C
         w, X = eigsh(A, k=k, which="SA", tol=1e-6, v0=np.ones(m))
         order = np.argsort(w, kind="stable")
         w, X = w[order], X[:, order]
-    return CoarseBasis(aggs, ts, np.ascontiguousarray(w), np.ascontiguousarray(X), rank)
+    return np.ascontiguousarray(w), np.ascontiguousarray(X)
+
+
+def free_basis(hierarchy, rank: int, dense_max: int = DENSE_MAX) -> CoarseBasis:
+    """The basis of ``start='coarse-free'`` from the plain-aggregation hierarchy of L_UU (the
+    block solver's default preconditioner's, ``_blocksolve.free_hierarchy``): its tentative
+    prolongators (orthonormal columns, one entry per row) and the bottom eigenpairs of its
+    coarsest level."""
+    from ._aggregation import _single_entry_columns
+
+    aggs, ts = [], []
+    for lev in hierarchy.levels[:-1]:
+        agg, t = _single_entry_columns(sp.csr_matrix(lev.P))
+        aggs.append(agg)
+        ts.append(t)
+    w, X = bottom_eigenpairs(sp.csr_matrix(hierarchy.levels[-1].A), rank, dense_max)
+    return CoarseBasis(aggs, ts, w, X, int(rank))
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _fill_constrained_rows(indptr, indices, data, diag, nu, E, terms):
+    """Rows nu.. of E (the C rows) = one Jacobi step on L E = 0 from the U rows alone,
+    e_i = -(sum over U columns j of l_ij e_j) / l_ii; then terms[i - nu] = the C rows' part of
+    tr(Eᵀ L E): 2 e_i·(L_CU E_U)_i + e_i·(L_CC E_C)_i (diagonal included). ``indptr, indices,
+    data``: L's off-diagonal (CSR), ``diag`` its diagonal."""
+    n, r = E.shape
+    for i in prange(nu, n):
+        acc = np.zeros(r)
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            if j < nu:
+                a = np.float64(data[p])
+                for c in range(r):
+                    acc[c] += a * E[j, c]
+        d = np.float64(diag[i])
+        for c in range(r):
+            E[i, c] = -acc[c] / d
+    for i in prange(nu, n):
+        s = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            dot = 0.0
+            for c in range(r):
+                dot += E[i, c] * E[j, c]
+            s += (2.0 if j < nu else 1.0) * np.float64(data[p]) * dot
+        dot = 0.0
+        for c in range(r):
+            dot += E[i, c] * E[i, c]
+        terms[i - nu] = s + np.float64(diag[i]) * dot
+
+
+def free_start(indptr, indices, data, diag, n_free, pi, pj, pt, basis: CoarseBasis, *,
+               rank: int, loss: str, gamma: float, bound: float, dtype=np.float64
+               ) -> np.ndarray:
+    """``start='coarse-free'`` in the U-first order of a block fit (rows 0..n_free
+    unconstrained): E_U = the basis prolongated (the bottom eigenvectors of L_UU's coarse
+    Galerkin operator), E_C = one Jacobi step from E_U (:func:`_fill_constrained_rows`),
+    scaled along the ray as the coarse start (:func:`start_scale`, with E's own Frobenius
+    norm for the floor). tr(Eᵀ L E) = sum(w) (exact Galerkin on the U block) plus the C
+    rows' terms, without a product with L."""
+    n = int(np.shape(diag)[0])
+    nu = int(n_free)
+    E = np.empty((n, rank))
+    E[:nu] = prolong(basis, rank, np.float64)
+    terms = np.empty(n - nu)
+    _fill_constrained_rows(indptr, indices, data, diag, nu, E, terms)
+    a = float(np.sum(basis.w[:rank])) + float(np.sum(terms))
+    pi = np.asarray(pi, np.int64)
+    pj = np.asarray(pj, np.int64)
+    z = np.asarray(pt, np.float64) * np.einsum("kr,kr->k", E[pi], E[pj])
+    row2 = np.einsum("kr,kr->k", E, E)
+    max_row2 = float(np.max(row2)) if loss == "linear" and n else 0.0
+    s = start_scale(loss, gamma, bound, a, z, max_row2, n, rank, fro2=float(np.sum(row2)))
+    E *= np.sqrt(s)
+    return np.ascontiguousarray(E, dtype=dtype)
 
 
 @njit(parallel=True, cache=True)
@@ -289,11 +375,11 @@ def smooth_energy(basis: CoarseBasis, rank: int) -> float:
 
 def start_scale(loss: str, gamma: float, bound: float, a: float, z: np.ndarray,
                 max_row2: float, n: int, r: int, min_row: float = MIN_ROW_NORM,
-                endpoint: bool = True) -> float:
+                endpoint: bool = True, fro2: float | None = None) -> float:
     """The scale s of V = sqrt(s) E: the s >= 0 minimising s a + gamma sum loss(s z) (the
     objective along the ray, where a = tr(Eᵀ L E) and z = t_p <e_i, e_j> over the pairs), but
-    at least ``min_row``² n / r, which gives V a mean squared row norm of ``min_row``² (E has
-    r orthonormal columns). For the linear loss s also keeps every row in the ball
+    at least ``min_row``² n / ``fro2``, which gives V a mean squared row norm of ``min_row``²
+    (``fro2`` = ||E||_F², default r: E has r orthonormal columns). For the linear loss s also keeps every row in the ball
     (max_row2 = max ||e_i||²). ``endpoint``: take the search interval's upper end where it is
     no worse than the bounded search's point (which never reaches the end); the spectral
     start calls this with ``min_row=0, endpoint=False``, its rule before the coarse start.
@@ -321,7 +407,8 @@ def start_scale(loss: str, gamma: float, bound: float, a: float, z: np.ndarray,
     s = max(float(minimize_scalar(f, bounds=(0.0, hi), method="bounded").x), 0.0)
     if endpoint and f(hi) <= f(s):  # the bounded search stops short of an optimum at its end
         s = hi
-    return min(max(s, min_row ** 2 * n / r), cap)
+    fro2 = float(r) if fro2 is None else float(fro2)
+    return min(max(s, min_row ** 2 * n / max(fro2, 1e-300)), cap)
 
 
 def coarse_start(indptr, indices, data, diag, pi, pj, pt, *, rank: int, loss: str,

@@ -183,7 +183,7 @@ def test_amg_preconditioner_fallback_edges(monkeypatch):
     """The fallback's two ends: a block whose rows are all decoupled is its own diagonal
     inverse (no hierarchy); one whose coupled rows still give a degenerate hierarchy is
     refused with an error that names precond and the way out."""
-    monkeypatch.setattr(AMGPreconditioner, "_build", lambda self, A, opts: False)
+    monkeypatch.setattr(AMGPreconditioner, "_build", lambda self, A, opts, hierarchy=None: False)
     d = np.linspace(1.0, 3.0, 50)
     M = AMGPreconditioner(sp.diags(d).tocsr())
     R = np.random.default_rng(0).standard_normal((50, 3))

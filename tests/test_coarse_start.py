@@ -25,6 +25,10 @@ from npkl_dist._coarse_start import (
     smooth_energy,
     start_scale,
 )
+from npkl_dist import _coarse_start as _coarse_start_module
+from npkl_dist._bcd import resolve_start
+from npkl_dist._blocksolve import constrained_mask
+from npkl_dist._coarse_start import FREE_MIN_FRACTION
 from npkl_dist._kernels import take_rows
 from npkl_dist._plan import _split
 from npkl_dist.executors import InProcessExecutor
@@ -235,19 +239,164 @@ def test_unknown_start_is_refused():
         fit_bcd(p, start="coarsest")
 
 
-def test_auto_start_is_coarse_for_block_solves_and_random_for_sweeps():
-    p = _mixture_problem(1, n=3000, rank=4)
+@pytest.mark.parametrize("frac,block_start", [(0.02, "coarse-free"), (0.9, "coarse")])
+def test_auto_start_per_method_and_constrained_fraction(frac, block_start):
+    """'auto': for block solves 'coarse-free' where at least half the points are in no pair,
+    else 'coarse'; 'random' for plain sweeps."""
+    p = _mixture_problem(1, n=3000, rank=4, frac=frac)
+    n_free = p.n_points - np.count_nonzero(constrained_mask(p))
+    assert (n_free >= FREE_MIN_FRACTION * p.n_points) == (block_start == "coarse-free")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         blk = fit_bcd(p, method="block", max_sweeps=3, tol=0)
-        blk_coarse = fit_bcd(p, method="block", max_sweeps=3, tol=0, start="coarse")
+        blk_named = fit_bcd(p, method="block", max_sweeps=3, tol=0, start=block_start)
         swp = fit_bcd(p, method="sweeps", max_sweeps=3, tol=0)
         swp_random = fit_bcd(p, method="sweeps", max_sweeps=3, tol=0, start="random")
-    assert (blk.start, swp.start) == ("coarse", "random")
-    np.testing.assert_array_equal(blk.V, blk_coarse.V)
+    assert (blk.start, swp.start) == (block_start, "random")
+    np.testing.assert_array_equal(blk.V, blk_named.V)
     np.testing.assert_array_equal(swp.V, swp_random.V)
     with pytest.raises(ValidationError, match="'auto' is resolved by fit_bcd"):
         initial_V(p, np.random.default_rng(0), "auto")
+
+
+def test_auto_start_rule_at_the_threshold(monkeypatch):
+    p = _mixture_problem(1, n=1000, rank=4, frac=0.3)
+    n_free = p.n_points - np.count_nonzero(constrained_mask(p))
+    monkeypatch.setattr(_coarse_start_module, "FREE_MIN_FRACTION", n_free / p.n_points)
+    assert resolve_start("auto", "block", p) == "coarse-free"
+    monkeypatch.setattr(_coarse_start_module, "FREE_MIN_FRACTION", (n_free + 1) / p.n_points)
+    assert resolve_start("auto", "block", p) == "coarse"
+    assert resolve_start("auto", "sweeps", p) == "random"
+    assert resolve_start("spectral", "block", p) == "spectral"
+
+
+# -- start='coarse-free': the block solver's own hierarchy of L_UU -------------------------
+
+def _free_reference(p, layout, prep, rank):
+    """Dense references of the coarse-free start: the hierarchy's coarsest operator rebuilt
+    by scipy products, its bottom eigenvectors, E_U = T_0 T_1 ... X, the C rows by one
+    dense Jacobi step, and tr(Eᵀ L E)."""
+    from npkl_dist._blocksolve import free_hierarchy
+
+    nu = layout.n_free
+    n = p.n_points
+    L = (sp.csr_matrix((prep.data, prep.indices, prep.indptr), shape=(n, n))
+         + sp.diags(prep.diag)).toarray()
+    h = free_hierarchy(prep, nu)
+    A = L[:nu, :nu]
+    T = np.eye(nu)
+    for lev in h.levels[:-1]:
+        P = lev.P.toarray()
+        # tentative prolongators: one entry per row, orthonormal columns
+        assert np.all(np.count_nonzero(P, axis=1) <= 1)
+        np.testing.assert_allclose(P.T @ P, np.eye(P.shape[1]), atol=1e-12)
+        A = P.T @ A @ P
+        T = T @ P
+    np.testing.assert_allclose(h.levels[-1].A.toarray(), A, rtol=1e-10,
+                               atol=1e-12 * np.abs(A).max())
+    w, X = np.linalg.eigh(A)
+    k = min(rank, A.shape[0])
+    E = np.zeros((n, rank))
+    E[:nu, :k] = T @ X[:, :k]
+    E[nu:] = -(L[nu:, :nu] @ E[:nu]) / prep.diag[nu:, None]
+    return L, E, w[:k], float(np.trace(E.T @ L @ E))
+
+
+@pytest.mark.parametrize("loss", ["square", "squared_hinge", "hinge"])
+def test_free_start_against_dense_references(loss, global_random_seed):
+    from npkl_dist._bcd import _build, _internal_free_start
+    from npkl_dist._objective import loss_fn
+
+    p = _mixture_problem(global_random_seed, loss=loss, n=2500, rank=5, frac=0.1)
+    _, layout, prep = _build(p, "block", InProcessExecutor(2), "rcm", "blocks", None)
+    L, E, w, a = _free_reference(p, layout, prep, p.rank)
+    V = _internal_free_start(p, prep, layout, None)
+    # V = sqrt(s) E up to the sign of each eigenvector
+    s = float(np.sum(V * V) / np.sum(E * E))
+    signs = np.sign(np.sum(V * E, axis=0))
+    np.testing.assert_allclose(V, np.sqrt(s) * E * signs, rtol=1e-7, atol=1e-9 * np.abs(V).max())
+    # the scale: the ray's optimum of the problem's own objective, floored at a mean row
+    # norm of MIN_ROW_NORM (and inside the ball for the linear loss)
+    z = p.constraints.t * np.einsum("kr,kr->k", E[prep.pi], E[prep.pj])
+    lf = loss_fn(loss)
+
+    def f(t):
+        return t * a + p.gamma * float(np.sum(lf(t * z)))
+
+    floor = MIN_ROW_NORM ** 2 * p.n_points / np.sum(E * E)
+    grid = np.concatenate([np.linspace(0, 4 * max(s, floor), 4001), [s]])
+    best = min(f(t) for t in grid if t >= floor * (1 - 1e-12))
+    assert s >= floor * (1 - 1e-9)
+    assert f(s) <= best + 1e-7 * abs(best) + 1e-12
+    # tr(Eᵀ L E) from the Galerkin eigenvalues and the C rows' terms
+    from npkl_dist._coarse_start import _fill_constrained_rows
+
+    E2 = np.zeros_like(E)
+    E2[:layout.n_free] = E[:layout.n_free]
+    terms = np.empty(p.n_points - layout.n_free)
+    _fill_constrained_rows(prep.indptr, prep.indices, prep.data, prep.diag, layout.n_free, E2,
+                           terms)
+    np.testing.assert_allclose(E2, E, rtol=1e-10, atol=1e-13)
+    assert np.sum(w) + np.sum(terms) == pytest.approx(a, rel=1e-9)
+
+
+def test_free_start_shares_the_preconditioners_hierarchy(global_random_seed):
+    """A standalone block fit from 'coarse-free' builds L_UU's hierarchy once, for its start
+    and its preconditioner: bitwise the fit given that start (whose session builds the
+    hierarchy itself), through a setup too, and the start from initial_V is the fit's."""
+    from npkl_dist import _blocksolve
+
+    p = _mixture_problem(global_random_seed, n=3000, rank=4, frac=0.04)
+    ex = InProcessExecutor(2)
+    kw = dict(method="block", max_sweeps=5, tol=0, executor=ex)
+    built = []
+    orig = _blocksolve.plain_aggregation_hierarchy
+
+    def counting(*a, **k):
+        built.append(a[0].shape[0])
+        return orig(*a, **k)
+
+    with warnings.catch_warnings(), pytest.MonkeyPatch.context() as mp:
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        mp.setattr(_blocksolve, "plain_aggregation_hierarchy", counting)
+        got = fit_bcd(p, start="coarse-free", **kw)
+        assert len(built) == 1  # the start's, taken by the preconditioner
+        V0 = initial_V(p, np.random.default_rng(0), "coarse-free")
+        ref = fit_bcd(p, V0=V0, **kw)
+        s = fit_setup(p, method="block", executor=ex)
+        a = fit_bcd(p, setup=s, start="coarse-free", **kw)
+        b = fit_bcd(p, setup=s, start="coarse-free", **kw)  # from the cached basis
+        assert ("coarse-free start", p.rank) in s.cache
+        assert _blocksolve.HIERARCHY_KEY not in s.cache  # the preconditioner took it
+    assert got.start == "coarse-free"
+    for other in (ref, a, b):
+        assert other.objective_initial == got.objective_initial
+        np.testing.assert_array_equal(other.V, got.V)
+        assert other.objective_trace == got.objective_trace
+
+
+def test_free_start_errors():
+    p = _mixture_problem(0, n=600, rank=3, frac=0.05)
+    with pytest.raises(ValidationError, match="'coarse-free' is a block fit's start"):
+        fit_bcd(p, method="sweeps", start="coarse-free", max_sweeps=2)
+    q = sparse_constrained_problem(0, "square", n=200, rank=3, frac=1.0)
+    with pytest.raises(ValidationError, match="needs at least one point in no constraint"):
+        fit_bcd(q, method="block", start="coarse-free", max_sweeps=2)
+    assert resolve_start("auto", "block", q) == "coarse"
+    lin = _mixture_problem(0, loss="linear", n=600, rank=3, frac=0.05)
+    with pytest.raises(ValidationError, match="block fits do not take the linear loss"):
+        initial_V(lin, np.random.default_rng(0), "coarse-free")
+
+
+def test_free_start_reaches_the_random_starts_optimum():
+    p = _mixture_problem(2, n=4000, rank=6, frac=0.05)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        a = fit_bcd(p, method="block", start="coarse-free", max_sweeps=400, tol=1e-12)
+        b = fit_bcd(p, method="block", start="random", max_sweeps=400, tol=1e-12)
+    assert a.kkt < 1e-6 and b.kkt < 1e-6
+    assert a.objective == pytest.approx(b.objective, rel=1e-8)
+    assert a.objective_initial < b.objective_initial / 10
 
 
 def test_candidate_is_damped_jacobi_on_dense_l(global_random_seed):
