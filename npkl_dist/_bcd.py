@@ -408,8 +408,8 @@ class FitSetup:
     layout (sweeps: blocks and colours; block solves: U-first order and the colours of the
     constrained rows), L and the pairs in that order, and for in-process block solves the
     U-block operator, the AMG hierarchy on L_UU and the fit's work arrays, and for the coarse
-    start (block fits' default) its aggregation levels and eigenpairs. At n = 1e6 that
-    is about 3 s, a quarter of a block fit (bench/RESULTS.md). Passing the setup to
+    starts (block fits' default) their prolongators and eigenpairs. At n = 1e6 that
+    is about 2.5 s, a third of a block fit (bench/RESULTS.md). Passing the setup to
     ``fit_bcd(..., setup=...)`` skips all of it; the iterates are bitwise those of a fit
     that builds its own set-up (tests/test_fit_setup.py).
 
