@@ -221,13 +221,14 @@ def test_setup_reuse_keeps_the_basis_and_the_fit(global_random_seed):
         assert got.objective_trace == ref.objective_trace
 
 
-def test_coarse_start_reaches_the_random_starts_optimum():
+@pytest.mark.parametrize("start", ["coarse", "coarse-free"])
+def test_coarse_starts_reach_the_random_starts_optimum(start):
     p = _mixture_problem(2, n=4000, rank=6, frac=0.05)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        a = fit_bcd(p, method="block", start="coarse", max_sweeps=400, tol=1e-12)
+        a = fit_bcd(p, method="block", start=start, max_sweeps=400, tol=1e-12)
         b = fit_bcd(p, method="block", start="random", max_sweeps=400, tol=1e-12)
-    assert a.start == "coarse"
+    assert a.start == start
     assert a.kkt < 1e-6 and b.kkt < 1e-6
     assert a.objective == pytest.approx(b.objective, rel=1e-8)
     assert a.objective_initial < b.objective_initial / 10
@@ -386,31 +387,3 @@ def test_free_start_errors():
     lin = _mixture_problem(0, loss="linear", n=600, rank=3, frac=0.05)
     with pytest.raises(ValidationError, match="block fits do not take the linear loss"):
         initial_V(lin, np.random.default_rng(0), "coarse-free")
-
-
-def test_free_start_reaches_the_random_starts_optimum():
-    p = _mixture_problem(2, n=4000, rank=6, frac=0.05)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        a = fit_bcd(p, method="block", start="coarse-free", max_sweeps=400, tol=1e-12)
-        b = fit_bcd(p, method="block", start="random", max_sweeps=400, tol=1e-12)
-    assert a.kkt < 1e-6 and b.kkt < 1e-6
-    assert a.objective == pytest.approx(b.objective, rel=1e-8)
-    assert a.objective_initial < b.objective_initial / 10
-
-
-def test_candidate_is_damped_jacobi_on_dense_l(global_random_seed):
-    """near_null_candidate's compiled steps against numpy: x <- x - w D⁻¹ L x from ones,
-    w = 1 / max_i (1 + sum_j |a_ij| / d_i)."""
-    from npkl_dist._coarse_start import near_null_candidate
-
-    p = _mixture_problem(global_random_seed, n=800)
-    off, diag = _split(p.L.tocsr())
-    L = p.L.toarray()
-    w = 1.0 / np.max(1.0 + np.abs(off.toarray()).sum(axis=1) / diag)
-    x = np.ones(L.shape[0])
-    for _ in range(5):
-        x = x - w * (L @ x) / diag
-    got = near_null_candidate(off.indptr, off.indices, off.data, diag, steps=5)
-    np.testing.assert_allclose(got, x, rtol=1e-12, atol=1e-14)
-    assert np.all(got >= 0)
