@@ -1975,7 +1975,9 @@ class Prefault:
     set-up's serial stretches (reverse Cuthill-McKee, scipy's index sort, pyamg's
     aggregation and relaxation) leave the second core idle; the faults go there. The thread
     only allocates and writes one byte per page, so nothing computed depends on it: a fit
-    takes these arrays or fresh ones to the same result, bitwise.
+    takes these arrays or fresh ones to the same result, bitwise. The arrays exist from the
+    start of the set-up instead of its end, so the set-up's temporaries and they overlap: a
+    fit's peak memory can grow by up to their size (about 1 GB at n = 1e6, r = 16).
 
     ``specs``: {name: (shape, dtype)} (:func:`session_buffers`)."""
 
