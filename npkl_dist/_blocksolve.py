@@ -1977,7 +1977,9 @@ class Prefault:
     only allocates and writes one byte per page, so nothing computed depends on it: a fit
     takes these arrays or fresh ones to the same result, bitwise. The arrays exist from the
     start of the set-up instead of its end, so the set-up's temporaries and they overlap: a
-    fit's peak memory can grow by up to their size (about 1 GB at n = 1e6, r = 16).
+    fit's peak memory can grow by up to their size (about 1 GB at n = 1e6, r = 16). Measured
+    there: peak resident 2.40 GB against 2.25 GB without (``ru_maxrss`` of a 3-iteration
+    fit, the process at 0.75 GB before it).
 
     ``specs``: {name: (shape, dtype)} (:func:`session_buffers`)."""
 
