@@ -75,31 +75,29 @@ JOINT_MAX_WAIT = 16
 STARTS = ("auto", "random", "propagate", "spectral", "coarse", "coarse-free")
 
 
-def resolve_start(start: str, method: str, problem: NPKLProblem | None = None) -> str:
+def resolve_start(start: str, method: str, problem: NPKLProblem | None = None,
+                  n_free: int | None = None) -> str:
     """start='auto' (fit_bcd's default): for block solves 'coarse-free' where at least
     ``_coarse_start.FREE_MIN_FRACTION`` of the points are in no pair (and at least 2 rank of
     them), else 'coarse'; 'random' (the paper's) for plain sweeps, whose replication runs
     keep bcdkl-tnnls2015's Alg. 1. At n = 1e6 (1% constrained) 'coarse' saved 10 of 28 outer
     iterations, and 'coarse-free' needs the same 18 without a hierarchy of its own
     (bench/RESULTS.md, "A coarse spectral start for block fits" and "The coarse start from
-    the block solver's own hierarchy"). ``problem``: needed for block solves."""
+    the block solver's own hierarchy"). ``problem``: needed for block solves; ``n_free``:
+    its number of points in no pair, if known (a block layout's)."""
     if start == "auto":
         if method != "block":
             return "random"
+        from ._blocksolve import free_count
         from ._coarse_start import FREE_MIN_FRACTION
 
         if problem is not None:
-            n_free = problem.n_points - int(np.count_nonzero(_constrained(problem)))
+            if n_free is None:
+                n_free = free_count(problem)
             if n_free >= FREE_MIN_FRACTION * problem.n_points and n_free >= 2 * problem.rank:
                 return "coarse-free"
         return "coarse"
     return start
-
-
-def _constrained(problem: NPKLProblem) -> np.ndarray:
-    from ._blocksolve import constrained_mask
-
-    return constrained_mask(problem)
 
 
 def stall_bound(tol: float) -> float:
@@ -289,14 +287,13 @@ def _start_prefault(problem: NPKLProblem, method: str, executor, extrapolate: bo
         return None
     if _resolve_method(problem, method, executor) != "block":
         return None
-    from ._blocksolve import PREFAULT_MIN_ENTRIES, Prefault, constrained_mask, session_buffers
+    from ._blocksolve import PREFAULT_MIN_ENTRIES, Prefault, free_count, session_buffers
 
     n, r = problem.n_points, problem.rank
     if n * r < PREFAULT_MIN_ENTRIES:
         return None
-    n_free = n - int(np.count_nonzero(constrained_mask(problem)))
-    return Prefault(session_buffers(n, n_free, r, problem.dtype, bool(extrapolate),
-                                    int(inner_maxiter)))
+    return Prefault(session_buffers(n, free_count(problem), r, problem.dtype,
+                                    bool(extrapolate), int(inner_maxiter)))
 
 
 def _internal_free_start(problem: NPKLProblem, prep, layout, cache, share: bool = False
@@ -694,7 +691,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             raise
         cache = None
     plan = layout if method == "sweeps" else None
-    start = resolve_start(start, method, problem)
+    start = resolve_start(start, method, problem,
+                          n_free=layout.n_free if method == "block" else None)
     from .executors import InProcessExecutor
 
     if cache is None and method == "block" and isinstance(executor, InProcessExecutor):

@@ -112,6 +112,11 @@ def constrained_mask(problem) -> np.ndarray:
     return constrained
 
 
+def free_count(problem) -> int:
+    """The number of points in no constraint pair (the layout's U rows)."""
+    return problem.n_points - int(np.count_nonzero(constrained_mask(problem)))
+
+
 def block_layout(problem, plan, return_matrix: bool = False):
     """U-first layout from ``plan``'s locality order (a SweepPlan, or the order itself, e.g.
     from ``relabel_order``); the constrained rows get a greedy proper colouring of the
@@ -1938,7 +1943,7 @@ PREFAULT_MIN_ENTRIES = 1 << 20
 def session_buffers(n, n_free, rank, dtype=np.float64, extrapolate=True, inner_maxiter=1):
     """{name: (shape, dtype)}: the work arrays that an in-process block session
     (:class:`BlockPart` over every row) allocates in a fit with these settings, as its
-    ``_buffer`` names them (``tests/test_blocksolve.py`` checks that a fit asks for exactly
+    ``_buffer`` names them (``tests/test_prefault.py`` checks that a fit asks for exactly
     these)."""
     n, nu, r = int(n), int(n_free), int(rank)
     f64, vdt = np.dtype(np.float64), np.dtype(dtype)
@@ -1972,8 +1977,8 @@ class Prefault:
     The first write to a fresh page is a page fault; in this kind of VM a fresh 128 MB
     array took 0.13-0.3 s of them, and a standalone fit at n = 1e6 paid about 0.8 s of its
     first outer iteration (1.0-1.3 s against 0.2 s later) touching eight such arrays. The
-    set-up's serial stretches (reverse Cuthill-McKee, scipy's index sort, pyamg's
-    aggregation and relaxation) leave the second core idle; the faults go there. The thread
+    set-up's serial stretches (reverse Cuthill-McKee, pyamg's aggregation and relaxation)
+    leave the second core idle; the faults go there. The thread
     only allocates and writes one byte per page, so nothing computed depends on it: a fit
     takes these arrays or fresh ones to the same result, bitwise. The arrays exist from the
     start of the set-up instead of its end, so the set-up's temporaries and they overlap: a

@@ -341,14 +341,8 @@ def free_start(indptr, indices, data, diag, n_free, pi, pj, pt, basis: CoarseBas
     terms = np.empty(n - nu)
     _fill_constrained_rows(indptr, indices, data, diag, nu, E, terms)
     a = float(np.sum(basis.w[:rank])) + float(np.sum(terms))
-    pi = np.asarray(pi, np.int64)
-    pj = np.asarray(pj, np.int64)
-    z = np.asarray(pt, np.float64) * np.einsum("kr,kr->k", E[pi], E[pj])
-    row2 = np.einsum("kr,kr->k", E, E)
-    max_row2 = float(np.max(row2)) if loss == "linear" and n else 0.0
-    s = start_scale(loss, gamma, bound, a, z, max_row2, n, rank, fro2=float(np.sum(row2)))
-    E *= np.sqrt(s)
-    return np.ascontiguousarray(E, dtype=dtype)
+    return _scaled(E, a, pi, pj, pt, rank=rank, loss=loss, gamma=gamma, bound=bound,
+                   dtype=dtype, own_norm=True)
 
 
 @njit(parallel=True, cache=True)
@@ -431,11 +425,20 @@ def coarse_start(indptr, indices, data, diag, pi, pj, pt, *, rank: int, loss: st
     if basis is None or basis.rank != rank:
         basis = coarse_basis(indptr, indices, data, diag, rank)
     E = prolong(basis, rank, np.float64)
-    a = smooth_energy(basis, rank)
+    return _scaled(E, smooth_energy(basis, rank), pi, pj, pt, rank=rank, loss=loss,
+                   gamma=gamma, bound=bound, dtype=dtype), basis
+
+
+def _scaled(E, a, pi, pj, pt, *, rank, loss, gamma, bound, dtype, own_norm=False):
+    """sqrt(s) E in ``dtype``, s from :func:`start_scale` for a = tr(Eᵀ L E) and the pairs
+    (pi, pj, pt) in E's row order; scales E in place. ``own_norm``: the floor from E's own
+    Frobenius norm (else E has ``rank`` orthonormal columns)."""
     pi = np.asarray(pi, np.int64)
     pj = np.asarray(pj, np.int64)
     z = np.asarray(pt, np.float64) * np.einsum("kr,kr->k", E[pi], E[pj])
-    max_row2 = float(np.max(np.einsum("kr,kr->k", E, E))) if loss == "linear" and len(E) else 0.0
-    s = start_scale(loss, gamma, bound, a, z, max_row2, E.shape[0], rank)
+    row2 = np.einsum("kr,kr->k", E, E) if loss == "linear" or own_norm else None
+    max_row2 = float(np.max(row2)) if loss == "linear" and len(E) else 0.0
+    s = start_scale(loss, gamma, bound, a, z, max_row2, E.shape[0], rank,
+                    fro2=float(np.sum(row2)) if own_norm else None)
     E *= np.sqrt(s)
-    return np.ascontiguousarray(E, dtype=dtype), basis
+    return np.ascontiguousarray(E, dtype=dtype)

@@ -208,7 +208,8 @@ _split_rows_serial = serial_variant(_split_rows)
 
 def permute(L: sp.csr_matrix, order: np.ndarray, rank_of: np.ndarray | None = None
             ) -> sp.csr_matrix:
-    """``L[order][:, order]`` (CSR, sorted indices): rows gathered, then column indices
+    """``L[order][:, order]`` (CSR, sorted indices; the set-ups use :func:`permute_split`,
+    and this is its reference in the tests): rows gathered, then column indices
     renamed through ``rank_of`` (the inverse of ``order``) instead of scipy's column fancy
     indexing, which builds and multiplies a selection matrix."""
     L = sp.csr_matrix(L)
@@ -268,7 +269,6 @@ def _permute_split_rows(indptr, indices, data, order, rank_of):
     n = order.shape[0]
     cnt = np.empty(n, np.int64)
     diag = np.zeros(n, data.dtype)
-    longest = np.zeros(n, np.int64)
     for q in prange(n):
         i = order[q]
         c = 0
@@ -278,9 +278,8 @@ def _permute_split_rows(indptr, indices, data, order, rank_of):
             else:
                 c += 1
         cnt[q] = c
-        longest[q] = c
     ptr = csr_row_ptr(cnt)
-    width = max(1, longest.max()) if n else 1
+    width = max(1, cnt.max()) if n else 1
     idx = np.empty(ptr[n], np.int64)
     val = np.empty(ptr[n], data.dtype)
     n_units = (n + PERMUTE_UNIT - 1) // PERMUTE_UNIT
