@@ -572,13 +572,13 @@ class AMGPreconditioner:
         self.K = kernels(serial)
         self.additive = bool(additive)
         A = sp.csr_matrix(A, dtype=np.float64)
+        if hierarchy is not None and smooth is not None:
+            raise ValueError("AMGPreconditioner: a given hierarchy is a plain-aggregation one "
+                             "(smooth=None)")
         if smooth == "jacobi":
             # local (row-sum) weights instead of a power-iteration spectral radius:
             # same hierarchy quality here at a fraction of the set-up time
             smooth = ("jacobi", {"weighting": "local"})
-        elif hierarchy is not None and smooth is not None:
-            raise ValueError("AMGPreconditioner: a given hierarchy is a plain-aggregation one "
-                             "(smooth=None)")
         opts = dict(max_coarse=max_coarse, smooth=smooth, max_levels=max_levels)
         self._split = None
         if not self._build(A, opts, hierarchy):

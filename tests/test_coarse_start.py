@@ -387,3 +387,23 @@ def test_free_start_errors():
     lin = _mixture_problem(0, loss="linear", n=600, rank=3, frac=0.05)
     with pytest.raises(ValidationError, match="block fits do not take the linear loss"):
         initial_V(lin, np.random.default_rng(0), "coarse-free")
+
+
+def test_a_given_hierarchy_must_be_plain_aggregation():
+    """AMGPreconditioner takes a prebuilt hierarchy only for plain aggregation (smooth=None):
+    a smoothed one would need its own prolongators."""
+    from npkl_dist._blocksolve import AMGPreconditioner, free_hierarchy
+    from npkl_dist._bcd import _build
+
+    p = _mixture_problem(0, n=1500, rank=4, frac=0.05)
+    _, layout, prep = _build(p, "block", InProcessExecutor(1), "rcm", "blocks", None)
+    h = free_hierarchy(prep, layout.n_free)
+    with pytest.raises(ValueError, match="a given hierarchy is a plain-aggregation one"):
+        AMGPreconditioner(h.levels[0].A, smooth="jacobi", hierarchy=h)
+    M = AMGPreconditioner(h.levels[0].A, smooth=None, additive=True, hierarchy=h)
+    ref = AMGPreconditioner(h.levels[0].A, smooth=None, additive=True)
+    R = np.random.default_rng(0).standard_normal((layout.n_free, 3))
+    Z, Zref = np.empty_like(R), np.empty_like(R)
+    M.apply_to(R, Z)
+    ref.apply_to(R, Zref)
+    np.testing.assert_array_equal(Z, Zref)
