@@ -36,7 +36,7 @@ from ._errors import ValidationError
 from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, csr_compact, csr_row_ptr,
                        greedy_colouring, pair_terms, sweep_units, sweep_units_serial)
 from ._kkt import kkt_row_terms
-from ._plan import _constraint_lists, _split, permute_split
+from ._plan import _constraint_lists, _nonzero, _split, permute_split, split_nonzero
 from .executors._inprocess import chunked_sums, ordered_total
 
 
@@ -476,14 +476,6 @@ AMG_OPTIONS = {"strength": None}
 DECOUPLED_RTOL = float(np.sqrt(np.finfo(np.float64).eps))
 
 
-def _nonzero(A: sp.csr_matrix) -> sp.csr_matrix:
-    """A without explicit zeros (a copy only if it holds some)."""
-    if A.nnz and not np.all(A.data):
-        A = A.copy()
-        A.eliminate_zeros()
-    return A
-
-
 @njit(nogil=True, cache=True, parallel=True)
 def _diag_gershgorin(indptr, indices, data, diag, ratio):
     """The diagonal of a CSR matrix (0 where a row stores none) and, per row,
@@ -645,9 +637,8 @@ class AMGPreconditioner:
                      "P": _int64_csr(lev.P), "R": _int64_csr(lev.P.T)}
             if not (self.additive and k == 0):  # the additive finest level never smooths
                 # the off-diagonal part (sorted rows, no explicit zeros) its smoothing reads
-                off, _ = _split(_nonzero(A), serial=self.K.serial)
-                level.update(indptr=off.indptr.astype(np.int64),
-                             indices=off.indices.astype(np.int64), data=off.data)
+                (ptr, idx, val), _ = split_nonzero(A, serial=self.K.serial)
+                level.update(indptr=ptr, indices=idx, data=val)
             self.levels.append(level)
         coarse = ml.levels[-1].A.toarray()
         # lower Cholesky factor; solved by a compiled substitution, not LAPACK: a threaded

@@ -1068,13 +1068,17 @@ def _take_rows(A, idx, out):
 _ROW_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def take_rows(A, idx, dtype=None) -> np.ndarray:
+def take_rows(A, idx, dtype=None, out=None) -> np.ndarray:
     """``np.ascontiguousarray(A[idx], dtype)``: a relabelling of an (n, r) factor, into a
     fit's internal order (``idx`` = the order) or back (``idx`` = its inverse, ``rank_of``).
     Float32/float64 (n, r) arrays with indices in range take one parallel compiled pass, the
     same values bit for bit (a float64 to float32 conversion rounds as numpy's does); at
     n = 1e6, r = 16 about a third of numpy's serial gather (bench/RESULTS.md). Anything else
-    (negative or out-of-range indices among it) takes numpy's route."""
+    (negative or out-of-range indices among it) takes numpy's route.
+
+    ``out``: a C-contiguous array of the result's shape and dtype to write it into (one
+    whose pages are already touched: a block fit's result, prefaulted during its set-up);
+    ignored if it does not fit, or on numpy's route."""
     A = np.asarray(A)
     dtype = A.dtype if dtype is None else np.dtype(dtype)
     idx = np.asarray(idx)
@@ -1082,7 +1086,10 @@ def take_rows(A, idx, dtype=None) -> np.ndarray:
             or idx.ndim != 1 or idx.dtype.kind not in "iu"
             or (idx.size and (idx.min() < 0 or idx.max() >= A.shape[0]))):
         return np.ascontiguousarray(A[idx], dtype=dtype)
-    out = np.empty((idx.shape[0], A.shape[1]), dtype)
+    shape = (idx.shape[0], A.shape[1])
+    if (out is None or out.shape != shape or out.dtype != dtype
+            or not out.flags.c_contiguous or not out.flags.writeable):
+        out = np.empty(shape, dtype)
     _take_rows(A, idx, out)
     return out
 

@@ -206,6 +206,76 @@ def _split_rows(indptr, indices, data, n):
 _split_rows_serial = serial_variant(_split_rows)
 
 
+def split_nonzero(A: sp.csr_matrix, serial: bool = False):
+    """``_split(_nonzero(A))`` -- the off-diagonal part without explicit zeros, each row
+    sorted by column, and the diagonal -- as ``(indptr, indices, data), diag`` with int64
+    indices, in one compiled pass over rows in parallel, for a CSR matrix whose rows are
+    unsorted but hold no duplicate columns (an AMG hierarchy's coarse levels:
+    ``galerkin_plain`` stores rows in scipy's product order). The same values as that route
+    (where scipy sorts the rows serially: 0.075 s of 0.11 s on the level of 34,720 rows at
+    n = 1e6); a matrix with duplicates takes that route."""
+    A = sp.csr_matrix(A)
+    n = A.shape[0]
+    split_rows = _sorted_split_rows_serial if serial else _sorted_split_rows
+    ptr, idx, val, diag, dup = split_rows(A.indptr, A.indices, A.data, n)
+    if dup:
+        off, diag = _split(_nonzero(A), serial=serial)
+        ptr, idx, val = (off.indptr.astype(np.int64), off.indices.astype(np.int64),
+                         off.data)
+    return (ptr, idx, val), diag
+
+
+def _nonzero(A: sp.csr_matrix) -> sp.csr_matrix:
+    """A without explicit zeros (a copy only if it holds some)."""
+    if A.nnz and not np.all(A.data):
+        A = A.copy()
+        A.eliminate_zeros()
+    return A
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _sorted_split_rows(indptr, indices, data, n):
+    """(ptr, idx, val, diag, duplicates): the off-diagonal nonzeros of each row sorted by
+    column (an insertion sort: coarse rows hold tens of entries), the diagonal (0 where a
+    row stores none or stores 0); ``duplicates``: some row holds a column twice (the
+    arrays are then not what scipy's route gives)."""
+    cnt = np.zeros(n, np.int64)
+    diag = np.zeros(n, data.dtype)
+    for i in prange(n):
+        c = 0
+        for p in range(indptr[i], indptr[i + 1]):
+            if indices[p] == i:
+                diag[i] = data[p]
+            elif data[p] != 0:
+                c += 1
+        cnt[i] = c
+    ptr = csr_row_ptr(cnt)
+    idx = np.empty(ptr[n], np.int64)
+    val = np.empty(ptr[n], data.dtype)
+    dup = np.zeros(n, np.bool_)
+    for i in prange(n):
+        start = ptr[i]
+        q = start
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            if j != i and data[p] != 0:
+                v = data[p]
+                b = q - 1
+                while b >= start and idx[b] > j:
+                    idx[b + 1] = idx[b]
+                    val[b + 1] = val[b]
+                    b -= 1
+                if b >= start and idx[b] == j:
+                    dup[i] = True
+                idx[b + 1] = j
+                val[b + 1] = v
+                q += 1
+    return ptr, idx, val, diag, bool(np.any(dup))
+
+
+_sorted_split_rows_serial = serial_variant(_sorted_split_rows)
+
+
 def permute(L: sp.csr_matrix, order: np.ndarray, rank_of: np.ndarray | None = None
             ) -> sp.csr_matrix:
     """``L[order][:, order]`` (CSR, sorted indices; the set-ups use :func:`permute_split`,

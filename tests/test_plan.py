@@ -382,6 +382,51 @@ def test_permute_split_is_permute_then_split(dtype, global_random_seed):
         np.testing.assert_array_equal(got.tocsr().toarray(), M.toarray()[order][:, order])
 
 
+
+@pytest.mark.parametrize("serial", [False, True])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_split_nonzero_of_unsorted_rows_is_the_scipy_route(serial, index_dtype,
+                                                           global_random_seed):
+    """The AMG levels' compiled sorted split equals ``_split(_nonzero(A))`` array for array on
+    rows stored in scrambled order: explicit zeros off and on the diagonal, rows without a
+    diagonal, an empty row; a matrix with a duplicate column takes that route itself."""
+    from npkl_dist._plan import _nonzero, _split, split_nonzero
+
+    rng = np.random.default_rng(global_random_seed)
+    n = 301
+    rows, cols = rng.integers(0, n, 4000), rng.integers(0, n, 4000)
+    A = sp.coo_matrix((rng.standard_normal(4000), (rows, cols)), shape=(n, n))
+    A = sp.csr_matrix(A + A.T)
+    A.sum_duplicates()
+    A = A.tolil()
+    A[7, :] = 0.0  # an empty row
+    A = A.tocsr()
+    A.sum_duplicates()
+    A.data[::5] = 0.0  # explicit zeros (some on the diagonal)
+    assert np.count_nonzero(A.diagonal() == 0) > 0
+    for i in range(n):  # each row in a random order, as a coarse level stores it
+        sl = slice(A.indptr[i], A.indptr[i + 1])
+        p = rng.permutation(sl.stop - sl.start)
+        A.indices[sl], A.data[sl] = A.indices[sl][p], A.data[sl][p]
+    A.has_sorted_indices = False
+    A.indices = A.indices.astype(index_dtype)
+    A.indptr = A.indptr.astype(index_dtype)
+    dup = A.copy()
+    dup.indices[dup.indptr[3] + 1] = dup.indices[dup.indptr[3]]  # row 3 holds a column twice
+    dup.has_canonical_format = False
+    for M in (A, dup):
+        want, wdiag = _split(_nonzero(M.copy()))
+        (ptr, idx, val), diag = split_nonzero(M, serial=serial)
+        assert ptr.dtype == idx.dtype == np.int64
+        np.testing.assert_array_equal(ptr, want.indptr)
+        np.testing.assert_array_equal(idx, want.indices)
+        np.testing.assert_array_equal(val, want.data)
+        np.testing.assert_array_equal(diag, wdiag)
+        assert np.all(val != 0)
+        for i in range(n):
+            assert np.all(np.diff(idx[ptr[i]:ptr[i + 1]]) > 0)
+
+
 def _scipy_rcm(M):
     from scipy.sparse.csgraph import reverse_cuthill_mckee as scipy_rcm
 

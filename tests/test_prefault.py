@@ -128,3 +128,40 @@ def test_failed_setup_leaves_no_prefault_thread(prefaults, monkeypatch):
         _fit(p, method="block", max_sweeps=2, tol=0, executor=InProcessExecutor(1))
     assert len(prefaults) == 1  # closed
     assert not any(t.name == "npkl-prefault" and t.is_alive() for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_result_is_written_into_the_prefaulted_array(prefaults, monkeypatch, dtype):
+    """The fit's result V (the relabelling undone) goes into the array the prefault touched,
+    with the values of a fit without it."""
+    p = sparse_constrained_problem(4, "square", n=600, frac=0.1, dtype=dtype)
+    kw = dict(method="block", max_sweeps=3, tol=0, executor=InProcessExecutor(2))
+    held = {}
+    run = Prefault._run
+
+    def recording_run(self):
+        run(self)
+        held.update(self._arrays)
+
+    monkeypatch.setattr(Prefault, "_run", recording_run)
+    res = _fit(p, **kw)
+    assert res.V is held[_bcd.RESULT_BUFFER]
+    assert res.V.dtype == np.dtype(dtype) and res.V.shape == (p.n_points, p.rank)
+    assert prefaults == [([], [])]
+    monkeypatch.setattr(_blocksolve, "PREFAULT_MIN_ENTRIES", 1 << 62)
+    assert np.array_equal(_fit(p, **kw).V, res.V)
+
+
+def test_take_rows_writes_into_out_only_where_it_fits():
+    from npkl_dist._kernels import take_rows
+
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((50, 3))
+    perm = rng.permutation(50)
+    out = np.empty((50, 3))
+    assert take_rows(A, perm, out=out) is out
+    np.testing.assert_array_equal(out, A[perm])
+    for bad in (np.empty((50, 3), np.float32), np.empty((49, 3)), np.empty((3, 50)).T):
+        got = take_rows(A, perm, out=bad)
+        assert got is not bad
+        np.testing.assert_array_equal(got, A[perm])
