@@ -510,6 +510,10 @@ def _decoupled_rows(A: sp.csr_matrix, rtol: float = DECOUPLED_RTOL) -> np.ndarra
 AMG_MAX_COARSE = 500
 AMG_MAX_LEVELS = 10
 
+#: Key of a block fit's cache holding the AMG matrix (L_UU with its diagonal, canonical) from
+#: :func:`whole_free_blocks` until the session's preconditioner takes it.
+_AMG_MATRIX_KEY = "free matrix"
+
 #: Key of a block fit's cache holding L_UU's plain-aggregation hierarchy from the
 #: 'coarse-free' start until the session's preconditioner takes it.
 HIERARCHY_KEY = "free hierarchy"
@@ -520,19 +524,16 @@ def free_hierarchy(prep, n_free: int, cache=None):
     U-first) that the default preconditioner ('amg-additive', and 'amg-plain') builds: the
     same matrix (``free_operator`` over every row, then ``free_matrix``) and the same
     ``plain_aggregation_hierarchy``, bit for bit. ``cache``: a block fit's; the U-block
-    operator is taken from it or left in it under the session's key ('operator')."""
-    n = int(prep.diag.shape[0])
-
-    def operator():
-        return free_operator(prep.indptr, prep.indices, prep.data, int(n_free), n, 0)
-
-    if cache is None:
-        ops = operator()
-    else:
-        if "operator" not in cache:
-            cache["operator"] = operator()
-        ops = cache["operator"]
-    A = free_matrix(*ops, np.asarray(prep.diag[:n_free], np.float64))
+    operator is taken from it, or left in it under the session's key ('operator') with the
+    C columns of the U rows ('uc'), all three from one pass (:func:`whole_free_blocks`)."""
+    if cache is not None and "operator" in cache:
+        A = free_matrix(*cache["operator"], np.asarray(prep.diag[:n_free], np.float64))
+    else:  # the operator, the AMG matrix and the C columns in one pass
+        ops, A, uc = whole_free_blocks(prep.indptr, prep.indices, prep.data, prep.diag,
+                                       n_free)
+        if cache is not None:  # for the session (BlockPart's keys)
+            cache["operator"] = ops
+            cache.setdefault("uc", uc)
     return plain_aggregation_hierarchy(A, AMG_MAX_COARSE, AMG_MAX_LEVELS)
 
 
@@ -1894,6 +1895,75 @@ def free_matrix(A_ptr, A_idx, A_data, diag, serial=False):
     return A
 
 
+def whole_free_blocks(indptr, indices, data, diag, n_free):
+    """``free_operator``, ``free_matrix`` over it and ``constrained_columns`` of an in-process
+    block fit's one part (every row, no halo), the same arrays bit for bit, from one pass over
+    the U rows instead of three (at n = 1e6 the three took 0.33 s of a 2.3 s set-up).
+    Returns (operator (ptr, idx, val), the canonical scipy CSR, uc (ptr, idx, val))."""
+    nu = int(n_free)
+    d = np.asarray(diag[:nu], np.float64)
+    (optr, oidx, oval, fptr, fidx, fval,
+     uptr, uidx, uval) = _whole_free_blocks(indptr, indices, data, nu, d)
+    A = sp.csr_matrix((fval, fidx, fptr), shape=(nu, nu))
+    A.has_sorted_indices = True
+    A.has_canonical_format = True
+    return (optr, oidx, oval), A, (uptr, uidx, uval)
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _whole_free_blocks(indptr, indices, data, nu, diag):
+    """The three selections of :func:`whole_free_blocks`: rows 0..nu, entries in columns
+    < nu in their order (the operator); the same without exact zeros plus the diagonal
+    (where nonzero), sorted by column (the AMG matrix, as ``_select_columns``' canonical
+    pass over the operator leaves it); entries in columns >= nu in their order (uc).
+    Rows in parallel: counts, then each row written by one thread."""
+    co = np.empty(nu, np.int64)
+    cf = np.empty(nu, np.int64)
+    cu = np.empty(nu, np.int64)
+    for i in prange(nu):
+        a = 0
+        b = 1 if diag[i] != 0.0 else 0
+        c = 0
+        for p in range(indptr[i], indptr[i + 1]):
+            if indices[p] < nu:
+                a += 1
+                if np.float64(data[p]) != 0.0:
+                    b += 1
+            else:
+                c += 1
+        co[i], cf[i], cu[i] = a, b, c
+    optr, fptr, uptr = csr_row_ptr(co), csr_row_ptr(cf), csr_row_ptr(cu)
+    oidx, oval = np.empty(optr[nu], np.int64), np.empty(optr[nu], np.float64)
+    fidx, fval = np.empty(fptr[nu], np.int64), np.empty(fptr[nu], np.float64)
+    uidx, uval = np.empty(uptr[nu], np.int64), np.empty(uptr[nu], np.float64)
+    for i in prange(nu):
+        qo, qf, qu = optr[i], fptr[i], uptr[i]
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            v = np.float64(data[p])
+            if j < nu:
+                oidx[qo], oval[qo] = j, v
+                qo += 1
+                if v != 0.0:
+                    fidx[qf], fval[qf] = j, v
+                    qf += 1
+            else:
+                uidx[qu], uval[qu] = j, v
+                qu += 1
+        if diag[i] != 0.0:
+            fidx[qf], fval[qf] = i, diag[i]
+            qf += 1
+        start = fptr[i]
+        for a in range(start + 1, qf):  # insertion sort: rows are short (and sorted but i)
+            ci, vi = fidx[a], fval[a]
+            b = a - 1
+            while b >= start and fidx[b] > ci:
+                fidx[b + 1], fval[b + 1] = fidx[b], fval[b]
+                b -= 1
+            fidx[b + 1], fval[b + 1] = ci, vi
+    return optr, oidx, oval, fptr, fidx, fval, uptr, uidx, uval
+
+
 def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo, serial=False):
     """The entries of the own U rows (local 0..n_free_own) in constrained columns -- own C
     rows [n_free_own, n_own) and halo C rows (local >= n_own + n_free_halo) -- as CSR in the
@@ -2056,6 +2126,14 @@ class BlockPart:
         self.pair_own, self.pair_other, self.pair_t = pair_own, pair_other, pair_t
         self.loss_code, self.gamma, self.bound = loss_code, gamma, bound
         nu, nw = self.nu, self.nu + int(n_free_halo)
+        if (cache is not None and not serial and int(n_free_halo) == 0
+                and "operator" not in cache):
+            # no U rows in the halo (an in-process fit's one part): the operator, the C
+            # columns and the AMG matrix in one pass (the same arrays as the three selections)
+            ops, A, uc = whole_free_blocks(indptr, indices, data, diag, nu)
+            cache["operator"] = ops
+            cache.setdefault("uc", uc)
+            cache[_AMG_MATRIX_KEY] = A
         self.A_ptr, self.A_idx, self.A_data = self._cached(
             "operator", lambda: free_operator(indptr, indices, data, nu, self.n_own,
                                               int(n_free_halo), serial=serial))
@@ -2159,12 +2237,16 @@ class BlockPart:
         # the hierarchy the 'coarse-free' start built on this L_UU (an in-process fit's one
         # part: its U block is the whole L_UU)
         h = self._cache.pop(HIERARCHY_KEY, None) if self._cache is not None else None
+        # the AMG matrix whole_free_blocks formed with the operator (dropped if not used)
+        A = self._cache.pop(_AMG_MATRIX_KEY, None) if self._cache is not None else None
         if (h is not None and precond in ("amg-additive", "amg-plain") and nu > 0
                 and self.base == 0 and h.levels[0].A.shape[0] == nu):
             return AMGPreconditioner(h.levels[0].A, serial=serial, smooth=None,
                                      additive=precond == "amg-additive", hierarchy=h)
         if precond.startswith("amg") and nu > 0:
-            A = free_matrix(self.A_ptr, self.A_idx, self.A_data, self.A_diag, serial=serial)
+            if A is None:
+                A = free_matrix(self.A_ptr, self.A_idx, self.A_data, self.A_diag,
+                                serial=serial)
             return AMGPreconditioner(A, serial=serial,
                                      smooth="jacobi" if precond == "amg" else None,
                                      additive=precond == "amg-additive")

@@ -81,3 +81,81 @@ def test_setup_operators_equal_the_numpy_and_scipy_references(seed, dtype, n_hal
     for attr in ("indptr", "indices", "data"):
         assert np.array_equal(getattr(ser, attr), getattr(got, attr))
 
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("sort_rows", [True, False])
+def test_whole_free_blocks_equal_the_three_selections(seed, dtype, sort_rows):
+    """An in-process fit's one pass (operator, AMG matrix, C columns) gives the arrays of
+    free_operator, free_matrix over it and constrained_columns, bit for bit: explicit
+    zeros, a zero diagonal entry, float32 data, rows stored sorted or not."""
+    from npkl_dist._blocksolve import whole_free_blocks
+
+    n, nu = 150, 110
+    M, diag = _part(seed, n, nu, 0, 0, dtype)
+    M = (M + M.T).tocsr()
+    M.sort_indices()
+    M.data[::9] = 0  # explicit zeros stay in the structure
+    diag[3] = 0  # a zero diagonal entry is dropped from the AMG matrix
+    rng = np.random.default_rng(seed)
+    ip, ix, da = M.indptr.astype(np.int64), M.indices.astype(np.int64), M.data.copy()
+    if not sort_rows:
+        for i in range(n):
+            sl = slice(ip[i], ip[i + 1])
+            p = rng.permutation(sl.stop - sl.start)
+            ix[sl], da[sl] = ix[sl][p], da[sl][p]
+    assert np.count_nonzero(da == 0) > 0
+    ops, A, uc = whole_free_blocks(ip, ix, da, diag, nu)
+    for g, r in zip(ops, free_operator(ip, ix, da, nu, n, 0)):
+        assert g.dtype == r.dtype and np.array_equal(g, r)
+    for g, r in zip(uc, constrained_columns(ip, ix, da, nu, n, 0)):
+        assert g.dtype == r.dtype and np.array_equal(g, r)
+    ref = free_matrix(*ops, np.asarray(diag[:nu], np.float64))
+    assert A.has_canonical_format
+    for g, r in ((A.indptr, ref.indptr), (A.indices, ref.indices), (A.data, ref.data)):
+        assert np.array_equal(g, r)
+    assert A[3, 3] == 0 and 3 not in A.indices[A.indptr[3]:A.indptr[4]]
+
+
+@pytest.mark.parametrize("start", ["random", "coarse-free"])
+@pytest.mark.parametrize("precond", ["amg-additive", "amg-plain", "jacobi"])
+def test_fit_through_the_one_pass_equals_the_three_selections(monkeypatch, start, precond):
+    """A block fit whose set-up takes the operator, the C columns and the AMG matrix from
+    whole_free_blocks (the session's, or the coarse-free start's) is bitwise the fit from the
+    three separate selections; the AMG matrix does not outlive the preconditioner's set-up."""
+    import warnings
+
+    from npkl_dist import ConvergenceWarning, _blocksolve, fit_bcd, fit_setup
+    from npkl_dist.executors import InProcessExecutor
+    from test_blocksolve import sparse_constrained_problem
+
+    p = sparse_constrained_problem(5, "square", n=700, frac=0.05)
+    ex = InProcessExecutor(2)
+    kw = dict(method="block", max_sweeps=6, tol=0, start=start, precond=precond,
+              executor=ex)
+    calls = []
+    one_pass = _blocksolve.whole_free_blocks
+
+    def counted(*a):
+        calls.append(1)
+        return one_pass(*a)
+
+    def three(indptr, indices, data, diag, nu):
+        n = diag.shape[0]
+        ops = free_operator(indptr, indices, data, nu, n, 0)
+        return (ops, free_matrix(*ops, np.asarray(diag[:nu], np.float64)),
+                constrained_columns(indptr, indices, data, nu, n, 0))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        monkeypatch.setattr(_blocksolve, "whole_free_blocks", counted)
+        got = fit_bcd(p, **kw)
+        assert len(calls) == 1
+        setup = fit_setup(p, method="block", executor=ex)
+        via_setup = fit_bcd(p, setup=setup, **kw)
+        assert _blocksolve._AMG_MATRIX_KEY not in setup.cache
+        monkeypatch.setattr(_blocksolve, "whole_free_blocks", three)
+        want = fit_bcd(p, **kw)
+    assert np.array_equal(got.V, want.V) and np.array_equal(via_setup.V, want.V)
+    assert got.objective_trace == want.objective_trace
