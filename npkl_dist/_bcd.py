@@ -278,6 +278,32 @@ def _internal_coarse_start(problem: NPKLProblem, prep, cache) -> np.ndarray:
     return V
 
 
+#: ``c_passes='auto'``: passes over the constrained rows per outer iteration of a block fit
+#: where at most ``C_PASSES_MAX_FRACTION`` of the points are constrained (else 1).
+C_PASSES_AUTO = 3
+C_PASSES_MAX_FRACTION = 0.02
+
+
+def resolve_c_passes(c_passes, problem: NPKLProblem, extrapolate: bool = True) -> int:
+    """``c_passes`` of :func:`fit_bcd` as an int (checked; 'auto' resolved)."""
+    if isinstance(c_passes, str) and c_passes == "auto":
+        if not extrapolate:
+            return 1
+        from ._blocksolve import free_count
+
+        n = problem.n_points
+        return C_PASSES_AUTO if n - free_count(problem) <= C_PASSES_MAX_FRACTION * n else 1
+    if isinstance(c_passes, bool) or not isinstance(c_passes, (int, np.integer)) \
+            or c_passes < 1:
+        raise ValidationError(
+            f"c_passes: expected a positive integer or 'auto', got {fmt_value(c_passes)}")
+    if c_passes > 1 and not extrapolate:
+        raise ValidationError(
+            f"c_passes: {int(c_passes)} passes need extrapolate=True (the step-size rule then "
+            f"measures the whole outer step); pass c_passes=1 or extrapolate=True")
+    return int(c_passes)
+
+
 def _start_prefault(problem: NPKLProblem, method: str, executor, extrapolate: bool,
                     inner_maxiter: int):
     """A :class:`~npkl_dist._blocksolve.Prefault` of the block session's work arrays, started
@@ -537,7 +563,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             precond: str = "amg-additive", inner_rtol: float = 0.01, inner_maxiter: int = 1,
             extrapolate: bool = True, scheme: str = "blocks", setup: FitSetup | None = None,
             joint: bool = True, hinge_kkt: bool = True, kink_ladder: tuple | None = None,
-            trace: bool = True) -> FitResult:
+            trace: bool = True, c_passes: int | str = "auto") -> FitResult:
     """Fit an NPKL problem by block coordinate descent.
 
     Parameters
@@ -615,6 +641,14 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         Method 'block': after each outer iteration, the objective is minimised exactly over
         the plane spanned by this outer step and the previous one (a conjugate-gradient-like
         momentum, accepted only where it lowers the objective).
+    c_passes : int or 'auto'
+        Method 'block': passes of exact row updates over the constrained rows after each
+        block solve (the colours in one order, repeated). More passes bring the constrained
+        rows nearer their optimum for the current unconstrained block at the price of a
+        pass each. 'auto': :data:`C_PASSES_AUTO` while at most
+        :data:`C_PASSES_MAX_FRACTION` of the points are constrained, else 1 (see
+        :func:`resolve_c_passes`). More than 1 needs ``extrapolate`` (the step-size rule
+        then measures the whole outer step).
 
     joint : bool
         Hinge loss: when the sweeps (or outer iterations) meet the stopping criteria, and on
@@ -667,6 +701,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         raise ValidationError(
             f"inner_maxiter: expected a positive integer, got {fmt_value(inner_maxiter)}")
     _check_tol("inner_rtol", inner_rtol, allow_none=False)
+    c_passes = resolve_c_passes(c_passes, problem, extrapolate)
     if kink_ladder is not None:
         kink_ladder = _check_ladder(kink_ladder)
     if problem.constraints.diagonal:
@@ -825,6 +860,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             order = layout.colour_order(rng)
             t0 = time.perf_counter()
             if method == "block":
+                if c_passes > 1:
+                    order = np.tile(order, c_passes)
                 delta2, norm2, its = session.step(order, inner_rtol, inner_maxiter)
                 result.cg_iterations.append(int(its))
             else:

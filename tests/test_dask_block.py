@@ -273,3 +273,17 @@ def test_killed_worker_block_fit_completes_identically(global_random_seed):
     finally:
         c.close()
         cluster.close()
+
+
+@pytest.mark.parametrize("blocks", [2, 3])
+def test_repeated_constrained_passes_equal_inprocess_bitwise(client, global_random_seed,
+                                                            blocks):
+    """c_passes=3 repeats the colour steps (and their halo exchanges) on every partition:
+    the Dask fit is the in-process fit bitwise (Jacobi blocks)."""
+    p = make_problem(global_random_seed, "squared_hinge")
+    kw = dict(method="block", max_sweeps=5, tol=0, precond="jacobi", c_passes=3)
+    ref = nk.fit_bcd(p, executor=InProcessExecutor(1), **kw)
+    got = nk.fit_bcd(p, executor=DaskExecutor(client, blocks=blocks), **kw)
+    _same(got, ref)
+    one = nk.fit_bcd(p, executor=InProcessExecutor(1), **{**kw, "c_passes": 1})
+    assert not np.array_equal(one.V, ref.V)  # the passes do change the iterates
