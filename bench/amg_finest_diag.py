@@ -35,9 +35,9 @@ def main(argv=None):
     from npkl_dist import NPKLProblem, prepare
     from numba import njit, prange
 
-    from npkl_dist._blocksolve import (_diag_gershgorin, _nonzero, block_layout, free_matrix,
+    from npkl_dist._blocksolve import (_diag_gershgorin, block_layout, free_matrix,
                                        free_operator)
-    from npkl_dist._plan import _split, relabel_order
+    from npkl_dist._plan import _nonzero, _split, relabel_order
 
     numba.set_num_threads(args.threads)
     S, y, _ = graph_for(args.n)

@@ -36,7 +36,7 @@ from ._errors import ValidationError
 from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, csr_compact, csr_row_ptr,
                        greedy_colouring, pair_terms, sweep_units, sweep_units_serial)
 from ._kkt import kkt_row_terms
-from ._plan import _constraint_lists, _nonzero, _split, permute_split, split_nonzero
+from ._plan import _constraint_lists, permute_split, split_nonzero
 from .executors._inprocess import chunked_sums, ordered_total
 
 
@@ -1805,6 +1805,19 @@ def _selected(k, colmap, keep_beyond):
     return k if keep_beyond else -1
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _sort_row(idx, val, start, end):
+    """Entries start..end of a CSR row sorted by column, values along (an insertion sort:
+    rows are short, and mostly sorted already)."""
+    for a in range(start + 1, end):
+        ci, vi = idx[a], val[a]
+        b = a - 1
+        while b >= start and idx[b] > ci:
+            idx[b + 1], val[b + 1] = idx[b], val[b]
+            b -= 1
+        idx[b + 1], val[b + 1] = ci, vi
+
+
 @njit(nogil=True, cache=True, parallel=True)
 def _select_columns(indptr, indices, data, nrows, colmap, keep_beyond, diag, canonical):
     """The entries of rows 0..nrows whose column c has colmap[c] >= 0, renamed to colmap[c],
@@ -1837,13 +1850,7 @@ def _select_columns(indptr, indices, data, nrows, colmap, keep_beyond, diag, can
             idx[q] = i
             val[q] = np.float64(diag[i])
             q += 1
-            for a in range(start + 1, q):  # insertion sort: rows are short
-                ci, vi = idx[a], val[a]
-                b = a - 1
-                while b >= start and idx[b] > ci:
-                    idx[b + 1], val[b + 1] = idx[b], val[b]
-                    b -= 1
-                idx[b + 1], val[b + 1] = ci, vi
+            _sort_row(idx, val, start, q)
             w = start
             for a in range(start, q):  # scipy's sum keeps no explicit zeros
                 if val[a] != 0.0:
@@ -1953,14 +1960,7 @@ def _whole_free_blocks(indptr, indices, data, nu, diag):
         if diag[i] != 0.0:
             fidx[qf], fval[qf] = i, diag[i]
             qf += 1
-        start = fptr[i]
-        for a in range(start + 1, qf):  # insertion sort: rows are short (and sorted but i)
-            ci, vi = fidx[a], fval[a]
-            b = a - 1
-            while b >= start and fidx[b] > ci:
-                fidx[b + 1], fval[b + 1] = fidx[b], fval[b]
-                b -= 1
-            fidx[b + 1], fval[b + 1] = ci, vi
+        _sort_row(fidx, fval, fptr[i], qf)  # sorted but the diagonal, as a rule
     return optr, oidx, oval, fptr, fidx, fval, uptr, uidx, uval
 
 

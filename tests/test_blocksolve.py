@@ -1261,7 +1261,7 @@ def test_additive_finest_level_weights_equal_the_split_route(serial, additive,
     (``_diag_gershgorin``), equal those of the split route (off-diagonal part without
     explicit zeros, its entries added in order) bit for bit, also with explicit zeros; the
     additive finest level, which never smooths, keeps no off-diagonal part."""
-    from npkl_dist._blocksolve import _nonzero
+    from npkl_dist._plan import _nonzero
     from npkl_dist._plan import _split
 
     rng = np.random.default_rng(global_random_seed)
