@@ -279,9 +279,14 @@ def _internal_coarse_start(problem: NPKLProblem, prep, cache) -> np.ndarray:
 
 
 #: ``c_passes='auto'``: passes over the constrained rows per outer iteration of a block fit
-#: where at most ``C_PASSES_MAX_FRACTION`` of the points are constrained (else 1).
+#: where at most ``C_PASSES_MAX_FRACTION`` of the points are constrained, and
+#: ``C_PASSES_DENSE`` where more than ``C_PASSES_DENSE_FRACTION`` are (the papers' protocol
+#: pairs about 91%); 1 in between, where the passes cost more than they saved (10% on the
+#: 1e5 mixture: 0.79-0.99x). bench/RESULTS.md, "more passes over the constrained rows".
 C_PASSES_AUTO = 3
 C_PASSES_MAX_FRACTION = 0.02
+C_PASSES_DENSE = 2
+C_PASSES_DENSE_FRACTION = 0.5
 
 
 def resolve_c_passes(c_passes, problem: NPKLProblem, extrapolate: bool = True) -> int:
@@ -292,7 +297,10 @@ def resolve_c_passes(c_passes, problem: NPKLProblem, extrapolate: bool = True) -
         from ._blocksolve import free_count
 
         n = problem.n_points
-        return C_PASSES_AUTO if n - free_count(problem) <= C_PASSES_MAX_FRACTION * n else 1
+        paired = n - free_count(problem)
+        if paired <= C_PASSES_MAX_FRACTION * n:
+            return C_PASSES_AUTO
+        return C_PASSES_DENSE if paired > C_PASSES_DENSE_FRACTION * n else 1
     if isinstance(c_passes, bool) or not isinstance(c_passes, (int, np.integer)) \
             or c_passes < 1:
         raise ValidationError(
@@ -645,13 +653,15 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         Method 'block': passes of exact row updates over the constrained rows after each
         block solve (the colours in one order, repeated). More passes bring the constrained
         rows nearer their optimum for the current unconstrained block at the price of a
-        pass each. 'auto': :data:`C_PASSES_AUTO` while at most
-        :data:`C_PASSES_MAX_FRACTION` of the points are constrained, else 1 (see
-        :func:`resolve_c_passes`). More than 1 needs ``extrapolate`` (the step-size rule
+        pass each. 'auto': :data:`C_PASSES_AUTO` (3) while at most
+        :data:`C_PASSES_MAX_FRACTION` (2%) of the points are constrained,
+        :data:`C_PASSES_DENSE` (2) where more than half are (the papers' protocol), else 1
+        (see :func:`resolve_c_passes`). More than 1 needs ``extrapolate`` (the step-size rule
         then measures the whole outer step). Measured (bench/RESULTS.md, "more passes over
         the constrained rows"): with 0.1% of the points paired, 3 passes took 20-25% fewer
         outer iterations and 1.14-1.24x less time; with 1%, 15 instead of 18 outer iterations
-        at n = 1e6 (1.04x); with 10%, more passes cost more than they saved.
+        at n = 1e6 (1.04x); with 10%, more passes cost more than they saved; at the protocol
+        2 passes were 1.01-1.25x faster on the mixture, digits and adult-a1a..a3a.
 
     joint : bool
         Hinge loss: when the sweeps (or outer iterations) meet the stopping criteria, and on

@@ -1323,18 +1323,23 @@ def test_repeated_constrained_passes_are_monotone_and_reach_the_optimum(loss,
 
 
 def test_c_passes_auto_and_errors():
-    from npkl_dist._bcd import C_PASSES_AUTO, C_PASSES_MAX_FRACTION, resolve_c_passes
+    from npkl_dist._bcd import (C_PASSES_AUTO, C_PASSES_DENSE, C_PASSES_DENSE_FRACTION,
+                                C_PASSES_MAX_FRACTION, resolve_c_passes)
     from npkl_dist._blocksolve import free_count
 
     sparse = sparse_constrained_problem(1, "square", n=1000, frac=0.02)
-    dense = sparse_constrained_problem(1, "square", n=1000, frac=0.5)
-    for p in (sparse, dense):
-        few = p.n_points - free_count(p) <= C_PASSES_MAX_FRACTION * p.n_points
-        assert resolve_c_passes("auto", p) == (C_PASSES_AUTO if few else 1)
+    middle = sparse_constrained_problem(1, "square", n=1000, frac=0.2)
+    dense = sparse_constrained_problem(1, "square", n=1000, frac=1.0)
+    for p in (sparse, middle, dense):
+        paired = (p.n_points - free_count(p)) / p.n_points
+        want = (C_PASSES_AUTO if paired <= C_PASSES_MAX_FRACTION else
+                C_PASSES_DENSE if paired > C_PASSES_DENSE_FRACTION else 1)
+        assert resolve_c_passes("auto", p) == want
         assert resolve_c_passes("auto", p, extrapolate=False) == 1
         assert resolve_c_passes(2, p) == 2
     assert resolve_c_passes("auto", sparse) == C_PASSES_AUTO
-    assert resolve_c_passes("auto", dense) == 1
+    assert resolve_c_passes("auto", middle) == 1
+    assert resolve_c_passes("auto", dense) == C_PASSES_DENSE
     for bad in (0, -1, 1.5, True, "all"):
         with pytest.raises(ValidationError, match="c_passes"):
             fit_bcd(sparse, method="block", max_sweeps=1, c_passes=bad)
