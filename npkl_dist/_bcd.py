@@ -289,15 +289,19 @@ C_PASSES_DENSE = 2
 C_PASSES_DENSE_FRACTION = 0.5
 
 
-def resolve_c_passes(c_passes, problem: NPKLProblem, extrapolate: bool = True) -> int:
-    """``c_passes`` of :func:`fit_bcd` as an int (checked; 'auto' resolved)."""
+def resolve_c_passes(c_passes, problem: NPKLProblem, extrapolate: bool = True,
+                     n_free: int | None = None) -> int:
+    """``c_passes`` of :func:`fit_bcd` as an int (checked; 'auto' resolved). ``n_free``: the
+    problem's number of points in no pair, if known (a block layout's)."""
     if isinstance(c_passes, str) and c_passes == "auto":
         if not extrapolate:
             return 1
-        from ._blocksolve import free_count
+        if n_free is None:
+            from ._blocksolve import free_count
 
+            n_free = free_count(problem)
         n = problem.n_points
-        paired = n - free_count(problem)
+        paired = n - int(n_free)
         if paired <= C_PASSES_MAX_FRACTION * n:
             return C_PASSES_AUTO
         return C_PASSES_DENSE if paired > C_PASSES_DENSE_FRACTION * n else 1
@@ -714,7 +718,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         raise ValidationError(
             f"inner_maxiter: expected a positive integer, got {fmt_value(inner_maxiter)}")
     _check_tol("inner_rtol", inner_rtol, allow_none=False)
-    c_passes = resolve_c_passes(c_passes, problem, extrapolate)
+    if not (isinstance(c_passes, str) and c_passes == "auto"):  # checked before the set-up
+        c_passes = resolve_c_passes(c_passes, problem, extrapolate)
     if kink_ladder is not None:
         kink_ladder = _check_ladder(kink_ladder)
     if problem.constraints.diagonal:
@@ -749,6 +754,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
     plan = layout if method == "sweeps" else None
     start = resolve_start(start, method, problem,
                           n_free=layout.n_free if method == "block" else None)
+    if method == "block":  # 'auto' from the layout's count of points in no pair
+        c_passes = resolve_c_passes(c_passes, problem, extrapolate, n_free=layout.n_free)
     from .executors import InProcessExecutor
 
     if cache is None and method == "block" and isinstance(executor, InProcessExecutor):

@@ -34,7 +34,7 @@ from numba import njit, prange
 from ._aggregation import plain_aggregation_hierarchy
 from ._errors import ValidationError
 from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, csr_compact, csr_row_ptr,
-                       greedy_colouring, pair_terms, sweep_units, sweep_units_serial)
+                       greedy_colouring, pair_terms, sort_row, sweep_units, sweep_units_serial)
 from ._kkt import kkt_row_terms
 from ._plan import _constraint_lists, permute_split, split_nonzero
 from .executors._inprocess import chunked_sums, ordered_total
@@ -528,13 +528,18 @@ def free_hierarchy(prep, n_free: int, cache=None):
     C columns of the U rows ('uc'), all three from one pass (:func:`whole_free_blocks`)."""
     if cache is not None and "operator" in cache:
         A = free_matrix(*cache["operator"], np.asarray(prep.diag[:n_free], np.float64))
-    else:  # the operator, the AMG matrix and the C columns in one pass
-        ops, A, uc = whole_free_blocks(prep.indptr, prep.indices, prep.data, prep.diag,
-                                       n_free)
-        if cache is not None:  # for the session (BlockPart's keys)
-            cache["operator"] = ops
-            cache.setdefault("uc", uc)
+    else:
+        A = _free_blocks_into(cache, prep.indptr, prep.indices, prep.data, prep.diag, n_free)
     return plain_aggregation_hierarchy(A, AMG_MAX_COARSE, AMG_MAX_LEVELS)
+
+
+def _free_blocks_into(cache, indptr, indices, data, diag, n_free):
+    """:func:`whole_free_blocks`: the operator and the C columns left in ``cache`` (if any)
+    under the session's keys ('operator', 'uc'); returns the AMG matrix."""
+    ops, A, uc = whole_free_blocks(indptr, indices, data, diag, n_free)
+    if cache is not None:
+        cache["operator"], cache["uc"] = ops, uc
+    return A
 
 
 class AMGPreconditioner:
@@ -1805,19 +1810,6 @@ def _selected(k, colmap, keep_beyond):
     return k if keep_beyond else -1
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _sort_row(idx, val, start, end):
-    """Entries start..end of a CSR row sorted by column, values along (an insertion sort:
-    rows are short, and mostly sorted already)."""
-    for a in range(start + 1, end):
-        ci, vi = idx[a], val[a]
-        b = a - 1
-        while b >= start and idx[b] > ci:
-            idx[b + 1], val[b + 1] = idx[b], val[b]
-            b -= 1
-        idx[b + 1], val[b + 1] = ci, vi
-
-
 @njit(nogil=True, cache=True, parallel=True)
 def _select_columns(indptr, indices, data, nrows, colmap, keep_beyond, diag, canonical):
     """The entries of rows 0..nrows whose column c has colmap[c] >= 0, renamed to colmap[c],
@@ -1850,7 +1842,7 @@ def _select_columns(indptr, indices, data, nrows, colmap, keep_beyond, diag, can
             idx[q] = i
             val[q] = np.float64(diag[i])
             q += 1
-            _sort_row(idx, val, start, q)
+            sort_row(idx, val, start, q)
             w = start
             for a in range(start, q):  # scipy's sum keeps no explicit zeros
                 if val[a] != 0.0:
@@ -1960,7 +1952,7 @@ def _whole_free_blocks(indptr, indices, data, nu, diag):
         if diag[i] != 0.0:
             fidx[qf], fval[qf] = i, diag[i]
             qf += 1
-        _sort_row(fidx, fval, fptr[i], qf)  # sorted but the diagonal, as a rule
+        sort_row(fidx, fval, fptr[i], qf)  # sorted but the diagonal, as a rule
     return optr, oidx, oval, fptr, fidx, fval, uptr, uidx, uval
 
 
@@ -2130,10 +2122,7 @@ class BlockPart:
                 and "operator" not in cache):
             # no U rows in the halo (an in-process fit's one part): the operator, the C
             # columns and the AMG matrix in one pass (the same arrays as the three selections)
-            ops, A, uc = whole_free_blocks(indptr, indices, data, diag, nu)
-            cache["operator"] = ops
-            cache.setdefault("uc", uc)
-            cache[_AMG_MATRIX_KEY] = A
+            cache[_AMG_MATRIX_KEY] = _free_blocks_into(cache, indptr, indices, data, diag, nu)
         self.A_ptr, self.A_idx, self.A_data = self._cached(
             "operator", lambda: free_operator(indptr, indices, data, nu, self.n_own,
                                               int(n_free_halo), serial=serial))

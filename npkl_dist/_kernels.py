@@ -1217,6 +1217,19 @@ def csr_row_ptr(counts):
     return ptr
 
 
+@njit(nogil=True, cache=True, inline="always")
+def sort_row(idx, val, start, end):
+    """Entries start..end of a CSR row sorted by column, values along (an insertion sort:
+    the set-ups' rows are short, and often sorted but for one entry)."""
+    for a in range(start + 1, end):
+        ci, vi = idx[a], val[a]
+        b = a - 1
+        while b >= start and idx[b] > ci:
+            idx[b + 1], val[b + 1] = idx[b], val[b]
+            b -= 1
+        idx[b + 1], val[b + 1] = ci, vi
+
+
 @njit(nogil=True, cache=True)
 def csr_compact(start, idx, val, kept):
     """Rows written at ``start[a]`` with ``kept[a]`` entries each (gaps after them), made

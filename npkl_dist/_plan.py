@@ -41,7 +41,7 @@ from numba import njit, prange
 
 from ._errors import ValidationError, fmt_value
 from ._kernels import (LOSS_CODES, SUM_BLOCK, block_deferral, csr_row_ptr, greedy_colouring,
-                       serial_variant)
+                       serial_variant, sort_row)
 from ._problem import NPKLProblem
 
 __all__ = ["SweepPlan", "PreparedProblem", "make_plan", "prepare", "concurrent_conflicts"]
@@ -254,22 +254,15 @@ def _sorted_split_rows(indptr, indices, data, n):
     val = np.empty(ptr[n], data.dtype)
     dup = np.zeros(n, np.bool_)
     for i in prange(n):
-        start = ptr[i]
-        q = start
+        q = ptr[i]
         for p in range(indptr[i], indptr[i + 1]):
-            j = indices[p]
-            if j != i and data[p] != 0:
-                v = data[p]
-                b = q - 1
-                while b >= start and idx[b] > j:
-                    idx[b + 1] = idx[b]
-                    val[b + 1] = val[b]
-                    b -= 1
-                if b >= start and idx[b] == j:
-                    dup[i] = True
-                idx[b + 1] = j
-                val[b + 1] = v
+            if indices[p] != i and data[p] != 0:
+                idx[q], val[q] = indices[p], data[p]
                 q += 1
+        sort_row(idx, val, ptr[i], q)
+        for a in range(ptr[i] + 1, q):
+            if idx[a] == idx[a - 1]:
+                dup[i] = True
     return ptr, idx, val, diag, bool(np.any(dup))
 
 

@@ -1335,6 +1335,7 @@ def test_c_passes_auto_and_errors():
         want = (C_PASSES_AUTO if paired <= C_PASSES_MAX_FRACTION else
                 C_PASSES_DENSE if paired > C_PASSES_DENSE_FRACTION else 1)
         assert resolve_c_passes("auto", p) == want
+        assert resolve_c_passes("auto", p, n_free=free_count(p)) == want  # the layout's
         assert resolve_c_passes("auto", p, extrapolate=False) == 1
         assert resolve_c_passes(2, p) == 2
     assert resolve_c_passes("auto", sparse) == C_PASSES_AUTO
