@@ -1230,6 +1230,53 @@ def sort_row(idx, val, start, end):
         idx[b + 1], val[b + 1] = ci, vi
 
 
+#: Rows longer than this are sorted by :func:`radix_sort_row` (coarse AMG levels: about 100
+#: entries a row in a random order, where an insertion sort's quadratic shifts cost 2.3x
+#: the radix passes; bench/RESULTS.md, "Coarse levels' rows sorted by radix").
+RADIX_MIN_ROW = 32
+
+
+@njit(nogil=True, cache=True)
+def radix_passes(n_cols):
+    """Byte passes of :func:`radix_sort_row` for column indices below ``n_cols``."""
+    passes = 1
+    while n_cols - 1 >= (1 << (8 * passes)) and passes < 8:
+        passes += 1
+    return passes
+
+
+@njit(nogil=True, cache=True)
+def radix_sort_row(idx, val, start, end, kbuf, vbuf, hist, passes):
+    """Entries start..end of a CSR row sorted by column (non-negative, below 256**passes),
+    values along: a least-significant-byte radix sort, stable, through the scratch ``kbuf``,
+    ``vbuf`` (at least end - start entries) and ``hist`` (256 int64)."""
+    k = end - start
+    src_k, src_v, dst_k, dst_v = idx, val, kbuf, vbuf
+    s0, d0 = start, 0
+    for ps in range(passes):
+        sh = 8 * ps
+        hist[:] = 0
+        for a in range(k):
+            hist[(src_k[s0 + a] >> sh) & 255] += 1
+        tot = 0
+        for b in range(256):
+            c = hist[b]
+            hist[b] = tot
+            tot += c
+        for a in range(k):
+            key = src_k[s0 + a]
+            b = (key >> sh) & 255
+            dst_k[d0 + hist[b]] = key
+            dst_v[d0 + hist[b]] = src_v[s0 + a]
+            hist[b] += 1
+        src_k, src_v, dst_k, dst_v = dst_k, dst_v, src_k, src_v
+        s0, d0 = d0, s0
+    if passes % 2 == 1:  # the sorted row is in the scratch
+        for a in range(k):
+            idx[start + a] = kbuf[a]
+            val[start + a] = vbuf[a]
+
+
 @njit(nogil=True, cache=True)
 def csr_compact(start, idx, val, kept):
     """Rows written at ``start[a]`` with ``kept[a]`` entries each (gaps after them), made

@@ -40,8 +40,8 @@ import scipy.sparse as sp
 from numba import njit, prange
 
 from ._errors import ValidationError, fmt_value
-from ._kernels import (LOSS_CODES, SUM_BLOCK, block_deferral, csr_row_ptr, greedy_colouring,
-                       serial_variant, sort_row)
+from ._kernels import (LOSS_CODES, RADIX_MIN_ROW, SUM_BLOCK, block_deferral, csr_row_ptr,
+                       greedy_colouring, radix_passes, radix_sort_row, serial_variant, sort_row)
 from ._problem import NPKLProblem
 
 __all__ = ["SweepPlan", "PreparedProblem", "make_plan", "prepare", "concurrent_conflicts"]
@@ -233,12 +233,17 @@ def _nonzero(A: sp.csr_matrix) -> sp.csr_matrix:
     return A
 
 
+#: Rows per unit of ``_sorted_split_rows``'s fill pass (each unit sorts in its own scratch).
+SPLIT_UNIT = 512
+
+
 @njit(nogil=True, cache=True, parallel=True)
 def _sorted_split_rows(indptr, indices, data, n):
     """(ptr, idx, val, diag, duplicates): the off-diagonal nonzeros of each row sorted by
-    column (an insertion sort: coarse rows hold tens of entries), the diagonal (0 where a
-    row stores none or stores 0); ``duplicates``: some row holds a column twice (the
-    arrays are then not what scipy's route gives)."""
+    column (an insertion sort up to ``RADIX_MIN_ROW`` entries, a radix sort above: coarse
+    rows hold about a hundred, in no order), the diagonal (0 where a row stores none or
+    stores 0); ``duplicates``: some row holds a column twice (the arrays are then not what
+    scipy's route gives)."""
     cnt = np.zeros(n, np.int64)
     diag = np.zeros(n, data.dtype)
     for i in prange(n):
@@ -253,16 +258,26 @@ def _sorted_split_rows(indptr, indices, data, n):
     idx = np.empty(ptr[n], np.int64)
     val = np.empty(ptr[n], data.dtype)
     dup = np.zeros(n, np.bool_)
-    for i in prange(n):
-        q = ptr[i]
-        for p in range(indptr[i], indptr[i + 1]):
-            if indices[p] != i and data[p] != 0:
-                idx[q], val[q] = indices[p], data[p]
-                q += 1
-        sort_row(idx, val, ptr[i], q)
-        for a in range(ptr[i] + 1, q):
-            if idx[a] == idx[a - 1]:
-                dup[i] = True
+    width = max(1, cnt.max()) if n else 1
+    passes = radix_passes(n)
+    n_units = (n + SPLIT_UNIT - 1) // SPLIT_UNIT
+    for u in prange(n_units):
+        kbuf = np.empty(width, np.int64)
+        vbuf = np.empty(width, data.dtype)
+        hist = np.empty(256, np.int64)
+        for i in range(u * SPLIT_UNIT, min(n, (u + 1) * SPLIT_UNIT)):
+            q = ptr[i]
+            for p in range(indptr[i], indptr[i + 1]):
+                if indices[p] != i and data[p] != 0:
+                    idx[q], val[q] = indices[p], data[p]
+                    q += 1
+            if q - ptr[i] > RADIX_MIN_ROW:
+                radix_sort_row(idx, val, ptr[i], q, kbuf, vbuf, hist, passes)
+            else:
+                sort_row(idx, val, ptr[i], q)
+            for a in range(ptr[i] + 1, q):
+                if idx[a] == idx[a - 1]:
+                    dup[i] = True
     return ptr, idx, val, diag, bool(np.any(dup))
 
 

@@ -385,17 +385,20 @@ def test_permute_split_is_permute_then_split(dtype, global_random_seed):
 
 @pytest.mark.parametrize("serial", [False, True])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-def test_split_nonzero_of_unsorted_rows_is_the_scipy_route(serial, index_dtype,
+@pytest.mark.parametrize("n, nnz", [(301, 4000), (301, 40000), (200, 30000)])
+def test_split_nonzero_of_unsorted_rows_is_the_scipy_route(serial, index_dtype, n, nnz,
                                                            global_random_seed):
     """The AMG levels' compiled sorted split equals ``_split(_nonzero(A))`` array for array on
     rows stored in scrambled order: explicit zeros off and on the diagonal, rows without a
-    diagonal, an empty row; a matrix with a duplicate column takes that route itself."""
+    diagonal, an empty row; a matrix with a duplicate column takes that route itself. Rows
+    of about 26 entries (insertion sort), and of 100-200 (radix sort; two byte passes at
+    n = 301, one at n = 200)."""
+    from npkl_dist._kernels import RADIX_MIN_ROW
     from npkl_dist._plan import _nonzero, _split, split_nonzero
 
     rng = np.random.default_rng(global_random_seed)
-    n = 301
-    rows, cols = rng.integers(0, n, 4000), rng.integers(0, n, 4000)
-    A = sp.coo_matrix((rng.standard_normal(4000), (rows, cols)), shape=(n, n))
+    rows, cols = rng.integers(0, n, nnz), rng.integers(0, n, nnz)
+    A = sp.coo_matrix((rng.standard_normal(nnz), (rows, cols)), shape=(n, n))
     A = sp.csr_matrix(A + A.T)
     A.sum_duplicates()
     A = A.tolil()
@@ -425,6 +428,31 @@ def test_split_nonzero_of_unsorted_rows_is_the_scipy_route(serial, index_dtype,
         assert np.all(val != 0)
         for i in range(n):
             assert np.all(np.diff(idx[ptr[i]:ptr[i + 1]]) > 0)
+    long_rows = np.diff(A.indptr) > RADIX_MIN_ROW + 1
+    assert long_rows.any() if nnz > 10000 else not long_rows.all()
+
+
+@pytest.mark.parametrize("passes", [1, 2, 3])
+def test_radix_sort_row_is_a_stable_sort(passes, global_random_seed):
+    """radix_sort_row sorts a slice of a longer array by key (values along, equal keys in
+    their order: a stable sort), leaves the rest untouched, for keys of 1-3 bytes (an odd
+    count of passes ends in the scratch and is copied back)."""
+    from npkl_dist._kernels import radix_passes, radix_sort_row
+
+    rng = np.random.default_rng(global_random_seed)
+    hi = 256 ** passes
+    assert radix_passes(hi) == passes and radix_passes(hi + 1) == passes + 1
+    for k in (0, 1, 2, 33, 150, 400):
+        keys = rng.integers(0, hi, k + 10)
+        keys[5:5 + k // 2] = keys[5 + k // 2:5 + 2 * (k // 2)]  # equal keys in pairs
+        vals = rng.standard_normal(k + 10)
+        want_k, want_v = keys.copy(), vals.copy()
+        o = np.argsort(keys[5:5 + k], kind="stable")
+        want_k[5:5 + k], want_v[5:5 + k] = keys[5:5 + k][o], vals[5:5 + k][o]
+        radix_sort_row(keys, vals, 5, 5 + k, np.empty(k + 1, np.int64), np.empty(k + 1),
+                       np.empty(256, np.int64), passes)
+        np.testing.assert_array_equal(keys, want_k)
+        np.testing.assert_array_equal(vals, want_v)
 
 
 def _scipy_rcm(M):
