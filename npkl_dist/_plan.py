@@ -323,11 +323,11 @@ def permute_split(L: sp.csr_matrix, order: np.ndarray, rank_of: np.ndarray | Non
                   ) -> SplitL:
     """``_split(permute(L, order, rank_of))`` in one compiled pass, with int64 indices: row q
     of the result is row ``order[q]`` of L with its columns renamed through ``rank_of`` and
-    sorted, the diagonal apart. At n = 1e6 it takes as long as the two steps (0.53 s,
-    ``python bench/setup_cost.py --skip-fits``), but the set-up no longer copies L's
-    indices to int64 for the colouring and for ``prepare`` (``_build`` at n = 1e6:
-    0.91-0.93 s against 0.93-1.01 s). ``L``: canonical (sorted, no duplicates; an
-    NPKLProblem's L is); otherwise it is made so first."""
+    sorted, the diagonal apart. At n = 1e6, 0.39 s against 0.48 s for the two steps
+    (``python bench/setup_cost.py --skip-fits``; the rows' counts and diagonals are read in
+    L's own order, not gathered from rows at random), and the set-up no longer copies L's
+    indices to int64 for the colouring and for ``prepare``. ``L``: canonical (sorted, no
+    duplicates; an NPKLProblem's L is); otherwise it is made so first."""
     L = _canonical(sp.csr_matrix(L))
     order = np.asarray(order, np.int64)
     if rank_of is None:
@@ -345,17 +345,24 @@ PERMUTE_UNIT = 4096
 @njit(nogil=True, cache=True, parallel=True)
 def _permute_split_rows(indptr, indices, data, order, rank_of):
     n = order.shape[0]
-    cnt = np.empty(n, np.int64)
-    diag = np.zeros(n, data.dtype)
-    for q in prange(n):
-        i = order[q]
+    # each row's off-diagonal count and diagonal, read in L's own order (sequential), then
+    # gathered: a first pass over the rows in the new order read every row twice at random
+    off = np.empty(n, np.int64)
+    dg = np.zeros(n, data.dtype)
+    for i in prange(n):
         c = 0
         for p in range(indptr[i], indptr[i + 1]):
             if indices[p] == i:
-                diag[q] = data[p]
+                dg[i] = data[p]
             else:
                 c += 1
-        cnt[q] = c
+        off[i] = c
+    cnt = np.empty(n, np.int64)
+    diag = np.empty(n, data.dtype)
+    for q in prange(n):
+        i = order[q]
+        cnt[q] = off[i]
+        diag[q] = dg[i]
     ptr = csr_row_ptr(cnt)
     width = max(1, cnt.max()) if n else 1
     idx = np.empty(ptr[n], np.int64)
