@@ -334,8 +334,16 @@ def permute_split(L: sp.csr_matrix, order: np.ndarray, rank_of: np.ndarray | Non
         rank_of = np.empty(order.shape[0], np.int64)
         rank_of[order] = np.arange(order.shape[0], dtype=np.int64)
     ptr, idx, val, diag = _permute_split_rows(L.indptr, L.indices, L.data, order,
-                                              np.asarray(rank_of, np.int64))
+                                              _compact_ranks(rank_of))
     return SplitL(ptr, idx, val, diag)
+
+
+def _compact_ranks(rank_of: np.ndarray) -> np.ndarray:
+    """``rank_of`` as int32 where it fits: the permutations' lookups of new column numbers
+    are scattered, and half the bytes keep more of them in cache (n = 1e6: permute_split
+    0.39-0.41 s against 0.36-0.37 s)."""
+    n = rank_of.shape[0]
+    return np.asarray(rank_of, np.int32 if n < 2 ** 31 else np.int64)
 
 
 #: Rows per unit of ``_permute_split_rows``'s fill pass (each unit sorts in its own scratch).
