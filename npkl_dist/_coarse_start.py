@@ -337,7 +337,7 @@ def free_start(indptr, indices, data, diag, n_free, pi, pj, pt, basis: CoarseBas
     n = int(np.shape(diag)[0])
     nu = int(n_free)
     E = np.empty((n, rank))
-    E[:nu] = prolong(basis, rank, np.float64)
+    prolong(basis, rank, np.float64, out=E[:nu])
     terms = np.empty(n - nu)
     _fill_constrained_rows(indptr, indices, data, diag, nu, E, terms)
     a = float(np.sum(basis.w[:rank])) + float(np.sum(terms))
@@ -360,16 +360,28 @@ def _prolong_rows(agg, t, Y, out):
                 out[i, c] = ti * Y[a, c]
 
 
-def prolong(basis: CoarseBasis, rank: int, dtype=np.float64) -> np.ndarray:
+def prolong(basis: CoarseBasis, rank: int, dtype=np.float64, out=None) -> np.ndarray:
     """E = T_0 T_1 ... X[:, :rank], shape (n, rank); columns beyond the coarse level's size
-    (only when n < rank) are zero."""
+    (only when n < rank) are zero. ``out``: a C-contiguous (n, rank) array of ``dtype`` to
+    write E into (the finest level's rows go there directly, not through a copy)."""
     X = basis.X
     Y = np.zeros((X.shape[0], rank))
     Y[:, :min(rank, X.shape[1])] = X[:, :rank]
     for k in range(len(basis.aggs) - 1, -1, -1):
-        out = np.empty((basis.aggs[k].shape[0], rank), np.float64 if k else dtype)
-        _prolong_rows(basis.aggs[k], basis.ts[k], Y, out)
-        Y = out
+        shape = (basis.aggs[k].shape[0], rank)
+        if k == 0 and out is not None:
+            if out.shape != shape or out.dtype != np.dtype(dtype) \
+                    or not out.flags.c_contiguous:
+                raise ValueError(f"prolong: out must be a C-contiguous {shape} {dtype} array")
+            dst = out
+        else:
+            dst = np.empty(shape, np.float64 if k else dtype)
+        _prolong_rows(basis.aggs[k], basis.ts[k], Y, dst)
+        Y = dst
+    if not basis.aggs:  # no levels: E is the coarse basis itself
+        if out is not None:
+            out[...] = Y
+            return out
     return np.ascontiguousarray(Y, dtype=dtype)
 
 
@@ -436,9 +448,45 @@ def _scaled(E, a, pi, pj, pt, *, rank, loss, gamma, bound, dtype, own_norm=False
     pi = np.asarray(pi, np.int64)
     pj = np.asarray(pj, np.int64)
     z = np.asarray(pt, np.float64) * np.einsum("kr,kr->k", E[pi], E[pj])
-    row2 = np.einsum("kr,kr->k", E, E) if loss == "linear" or own_norm else None
-    max_row2 = float(np.max(row2)) if loss == "linear" and len(E) else 0.0
-    s = start_scale(loss, gamma, bound, a, z, max_row2, E.shape[0], rank,
-                    fro2=float(np.sum(row2)) if own_norm else None)
-    E *= np.sqrt(s)
+    if loss == "linear":
+        row2 = np.einsum("kr,kr->k", E, E)
+        max_row2 = float(np.max(row2)) if len(E) else 0.0
+        fro2 = float(np.sum(row2)) if own_norm else None
+    else:  # the sum alone, in one parallel pass
+        max_row2 = 0.0
+        fro2 = _sum_squares(E) if own_norm else None
+    s = start_scale(loss, gamma, bound, a, z, max_row2, E.shape[0], rank, fro2=fro2)
+    _scale_in_place(E, np.sqrt(s))
     return np.ascontiguousarray(E, dtype=dtype)
+
+
+#: rows per chunk of the start's passes over E (chunk sums added in chunk order)
+_CHUNK = 4096
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _sum_squares(E):
+    """||E||_F² (float64), from per-chunk sums added in chunk order: the same value for any
+    thread count."""
+    n, r = E.shape
+    n_ch = (n + _CHUNK - 1) // _CHUNK
+    part = np.zeros(n_ch)
+    for ch in prange(n_ch):
+        acc = 0.0
+        for i in range(ch * _CHUNK, min(n, (ch + 1) * _CHUNK)):
+            for c in range(r):
+                acc += E[i, c] * E[i, c]
+        part[ch] = acc
+    tot = 0.0
+    for ch in range(n_ch):
+        tot += part[ch]
+    return tot
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _scale_in_place(E, c):
+    """E *= c, rows in parallel."""
+    n, r = E.shape
+    for i in prange(n):
+        for k in range(r):
+            E[i, k] *= c

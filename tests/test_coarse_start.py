@@ -407,3 +407,42 @@ def test_a_given_hierarchy_must_be_plain_aggregation():
     M.apply_to(R, Z)
     ref.apply_to(R, Zref)
     np.testing.assert_array_equal(Z, Zref)
+
+
+def test_prolong_into_out_and_the_starts_scaling_passes(global_random_seed):
+    """prolong(out=) writes the finest level's rows into the caller's array, bitwise what it
+    returns without; a wrong out is refused. The start's compiled passes: ||E||_F² from
+    chunk sums (the same for any thread count, = numpy's to rounding) and E scaled in
+    place."""
+    import numba
+
+    from npkl_dist._coarse_start import _scale_in_place, _sum_squares
+
+    p = _mixture_problem(global_random_seed, loss="square", n=2500, rank=5, frac=0.1)
+    off, diag = _split(p.L)
+    basis = coarse_basis(off.indptr, off.indices, off.data, diag, rank=5)
+    assert basis.aggs  # levels to prolongate through
+    want = prolong(basis, 5)
+    out = np.full((p.n_points + 3, 5), np.nan)
+    got = prolong(basis, 5, out=out[:p.n_points])
+    assert np.shares_memory(got, out)
+    np.testing.assert_array_equal(out[:p.n_points], want)
+    assert np.isnan(out[p.n_points:]).all()
+    with pytest.raises(ValueError, match="out"):
+        prolong(basis, 5, out=np.empty((p.n_points, 4)))
+    rng = np.random.default_rng(global_random_seed)
+    E = rng.standard_normal((10_001, 7)) * np.exp(rng.uniform(-20, 20, (10_001, 1)))
+    sums = []
+    for th in (1, 2):
+        old = numba.get_num_threads()
+        numba.set_num_threads(min(th, numba.config.NUMBA_NUM_THREADS))
+        try:
+            sums.append(_sum_squares(E))
+        finally:
+            numba.set_num_threads(old)
+    assert sums[0] == sums[1]
+    assert sums[0] == pytest.approx(float(np.sum(E * E)), rel=1e-12)
+    F = E.copy()
+    _scale_in_place(F, 0.37)
+    np.testing.assert_array_equal(F, E * 0.37)
+
