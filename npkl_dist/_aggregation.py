@@ -69,19 +69,80 @@ def plain_aggregation_hierarchy(A: sp.csr_matrix, max_coarse: int = 500,
     while len(levels) < max_levels and levels[-1].A.shape[0] > max_coarse:
         A = levels[-1].A
         agg_op = standard_aggregation(A)[0]  # strength None: C = A
+        early = None
         if len(levels) == 1:  # pyamg improves the candidates on the finest level only
+            if not serial and A.shape[0] >= OVERLAP_MIN_ROWS:
+                # the coarse rows' entry counts depend on the aggregates alone: counted on
+                # the other core while pyamg's serial relaxation runs on this one
+                early = _EarlyStructure(A, _aggregate_of_rows(agg_op), agg_op.shape[1])
             b = np.zeros((A.shape[0], 1))
             A.symmetry = "hermitian"  # what pyamg's relaxation reads
-            B = relaxation_as_linear_operator(IMPROVE_CANDIDATES, A, b) @ B
+            try:
+                B = relaxation_as_linear_operator(IMPROVE_CANDIDATES, A, b) @ B
+            except BaseException:
+                if early is not None:
+                    early.join()
+                raise
         T, B = fit_candidates(agg_op, B)
         T = sp.csr_matrix(T)
         agg, t = _single_entry_columns(T)
         levels[-1].P = T
+        structure = early.result(agg) if early is not None else None
         ptr, idx, val = galerkin_plain(A.indptr, A.indices, A.data, agg, t, T.shape[1],
-                                       serial=serial)
+                                       serial=serial, structure=structure)
         # rows in scipy's entry order, as pyamg's levels (not sorted)
         levels.append(Level(sp.csr_matrix((val, idx, ptr), shape=(T.shape[1], T.shape[1]))))
     return Hierarchy(levels)
+
+
+#: Finest levels of at least this many rows count the coarse rows' entries in a thread of
+#: their own during the candidate's relaxation (n = 1e6: the count's 0.1 s off the set-up's
+#: critical path; bench/RESULTS.md, "The Galerkin count beside the candidate's relaxation").
+OVERLAP_MIN_ROWS = 200_000
+
+
+def _aggregate_of_rows(agg_op) -> np.ndarray:
+    """(n,) int64: each row's aggregate in pyamg's aggregation operator, -1 where none."""
+    agg_op = sp.csr_matrix(agg_op)
+    n = agg_op.shape[0]
+    agg = np.full(n, -1, np.int64)
+    counts = np.diff(agg_op.indptr)
+    has = counts > 0
+    agg[has] = agg_op.indices[agg_op.indptr[:-1][has]]
+    return agg
+
+
+class _EarlyStructure:
+    """:func:`galerkin_structure` of A and the aggregates ``agg``, computed in a thread
+    (serial compiled passes without the GIL); ``result(agg)`` waits for it and returns it
+    if the prolongator's aggregates are ``agg`` (they are: fit_candidates keeps the
+    aggregation operator's pattern), else None (the caller counts again)."""
+
+    def __init__(self, A, agg, n_coarse):
+        import threading
+
+        self.agg = agg
+        self._out = None
+        self._error = None
+
+        def run():
+            try:
+                self._out = galerkin_structure(A.indptr, A.indices, agg, n_coarse,
+                                               serial=True)
+            except BaseException as exc:  # re-raised by result()
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="npkl-galerkin-count", daemon=True)
+        self._thread.start()
+
+    def join(self):
+        self._thread.join()
+
+    def result(self, agg):
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._out if np.array_equal(agg, self.agg) else None
 
 
 def _single_entry_columns(T: sp.csr_matrix):
@@ -202,8 +263,25 @@ _galerkin_count_serial = serial_variant(_galerkin_count)
 _galerkin_fill_serial = serial_variant(_galerkin_fill)
 
 
+def galerkin_structure(indptr, indices, agg, n_coarse: int, n_chunks: int | None = None,
+                       serial: bool = False):
+    """(gptr, grows, counts): the fine rows grouped by aggregate and each coarse row's entry
+    count in Tᵀ A T, for T's aggregates ``agg`` (no values needed: what
+    :func:`galerkin_plain` computes first, and takes as ``structure``)."""
+    import numba
+
+    n_coarse = int(n_coarse)
+    if n_chunks is None:
+        n_chunks = 1 if serial else numba.get_num_threads()
+    n_chunks = max(1, min(n_coarse, int(n_chunks)))
+    count = _galerkin_count_serial if serial else _galerkin_count
+    agg = np.asarray(agg, np.int64)
+    gptr, grows = _group_rows(agg, n_coarse)
+    return gptr, grows, count(indptr, indices, agg, gptr, grows, n_coarse, n_chunks)
+
+
 def galerkin_plain(indptr, indices, data, agg, t, n_coarse: int, n_chunks: int | None = None,
-                   serial: bool = False):
+                   serial: bool = False, structure=None):
     """CSR (ptr, indices, data) of Tᵀ A T for A = (indptr, indices, data) and the tentative
     prolongator T with T[i, agg[i]] = t[i] (row i empty where agg[i] < 0).
 
@@ -212,19 +290,20 @@ def galerkin_plain(indptr, indices, data, agg, t, n_coarse: int, n_chunks: int |
     of first met; the next level's aggregation depends on it), and no entry whose sum is
     exactly zero. Coarse rows in ``n_chunks`` parallel chunks (default: one per thread; each
     holds two dense arrays over A's rows). ``serial``: compiled without threads, one chunk
-    by default."""
+    by default. ``structure``: :func:`galerkin_structure` of these aggregates, if the caller
+    has it."""
     import numba
 
     n_coarse = int(n_coarse)
     if n_chunks is None:
         n_chunks = 1 if serial else numba.get_num_threads()
-    count, fill = (_galerkin_count_serial, _galerkin_fill_serial) if serial else (
-        _galerkin_count, _galerkin_fill)
+    fill = _galerkin_fill_serial if serial else _galerkin_fill
     n_chunks = max(1, min(n_coarse, int(n_chunks)))
     agg = np.asarray(agg, np.int64)
     t = np.asarray(t, np.float64)
-    gptr, grows = _group_rows(agg, n_coarse)
-    counts = count(indptr, indices, agg, gptr, grows, n_coarse, n_chunks)
+    if structure is None:
+        structure = galerkin_structure(indptr, indices, agg, n_coarse, n_chunks, serial)
+    gptr, grows, counts = structure
     cptr = csr_row_ptr(counts)
     # the longest row of Tᵀ A is at most the entries of an aggregate's rows
     cs = np.zeros(grows.shape[0] + 1, np.int64)

@@ -111,14 +111,32 @@ def _knn_operator(n, seed):
     return sp.csr_matrix(A, dtype=np.float64)
 
 
+@pytest.mark.parametrize("early", [False, True])
 @pytest.mark.parametrize("n,max_coarse", [(3000, 50), (8000, 20)])
-def test_hierarchy_is_pyamgs_bit_for_bit(n, max_coarse, global_random_seed):
+def test_hierarchy_is_pyamgs_bit_for_bit(n, max_coarse, early, global_random_seed,
+                                         monkeypatch):
     """Every level's operator (values, pattern, the order of the entries) and prolongator is
-    pyamg's ``smoothed_aggregation_solver(..., strength=None, smooth=None)``'s."""
+    pyamg's ``smoothed_aggregation_solver(..., strength=None, smooth=None)``'s; ``early``:
+    with the finest level's counts from the thread beside the relaxation (used, and equal
+    to a count after it)."""
     import pyamg
 
+    from npkl_dist import _aggregation
+
     A = _knn_operator(n, global_random_seed)
+    used = []
+    if early:
+        monkeypatch.setattr(_aggregation, "OVERLAP_MIN_ROWS", 1)
+        real = _aggregation._EarlyStructure.result
+
+        def result(self, agg):
+            out = real(self, agg)
+            used.append(out is not None)
+            return out
+
+        monkeypatch.setattr(_aggregation._EarlyStructure, "result", result)
     mine = plain_aggregation_hierarchy(A, max_coarse, 10)
+    assert used == ([True] if early else [])
     ml = pyamg.smoothed_aggregation_solver(A, symmetry="hermitian", strength=None,
                                            smooth=None, max_coarse=max_coarse, max_levels=10)
     assert len(mine.levels) == len(ml.levels) >= 3
@@ -141,3 +159,23 @@ def test_small_matrix_is_its_own_coarsest_level():
     h = plain_aggregation_hierarchy(A, 500, 10)
     assert len(h.levels) == 1 and h.levels[0].P is None
     assert h.operator_complexity() == 1.0
+
+
+def test_early_structure_is_the_count_after_and_refuses_other_aggregates():
+    """The thread's (gptr, grows, counts) equal galerkin_structure's; result() with other
+    aggregates gives None (the caller counts again); an error in the thread is raised by
+    result()."""
+    from npkl_dist._aggregation import _EarlyStructure, galerkin_structure
+
+    rng = np.random.default_rng(3)
+    A = _symmetric(500, 0.03, rng)
+    agg = rng.integers(-1, 40, 500)
+    early = _EarlyStructure(A, agg, 40)
+    got = early.result(agg.copy())
+    for a, b in zip(got, galerkin_structure(A.indptr, A.indices, agg, 40)):
+        np.testing.assert_array_equal(a, b)
+    other = agg.copy()
+    other[0] = (other[0] + 1) % 40
+    assert _EarlyStructure(A, agg, 40).result(other) is None
+    with pytest.raises(AttributeError):
+        _EarlyStructure(None, agg, 40).result(agg)  # no matrix: raised in the thread
