@@ -34,7 +34,8 @@ from numba import njit, prange
 from ._aggregation import plain_aggregation_hierarchy
 from ._errors import ValidationError
 from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, csr_compact, csr_row_ptr,
-                       greedy_colouring, pair_terms, sort_row, sweep_units, sweep_units_serial)
+                       greedy_colouring, pair_terms, prefetch_ahead, sort_row, sweep_units,
+                       sweep_units_serial)
 from ._kkt import kkt_row_terms
 from ._plan import _constraint_lists, permute_split, split_nonzero
 from .executors._inprocess import chunked_sums, ordered_total
@@ -169,13 +170,17 @@ def _row_times(i, indptr, indices, data, diag, X, q):
 def _matvec_dot(indptr, indices, data, diag, P, Q, part):
     """Q = A P (A = diag + off-diagonal CSR); part[ch, c] = sum over chunk rows of P*Q.
 
-    Q's rows are computed; P may hold further (halo) rows that A's columns reach."""
+    Q's rows are computed; P may hold further (halo) rows that A's columns reach. The rows
+    of P that the entries ``PREFETCH_AHEAD`` further on read are prefetched
+    (``prefetch_ahead``)."""
     n, r = Q.shape
     n_ch = (n + RB - 1) // RB
+    nnz = indptr[n]
     for ch in prange(n_ch):
         acc = np.zeros(r)
         q = np.empty(r)
         for i in range(ch * RB, min((ch + 1) * RB, n)):
+            prefetch_ahead(indptr, indices, i, P, nnz)
             _row_times(i, indptr, indices, data, diag, P, q)
             for c in range(r):
                 Q[i, c] = q[c]
@@ -835,11 +840,13 @@ def _neg_residual_rows(n_free, indptr, indices, data, diag, V, X, R, dinv, part_
     with X = V[:n_free] in float64), fused with chunk sums of X*R and ||dinv R||^2."""
     r = V.shape[1]
     n_ch = (n_free + RB - 1) // RB
+    nnz = indptr[n_free]
     for ch in prange(n_ch):
         a = 0.0
         b = 0.0
         q = np.empty(r)
         for i in range(ch * RB, min((ch + 1) * RB, n_free)):
+            prefetch_ahead(indptr, indices, i, V, nnz)
             d = np.float64(diag[i])
             for c in range(r):
                 q[c] = -d * X[i, c]

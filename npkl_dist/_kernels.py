@@ -58,6 +58,62 @@ def _fma(typingctx, a, b, c):
     return sig, codegen
 
 
+@intrinsic
+def _prefetch(typingctx, X, i, j):
+    """Ask the CPU to bring the cache line of X[i, j] (a 2-D array) into cache (LLVM's
+    llvm.prefetch: a hint, which never faults and changes no value)."""
+    if not (isinstance(X, types.Array) and X.ndim == 2 and isinstance(i, types.Integer)
+            and isinstance(j, types.Integer)):
+        return None
+    from llvmlite import ir
+    from numba.core import cgutils
+
+    def codegen(context, builder, signature, args):
+        arrty = signature.args[0]
+        ary = context.make_array(arrty)(context, builder, args[0])
+        idx = [context.cast(builder, a, t, types.intp)
+               for a, t in zip(args[1:], signature.args[1:])]
+        ptr = cgutils.get_item_pointer2(
+            context, builder, ary.data, cgutils.unpack_tuple(builder, ary.shape),
+            cgutils.unpack_tuple(builder, ary.strides), arrty.layout, idx,
+            wraparound=False, boundscheck=False)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = builder.module.declare_intrinsic(
+            "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
+        # read, high temporal locality, data cache
+        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                          ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(X, i, j), codegen
+
+
+#: Entries ahead whose rows the gather-bound block-solve products prefetch.
+PREFETCH_AHEAD = 16
+
+
+@njit(nogil=True, cache=True, inline="always")
+def prefetch_row(X, i):
+    """Prefetch row i of the C-contiguous 2-D array X, each 64-byte line of it.
+
+    The gather-bound products call it for the rows a few entries ahead: the rows that a
+    product with L reads are scattered over about a quarter of a million rows of the RCM
+    order at n = 1e6, and the CPU's own look-ahead covers only the next two or three
+    (bench/RESULTS.md, "Prefetching the rows a product gathers")."""
+    step = max(1, 64 // X.itemsize)
+    for j in range(0, X.shape[1], step):
+        _prefetch(X, i, j)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def prefetch_ahead(indptr, indices, i, X, nnz):
+    """Prefetch the rows of X that the CSR entries ``PREFETCH_AHEAD`` past row i's read
+    (call before row i's product; the next rows' entries, in the same thread's chunk)."""
+    for p in range(indptr[i] + PREFETCH_AHEAD, min(indptr[i + 1] + PREFETCH_AHEAD, nnz)):
+        prefetch_row(X, indices[p])
+
+
 # Multiply-add of the row-product and dot helpers below, passed as their ``madd`` argument
 # (numba specialises and inlines the call). ``_madd`` rounds the product and then the sum, the
 # arithmetic of the BCD sweeps, the block solve and their objectives. ``_fmadd`` rounds once:

@@ -166,3 +166,78 @@ def test_dots_follow_their_lane_order_bitwise(r, fused):
     d_rows, d_vec = _dots(A, 1, B, 2, y, fused)
     assert d_rows == ref(A[1], B[2])
     assert d_vec == ref(A[1], y)
+
+
+def _without_prefetch(kernel):
+    """``kernel`` compiled with prefetch_ahead replaced by a no-op (same arithmetic)."""
+    import types as pytypes
+
+    @njit(inline="always")
+    def nothing(indptr, indices, i, X, nnz):
+        pass
+
+    f = kernel.py_func
+    g = dict(f.__globals__)
+    g["prefetch_ahead"] = nothing
+    h = pytypes.FunctionType(f.__code__, g, f.__name__ + "_no_prefetch", f.__defaults__,
+                             f.__closure__)
+    return njit(nogil=True, parallel=True)(h)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_prefetching_products_equal_them_without_prefetch_bitwise(dtype, global_random_seed):
+    """The block solve's prefetching products (the product with L_UU and its sums, the first
+    residual) give bit for bit what the same kernels give without the prefetches, on rows of
+    every length (empty rows, the last rows, whose look-ahead runs off the entries), with
+    halo rows in P beyond Q's; and the prefetch itself reads nothing (any array, any row
+    in range, C or F order)."""
+    from npkl_dist._blocksolve import RB, _matvec_dot, _neg_residual_rows
+    from npkl_dist._kernels import prefetch_row
+
+    rng = np.random.default_rng(global_random_seed)
+    n, halo, r = 3000, 200, 16
+    M = sp.random(n, n + halo, density=0.004, random_state=np.random.RandomState(
+        rng.integers(2**31)), format="csr")
+    M.data[:] = rng.standard_normal(M.nnz)
+    M = M.tolil()
+    M[5, :] = 0
+    M[n - 1, :] = 0
+    M = M.tocsr()
+    ptr, idx = M.indptr.astype(np.int64), M.indices.astype(np.int64)
+    val = M.data.astype(dtype)
+    diag = rng.uniform(1, 2, n).astype(dtype)
+    P = rng.standard_normal((n + halo, r)).astype(dtype)
+    n_ch = (n + RB - 1) // RB
+    outs = []
+    for kernel in (_matvec_dot, _without_prefetch(_matvec_dot)):
+        Q, part = np.empty((n, r)), np.empty((n_ch, r))
+        kernel(ptr, idx, val, diag, P, Q, part)
+        outs.append((Q, part))
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a, b)
+    # the residual reads L's rows over all n points (here: n + halo rows, square)
+    Ms = sp.random(n + halo, n + halo, density=0.004, random_state=np.random.RandomState(
+        rng.integers(2**31)), format="csr")
+    Ms.data[:] = rng.standard_normal(Ms.nnz)
+    V = rng.standard_normal((n + halo, r)).astype(dtype)
+    X = V[:n].astype(np.float64)
+    dinv = rng.uniform(0.5, 1, n)
+    dres = rng.uniform(1, 2, n + halo).astype(dtype)
+    res = []
+    for kernel in (_neg_residual_rows, _without_prefetch(_neg_residual_rows)):
+        R, pa, pb = np.empty((n, r)), np.empty(n_ch), np.empty(n_ch)
+        kernel(n, Ms.indptr.astype(np.int64), Ms.indices.astype(np.int64), Ms.data.astype(dtype),
+               dres, V, X, R, dinv, pa, pb)
+        res.append((R, pa, pb))
+    for a, b in zip(*res):
+        np.testing.assert_array_equal(a, b)
+
+    @njit
+    def touch(X, rows):
+        for i in rows:
+            prefetch_row(X, i)
+
+    for arr in (P, np.asfortranarray(P), P[:, :3], np.zeros((1, 1))):
+        before = arr.copy()
+        touch(arr, np.arange(arr.shape[0]))
+        np.testing.assert_array_equal(arr, before)
