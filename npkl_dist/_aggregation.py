@@ -24,7 +24,34 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit, prange
 
-from ._kernels import csr_compact, csr_row_ptr, serial_variant
+from ._kernels import csr_compact, csr_row_ptr, prefetch1, serial_variant
+
+#: Group positions ahead at which the Galerkin passes prefetch a fine row's bounds, its
+#: entries, and what its columns index (the rows of an aggregate are scattered over about a
+#: quarter of a million rows of the RCM order at n = 1e6: the fill went 0.25 -> 0.17 s).
+AHEAD = (12, 8, 4)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _prefetch_rows(indptr, indices, data, grows, g, gend, dense_a, dense_b):
+    """Prefetch for the group position g + AHEAD[k] (before position g's row is read):
+    that row's bounds, its entries (indices and, if ``data`` has entries, values), and
+    ``dense_a``/``dense_b`` at its columns."""
+    if g + AHEAD[0] < gend:
+        prefetch1(indptr, grows[g + AHEAD[0]])
+    if g + AHEAD[1] < gend:
+        u = grows[g + AHEAD[1]]
+        prefetch1(indices, indptr[u])
+        prefetch1(indices, indptr[u + 1] - 1)
+        if data.shape[0]:
+            prefetch1(data, indptr[u])
+            prefetch1(data, indptr[u + 1] - 1)
+    if g + AHEAD[2] < gend:
+        u = grows[g + AHEAD[2]]
+        for p in range(indptr[u], indptr[u + 1]):
+            j = indices[p]
+            prefetch1(dense_a, j)
+            prefetch1(dense_b, j)
 
 #: pyamg's default improvement of the candidates (``smoothed_aggregation_solver``'s
 #: ``improve_candidates``): finest level only.
@@ -185,11 +212,14 @@ def _galerkin_count(indptr, indices, agg, gptr, grows, n_coarse, n_chunks):
     """Entries of each coarse row (distinct aggregates among the rows' columns)."""
     counts = np.zeros(n_coarse, np.int64)
     step = (n_coarse + n_chunks - 1) // n_chunks
+    nodata = np.empty(0)
     for ch in prange(n_chunks):
         mark = np.full(n_coarse, -1, np.int64)
+        gend = gptr[min(n_coarse, (ch + 1) * step)]
         for a in range(ch * step, min(n_coarse, (ch + 1) * step)):
             cnt = 0
             for g in range(gptr[a], gptr[a + 1]):
+                _prefetch_rows(indptr, indices, nodata, grows, g, gend, agg, agg)
                 i = grows[g]
                 for p in range(indptr[i], indptr[i + 1]):
                     b = agg[indices[p]]
@@ -217,11 +247,13 @@ def _galerkin_fill(indptr, indices, data, agg, t, gptr, grows, cptr, n_coarse, n
         bsum = np.zeros(n_coarse)
         bmark = np.full(n_coarse, -1, np.int64)
         blist = np.empty(n_coarse, np.int64)
+        gend = gptr[min(n_coarse, (ch + 1) * step)]
         for a in range(ch * step, min(n_coarse, (ch + 1) * step)):
             # Tᵀ A: rows i of aggregate a ascending (Tᵀ's rows are sorted), A's entries in
             # their order; columns listed as first met
             m = 0
             for g in range(gptr[a], gptr[a + 1]):
+                _prefetch_rows(indptr, indices, data, grows, g, gend, ra, jmark)
                 i = grows[g]
                 ti = t[i]
                 for p in range(indptr[i], indptr[i + 1]):
@@ -235,6 +267,9 @@ def _galerkin_fill(indptr, indices, data, agg, t, gptr, grows, cptr, n_coarse, n
             # without its zero sums
             nb = 0
             for k in range(m - 1, -1, -1):
+                if k >= AHEAD[1]:
+                    prefetch1(agg, jlist[k - AHEAD[1]])
+                    prefetch1(t, jlist[k - AHEAD[1]])
                 j = jlist[k]
                 v = ra[j]
                 ra[j] = 0.0

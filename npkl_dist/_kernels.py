@@ -89,6 +89,34 @@ def _prefetch(typingctx, X, i, j):
     return types.void(X, i, j), codegen
 
 
+@intrinsic
+def prefetch1(typingctx, x, i):
+    """Ask the CPU to bring the cache line of x[i] (a 1-D array) into cache (as
+    :func:`_prefetch`)."""
+    if not (isinstance(x, types.Array) and x.ndim == 1 and isinstance(i, types.Integer)):
+        return None
+    from llvmlite import ir
+    from numba.core import cgutils
+
+    def codegen(context, builder, signature, args):
+        arrty = signature.args[0]
+        ary = context.make_array(arrty)(context, builder, args[0])
+        idx = context.cast(builder, args[1], signature.args[1], types.intp)
+        ptr = cgutils.get_item_pointer2(
+            context, builder, ary.data, cgutils.unpack_tuple(builder, ary.shape),
+            cgutils.unpack_tuple(builder, ary.strides), arrty.layout, [idx],
+            wraparound=False, boundscheck=False)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fn = builder.module.declare_intrinsic(
+            "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
+        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                          ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(x, i), codegen
+
+
 #: Entries ahead whose rows the gather-bound block-solve products prefetch.
 PREFETCH_AHEAD = 16
 
