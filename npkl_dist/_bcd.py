@@ -330,8 +330,11 @@ def _start_prefault(problem: NPKLProblem, method: str, executor, extrapolate: bo
     n, r = problem.n_points, problem.rank
     if n * r < PREFAULT_MIN_ENTRIES:
         return None
-    specs = session_buffers(n, free_count(problem), r, problem.dtype, bool(extrapolate),
-                            int(inner_maxiter))
+    # first: the coarse-free start's E, which the start writes about a second into the
+    # set-up (a fresh 128 MB array there cost 0.14-0.17 s of page faults at n = 1e6)
+    specs = {START_BUFFER: ((n, r), np.dtype(np.float64))}
+    specs.update(session_buffers(n, free_count(problem), r, problem.dtype, bool(extrapolate),
+                                 int(inner_maxiter)))
     # last: the fit's result V, written when the relabelling is undone at the very end (a
     # fresh 128 MB array there cost 0.17 s at n = 1e6 against 0.02 s with its pages touched)
     specs[RESULT_BUFFER] = ((n, r), np.dtype(problem.dtype))
@@ -341,14 +344,18 @@ def _start_prefault(problem: NPKLProblem, method: str, executor, extrapolate: bo
 #: the Prefault's name for a block fit's result V (in the points' order)
 RESULT_BUFFER = "result V"
 
+#: the Prefault's name for the coarse-free start's E (float64, the internal order)
+START_BUFFER = "start E"
 
-def _internal_free_start(problem: NPKLProblem, prep, layout, cache, share: bool = False
-                         ) -> np.ndarray:
+
+def _internal_free_start(problem: NPKLProblem, prep, layout, cache, share: bool = False,
+                         out=None) -> np.ndarray:
     """start='coarse-free' in a block fit's internal (U-first) order. ``cache``: a fit
     setup's or a standalone in-process fit's own; its basis is kept there for the next fit
     (it depends on L and the rank only), and with ``share`` (an in-process session follows)
     the hierarchy is left for the session's preconditioner (``_blocksolve.HIERARCHY_KEY``),
-    which takes it."""
+    which takes it. ``out``: an (n, rank) float64 array for the start's E (a prefaulted
+    one), or None."""
     from ._blocksolve import HIERARCHY_KEY, free_hierarchy
     from ._coarse_start import free_basis, free_start
 
@@ -368,7 +375,7 @@ def _internal_free_start(problem: NPKLProblem, prep, layout, cache, share: bool 
                 cache[HIERARCHY_KEY] = h
     return free_start(prep.indptr, prep.indices, prep.data, prep.diag, n_free, prep.pi,
                       prep.pj, prep.pt, basis, rank=problem.rank, loss=problem.loss,
-                      gamma=problem.gamma, bound=problem.bound, dtype=problem.dtype)
+                      gamma=problem.gamma, bound=problem.bound, dtype=problem.dtype, out=out)
 
 
 def choose_method(problem: NPKLProblem, executor=None) -> str:
@@ -809,8 +816,10 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
                 raise ValidationError(
                     "start: 'coarse-free' is a block fit's start (it uses the U-first layout of "
                     "method='block'); use start='coarse' with plain sweeps")
+            out = (None if prefault is None else
+                   prefault.take(START_BUFFER, (problem.n_points, problem.rank), np.float64))
             V = _internal_free_start(problem, prep, layout, cache,
-                                     share=isinstance(executor, InProcessExecutor))
+                                     share=isinstance(executor, InProcessExecutor), out=out)
         else:
             if V0 is None:
                 V0 = initial_V(problem, rng, start)
@@ -825,6 +834,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             V = take_rows(V0, layout.order, problem.dtype)
         result = None
         first = 1
+    if prefault is not None:  # another start than 'coarse-free', or a resumed fit
+        prefault.drop(START_BUFFER)
     if cache is not None:  # the setup's work arrays serve one fit at a time
         if cache.get(_IN_USE):
             raise ValidationError(

@@ -2053,27 +2053,44 @@ class Prefault:
     def __init__(self, specs):
         self.specs = dict(specs)
         self._arrays = {}
+        self._ready = {name: threading.Event() for name in self.specs}
         self.missed = []  # names asked for and not held (shape, dtype or name unknown)
         self._thread = threading.Thread(target=self._run, name="npkl-prefault", daemon=True)
         self._thread.start()
 
     def _run(self):
-        for name, (shape, dtype) in self.specs.items():
-            a = np.empty(shape, dtype)
-            if a.size:
-                _touch_pages(a.reshape(-1).view(np.uint8), self.PAGE)
-            self._arrays[name] = a
+        try:
+            for name, (shape, dtype) in self.specs.items():
+                a = np.empty(shape, dtype)
+                if a.size:
+                    _touch_pages(a.reshape(-1).view(np.uint8), self.PAGE)
+                self._arrays[name] = a
+                self._ready[name].set()
+        finally:  # nobody waits forever for an array the thread did not make
+            for ev in self._ready.values():
+                ev.set()
 
     def take(self, name, shape, dtype):
         """The array held as ``name`` if it has this shape and dtype (then no longer held),
-        else None. Waits for the thread."""
-        self._thread.join()
+        else None. Waits for that array (the arrays are made in the specs' order)."""
+        ev = self._ready.get(name)
+        if ev is not None:
+            ev.wait()
+        else:
+            self._thread.join()
         a = self._arrays.get(name)
         if a is None or a.shape != tuple(shape) or a.dtype != np.dtype(dtype):
             self.missed.append(name)
             return None
         del self._arrays[name]
         return a
+
+    def drop(self, name):
+        """Let go of the array held as ``name`` (a fit that turned out not to need it)."""
+        ev = self._ready.get(name)
+        if ev is not None:
+            ev.wait()
+        self._arrays.pop(name, None)
 
     def left(self):
         """Names of the arrays still held (not taken). Waits for the thread."""

@@ -326,17 +326,23 @@ def _fill_constrained_rows(indptr, indices, data, diag, nu, E, terms):
 
 
 def free_start(indptr, indices, data, diag, n_free, pi, pj, pt, basis: CoarseBasis, *,
-               rank: int, loss: str, gamma: float, bound: float, dtype=np.float64
+               rank: int, loss: str, gamma: float, bound: float, dtype=np.float64, out=None
                ) -> np.ndarray:
     """``start='coarse-free'`` in the U-first order of a block fit (rows 0..n_free
     unconstrained): E_U = the basis prolongated (the bottom eigenvectors of L_UU's coarse
     Galerkin operator), E_C = one Jacobi step from E_U (:func:`_fill_constrained_rows`),
     scaled along the ray as the coarse start (:func:`start_scale`, with E's own Frobenius
     norm for the floor). tr(Eᵀ L E) = sum(w) (exact Galerkin on the U block) plus the C
-    rows' terms, without a product with L."""
+    rows' terms, without a product with L. ``out``: a C-contiguous (n, rank) float64 array
+    to build E in (then, for float64, the start itself), or None."""
     n = int(np.shape(diag)[0])
     nu = int(n_free)
-    E = np.empty((n, rank))
+    if out is None:
+        E = np.empty((n, rank))
+    elif (out.shape != (n, rank) or out.dtype != np.float64 or not out.flags.c_contiguous):
+        raise ValueError(f"free_start: out must be a C-contiguous ({n}, {rank}) float64 array")
+    else:
+        E = out
     prolong(basis, rank, np.float64, out=E[:nu])
     terms = np.empty(n - nu)
     _fill_constrained_rows(indptr, indices, data, diag, nu, E, terms)

@@ -152,6 +152,58 @@ def test_result_is_written_into_the_prefaulted_array(prefaults, monkeypatch, dty
     assert np.array_equal(_fit(p, **kw).V, res.V)
 
 
+@pytest.mark.parametrize("start", ["coarse-free", "random"])
+def test_coarse_free_start_is_built_in_the_prefaulted_array(prefaults, monkeypatch, start):
+    """The default start of a block fit (coarse-free) builds E in the array the prefault
+    touched first, and the fit is the fit without it; any other start lets that array go
+    (nothing left, nothing missed)."""
+    p = sparse_constrained_problem(5, "square", n=600, frac=0.1)
+    kw = dict(method="block", max_sweeps=3, tol=0, executor=InProcessExecutor(2), start=start)
+    held = {}
+    run = Prefault._run
+    sessions = []
+
+    def recording_run(self):
+        run(self)
+        held.update(self._arrays)
+
+    real_session = InProcessExecutor.block_session
+
+    def recording_session(self, prep, layout, V, **opts):
+        sessions.append(V)
+        return real_session(self, prep, layout, V, **opts)
+
+    monkeypatch.setattr(Prefault, "_run", recording_run)
+    monkeypatch.setattr(InProcessExecutor, "block_session", recording_session)
+    res = _fit(p, **kw)
+    assert list(held)[0] == _bcd.START_BUFFER  # made first
+    assert (sessions[0] is held[_bcd.START_BUFFER]) == (start == "coarse-free")
+    assert prefaults == [([], [])]
+    monkeypatch.setattr(_blocksolve, "PREFAULT_MIN_ENTRIES", 1 << 62)
+    assert np.array_equal(_fit(p, **kw).V, res.V)
+
+
+def test_prefault_take_waits_for_its_own_array_only(monkeypatch):
+    """take(name) returns once that array is made, while later ones are still being made;
+    drop(name) lets one go."""
+    gate = threading.Event()
+    touch = _blocksolve._touch_pages
+
+    def slow_touch(b, step):
+        if b.shape[0] == 8 * 6:  # the second array ("B") waits for the gate
+            assert gate.wait(10)
+        touch(b, step)
+
+    monkeypatch.setattr(_blocksolve, "_touch_pages", slow_touch)
+    pf = Prefault({"A": ((2, 2), np.float64), "B": ((6,), np.float64), "C": ((3,), np.int64)})
+    a = pf.take("A", (2, 2), np.float64)  # would hang here if take joined the thread
+    assert a is not None and not gate.is_set()
+    gate.set()
+    pf.drop("C")
+    assert pf.left() == ["B"]
+    assert pf.close() == ["B"]
+
+
 def test_take_rows_writes_into_out_only_where_it_fits():
     from npkl_dist._kernels import take_rows
 
