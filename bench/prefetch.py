@@ -65,8 +65,8 @@ def no_prefetch():
 
     return {"prefetch_ahead": njit(inline="always")(lambda indptr, indices, i, X, nnz: None),
             "prefetch1": njit(inline="always")(lambda x, i: None),
-            "_prefetch_rows": njit(inline="always")(
-                lambda indptr, indices, data, grows, g, gend, a, b: None)}
+            "prefetch_rows_ahead": njit(inline="always")(
+                lambda indptr, indices, data, rows, q, end, a, b: None)}
 
 
 def ahead(distance):

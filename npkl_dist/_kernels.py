@@ -58,63 +58,73 @@ def _fma(typingctx, a, b, c):
     return sig, codegen
 
 
-@intrinsic
-def _prefetch(typingctx, X, i, j):
-    """Ask the CPU to bring the cache line of X[i, j] (a 2-D array) into cache (LLVM's
-    llvm.prefetch: a hint, which never faults and changes no value)."""
-    if not (isinstance(X, types.Array) and X.ndim == 2 and isinstance(i, types.Integer)
-            and isinstance(j, types.Integer)):
-        return None
+def _prefetch_codegen(context, builder, signature, args):
+    """LLVM's llvm.prefetch (read, high temporal locality, data cache) of the element of the
+    array ``args[0]`` at the indices ``args[1:]``: a hint, which never faults and changes no
+    value."""
     from llvmlite import ir
     from numba.core import cgutils
 
-    def codegen(context, builder, signature, args):
-        arrty = signature.args[0]
-        ary = context.make_array(arrty)(context, builder, args[0])
-        idx = [context.cast(builder, a, t, types.intp)
-               for a, t in zip(args[1:], signature.args[1:])]
-        ptr = cgutils.get_item_pointer2(
-            context, builder, ary.data, cgutils.unpack_tuple(builder, ary.shape),
-            cgutils.unpack_tuple(builder, ary.strides), arrty.layout, idx,
-            wraparound=False, boundscheck=False)
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fn = builder.module.declare_intrinsic(
-            "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
-        # read, high temporal locality, data cache
-        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
-                          ir.Constant(i32, 1)])
-        return context.get_dummy_value()
+    arrty = signature.args[0]
+    ary = context.make_array(arrty)(context, builder, args[0])
+    idx = [context.cast(builder, a, t, types.intp) for a, t in zip(args[1:], signature.args[1:])]
+    ptr = cgutils.get_item_pointer2(
+        context, builder, ary.data, cgutils.unpack_tuple(builder, ary.shape),
+        cgutils.unpack_tuple(builder, ary.strides), arrty.layout, idx, wraparound=False,
+        boundscheck=False)
+    i8p = ir.IntType(8).as_pointer()
+    i32 = ir.IntType(32)
+    fn = builder.module.declare_intrinsic(
+        "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
+    builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                      ir.Constant(i32, 1)])
+    return context.get_dummy_value()
 
-    return types.void(X, i, j), codegen
+
+@intrinsic
+def _prefetch(typingctx, X, i, j):
+    """Prefetch the cache line of X[i, j] (a 2-D array)."""
+    if not (isinstance(X, types.Array) and X.ndim == 2 and isinstance(i, types.Integer)
+            and isinstance(j, types.Integer)):
+        return None
+    return types.void(X, i, j), _prefetch_codegen
 
 
 @intrinsic
 def prefetch1(typingctx, x, i):
-    """Ask the CPU to bring the cache line of x[i] (a 1-D array) into cache (as
-    :func:`_prefetch`)."""
+    """Prefetch the cache line of x[i] (a 1-D array)."""
     if not (isinstance(x, types.Array) and x.ndim == 1 and isinstance(i, types.Integer)):
         return None
-    from llvmlite import ir
-    from numba.core import cgutils
+    return types.void(x, i), _prefetch_codegen
 
-    def codegen(context, builder, signature, args):
-        arrty = signature.args[0]
-        ary = context.make_array(arrty)(context, builder, args[0])
-        idx = context.cast(builder, args[1], signature.args[1], types.intp)
-        ptr = cgutils.get_item_pointer2(
-            context, builder, ary.data, cgutils.unpack_tuple(builder, ary.shape),
-            cgutils.unpack_tuple(builder, ary.strides), arrty.layout, [idx],
-            wraparound=False, boundscheck=False)
-        i8p = ir.IntType(8).as_pointer()
-        i32 = ir.IntType(32)
-        fn = builder.module.declare_intrinsic(
-            "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
-        builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
-                          ir.Constant(i32, 1)])
-        return context.get_dummy_value()
 
-    return types.void(x, i), codegen
+#: Positions ahead, in a list of rows being worked through, at which
+#: :func:`prefetch_rows_ahead` prefetches a row's bounds, its entries, and what its columns
+#: index: the serial and scattered set-up passes (Cuthill-McKee, the permutation, the
+#: Galerkin products; bench/RESULTS.md, "Prefetching the rows a product gathers").
+ROWS_AHEAD = (12, 8, 4)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def prefetch_rows_ahead(indptr, indices, data, rows, q, end, dense_a, dense_b):
+    """Before working on ``rows[q]`` (of ``rows[:end]``), prefetch in three stages for the
+    rows further on: ``rows[q + 12]``'s bounds, ``rows[q + 8]``'s entries (indices, and
+    values if ``data`` has any), and ``dense_a``/``dense_b`` at ``rows[q + 4]``'s columns."""
+    if q + ROWS_AHEAD[0] < end:
+        prefetch1(indptr, rows[q + ROWS_AHEAD[0]])
+    if q + ROWS_AHEAD[1] < end:
+        u = rows[q + ROWS_AHEAD[1]]
+        prefetch1(indices, indptr[u])
+        prefetch1(indices, indptr[u + 1] - 1)
+        if data.shape[0]:
+            prefetch1(data, indptr[u])
+            prefetch1(data, indptr[u + 1] - 1)
+    if q + ROWS_AHEAD[2] < end:
+        u = rows[q + ROWS_AHEAD[2]]
+        for p in range(indptr[u], indptr[u + 1]):
+            j = indices[p]
+            prefetch1(dense_a, j)
+            prefetch1(dense_b, j)
 
 
 #: Entries ahead whose rows the gather-bound block-solve products prefetch.

@@ -41,8 +41,8 @@ from numba import njit, prange
 
 from ._errors import ValidationError, fmt_value
 from ._kernels import (LOSS_CODES, RADIX_MIN_ROW, SUM_BLOCK, block_deferral, csr_row_ptr,
-                       greedy_colouring, prefetch1, radix_passes, radix_sort_row, serial_variant,
-                       sort_row)
+                       greedy_colouring, prefetch_rows_ahead, radix_passes, radix_sort_row,
+                       serial_variant, sort_row)
 from ._problem import NPKLProblem
 
 __all__ = ["SweepPlan", "PreparedProblem", "make_plan", "prepare", "concurrent_conflicts"]
@@ -382,20 +382,8 @@ def _permute_split_rows(indptr, indices, data, order, rank_of):
         vals = np.empty(width, data.dtype)
         end = min(n, (u + 1) * PERMUTE_UNIT)
         for q in range(u * PERMUTE_UNIT, end):
-            # rows ahead in the new order, in three stages (as the Cuthill-McKee search):
-            # the row's bounds, its entries, the new numbers of its columns
-            if q + RCM_AHEAD[0] < end:
-                prefetch1(indptr, order[q + RCM_AHEAD[0]])
-            if q + RCM_AHEAD[1] < end:
-                a = order[q + RCM_AHEAD[1]]
-                prefetch1(indices, indptr[a])
-                prefetch1(indices, indptr[a + 1] - 1)
-                prefetch1(data, indptr[a])
-                prefetch1(data, indptr[a + 1] - 1)
-            if q + RCM_AHEAD[2] < end:
-                a = order[q + RCM_AHEAD[2]]
-                for p in range(indptr[a], indptr[a + 1]):
-                    prefetch1(rank_of, indices[p])
+            # rows ahead in the new order: bounds, entries, the new numbers of the columns
+            prefetch_rows_ahead(indptr, indices, data, order, q, end, rank_of, rank_of)
             i = order[q]
             k = 0
             for p in range(indptr[i], indptr[i + 1]):
@@ -446,7 +434,8 @@ def reverse_cuthill_mckee(L: sp.csr_matrix) -> np.ndarray:
     ties keep the row's stored order), the whole order reversed. The one change is the
     visited test: a byte per node instead of scipy's two chained lookups in (n,) index
     arrays, which at n = 1e6 are two cache misses per edge; and the search prefetches the
-    queue ahead of it (``RCM_AHEAD``: 0.32 -> 0.09-0.10 s for the search itself)."""
+    queue ahead of it (``prefetch_rows_ahead``: 0.28-0.32 -> 0.09-0.10 s for the search
+    itself: it is serial and waits on scattered reads)."""
     n = L.shape[0]
     degree = np.empty(n, np.int32)
     _rcm_degrees(L.indptr, L.indices, degree)
@@ -469,13 +458,6 @@ def _rcm_degrees(indptr, indices, degree):
         degree[i] = d
 
 
-#: Queue positions ahead at which the Cuthill-McKee search prefetches a node's row bounds,
-#: its row, and its neighbours' flags and degrees: the search is serial and waits on
-#: scattered reads, and the prefetches made it 3.2-3.4x faster at n = 1e6 (kNN k = 10;
-#: bench/RESULTS.md, "Prefetching the rows a product gathers").
-RCM_AHEAD = (12, 8, 4)
-
-
 @njit(nogil=True, cache=True)
 def _cuthill_mckee(indptr, indices, degree, seeds, order):
     """Cuthill-McKee order (not yet reversed) into ``order`` (n,) int64 OUT: components
@@ -486,6 +468,7 @@ def _cuthill_mckee(indptr, indices, degree, seeds, order):
     # degrees of the current node's new neighbours: at most its row length <= its degree
     key = np.empty(max(1, degree.max()) if n else 1, np.int64)
     visited = np.zeros(n, np.bool_)
+    nodata = np.empty(0)
     found = 0
     for z in range(n):
         seed = seeds[z]
@@ -498,19 +481,9 @@ def _cuthill_mckee(indptr, indices, degree, seeds, order):
         level_end = found
         while level_start < level_end:
             for q in range(level_start, level_end):
-                # the queue ahead, in three stages: a node's row bounds, then its row, then
-                # its neighbours' flags and degrees (a hint to the CPU: no value changes)
-                if q + RCM_AHEAD[0] < found:
-                    prefetch1(indptr, order[q + RCM_AHEAD[0]])
-                if q + RCM_AHEAD[1] < found:
-                    u = order[q + RCM_AHEAD[1]]
-                    prefetch1(indices, indptr[u])
-                    prefetch1(indices, indptr[u + 1] - 1)
-                if q + RCM_AHEAD[2] < found:
-                    u = order[q + RCM_AHEAD[2]]
-                    for p in range(indptr[u], indptr[u + 1]):
-                        prefetch1(visited, indices[p])
-                        prefetch1(degree, indices[p])
+                # the queue ahead: a node's row bounds, its row, its neighbours' flags and
+                # degrees (a hint to the CPU: no value changes)
+                prefetch_rows_ahead(indptr, indices, nodata, order, q, found, visited, degree)
                 i = order[q]
                 first = found
                 for p in range(indptr[i], indptr[i + 1]):
