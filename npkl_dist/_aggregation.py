@@ -199,7 +199,7 @@ def _galerkin_count(indptr, indices, agg, gptr, grows, n_coarse, n_chunks):
         for a in range(ch * step, min(n_coarse, (ch + 1) * step)):
             cnt = 0
             for g in range(gptr[a], gptr[a + 1]):
-                prefetch_rows_ahead(indptr, indices, nodata, grows, g, gend, agg, agg)
+                prefetch_rows_ahead(indptr, indices, nodata, grows, g, gend, agg, nodata)
                 i = grows[g]
                 for p in range(indptr[i], indptr[i + 1]):
                     b = agg[indices[p]]
@@ -278,17 +278,23 @@ _galerkin_count_serial = serial_variant(_galerkin_count)
 _galerkin_fill_serial = serial_variant(_galerkin_fill)
 
 
+def _n_chunks(n_coarse: int, n_chunks: int | None, serial: bool) -> int:
+    """The Galerkin passes' chunks of coarse rows: ``n_chunks``, by default one per thread
+    (one if ``serial``), at least 1 and at most ``n_coarse``."""
+    import numba
+
+    if n_chunks is None:
+        n_chunks = 1 if serial else numba.get_num_threads()
+    return max(1, min(n_coarse, int(n_chunks)))
+
+
 def galerkin_structure(indptr, indices, agg, n_coarse: int, n_chunks: int | None = None,
                        serial: bool = False):
     """(gptr, grows, counts): the fine rows grouped by aggregate and each coarse row's entry
     count in Tᵀ A T, for T's aggregates ``agg`` (no values needed: what
     :func:`galerkin_plain` computes first, and takes as ``structure``)."""
-    import numba
-
     n_coarse = int(n_coarse)
-    if n_chunks is None:
-        n_chunks = 1 if serial else numba.get_num_threads()
-    n_chunks = max(1, min(n_coarse, int(n_chunks)))
+    n_chunks = _n_chunks(n_coarse, n_chunks, serial)
     count = _galerkin_count_serial if serial else _galerkin_count
     agg = np.asarray(agg, np.int64)
     gptr, grows = _group_rows(agg, n_coarse)
@@ -307,13 +313,9 @@ def galerkin_plain(indptr, indices, data, agg, t, n_coarse: int, n_chunks: int |
     holds two dense arrays over A's rows). ``serial``: compiled without threads, one chunk
     by default. ``structure``: :func:`galerkin_structure` of these aggregates, if the caller
     has it."""
-    import numba
-
     n_coarse = int(n_coarse)
-    if n_chunks is None:
-        n_chunks = 1 if serial else numba.get_num_threads()
+    n_chunks = _n_chunks(n_coarse, n_chunks, serial)
     fill = _galerkin_fill_serial if serial else _galerkin_fill
-    n_chunks = max(1, min(n_coarse, int(n_chunks)))
     agg = np.asarray(agg, np.int64)
     t = np.asarray(t, np.float64)
     if structure is None:

@@ -2073,11 +2073,7 @@ class Prefault:
     def take(self, name, shape, dtype):
         """The array held as ``name`` if it has this shape and dtype (then no longer held),
         else None. Waits for that array (the arrays are made in the specs' order)."""
-        ev = self._ready.get(name)
-        if ev is not None:
-            ev.wait()
-        else:
-            self._thread.join()
+        self._wait(name)
         a = self._arrays.get(name)
         if a is None or a.shape != tuple(shape) or a.dtype != np.dtype(dtype):
             self.missed.append(name)
@@ -2087,10 +2083,16 @@ class Prefault:
 
     def drop(self, name):
         """Let go of the array held as ``name`` (a fit that turned out not to need it)."""
+        self._wait(name)
+        self._arrays.pop(name, None)
+
+    def _wait(self, name):
+        """Until the array ``name`` is made (a name not in the specs: the whole thread)."""
         ev = self._ready.get(name)
         if ev is not None:
             ev.wait()
-        self._arrays.pop(name, None)
+        else:
+            self._thread.join()
 
     def left(self):
         """Names of the arrays still held (not taken). Waits for the thread."""

@@ -454,39 +454,14 @@ def _scaled(E, a, pi, pj, pt, *, rank, loss, gamma, bound, dtype, own_norm=False
     pi = np.asarray(pi, np.int64)
     pj = np.asarray(pj, np.int64)
     z = np.asarray(pt, np.float64) * np.einsum("kr,kr->k", E[pi], E[pj])
-    if loss == "linear":
-        row2 = np.einsum("kr,kr->k", E, E)
-        max_row2 = float(np.max(row2)) if len(E) else 0.0
-        fro2 = float(np.sum(row2)) if own_norm else None
-    else:  # the sum alone, in one parallel pass
-        max_row2 = 0.0
-        fro2 = _sum_squares(E) if own_norm else None
+    from .executors._inprocess import chunked_sums, ordered_total, row_norms2
+
+    row2 = row_norms2(E) if loss == "linear" or own_norm else None
+    max_row2 = float(np.max(row2)) if loss == "linear" and len(E) else 0.0
+    fro2 = ordered_total(chunked_sums(row2)) if own_norm else None
     s = start_scale(loss, gamma, bound, a, z, max_row2, E.shape[0], rank, fro2=fro2)
     _scale_in_place(E, np.sqrt(s))
     return np.ascontiguousarray(E, dtype=dtype)
-
-
-#: rows per chunk of the start's passes over E (chunk sums added in chunk order)
-_CHUNK = 4096
-
-
-@njit(parallel=True, cache=True, nogil=True)
-def _sum_squares(E):
-    """||E||_F² (float64), from per-chunk sums added in chunk order: the same value for any
-    thread count."""
-    n, r = E.shape
-    n_ch = (n + _CHUNK - 1) // _CHUNK
-    part = np.zeros(n_ch)
-    for ch in prange(n_ch):
-        acc = 0.0
-        for i in range(ch * _CHUNK, min(n, (ch + 1) * _CHUNK)):
-            for c in range(r):
-                acc += E[i, c] * E[i, c]
-        part[ch] = acc
-    tot = 0.0
-    for ch in range(n_ch):
-        tot += part[ch]
-    return tot
 
 
 @njit(parallel=True, cache=True, nogil=True)

@@ -108,8 +108,9 @@ ROWS_AHEAD = (12, 8, 4)
 @njit(nogil=True, cache=True, inline="always")
 def prefetch_rows_ahead(indptr, indices, data, rows, q, end, dense_a, dense_b):
     """Before working on ``rows[q]`` (of ``rows[:end]``), prefetch in three stages for the
-    rows further on: ``rows[q + 12]``'s bounds, ``rows[q + 8]``'s entries (indices, and
-    values if ``data`` has any), and ``dense_a``/``dense_b`` at ``rows[q + 4]``'s columns."""
+    rows further on (``ROWS_AHEAD``): the first one's bounds, the second one's entries
+    (indices, and values if ``data`` has any), and ``dense_a`` (and ``dense_b``, if it has
+    entries) at the third one's columns."""
     if q + ROWS_AHEAD[0] < end:
         prefetch1(indptr, rows[q + ROWS_AHEAD[0]])
     if q + ROWS_AHEAD[1] < end:
@@ -124,7 +125,8 @@ def prefetch_rows_ahead(indptr, indices, data, rows, q, end, dense_a, dense_b):
         for p in range(indptr[u], indptr[u + 1]):
             j = indices[p]
             prefetch1(dense_a, j)
-            prefetch1(dense_b, j)
+            if dense_b.shape[0]:
+                prefetch1(dense_b, j)
 
 
 #: Entries ahead whose rows the gather-bound block-solve products prefetch.

@@ -377,13 +377,14 @@ def _permute_split_rows(indptr, indices, data, order, rank_of):
     idx = np.empty(ptr[n], np.int64)
     val = np.empty(ptr[n], data.dtype)
     n_units = (n + PERMUTE_UNIT - 1) // PERMUTE_UNIT
+    nothing = np.empty(0, rank_of.dtype)
     for u in prange(n_units):
         keys = np.empty(width, np.int64)
         vals = np.empty(width, data.dtype)
         end = min(n, (u + 1) * PERMUTE_UNIT)
         for q in range(u * PERMUTE_UNIT, end):
             # rows ahead in the new order: bounds, entries, the new numbers of the columns
-            prefetch_rows_ahead(indptr, indices, data, order, q, end, rank_of, rank_of)
+            prefetch_rows_ahead(indptr, indices, data, order, q, end, rank_of, nothing)
             i = order[q]
             k = 0
             for p in range(indptr[i], indptr[i + 1]):
