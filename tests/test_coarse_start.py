@@ -426,6 +426,23 @@ def test_prolong_into_out_and_the_starts_scaling_passes(global_random_seed):
     assert np.isnan(out[p.n_points:]).all()
     with pytest.raises(ValueError, match="out"):
         prolong(basis, 5, out=np.empty((p.n_points, 4)))
+    from npkl_dist._bcd import _build
+    from npkl_dist._coarse_start import free_basis, free_start
+    from npkl_dist._blocksolve import free_hierarchy
+
+    _, layout, prep = _build(p, "block", InProcessExecutor(1), "rcm", "blocks", None)
+    fb = free_basis(free_hierarchy(prep, layout.n_free), 5)
+    args = (prep.indptr, prep.indices, prep.data, prep.diag, layout.n_free, prep.pi, prep.pj,
+            prep.pt, fb)
+    kw = dict(rank=5, loss="square", gamma=p.gamma, bound=p.bound)
+    buf = np.empty((p.n_points, 5))
+    V = free_start(*args, **kw, out=buf)
+    assert V is buf  # float64: the start is the buffer itself
+    np.testing.assert_array_equal(V, free_start(*args, **kw))
+    for bad in (np.empty((p.n_points, 4)), np.empty((p.n_points, 5), np.float32),
+                np.empty((5, p.n_points)).T):
+        with pytest.raises(ValueError, match="free_start: out must be"):
+            free_start(*args, **kw, out=bad)
     rng = np.random.default_rng(global_random_seed)
     E = rng.standard_normal((10_001, 7)) * np.exp(rng.uniform(-20, 20, (10_001, 1)))
     F = E.copy()
