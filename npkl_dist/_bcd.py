@@ -336,9 +336,26 @@ def _start_prefault(problem: NPKLProblem, method: str, executor, extrapolate: bo
     specs.update(session_buffers(n, free_count(problem), r, problem.dtype, bool(extrapolate),
                                  int(inner_maxiter)))
     # last: the fit's result V, written when the relabelling is undone at the very end (a
-    # fresh 128 MB array there cost 0.17 s at n = 1e6 against 0.02 s with its pages touched)
-    specs[RESULT_BUFFER] = ((n, r), np.dtype(problem.dtype))
+    # fresh 128 MB array there cost 0.17 s at n = 1e6 against 0.02 s with its pages touched).
+    # With extrapolation the session's S, dead by then and of V's shape and dtype, takes it
+    # (``_result_buffer``): one array fewer to fault in.
+    if not extrapolate:
+        specs[RESULT_BUFFER] = ((n, r), np.dtype(problem.dtype))
     return Prefault(specs)
+
+
+def _result_buffer(own_cache, prefault, shape, dtype):
+    """An array with touched pages for the fit's result V, or None (a fresh one then): the
+    session's S where the fit's cache is its own (a standalone in-process block fit: the
+    cache dies with the fit, and S, the last outer step, is not read after the last one),
+    else the prefault's ``RESULT_BUFFER``."""
+    if own_cache is not None:
+        S = own_cache.pop(("buffer", "S"), None)
+        if S is not None and S.shape == tuple(shape) and S.dtype == np.dtype(dtype):
+            return S
+    if prefault is not None:
+        return prefault.take(RESULT_BUFFER, shape, dtype)
+    return None
 
 
 #: the Prefault's name for a block fit's result V (in the points' order)
@@ -765,10 +782,11 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         c_passes = resolve_c_passes(c_passes, problem, extrapolate, n_free=layout.n_free)
     from .executors import InProcessExecutor
 
+    own_cache = None
     if cache is None and method == "block" and isinstance(executor, InProcessExecutor):
         # a standalone in-process block fit's own cache: what its start builds on the way
         # (the U-block operator, the AMG hierarchy) goes on to its session
-        cache = {}
+        cache = own_cache = {}
     rng = np.random.default_rng(problem.seed)
     extra = None
     if resume is not None:
@@ -980,7 +998,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             cache[_IN_USE] = False
         out_V = None
         if prefault is not None:
-            out_V = prefault.take(RESULT_BUFFER, V.shape, V.dtype)
+            out_V = _result_buffer(own_cache, prefault, V.shape, V.dtype)
             prefault.close()
     # plain sweeps where block solves apply: those converge in far fewer iterations when
     # sweeps need hundreds (bench/RESULTS.md, "Plain sweeps vs block solves on real data"),

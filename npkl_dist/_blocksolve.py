@@ -33,7 +33,7 @@ from numba import njit, prange
 
 from ._aggregation import plain_aggregation_hierarchy
 from ._errors import ValidationError
-from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, csr_compact, csr_row_ptr,
+from ._kernels import (CHUNK, SUM_BLOCK, _add_range_products, _add_row_products, _madd, csr_compact, csr_row_ptr,
                        greedy_colouring, pair_terms, prefetch_ahead, sort_row, sweep_units,
                        sweep_units_serial)
 from ._kkt import kkt_row_terms
@@ -182,6 +182,49 @@ def _matvec_dot(indptr, indices, data, diag, P, Q, part):
         for i in range(ch * RB, min((ch + 1) * RB, n)):
             prefetch_ahead(indptr, indices, i, P, nnz)
             _row_times(i, indptr, indices, data, diag, P, q)
+            for c in range(r):
+                Q[i, c] = q[c]
+                acc[c] += P[i, c] * q[c]
+        for c in range(r):
+            part[ch, c] = acc[c]
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _row_times_canonical(i, indptr, indices, data, diag, X, q):
+    """:func:`_row_times` over a canonical CSR that holds the diagonal among its sorted
+    entries (the AMG matrix): q = diag_i x_i, then the entries left of the diagonal's
+    column, then those right of it, the diagonal entry skipped. Over rows stored sorted
+    these are the off-diagonal operator's entries in its order, so the sums are bitwise
+    :func:`_row_times`' (an exact zero the canonical form dropped adds nothing)."""
+    r = X.shape[1]
+    d = np.float64(diag[i])
+    for c in range(r):
+        q[c] = d * X[i, c]
+    p0 = indptr[i]
+    end = indptr[i + 1]
+    m = p0
+    while m < end and indices[m] < i:
+        m += 1
+    _add_range_products(p0, m, indices, data, X, q, r, 1.0, _madd)
+    if m < end and indices[m] == i:
+        m += 1
+    _add_range_products(m, end, indices, data, X, q, r, 1.0, _madd)
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _matvec_dot_canonical(indptr, indices, data, diag, P, Q, part):
+    """:func:`_matvec_dot` with A's off-diagonal read from a canonical CSR that holds the
+    diagonal too (:func:`_row_times_canonical`): the same Q and sums, bit for bit, where
+    that CSR's rows are the operator's plus the diagonal."""
+    n, r = Q.shape
+    n_ch = (n + RB - 1) // RB
+    nnz = indptr[n]
+    for ch in prange(n_ch):
+        acc = np.zeros(r)
+        q = np.empty(r)
+        for i in range(ch * RB, min((ch + 1) * RB, n)):
+            prefetch_ahead(indptr, indices, i, P, nnz)
+            _row_times_canonical(i, indptr, indices, data, diag, P, q)
             for c in range(r):
                 Q[i, c] = q[c]
                 acc[c] += P[i, c] * q[c]
@@ -391,7 +434,7 @@ def _cholesky_solve_block(Lc, Uc, b, x):
 class _Kernels:
     """The parallel kernels of a block solve, or their serial compilations (Dask actors)."""
 
-    NAMES = ("_matvec_dot", "_pre_smooth", "_post_smooth", "_csr_mm", "_scale_rows",
+    NAMES = ("_matvec_dot", "_matvec_dot_canonical", "_pre_smooth", "_post_smooth", "_csr_mm", "_scale_rows",
              "_cg_update", "_cg_update_x_sums", "_dots", "_additive_dots", "_direction",
              "_neg_residual_rows",
              "_copy_delta", "_direction_LD", "_residual_dots",
@@ -531,7 +574,9 @@ def free_hierarchy(prep, n_free: int, cache=None):
     ``plain_aggregation_hierarchy``, bit for bit. ``cache``: a block fit's; the U-block
     operator is taken from it, or left in it under the session's key ('operator') with the
     C columns of the U rows ('uc'), all three from one pass (:func:`whole_free_blocks`)."""
-    if cache is not None and "operator" in cache:
+    if cache is not None and CANONICAL_OPERATOR_KEY in cache:
+        A = cache[CANONICAL_OPERATOR_KEY]
+    elif cache is not None and "operator" in cache:
         A = free_matrix(*cache["operator"], np.asarray(prep.diag[:n_free], np.float64))
     else:
         A = _free_blocks_into(cache, prep.indptr, prep.indices, prep.data, prep.diag, n_free)
@@ -540,11 +585,21 @@ def free_hierarchy(prep, n_free: int, cache=None):
 
 def _free_blocks_into(cache, indptr, indices, data, diag, n_free):
     """:func:`whole_free_blocks`: the operator and the C columns left in ``cache`` (if any)
-    under the session's keys ('operator', 'uc'); returns the AMG matrix."""
+    under the session's keys ('operator', or ``CANONICAL_OPERATOR_KEY`` where the AMG matrix
+    serves as the operator; 'uc'); returns the AMG matrix."""
     ops, A, uc = whole_free_blocks(indptr, indices, data, diag, n_free)
     if cache is not None:
-        cache["operator"], cache["uc"] = ops, uc
+        cache["uc"] = uc
+        if ops is None:
+            cache[CANONICAL_OPERATOR_KEY] = A
+        else:
+            cache["operator"] = ops
     return A
+
+
+#: A fit cache's key for the AMG matrix of L_UU where it also serves as the U block's
+#: operator (:func:`whole_free_blocks`; the product then skips its diagonal entries).
+CANONICAL_OPERATOR_KEY = "operator (AMG matrix)"
 
 
 class AMGPreconditioner:
@@ -1902,54 +1957,78 @@ def free_matrix(A_ptr, A_idx, A_data, diag, serial=False):
 
 
 def whole_free_blocks(indptr, indices, data, diag, n_free):
-    """``free_operator``, ``free_matrix`` over it and ``constrained_columns`` of an in-process
-    block fit's one part (every row, no halo), the same arrays bit for bit, from one pass over
-    the U rows instead of three (at n = 1e6 the three took 0.33 s of a 2.3 s set-up).
-    Returns (operator (ptr, idx, val), the canonical scipy CSR, uc (ptr, idx, val))."""
+    """The U block of an in-process block fit's one part (every row, no halo) from one pass
+    over the U rows instead of three selections (at n = 1e6 the three took 0.33 s of a
+    2.3 s set-up): the AMG matrix (``free_matrix`` over ``free_operator``) and the C columns
+    (``constrained_columns``), the same arrays bit for bit.
+
+    Returns (operator, A, uc). Where every U row's entries in U columns are stored sorted
+    (as ``permute_split`` leaves L), the operator is None: A serves as the product's
+    operator too (``_matvec_dot_canonical`` skips its diagonal entries; the same sums bit
+    for bit), so the fit holds one copy of L_UU, not two. Else the operator is
+    ``free_operator``'s (ptr, idx, val).
+
+    A's index arrays are int32 where its entries fit (scipy's own choice, so the CSR takes
+    them without a copy; at n = 1e6 the int64 arrays and scipy's int32 copies of them cost
+    0.1-0.2 s of fresh pages)."""
     nu = int(n_free)
     d = np.asarray(diag[:nu], np.float64)
-    (optr, oidx, oval, fptr, fidx, fval,
-     uptr, uidx, uval) = _whole_free_blocks(indptr, indices, data, nu, d)
+    cf = np.empty(nu, np.int64)
+    cu = np.empty(nu, np.int64)
+    unsorted = np.zeros(nu, np.uint8)
+    _free_block_counts(indptr, indices, data, nu, d, cf, cu, unsorted)
+    nnz = int(cf.sum())
+    idx_dtype = np.int32 if max(nnz, nu) < np.iinfo(np.int32).max else np.int64
+    fptr = np.zeros(nu + 1, idx_dtype)
+    np.cumsum(cf, dtype=idx_dtype, out=fptr[1:])
+    uptr = csr_row_ptr(cu)
+    fidx, fval = np.empty(nnz, idx_dtype), np.empty(nnz, np.float64)
+    uidx, uval = np.empty(uptr[nu], np.int64), np.empty(uptr[nu], np.float64)
+    _free_block_fill(indptr, indices, data, nu, d, fptr, fidx, fval, uptr, uidx, uval)
     A = sp.csr_matrix((fval, fidx, fptr), shape=(nu, nu))
     A.has_sorted_indices = True
     A.has_canonical_format = True
-    return (optr, oidx, oval), A, (uptr, uidx, uval)
+    ops = free_operator(indptr, indices, data, nu, diag.shape[0], 0) if unsorted.any() \
+        else None
+    return ops, A, (uptr, uidx, uval)
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _whole_free_blocks(indptr, indices, data, nu, diag):
-    """The three selections of :func:`whole_free_blocks`: rows 0..nu, entries in columns
-    < nu in their order (the operator); the same without exact zeros plus the diagonal
-    (where nonzero), sorted by column (the AMG matrix, as ``_select_columns``' canonical
-    pass over the operator leaves it); entries in columns >= nu in their order (uc).
-    Rows in parallel: counts, then each row written by one thread."""
-    co = np.empty(nu, np.int64)
-    cf = np.empty(nu, np.int64)
-    cu = np.empty(nu, np.int64)
+def _free_block_counts(indptr, indices, data, nu, diag, cf, cu, unsorted):
+    """Per U row: its entries in the AMG matrix (U columns, exact zeros dropped, the
+    diagonal where nonzero) and in C columns; ``unsorted`` 1 where its U-column entries are
+    not in increasing column order or hold its own column."""
     for i in prange(nu):
-        a = 0
         b = 1 if diag[i] != 0.0 else 0
         c = 0
+        last = -1
+        bad = 0
         for p in range(indptr[i], indptr[i + 1]):
-            if indices[p] < nu:
-                a += 1
+            j = indices[p]
+            if j < nu:
                 if np.float64(data[p]) != 0.0:
                     b += 1
+                if j <= last or j == i:
+                    bad = 1
+                last = j
             else:
                 c += 1
-        co[i], cf[i], cu[i] = a, b, c
-    optr, fptr, uptr = csr_row_ptr(co), csr_row_ptr(cf), csr_row_ptr(cu)
-    oidx, oval = np.empty(optr[nu], np.int64), np.empty(optr[nu], np.float64)
-    fidx, fval = np.empty(fptr[nu], np.int64), np.empty(fptr[nu], np.float64)
-    uidx, uval = np.empty(uptr[nu], np.int64), np.empty(uptr[nu], np.float64)
+        cf[i], cu[i] = b, c
+        unsorted[i] = bad
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _free_block_fill(indptr, indices, data, nu, diag, fptr, fidx, fval, uptr, uidx, uval):
+    """The rows counted by :func:`_free_block_counts`: U-column entries without exact zeros
+    plus the diagonal (where nonzero), sorted by column (the AMG matrix, as
+    ``_select_columns``' canonical pass over the operator leaves it); C-column entries in
+    their order (uc). Each row written by one thread."""
     for i in prange(nu):
-        qo, qf, qu = optr[i], fptr[i], uptr[i]
+        qf, qu = fptr[i], uptr[i]
         for p in range(indptr[i], indptr[i + 1]):
             j = indices[p]
             v = np.float64(data[p])
             if j < nu:
-                oidx[qo], oval[qo] = j, v
-                qo += 1
                 if v != 0.0:
                     fidx[qf], fval[qf] = j, v
                     qf += 1
@@ -1960,7 +2039,6 @@ def _whole_free_blocks(indptr, indices, data, nu, diag):
             fidx[qf], fval[qf] = i, diag[i]
             qf += 1
         sort_row(fidx, fval, fptr[i], qf)  # sorted but the diagonal, as a rule
-    return optr, oidx, oval, fptr, fidx, fval, uptr, uidx, uval
 
 
 def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo, serial=False):
@@ -2007,8 +2085,11 @@ def session_buffers(n, n_free, rank, dtype=np.float64, extrapolate=True, inner_m
     these)."""
     n, nu, r = int(n), int(n_free), int(rank)
     f64, vdt = np.dtype(np.float64), np.dtype(dtype)
-    specs = {"R": ((nu, r), f64), "Z": ((nu, r), f64), "Q": ((nu, r), f64),
-             "delta2": ((n,), f64), "norm2": ((n,), f64)}
+    specs = {"R": ((nu, r), f64), "Q": ((nu, r), f64), "delta2": ((n,), f64),
+             "norm2": ((n,), f64)}
+    one_step32 = bool(nu and inner_maxiter == 1 and DIRECTION_FLOAT32)
+    if nu and not one_step32:  # a one-step PCG's direction is float32 only (Z32 below)
+        specs["Z"] = ((nu, r), f64)
     if vdt != f64:
         specs["X"] = ((nu, r), f64)
     if extrapolate:
@@ -2016,7 +2097,7 @@ def session_buffers(n, n_free, rank, dtype=np.float64, extrapolate=True, inner_m
                      LS=((n, r), vdt))
     else:
         specs["Xold"] = ((nu, r), f64)
-    if nu and inner_maxiter == 1 and DIRECTION_FLOAT32:  # no PCG without U rows
+    if one_step32:  # no PCG without U rows
         specs["Z32"] = ((nu, r), np.dtype(np.float32))
     if nu and inner_maxiter > 1:
         specs["P"] = ((nu, r), f64)
@@ -2144,14 +2225,23 @@ class BlockPart:
         self.pair_own, self.pair_other, self.pair_t = pair_own, pair_other, pair_t
         self.loss_code, self.gamma, self.bound = loss_code, gamma, bound
         nu, nw = self.nu, self.nu + int(n_free_halo)
-        if (cache is not None and not serial and int(n_free_halo) == 0
-                and "operator" not in cache):
+        whole = cache is not None and not serial and int(n_free_halo) == 0
+        if whole and "operator" not in cache and CANONICAL_OPERATOR_KEY not in cache:
             # no U rows in the halo (an in-process fit's one part): the operator, the C
             # columns and the AMG matrix in one pass (the same arrays as the three selections)
             cache[_AMG_MATRIX_KEY] = _free_blocks_into(cache, indptr, indices, data, diag, nu)
-        self.A_ptr, self.A_idx, self.A_data = self._cached(
-            "operator", lambda: free_operator(indptr, indices, data, nu, self.n_own,
-                                              int(n_free_halo), serial=serial))
+        # the AMG matrix as the operator too (its rows are the operator's plus the diagonal,
+        # which the product skips: the same sums), or the operator of its own
+        self._canonical = cache.get(CANONICAL_OPERATOR_KEY) if whole else None
+        if self._canonical is not None:
+            A = self._canonical
+            self.A_ptr, self.A_idx, self.A_data = A.indptr, A.indices, A.data
+            self._matvec_dot = self.K.matvec_dot_canonical
+        else:
+            self.A_ptr, self.A_idx, self.A_data = self._cached(
+                "operator", lambda: free_operator(indptr, indices, data, nu, self.n_own,
+                                                  int(n_free_halo), serial=serial))
+            self._matvec_dot = self.K.matvec_dot
         self.A_diag = np.asarray(diag[:nu], np.float64)
         self.dinv = 1.0 / self.A_diag
         fast = extrapolate and V.dtype == np.float64 and nu > 0
@@ -2172,12 +2262,15 @@ class BlockPart:
             self.X = self._buffer("X", (nu, r))
             self.X[...] = V[:nu]
         self.R = self._buffer("R", (nu, r))
-        self.Z = self._buffer("Z", (nw, r), zero=True)  # own rows, then the U halo
-        # a one-step PCG's direction in float32 (DIRECTION_FLOAT32), allocated on first use
-        self._Z64, self._Z32 = self.Z, None
+        # Z = M R: own rows, then the U halo. In float64, or in float32 for a one-step PCG
+        # (DIRECTION_FLOAT32); each allocated on first use, so a fit of one-step PCGs never
+        # makes the float64 one (at n = 1e6, r = 16: 128 MB of fresh pages, 0.16-0.3 s of
+        # page faults in this kind of VM)
+        self._z_shape = (nw, r)
+        self.Z, self._Z64, self._Z32 = None, None, None
         # the CG direction: Z itself on a CG iteration's first step (no copy); an array of
         # its own only once a second step needs P and the next Z at once
-        self.P, self._P = None, self.Z
+        self.P, self._P = None, None
         self.Q = self._buffer("Q", (nu, r))
         self.delta2 = self._buffer("delta2", (self.n_own,), zero=True)
         self.norm2 = self._buffer("norm2", (self.n_own,), zero=True)
@@ -2260,8 +2353,8 @@ class BlockPart:
                                      additive=precond == "amg-additive", hierarchy=h)
         if precond.startswith("amg") and nu > 0:
             if A is None:
-                A = free_matrix(self.A_ptr, self.A_idx, self.A_data, self.A_diag,
-                                serial=serial)
+                A = self._canonical if self._canonical is not None else free_matrix(
+                    self.A_ptr, self.A_idx, self.A_data, self.A_diag, serial=serial)
             return AMGPreconditioner(A, serial=serial,
                                      smooth="jacobi" if precond == "amg" else None,
                                      additive=precond == "amg-additive")
@@ -2293,9 +2386,11 @@ class BlockPart:
         direction of a one-step PCG (``DIRECTION_FLOAT32``; every part gets the same)."""
         if single:
             if self._Z32 is None:
-                self._Z32 = self._buffer("Z32", self._Z64.shape, np.float32, zero=True)
+                self._Z32 = self._buffer("Z32", self._z_shape, np.float32, zero=True)
             self.Z = self._Z32
         else:
+            if self._Z64 is None:
+                self._Z64 = self._buffer("Z", self._z_shape, zero=True)
             self.Z = self._Z64
         r = self.R.shape[1]
         pa, pb = self._chunks(self.nu, r), self._chunks(self.nu, r)
@@ -2308,8 +2403,8 @@ class BlockPart:
         else:
             self.K.direction(self._P, self.Z, beta)
         part = self._chunks(self.nu, self.R.shape[1])
-        self.K.matvec_dot(self.A_ptr, self.A_idx, self.A_data, self.A_diag, self._P, self.Q,
-                          part)
+        self._matvec_dot(self.A_ptr, self.A_idx, self.A_data, self.A_diag, self._P, self.Q,
+                         part)
         return part
 
     def pcg_update(self, alpha, precondition):

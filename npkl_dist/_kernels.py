@@ -685,8 +685,14 @@ def _add_row_products(i, indptr, indices, data, X, y, r, sign, madd):
     same sequence of roundings as four single passes, so the sums are bitwise those of the
     plain loop, with a quarter of the loads and stores of y (KL-ADMM's half-step on
     adult-a1a, r = 103: 3.34 -> 2.90 ms; bench/RESULTS.md)."""
-    p = indptr[i]
-    end = indptr[i + 1]
+    _add_range_products(indptr[i], indptr[i + 1], indices, data, X, y, r, sign, madd)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _add_range_products(p, end, indices, data, X, y, r, sign, madd):
+    """:func:`_add_row_products` over the CSR entries p..end (part of a row). Two adjacent
+    ranges in turn add exactly as the one range over both: the four-neighbour passes
+    round as single ones."""
     while p + 3 < end:
         k0 = indices[p]
         k1 = indices[p + 1]

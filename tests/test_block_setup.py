@@ -107,15 +107,61 @@ def test_whole_free_blocks_equal_the_three_selections(seed, dtype, sort_rows):
             ix[sl], da[sl] = ix[sl][p], da[sl][p]
     assert np.count_nonzero(da == 0) > 0
     ops, A, uc = whole_free_blocks(ip, ix, da, diag, nu)
-    for g, r in zip(ops, free_operator(ip, ix, da, nu, n, 0)):
-        assert g.dtype == r.dtype and np.array_equal(g, r)
+    want_ops = free_operator(ip, ix, da, nu, n, 0)
+    if sort_rows:  # A is the operator too
+        assert ops is None
+    else:
+        for g, r in zip(ops, want_ops):
+            assert g.dtype == r.dtype and np.array_equal(g, r)
     for g, r in zip(uc, constrained_columns(ip, ix, da, nu, n, 0)):
         assert g.dtype == r.dtype and np.array_equal(g, r)
-    ref = free_matrix(*ops, np.asarray(diag[:nu], np.float64))
+    ref = free_matrix(*want_ops, np.asarray(diag[:nu], np.float64))
     assert A.has_canonical_format
+    # int32 indices (scipy's own choice for this size: the CSR holds them without a copy)
+    assert A.indices.dtype == np.int32 and A.indptr.dtype == np.int32
     for g, r in ((A.indptr, ref.indptr), (A.indices, ref.indices), (A.data, ref.data)):
         assert np.array_equal(g, r)
     assert A[3, 3] == 0 and 3 not in A.indices[A.indptr[3]:A.indptr[4]]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("pdtype", [np.float64, np.float32])
+def test_product_over_the_amg_matrix_is_the_operators(seed, pdtype):
+    """Where the rows are stored sorted, the product with L_UU read from the AMG matrix
+    (its diagonal entries skipped) gives the operator's Q and sums bit for bit: explicit
+    zeros the canonical form dropped, a zero diagonal, rows with no entry left or right of
+    the diagonal, rows of more than four entries each side (the four-neighbour passes)."""
+    from npkl_dist._blocksolve import (RB, _matvec_dot, _matvec_dot_canonical,
+                                       whole_free_blocks)
+
+    n, nu = 300, 260
+    M, diag = _part(seed, n, nu, 0, 0, np.float64)
+    rng = np.random.default_rng(seed)
+    M = (M + M.T + sp.random(n, n, density=0.06, random_state=seed)).tocsr()
+    M = (M + M.T).tocsr()
+    M.setdiag(0)
+    M.eliminate_zeros()
+    M.sort_indices()
+    M.data[::7] = 0
+    diag[5] = 0
+    ip, ix, da = M.indptr.astype(np.int64), M.indices.astype(np.int64), M.data.copy()
+    ops, A, _ = whole_free_blocks(ip, ix, da, diag, nu)
+    assert ops is None
+    optr, oidx, oval = free_operator(ip, ix, da, nu, n, 0)
+    rows = np.repeat(np.arange(nu), np.diff(optr))
+    left = np.bincount(rows[oidx < rows], minlength=nu)
+    right = np.bincount(rows[oidx > rows], minlength=nu)
+    assert left[0] == 0 and ((left > 8) & (right > 8)).any()
+    d = np.asarray(diag[:nu], np.float64)
+    P = rng.standard_normal((nu, 5)).astype(pdtype)
+    n_ch = (nu + RB - 1) // RB
+    Q1, Q2 = np.empty((nu, 5)), np.empty((nu, 5))
+    s1, s2 = np.empty((n_ch, 5)), np.empty((n_ch, 5))
+    _matvec_dot(optr, oidx, oval, d, P, Q1, s1)
+    _matvec_dot_canonical(A.indptr, A.indices, A.data, d, P, Q2, s2)
+    assert Q1.tobytes() == Q2.tobytes() and s1.tobytes() == s2.tobytes()
+    Ad = free_matrix(optr, oidx, oval, d).toarray()
+    np.testing.assert_allclose(Q2, Ad @ P.astype(np.float64), rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("start", ["random", "coarse-free"])

@@ -131,11 +131,16 @@ def test_failed_setup_leaves_no_prefault_thread(prefaults, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_result_is_written_into_the_prefaulted_array(prefaults, monkeypatch, dtype):
-    """The fit's result V (the relabelling undone) goes into the array the prefault touched,
-    with the values of a fit without it."""
+@pytest.mark.parametrize("extrapolate", [True, False])
+def test_result_is_written_into_the_prefaulted_array(prefaults, monkeypatch, dtype,
+                                                     extrapolate):
+    """The fit's result V (the relabelling undone) goes into an array the prefault touched,
+    with the values of a fit without it: the session's S, dead after the last outer
+    iteration (a standalone fit's cache is its own), or without extrapolation (no S) an
+    array of its own."""
     p = sparse_constrained_problem(4, "square", n=600, frac=0.1, dtype=dtype)
-    kw = dict(method="block", max_sweeps=3, tol=0, executor=InProcessExecutor(2))
+    kw = dict(method="block", max_sweeps=3, tol=0, executor=InProcessExecutor(2),
+              extrapolate=extrapolate)
     held = {}
     run = Prefault._run
 
@@ -145,7 +150,8 @@ def test_result_is_written_into_the_prefaulted_array(prefaults, monkeypatch, dty
 
     monkeypatch.setattr(Prefault, "_run", recording_run)
     res = _fit(p, **kw)
-    assert res.V is held[_bcd.RESULT_BUFFER]
+    assert (_bcd.RESULT_BUFFER in held) is not extrapolate
+    assert res.V is held["S" if extrapolate else _bcd.RESULT_BUFFER]
     assert res.V.dtype == np.dtype(dtype) and res.V.shape == (p.n_points, p.rank)
     assert prefaults == [([], [])]
     monkeypatch.setattr(_blocksolve, "PREFAULT_MIN_ENTRIES", 1 << 62)
