@@ -867,7 +867,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             if prefault is not None:
                 opts["prefault"] = prefault
             session = executor.block_session(prep, layout, V, precond=precond,
-                                             extrapolate=extrapolate, **opts)
+                                             extrapolate=extrapolate,
+                                             inner_maxiter=inner_maxiter, **opts)
             if extra is not None:
                 session.load_state_arrays(extra)
         else:

@@ -33,7 +33,7 @@ from numba import njit, prange
 
 from ._aggregation import plain_aggregation_hierarchy
 from ._errors import ValidationError
-from ._kernels import (CHUNK, SUM_BLOCK, _add_range_products, _add_row_products, _madd, csr_compact, csr_row_ptr,
+from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, csr_compact, csr_row_ptr,
                        greedy_colouring, pair_terms, prefetch_ahead, sort_row, sweep_units,
                        sweep_units_serial)
 from ._kkt import kkt_row_terms
@@ -192,23 +192,38 @@ def _matvec_dot(indptr, indices, data, diag, P, Q, part):
 @njit(nogil=True, cache=True, inline="always")
 def _row_times_canonical(i, indptr, indices, data, diag, X, q):
     """:func:`_row_times` over a canonical CSR that holds the diagonal among its sorted
-    entries (the AMG matrix): q = diag_i x_i, then the entries left of the diagonal's
-    column, then those right of it, the diagonal entry skipped. Over rows stored sorted
-    these are the off-diagonal operator's entries in its order, so the sums are bitwise
-    :func:`_row_times`' (an exact zero the canonical form dropped adds nothing)."""
+    entries (the AMG matrix): q = diag_i x_i, then every entry in order with the diagonal
+    entry's weight taken as 0 (four neighbours per pass over q, as ``_add_row_products``).
+    Over rows stored sorted these are the off-diagonal operator's entries in its order,
+    plus exact zeros (the diagonal's, and none for the explicit zeros the canonical form
+    dropped): the sums of :func:`_row_times`, bit for bit (an exact zero added leaves a
+    sum as it is, but for the sign of a zero sum). Skipping the diagonal instead split each
+    row into two runs with a tail each: 81 against 60 ms at n = 1e6, r = 16."""
     r = X.shape[1]
     d = np.float64(diag[i])
     for c in range(r):
         q[c] = d * X[i, c]
-    p0 = indptr[i]
+    p = indptr[i]
     end = indptr[i + 1]
-    m = p0
-    while m < end and indices[m] < i:
-        m += 1
-    _add_range_products(p0, m, indices, data, X, q, r, 1.0, _madd)
-    if m < end and indices[m] == i:
-        m += 1
-    _add_range_products(m, end, indices, data, X, q, r, 1.0, _madd)
+    while p + 3 < end:
+        k0 = indices[p]
+        k1 = indices[p + 1]
+        k2 = indices[p + 2]
+        k3 = indices[p + 3]
+        w0 = np.float64(data[p]) * np.float64(k0 != i)
+        w1 = np.float64(data[p + 1]) * np.float64(k1 != i)
+        w2 = np.float64(data[p + 2]) * np.float64(k2 != i)
+        w3 = np.float64(data[p + 3]) * np.float64(k3 != i)
+        for c in range(r):
+            q[c] = _madd(w3, np.float64(X[k3, c]), _madd(w2, np.float64(X[k2, c]), _madd(
+                w1, np.float64(X[k1, c]), _madd(w0, np.float64(X[k0, c]), q[c]))))
+        p += 4
+    while p < end:
+        k = indices[p]
+        w = np.float64(data[p]) * np.float64(k != i)
+        for c in range(r):
+            q[c] = _madd(w, np.float64(X[k, c]), q[c])
+        p += 1
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -439,6 +454,8 @@ class _Kernels:
              "_neg_residual_rows",
              "_copy_delta", "_direction_LD", "_residual_dots",
              "_subspace_step", "_save", "_pair_coeffs2", "_rows_smooth",
+             "_direction_cg", "_pair_coeffs2_cg", "_subspace_step_cg", "_save_c",
+             "_x_norm_sums",
              "_select_columns", "_diag_gershgorin")  # the last two: set-up
 
     def __init__(self, serial: bool):
@@ -1158,6 +1175,222 @@ def _pair_coeffs2(pi, pj, pt, V, Vprev, S, out):
         out[k, 3] = t * c11
         out[k, 4] = t * c22
         out[k, 5] = t * c12
+
+
+# -- the outer step's direction from the one-step PCG (``D_FROM_CG``) --------------------------
+# The U rows moved by exactly alpha Z in a one-step PCG (X += alpha Z, Z = P, V float64), so
+# their step D_U is alpha Z, formed where it is read: Vprev and L D are stored for the C rows
+# only (local rows: own U [0, nu), own C [nu, n_own), halo U [n_own, n_own + nfh), halo C
+# after; ``Vp`` holds the own C rows, then the halo C rows).
+
+@njit(nogil=True, cache=True, inline="always")
+def _step_of(k, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh):
+    """D[k, c] (float64) of local row k: alpha Z on U rows (own, then the halo's rows of Z;
+    0 where the PCG took no step), V - Vp on C rows."""
+    if k < nu:
+        return alpha[c] * np.float64(Z[k, c]) if use_q else 0.0
+    if k < n_own:
+        return np.float64(V[k, c]) - Vp[k - nu, c]
+    if k < n_own + nfh:
+        return alpha[c] * np.float64(Z[k - n_own + nu, c]) if use_q else 0.0
+    return np.float64(V[k, c]) - Vp[k - nu - nfh, c]
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _direction_cg(uc_ptr, uc_idx, uc_data, nu, n_own, nfh, indptr, indices, data, diag, V,
+                  Vp, Z, alpha, use_q, Q, LDC, S, LS, part_a, part_b, part):
+    """:func:`_direction_LD` with D_U = alpha Z: the sums of <LD, V>, <LD, D>, <LS, V>,
+    <LD, S>, <LS, S> over the own rows, with (L D)_U = alpha Q + L_UC D_C formed and summed
+    (not stored: the step forms it again) and (L D)_C stored in LDC (own C rows)."""
+    r = V.shape[1]
+    n_ch = (n_own + RB - 1) // RB
+    for ch in prange(n_ch):
+        a = 0.0
+        b = 0.0
+        a2 = 0.0
+        b2 = 0.0
+        e2 = 0.0
+        q = np.empty(r)
+        d = np.empty(r)
+        for i in range(ch * RB, min((ch + 1) * RB, n_own)):
+            if i < nu:
+                for c in range(r):
+                    d[c] = alpha[c] * np.float64(Z[i, c]) if use_q else 0.0
+                    q[c] = alpha[c] * Q[i, c] if use_q else 0.0
+                for p in range(uc_ptr[i], uc_ptr[i + 1]):
+                    k = uc_idx[p]
+                    w = uc_data[p]
+                    for c in range(r):
+                        q[c] += w * _step_of(k, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh)
+            else:
+                dg = np.float64(diag[i])
+                for c in range(r):
+                    d[c] = np.float64(V[i, c]) - Vp[i - nu, c]
+                    q[c] = dg * d[c]
+                for p in range(indptr[i], indptr[i + 1]):
+                    k = indices[p]
+                    w = np.float64(data[p])
+                    for c in range(r):
+                        q[c] += w * _step_of(k, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh)
+                for c in range(r):
+                    LDC[i - nu, c] = q[c]
+            for c in range(r):
+                v = np.float64(V[i, c])
+                a += q[c] * v
+                b += q[c] * d[c]
+                sc = np.float64(S[i, c])
+                lsc = np.float64(LS[i, c])
+                a2 += lsc * v
+                b2 += q[c] * sc
+                e2 += lsc * sc
+        part_a[ch] = a
+        part_b[ch] = b
+        part[ch, 0] = a2
+        part[ch, 1] = b2
+        part[ch, 2] = e2
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _pair_coeffs2_cg(pi, pj, pt, V, Vp, S, Z, alpha, use_q, nu, n_own, nfh, out):
+    """:func:`_pair_coeffs2` with the step D of :func:`_step_of`."""
+    r = V.shape[1]
+    for k in prange(pi.shape[0]):  # pairs are independent: any thread count, same bits
+        i = pi[k]
+        j = pj[k]
+        c0 = 0.0
+        c1 = 0.0
+        c2 = 0.0
+        c11 = 0.0
+        c22 = 0.0
+        c12 = 0.0
+        for c in range(r):
+            vi = np.float64(V[i, c])
+            vj = np.float64(V[j, c])
+            di = _step_of(i, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh)
+            dj = _step_of(j, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh)
+            si = np.float64(S[i, c])
+            sj = np.float64(S[j, c])
+            c0 += vi * vj
+            c1 += vi * dj + di * vj
+            c2 += vi * sj + si * vj
+            c11 += di * dj
+            c22 += si * sj
+            c12 += di * sj + si * dj
+        t = pt[k]
+        out[k, 0] = t * c0
+        out[k, 1] = t * c1
+        out[k, 2] = t * c2
+        out[k, 3] = t * c11
+        out[k, 4] = t * c22
+        out[k, 5] = t * c12
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _subspace_step_cg(V, Vp, LDC, S, LS, s1, s2, part, R, Q, alpha, use_q, r_moved, dinv,
+                      res, part_xr, part_g, uc_ptr, uc_idx, uc_data, Z, nu, n_own, nfh):
+    """:func:`_subspace_step` with D_U = alpha Z: V += s1 D + s2 S, S <- (1 + s1) D + s2 S,
+    LS <- (1 + s1) LD + s2 LS, Vp <- V on the C rows; ||S||^2 and ||V||^2 chunk sums over
+    the own rows; ``res``: the residual R_start (- alpha Q where the step moved R) - (L S)_U
+    with its sums. The own U rows go first, since their (L D)_U = alpha Q + L_UC D_C reads
+    the C rows' D, which the later loops change; the own C rows' sums continue the chunk
+    the U rows left, so every chunk sums its rows in order."""
+    n_loc, r = V.shape
+    n_chu = (nu + RB - 1) // RB
+    for ch in prange(n_chu):
+        a = 0.0
+        b = 0.0
+        xr = 0.0
+        g = 0.0
+        ld = np.empty(r)
+        for i in range(ch * RB, min((ch + 1) * RB, nu)):
+            for c in range(r):
+                ld[c] = alpha[c] * Q[i, c] if use_q else 0.0
+            for p in range(uc_ptr[i], uc_ptr[i + 1]):
+                k = uc_idx[p]
+                w = uc_data[p]
+                for c in range(r):
+                    ld[c] += w * _step_of(k, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh)
+            for c in range(r):
+                dd = alpha[c] * np.float64(Z[i, c]) if use_q else 0.0
+                sc = np.float64(S[i, c])
+                v = np.float64(V[i, c])
+                V[i, c] = v + s1 * dd + s2 * sc
+                S[i, c] = (1.0 + s1) * dd + s2 * sc
+                LS[i, c] = (1.0 + s1) * ld[c] + s2 * np.float64(LS[i, c])
+                x = np.float64(S[i, c])
+                a += x * x
+                v = np.float64(V[i, c])
+                b += v * v
+            if res:  # -(L V)_U = R_start (- alpha Q) - (L S)_U
+                w = dinv[i]
+                for c in range(r):
+                    q = R[i, c]
+                    if r_moved:
+                        q += alpha[c] * Q[i, c]
+                    q -= np.float64(LS[i, c])
+                    R[i, c] = q
+                    xr += np.float64(V[i, c]) * q
+                    g += (w * q) * (w * q)
+        part[ch, 0] = a
+        part[ch, 1] = b
+        if res:
+            part_xr[ch] = xr
+            part_g[ch] = g
+    for i in prange(n_own, n_loc):  # halo rows: V and S as their owners move them
+        for c in range(r):
+            dd = _step_of(i, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh)
+            sc = np.float64(S[i, c])
+            v = np.float64(V[i, c])
+            V[i, c] = v + s1 * dd + s2 * sc
+            S[i, c] = (1.0 + s1) * dd + s2 * sc
+            if i >= n_own + nfh:
+                Vp[i - nu - nfh, c] = V[i, c]
+    n_ch = (n_own + RB - 1) // RB
+    for ch in prange(nu // RB, n_ch):
+        first = ch * RB < nu  # the chunk the U rows began
+        a = part[ch, 0] if first else 0.0
+        b = part[ch, 1] if first else 0.0
+        for i in range(max(ch * RB, nu), min((ch + 1) * RB, n_own)):
+            for c in range(r):
+                sc = np.float64(S[i, c])
+                v = np.float64(V[i, c])
+                dd = v - Vp[i - nu, c]
+                V[i, c] = v + s1 * dd + s2 * sc
+                S[i, c] = (1.0 + s1) * dd + s2 * sc
+                LS[i, c] = (1.0 + s1) * LDC[i - nu, c] + s2 * np.float64(LS[i, c])
+                x = np.float64(S[i, c])
+                a += x * x
+                v = np.float64(V[i, c])
+                Vp[i - nu, c] = v
+                b += v * v
+        part[ch, 0] = a
+        part[ch, 1] = b
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _save_c(V, Vp, nu, n_own, nfh):
+    """Vp = V on the C rows (own, then halo): the outer iteration's start where D_U comes
+    from the PCG step."""
+    r = V.shape[1]
+    for q in prange(Vp.shape[0]):
+        i = nu + q if nu + q < n_own else q + nu + nfh
+        for c in range(r):
+            Vp[q, c] = V[i, c]
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _x_norm_sums(X, n2_part, d2_part):
+    """Chunk sums of ||X||^2, and 0 for ||X - X_start||^2: finish_block's sums after a PCG
+    that took no step."""
+    n, r = X.shape
+    n_ch = (n + RB - 1) // RB
+    for ch in prange(n_ch):
+        a = 0.0
+        for i in range(ch * RB, min((ch + 1) * RB, n)):
+            for c in range(r):
+                a += X[i, c] * X[i, c]
+        n2_part[ch] = a
+        d2_part[ch] = 0.0
 
 
 def subspace_search(a, B, C, gamma, loss_code):
@@ -2056,6 +2289,15 @@ def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo, s
 #: iteration); False: always the product (the reference, for tests).
 LD_FROM_CG = True
 
+#: A session of one-step PCGs (``inner_maxiter=1``, the default) on float64 V with the two
+#: rules above takes the U rows' outer step D_U as the PCG's alpha Z, exactly what X += alpha Z
+#: moved them by (up to the rounding of that sum), instead of V - Vprev: the previous V and
+#: L D are then stored for the constrained rows only. At n = 1e6, r = 16 that is two 128 MB
+#: arrays fewer to fault in and three fewer streams through the direction and step passes
+#: (bench/RESULTS.md, "The outer step from the PCG's direction"). False: Vprev and L D on
+#: every row (the reference, for tests).
+D_FROM_CG = True
+
 #: The residual after an outer iteration comes from the residual before it and L S (see
 #: ``_subspace_step``) instead of a product with L; False: always the product (the
 #: reference, for tests). Rounding does not build up unchecked: a checkpoint stores R
@@ -2078,6 +2320,13 @@ DIRECTION_FLOAT32 = True
 PREFAULT_MIN_ENTRIES = 1 << 20
 
 
+def d_from_cg(extrapolate, dtype, inner_maxiter) -> bool:
+    """Whether a block session with these settings takes D_U from its one-step PCG
+    (``D_FROM_CG``)."""
+    return bool(D_FROM_CG and LD_FROM_CG and RESIDUAL_FROM_STEP and extrapolate
+                and np.dtype(dtype) == np.float64 and inner_maxiter == 1)
+
+
 def session_buffers(n, n_free, rank, dtype=np.float64, extrapolate=True, inner_maxiter=1):
     """{name: (shape, dtype)}: the work arrays that an in-process block session
     (:class:`BlockPart` over every row) allocates in a fit with these settings, as its
@@ -2093,7 +2342,9 @@ def session_buffers(n, n_free, rank, dtype=np.float64, extrapolate=True, inner_m
     if vdt != f64:
         specs["X"] = ((nu, r), f64)
     if extrapolate:
-        specs.update(Vprev=((n, r), f64), LD=((n, r), f64), S=((n, r), vdt),
+        # the C rows' previous V and L D only where D_U comes from the PCG (D_FROM_CG)
+        nc = n - nu if d_from_cg(extrapolate, vdt, inner_maxiter) else n
+        specs.update(Vprev=((nc, r), f64), LD=((nc, r), f64), S=((n, r), vdt),
                      LS=((n, r), vdt))
     else:
         specs["Xold"] = ((nu, r), f64)
@@ -2210,7 +2461,7 @@ class BlockPart:
     def __init__(self, *, V, n_own, n_free, n_free_halo, base, indptr, indices, data, diag,
                  cptr, cidx, csgn, pmax, colour_rows, unit_ptr, pair_own, pair_other, pair_t,
                  loss_code, gamma, bound, precond="amg-additive", extrapolate=True,
-                 serial=False, cache=None, prefault=None):
+                 serial=False, cache=None, prefault=None, inner_maxiter=None):
         self.K = kernels(serial)
         self._prefault = prefault
         # cache (a FitSetup's): what does not depend on gamma, the loss or V's values -- the
@@ -2247,7 +2498,11 @@ class BlockPart:
         fast = extrapolate and V.dtype == np.float64 and nu > 0
         self.ld_from_cg = bool(LD_FROM_CG) and fast
         self.r_from_step = bool(RESIDUAL_FROM_STEP) and fast
-        if self.ld_from_cg:
+        # D_U = alpha Z (D_FROM_CG): set for the session's PCGs (every part alike, so that
+        # halo rows move as their owners do); ``inner_maxiter`` None: not known, not taken
+        self.d_from_cg = d_from_cg(extrapolate, V.dtype, inner_maxiter)
+        self.nfh = int(n_free_halo)
+        if self.ld_from_cg or self.d_from_cg:
             self.uc = self._cached("uc", lambda: constrained_columns(
                 indptr, indices, data, nu, self.n_own, int(n_free_halo), serial=serial))
         self._cg_steps, self._alpha, self._r_moved = 0, None, False
@@ -2282,8 +2537,12 @@ class BlockPart:
         if self.extrapolate:
             # V at the start of the outer iteration (halo rows too); the step D = V - Vprev
             # is formed where it is read, and Vprev's U rows are the block step's start
-            self.Vprev = self._buffer("Vprev", (n_loc, r))
-            self.LD = self._buffer("LD", (self.n_own, r))
+            if self.d_from_cg:  # the C rows' only: own, then the halo's
+                self.Vprev = self._buffer("Vprev", (n_loc - nu - self.nfh, r))
+                self.LD = self._buffer("LD", (self.n_own - nu, r))
+            else:
+                self.Vprev = self._buffer("Vprev", (n_loc, r))
+                self.LD = self._buffer("LD", (self.n_own, r))
             # the previous outer iteration's whole step (halo rows too) and L times it (own
             # rows), in V's dtype: checkpointed with V so that a resume continues bitwise
             self.S = self._buffer("S", (n_loc, r), V.dtype, zero=True)
@@ -2323,7 +2582,7 @@ class BlockPart:
 
     @classmethod
     def whole(cls, prep, layout, V, precond="amg-additive", extrapolate=True, cache=None,
-              prefault=None):
+              prefault=None, inner_maxiter=None):
         """The one part of an in-process solve: every row, no halo."""
         n = V.shape[0]
         units = [colour_units(layout, c) for c in range(layout.n_colours)]
@@ -2334,7 +2593,7 @@ class BlockPart:
                    colour_rows=rows, unit_ptr=ptrs, pair_own=prep.pi, pair_other=prep.pj,
                    pair_t=prep.pt, loss_code=prep.loss_code, gamma=prep.gamma,
                    bound=prep.bound, precond=precond, extrapolate=extrapolate, cache=cache,
-                   prefault=prefault)
+                   prefault=prefault, inner_maxiter=inner_maxiter)
 
     def precond_setup(self, precond, serial):
         self.M = self._cached(("precond", precond, bool(serial)),
@@ -2377,7 +2636,10 @@ class BlockPart:
         self._cg_steps, self._alpha, self._r_moved = 0, None, False
         self._finish_parts = None
         if self.extrapolate and not self._vprev_is_v:
-            self.K.save(self.V, self.Vprev)
+            if self.d_from_cg:
+                self.K.save_c(self.V, self.Vprev, self.nu, self.n_own, self.nfh)
+            else:
+                self.K.save(self.V, self.Vprev)
         self._vprev_is_v = False  # the step moves V from here on
         self._vn = None
 
@@ -2438,6 +2700,9 @@ class BlockPart:
             parts, self._finish_parts = self._finish_parts, None
             return parts
         pn, pd = self._chunks(self.nu), self._chunks(self.nu)
+        if self.d_from_cg:  # the PCG took no step: X is its start
+            self.K.x_norm_sums(self.X, pn, pd)
+            return pn, pd
         old = self.Vprev if self.extrapolate else self.Xold
         self.K.copy_delta(self.X, old, self.V, not self._x_is_v, not self.extrapolate, pn, pd)
         return pn, pd
@@ -2462,6 +2727,16 @@ class BlockPart:
         <LS, S>; the pair coefficients of the owned pairs."""
         K, n = self.K, self.n_own
         pa, pb, part = self._chunks(n), self._chunks(n), self._chunks(n, 3)
+        if self.d_from_cg:  # D_U = alpha Z, (L D)_U = alpha Q + L_UC D_C
+            use_q, alpha = self._cg_step()
+            Z = self._z_or_empty()
+            K.direction_cg(*self.uc, self.nu, n, self.nfh, self.indptr, self.indices,
+                           self.data, self.diag, self.V, self.Vprev, Z, alpha, use_q, self.Q,
+                           self.LD, self.S, self.LS, pa, pb, part)
+            coeffs = np.empty((self.pair_own.shape[0], 6))
+            K.pair_coeffs2_cg(self.pair_own, self.pair_other, self.pair_t, self.V, self.Vprev,
+                              self.S, Z, alpha, use_q, self.nu, n, self.nfh, coeffs)
+            return pa, pb, part, coeffs
         if self.ld_from_cg and self._cg_steps <= 1:  # (L D)_U from the PCG step
             use_q, alpha = self._cg_step()
             K.direction_LD(*self.uc, self.nu, self.indptr, self.indices, self.data,
@@ -2483,6 +2758,14 @@ class BlockPart:
         fused = self.r_from_step and self._cg_steps <= 1  # the residual in the same pass
         pxr, pg = self._chunks(self.nu), self._chunks(self.nu)
         use_q, alpha = self._cg_step()
+        if self.d_from_cg:
+            self.K.subspace_step_cg(self.V, self.Vprev, self.LD, self.S, self.LS, s1, s2, part,
+                                    self.R, self.Q, alpha, use_q, use_q and self._r_moved,
+                                    self.dinv, fused, pxr, pg, *self.uc, self._z_or_empty(),
+                                    self.nu, self.n_own, self.nfh)
+            self._vprev_is_v = True
+            self._vn = part[:, 1]
+            return part, ((pxr, pg) if fused else self.residual())
         # R is R_start - alpha Q where the PCG's one step updated it, else R_start
         self.K.subspace_step(self.V, self.Vprev, self.LD, self.S, self.LS, s1, s2, part,
                              self.R, self.Q, alpha, use_q and self._r_moved, self.dinv, fused,
@@ -2495,6 +2778,12 @@ class BlockPart:
 
     def _alpha0(self):
         return np.zeros(self.V.shape[1])
+
+    def _z_or_empty(self):
+        """Z (own U rows, then the halo's), or an empty one where no PCG ran (no U rows)."""
+        if self.Z is not None:
+            return self.Z
+        return np.zeros((0, self.V.shape[1]), np.float32)
 
     def _cg_step(self):
         """(whether the PCG took its one step, its alpha) for this outer iteration."""
@@ -2603,9 +2892,12 @@ class BlockSession:
     """
 
     def __init__(self, prep, layout, V, n_threads=1, precond="amg-additive", extrapolate=True,
-                 cache=None, prefault=None):
+                 cache=None, prefault=None, inner_maxiter=None):
         check_precond(precond)
         self._prefault = prefault
+        # the PCG steps each outer iteration takes, where fixed for the session (1: the
+        # parts may take D_U from the PCG step, D_FROM_CG); None: any
+        self.inner_maxiter = None if inner_maxiter is None else int(inner_maxiter)
         self.prep, self.layout = prep, layout
         self.n_threads = int(n_threads)
         self.n_free = layout.n_free
@@ -2622,7 +2914,8 @@ class BlockSession:
         self.V = V
         self.parts = [BlockPart.whole(prep, layout, V, precond=precond,
                                       extrapolate=self.extrapolate, cache=self._cache,
-                                      prefault=self._prefault)]
+                                      prefault=self._prefault,
+                                      inner_maxiter=self.inner_maxiter)]
         self.pair_index = [np.arange(prep.pi.shape[0])]
 
     # -- how parts are called (overridden by the partitioned session) ------------------------
@@ -2660,6 +2953,11 @@ class BlockSession:
         """Block solve of U, then the exact row updates of C in ``colour_order``.
 
         Returns (delta2, norm2, cg_iterations)."""
+        if self.inner_maxiter is not None and int(maxiter) != self.inner_maxiter:
+            raise ValueError(
+                f"maxiter: this session was set up for {self.inner_maxiter} PCG step(s) per "
+                f"outer iteration (its work arrays depend on it), got {maxiter}; make a "
+                f"session with inner_maxiter={maxiter}")
         return self._threads(self._step, colour_order, rtol, maxiter)
 
     def _pcg(self, rtol, maxiter):

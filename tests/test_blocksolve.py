@@ -1029,6 +1029,92 @@ def test_fit_with_direction_from_cg_follows_the_reference(loss, monkeypatch):
 
 
 # --------------------------------------------------------------------------------------------
+# the U rows' outer step from the one-step PCG (D_FROM_CG): Vprev and L D on the C rows only
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("loss", ["square", "squared_hinge", "hinge"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_step_from_the_cg_direction_is_the_step_taken(loss, threads):
+    """A session of one-step PCGs (inner_maxiter=1) keeps the previous V and L D for the C
+    rows only and takes D_U = alpha Z. Each outer iteration: D_U is what the PCG moved the
+    U rows by (to rounding), L D on the C rows is L times the whole D, the whole step S and
+    L S are V's move and L times it, and the residual carried on is -(L V)_U."""
+    from npkl_dist import _blocksolve as bs
+
+    n = 700
+    problem = sparse_constrained_problem(4, loss, n=n, rank=5, frac=0.08)
+    lay = block_layout(problem, make_plan(problem))
+    prep = prepare(problem, lay)
+    nu = lay.n_free
+    assert nu % bs.RB != 0  # a chunk holds both U and C rows
+    V = np.ascontiguousarray(initial_V(problem, np.random.default_rng(0), "random")[lay.order])
+    session = bs.BlockSession(prep, lay, V, n_threads=threads, inner_maxiter=1)
+    part = session.parts[0]
+    assert part.d_from_cg
+    assert part.Vprev.shape == (n - nu, 5) and part.LD.shape == (n - nu, 5)
+    Lfull = (sp.csr_matrix((prep.data, prep.indices, prep.indptr), shape=(n, n))
+             + sp.diags(prep.diag)).tocsr()
+    seen = []
+    direction, pcg_update = part.direction, part.pcg_update
+
+    def record_update(alpha, again):
+        before = part.V[:nu].copy()
+        out = pcg_update(alpha, again)
+        seen.append(("moved", part.V[:nu] - before))
+        return out
+
+    def record_direction():
+        out = direction()
+        D = np.empty_like(part.V)
+        D[:nu] = part._alpha * part.Z[:nu].astype(np.float64)
+        D[nu:] = part.V[nu:] - part.Vprev
+        seen.append(("D", D, part.LD.copy()))
+        return out
+
+    part.pcg_update, part.direction = record_update, record_direction
+    rng = np.random.default_rng(1)
+    for _ in range(8):
+        start = part.V.copy()
+        session.step(lay.colour_order(rng), 1e-12, 1)
+        (_, moved), (_, D, LDC) = seen[-2:]
+        assert np.linalg.norm(D[:nu]) > 0 and np.linalg.norm(D[nu:]) > 0
+        np.testing.assert_allclose(D[:nu], moved, rtol=0,
+                                   atol=4 * np.finfo(float).eps * np.abs(start).max())
+        want = (Lfull @ D)[nu:]
+        np.testing.assert_allclose(LDC, want, rtol=0, atol=1e-12 * np.abs(want).max())
+        np.testing.assert_array_equal(part.Vprev, part.V[nu:])  # the next step's start
+        step = part.V - start
+        np.testing.assert_allclose(part.S, step, rtol=0, atol=1e-12 * np.abs(step).max())
+        LS = Lfull @ part.S
+        np.testing.assert_allclose(part.LS, LS, rtol=0, atol=1e-11 * np.abs(LS).max())
+        exact = -(Lfull @ part.V)[:nu]
+        np.testing.assert_allclose(part.R, exact, rtol=0, atol=1e-11 * np.abs(exact).max())
+    with pytest.raises(ValueError, match="inner_maxiter=3"):
+        session.step(lay.colour_order(rng), 1e-12, 3)
+
+
+@pytest.mark.parametrize("loss", ["square", "squared_hinge", "hinge"])
+def test_fit_with_the_cg_step_follows_the_reference(loss, monkeypatch):
+    """Whole default fits (one-step PCGs) with D_U = alpha Z and with the stored Vprev:
+    both monotone, the same objectives and KKT residuals after 30 outer iterations (to the
+    rounding the 2-D search turns into step sizes, as above), and the by-product objective
+    is the problem's objective of the V returned."""
+    from npkl_dist import _blocksolve as bs
+
+    problem = sparse_constrained_problem(6, loss, n=900, rank=4, frac=0.06)
+    fast = _fit(problem, method="block", max_sweeps=30, tol=0, joint=False)
+    monkeypatch.setattr(bs, "D_FROM_CG", False)
+    ref = _fit(problem, method="block", max_sweeps=30, tol=0, joint=False)
+    for res in (fast, ref):
+        assert np.all(np.diff(res.objective_trace) <= 1e-12 * abs(res.objective_trace[0]))
+        assert abs(res.objective - problem.objective(res.V)) <= 1e-10 * abs(res.objective)
+    assert not np.array_equal(fast.V, ref.V)  # the paths do differ (in rounding)
+    rtol = 1e-5 if loss == "hinge" else 1e-7
+    np.testing.assert_allclose(fast.objective_trace, ref.objective_trace, rtol=rtol)
+    np.testing.assert_allclose(fast.kkt_trace, ref.kkt_trace, rtol=100 * rtol)
+
+
+# --------------------------------------------------------------------------------------------
 # a one-step PCG's direction in float32 (DIRECTION_FLOAT32)
 # --------------------------------------------------------------------------------------------
 

@@ -482,15 +482,16 @@ class DaskExecutor:
         return _DaskADMMSession(self, prep, V, U, Lam)
 
     def block_session(self, prep, layout, V, precond="amg-additive", extrapolate=True,
-                      cache=None):
+                      cache=None, inner_maxiter=None):
         """A block-exact BCD fit's state in the workers (``npkl_dist.executors._dask_block``):
         distributed products with halo exchange, PCG with global reductions on the driver
         and a block-Jacobi preconditioner (``precond`` per block: local AMG or Jacobi).
-        ``cache`` (a FitSetup's) is not used: each fit's workers build their own blocks."""
+        ``cache`` (a FitSetup's) is not used: each fit's workers build their own blocks.
+        ``inner_maxiter``: the PCG steps of every outer iteration, if fixed (None: any)."""
         from ._dask_block import DaskBlockSession
 
         return DaskBlockSession(self, prep, layout, V, precond=precond,
-                                extrapolate=extrapolate)
+                                extrapolate=extrapolate, inner_maxiter=inner_maxiter)
 
 
 class _DaskBCDSession:

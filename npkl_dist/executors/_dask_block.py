@@ -59,7 +59,8 @@ class _LayoutPlan:
 class BlockSolveActor:
     """One row block of a block solve in a worker's memory (serial kernels)."""
 
-    def __init__(self, spec, n_free, V_local, loss_code, gamma, bound, precond, extrapolate):
+    def __init__(self, spec, n_free, V_local, loss_code, gamma, bound, precond, extrapolate,
+                 inner_maxiter=None):
         self.spec = spec
         nc = len(spec.colour_rows) - 1  # the last route is U's
         nu = int(np.clip(n_free - spec.start, 0, spec.n_own))
@@ -71,7 +72,7 @@ class BlockSolveActor:
             colour_rows=spec.colour_rows[:nc], unit_ptr=spec.unit_ptr[:nc],
             pair_own=spec.pair_own, pair_other=spec.pair_other, pair_t=spec.pair_t,
             loss_code=loss_code, gamma=gamma, bound=bound, precond=precond,
-            extrapolate=extrapolate, serial=True)
+            extrapolate=extrapolate, serial=True, inner_maxiter=inner_maxiter)
 
     def call(self, name, args, incoming, kind, route):
         """Apply the halo rows sent since the last call, run ``part.name(*args)``, return
@@ -116,9 +117,11 @@ class BlockSolveActor:
 class DaskBlockSession(BlockSession):
     """A block-exact fit on a :class:`~npkl_dist.executors.DaskExecutor` (see module doc)."""
 
-    def __init__(self, ex, prep, layout, V, precond="amg-additive", extrapolate=True):
+    def __init__(self, ex, prep, layout, V, precond="amg-additive", extrapolate=True,
+                 inner_maxiter=None):
         self.ex = ex
-        super().__init__(prep, layout, V, 1, precond=precond, extrapolate=extrapolate)
+        super().__init__(prep, layout, V, 1, precond=precond, extrapolate=extrapolate,
+                         inner_maxiter=inner_maxiter)
 
     def _setup(self, prep, layout, V, precond):
         ex = self.ex
@@ -131,7 +134,8 @@ class DaskBlockSession(BlockSession):
         self.actors = ex._actors(
             self.specs,
             lambda s: (layout.n_free, local_rows(V, s),
-                       prep.loss_code, prep.gamma, prep.bound, precond, self.extrapolate),
+                       prep.loss_code, prep.gamma, prep.bound, precond, self.extrapolate,
+                       self.inner_maxiter),
             cls=BlockSolveActor)
         self.pending = [[] for _ in self.specs]  # (kind, positions, rows) to apply next
         self.halo_bytes = []  # bytes moved per exchange

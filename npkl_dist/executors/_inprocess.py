@@ -184,14 +184,16 @@ class InProcessExecutor:
     prefaults = True
 
     def block_session(self, prep, layout, V, precond="amg-additive", extrapolate=True,
-                      cache=None, prefault=None):
+                      cache=None, prefault=None, inner_maxiter=None):
         """A block-exact BCD fit's state (``npkl_dist._blocksolve``); V updated in place.
         ``cache``: a FitSetup's (operator, preconditioner and work arrays reused);
-        ``prefault``: a ``Prefault``'s work arrays, where the cache holds none."""
+        ``prefault``: a ``Prefault``'s work arrays, where the cache holds none;
+        ``inner_maxiter``: the PCG steps of every outer iteration, if fixed (None: any)."""
         from .._blocksolve import BlockSession
 
         return BlockSession(prep, layout, V, self.n_threads, precond=precond,
-                            extrapolate=extrapolate, cache=cache, prefault=prefault)
+                            extrapolate=extrapolate, cache=cache, prefault=prefault,
+                            inner_maxiter=inner_maxiter)
 
     def kkt(self, prep, V) -> float:
         """Scaled KKT residual of V (internal order), see ``npkl_dist._kkt``."""
