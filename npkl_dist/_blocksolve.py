@@ -32,6 +32,7 @@ import scipy.sparse as sp
 from numba import njit, prange
 
 from ._aggregation import plain_aggregation_hierarchy
+from ._memory import populated_empty
 from ._errors import ValidationError
 from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, csr_compact, csr_row_ptr,
                        greedy_colouring, pair_terms, prefetch_ahead, sort_row, sweep_units,
@@ -2215,7 +2216,9 @@ def whole_free_blocks(indptr, indices, data, diag, n_free):
     fptr = np.zeros(nu + 1, idx_dtype)
     np.cumsum(cf, dtype=idx_dtype, out=fptr[1:])
     uptr = csr_row_ptr(cu)
-    fidx, fval = np.empty(nnz, idx_dtype), np.empty(nnz, np.float64)
+    # on base pages, mapped in one call (numpy's huge pages cost several times more to
+    # fault in here: npkl_dist._memory)
+    fidx, fval = populated_empty(nnz, idx_dtype), populated_empty(nnz, np.float64)
     uidx, uval = np.empty(uptr[nu], np.int64), np.empty(uptr[nu], np.float64)
     _free_block_fill(indptr, indices, data, nu, d, fptr, fidx, fval, uptr, uidx, uval)
     A = sp.csr_matrix((fval, fidx, fptr), shape=(nu, nu))
@@ -2355,23 +2358,19 @@ def session_buffers(n, n_free, rank, dtype=np.float64, extrapolate=True, inner_m
     return specs
 
 
-@njit(nogil=True, cache=True)
-def _touch_pages(b, step):
-    """b[0], b[step], b[2 step], ... = 0: one write per page (b: an array's bytes)."""
-    for p in range(0, b.shape[0], step):
-        b[p] = 0
-
-
 class Prefault:
-    """A block session's work arrays, allocated and their pages touched in a background
+    """A block session's work arrays, allocated with their pages mapped in a background
     thread while the fit's set-up (layout, AMG hierarchy, start) runs on the main thread.
 
     The first write to a fresh page is a page fault; in this kind of VM a fresh 128 MB
     array took 0.13-0.3 s of them, and a standalone fit at n = 1e6 paid about 0.8 s of its
     first outer iteration (1.0-1.3 s against 0.2 s later) touching eight such arrays. The
     set-up's serial stretches (reverse Cuthill-McKee, pyamg's aggregation and relaxation)
-    leave the second core idle; the faults go there. The thread
-    only allocates and writes one byte per page, so nothing computed depends on it: a fit
+    leave the second core idle; the faults go there. The arrays are on base pages, mapped
+    in one call (:func:`~npkl_dist._memory.populated_empty`): numpy's huge pages cost
+    several times more to fault in where the memory was handed back to the host, and kept
+    the second core busy through most of the set-up. The thread only allocates and maps,
+    so nothing computed depends on it: a fit
     takes these arrays or fresh ones to the same result, bitwise. The arrays exist from the
     start of the set-up instead of its end, so the set-up's temporaries and they overlap: a
     fit's peak memory can grow by up to their size (about 1 GB at n = 1e6, r = 16). Measured
@@ -2379,8 +2378,6 @@ class Prefault:
     fit, the process at 0.75 GB before it).
 
     ``specs``: {name: (shape, dtype)} (:func:`session_buffers`)."""
-
-    PAGE = 4096
 
     def __init__(self, specs):
         self.specs = dict(specs)
@@ -2393,10 +2390,7 @@ class Prefault:
     def _run(self):
         try:
             for name, (shape, dtype) in self.specs.items():
-                a = np.empty(shape, dtype)
-                if a.size:
-                    _touch_pages(a.reshape(-1).view(np.uint8), self.PAGE)
-                self._arrays[name] = a
+                self._arrays[name] = populated_empty(shape, dtype)
                 self._ready[name].set()
         finally:  # nobody waits forever for an array the thread did not make
             for ev in self._ready.values():

@@ -193,14 +193,14 @@ def test_prefault_take_waits_for_its_own_array_only(monkeypatch):
     """take(name) returns once that array is made, while later ones are still being made;
     drop(name) lets one go."""
     gate = threading.Event()
-    touch = _blocksolve._touch_pages
+    make = _blocksolve.populated_empty
 
-    def slow_touch(b, step):
-        if b.shape[0] == 8 * 6:  # the second array ("B") waits for the gate
+    def slow_make(shape, dtype):
+        if tuple(shape) == (6,):  # the second array ("B") waits for the gate
             assert gate.wait(10)
-        touch(b, step)
+        return make(shape, dtype)
 
-    monkeypatch.setattr(_blocksolve, "_touch_pages", slow_touch)
+    monkeypatch.setattr(_blocksolve, "populated_empty", slow_make)
     pf = Prefault({"A": ((2, 2), np.float64), "B": ((6,), np.float64), "C": ((3,), np.int64)})
     a = pf.take("A", (2, 2), np.float64)  # would hang here if take joined the thread
     assert a is not None and not gate.is_set()
@@ -223,3 +223,65 @@ def test_take_rows_writes_into_out_only_where_it_fits():
         got = take_rows(A, perm, out=bad)
         assert got is not bad
         np.testing.assert_array_equal(got, A[perm])
+
+
+# --------------------------------------------------------------------------------------------
+# work arrays on base pages, mapped in one call (npkl_dist._memory)
+# --------------------------------------------------------------------------------------------
+
+def _vma_of(addr):
+    """The /proc/self/smaps entry (header and fields) of the mapping holding ``addr``."""
+    import re
+
+    with open("/proc/self/smaps") as f:
+        text = f.read()
+    for block in re.split(r"\n(?=[0-9a-f]+-[0-9a-f]+ )", text):
+        lo, hi = (int(x, 16) for x in block.split()[0].split("-"))
+        if lo <= addr < hi:
+            return block
+    raise AssertionError("no mapping")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32])
+@pytest.mark.parametrize("populate", [True, False])
+def test_populated_empty_maps_every_page_on_base_pages(monkeypatch, dtype, populate):
+    """A large array: its own anonymous mapping, every page resident before it is written,
+    no huge pages, writable, of the shape and dtype asked for; where the kernel cannot
+    populate, the pages are touched instead. Small arrays are numpy's."""
+    import sys
+
+    from npkl_dist import _memory
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("base-page mappings are Linux's")
+    if not populate:  # an older kernel: MADV_POPULATE_WRITE refused
+        real = _memory._madvise
+        monkeypatch.setattr(_memory, "_madvise", lambda a, n, adv: (
+            False if adv == _memory.MADV_POPULATE_WRITE else real(a, n, adv)))
+    shape = ((3 << 20) // np.dtype(dtype).itemsize, 4)  # 12 MB
+    a = _memory.populated_empty(shape, dtype)
+    assert a.shape == shape and a.dtype == np.dtype(dtype) and a.flags.writeable
+    assert a.flags.c_contiguous and a.ctypes.data % _memory.PAGE == 0
+    vma = _vma_of(a.ctypes.data)
+    fields = dict(line.split(":", 1) for line in vma.splitlines()[1:] if ":" in line)
+    kb = lambda k: int(fields[k].split()[0])  # noqa: E731
+    assert kb("Rss") >= a.nbytes // 1024  # mapped before any write of ours
+    assert kb("AnonHugePages") == 0
+    a[...] = 7
+    assert np.all(a == 7)
+    small = _memory.populated_empty((10, 3), dtype)
+    assert small.shape == (10, 3) and isinstance(small.base, (type(None), np.ndarray))
+
+
+def test_prefault_arrays_are_populated_base_page_arrays(prefaults):
+    """The prefault's arrays come from populated_empty (their own mappings)."""
+    import mmap
+
+    pf = Prefault({"A": ((1 << 20, 2), np.float64), "B": ((5,), np.float32)})
+    a = pf.take("A", (1 << 20, 2), np.float64)
+    owner = a
+    while isinstance(owner, np.ndarray):
+        owner = owner.base
+    assert isinstance(owner, memoryview) and isinstance(owner.obj, mmap.mmap)
+    assert pf.take("B", (5,), np.float32).shape == (5,)
+    pf.close()
