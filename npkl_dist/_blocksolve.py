@@ -456,7 +456,7 @@ class _Kernels:
              "_copy_delta", "_direction_LD", "_residual_dots",
              "_subspace_step", "_save", "_pair_coeffs2", "_rows_smooth",
              "_direction_cg", "_pair_coeffs2_cg", "_subspace_step_cg", "_save_c",
-             "_uc_products",
+             "_uc_products", "_update_rows",
              "_x_norm_sums",
              "_select_columns", "_diag_gershgorin")  # the last two: set-up
 
@@ -1238,23 +1238,32 @@ def _first_at_or_after(ucr, i):
 
 @njit(nogil=True, cache=True, parallel=True)
 def _direction_cg(ucr, UCD, nu, n_own, nfh, indptr, indices, data, diag, V, Vp, Z, alpha,
-                  use_q, Q, LDC, S, LS, part_a, part_b, part):
+                  use_q, Q, LDC, S, LS, part_a, part_b, part, upd, pend, n2_part):
     """:func:`_direction_LD` with D_U = alpha Z: the sums of <LD, V>, <LD, D>, <LS, V>,
     <LD, S>, <LS, S> over the own rows, with (L D)_U = alpha Q + L_UC D_C (``UCD`` of
     :func:`_uc_products` on the rows ``ucr``) formed and summed (not stored: the step forms
-    it again) and (L D)_C stored in LDC (own C rows)."""
+    it again) and (L D)_C stored in LDC (own C rows).
+
+    ``pend`` (``FOLD_X_UPDATE``): the PCG's X += alpha Z is still to be taken on the U rows
+    but ``upd`` (sorted; the C rows' U neighbours, moved before the C rows' updates): their
+    V is read as V + alpha Z, rounded as that update rounds it, and the chunk sums of
+    ||X||^2 over the U rows that the update would have formed go to ``n2_part``."""
     r = V.shape[1]
     n_ch = (n_own + RB - 1) // RB
     nb = ucr.shape[0]
+    nup = upd.shape[0]
     for ch in prange(n_ch):
         a = 0.0
         b = 0.0
         a2 = 0.0
         b2 = 0.0
         e2 = 0.0
+        x2 = 0.0
         q = np.empty(r)
         d = np.empty(r)
+        vv = np.empty(r)
         sb = _first_at_or_after(ucr, ch * RB)
+        su = _first_at_or_after(upd, ch * RB)
         for i in range(ch * RB, min((ch + 1) * RB, n_own)):
             if i < nu:
                 if use_q:
@@ -1268,6 +1277,18 @@ def _direction_cg(ucr, UCD, nu, n_own, nfh, indptr, indices, data, diag, V, Vp, 
                     for c in range(r):
                         q[c] += UCD[sb, c]
                     sb += 1
+                moved = su < nup and upd[su] == i
+                if moved:
+                    su += 1
+                if pend and not moved:
+                    for c in range(r):
+                        vv[c] = np.float64(V[i, c]) + alpha[c] * np.float64(Z[i, c])
+                else:
+                    for c in range(r):
+                        vv[c] = np.float64(V[i, c])
+                if pend:
+                    for c in range(r):
+                        x2 += vv[c] * vv[c]
             else:
                 dg = np.float64(diag[i])
                 for c in range(r):
@@ -1280,8 +1301,9 @@ def _direction_cg(ucr, UCD, nu, n_own, nfh, indptr, indices, data, diag, V, Vp, 
                         q[c] += w * _step_of(k, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh)
                 for c in range(r):
                     LDC[i - nu, c] = q[c]
+                    vv[c] = np.float64(V[i, c])
             for c in range(r):
-                v = np.float64(V[i, c])
+                v = vv[c]
                 a += q[c] * v
                 b += q[c] * d[c]
                 sc = np.float64(S[i, c])
@@ -1294,6 +1316,8 @@ def _direction_cg(ucr, UCD, nu, n_own, nfh, indptr, indices, data, diag, V, Vp, 
         part[ch, 0] = a2
         part[ch, 1] = b2
         part[ch, 2] = e2
+        if pend and ch * RB < nu:
+            n2_part[ch] = x2
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -1333,13 +1357,14 @@ def _pair_coeffs2_cg(pi, pj, pt, V, Vp, S, Z, alpha, use_q, nu, n_own, nfh, out)
 
 @njit(nogil=True, cache=True, parallel=True)
 def _subspace_step_cg(V, Vp, LDC, S, LS, s1, s2, part, R, Q, alpha, use_q, r_moved, dinv,
-                      res, part_xr, part_g, ucr, UCD, Z, nu, n_own, nfh):
+                      res, part_xr, part_g, ucr, UCD, Z, nu, n_own, nfh, upd, pend):
     """:func:`_subspace_step` with D_U = alpha Z: V += s1 D + s2 S, S <- (1 + s1) D + s2 S,
     LS <- (1 + s1) LD + s2 LS, Vp <- V on the C rows; ||S||^2 and ||V||^2 chunk sums over
     the own rows; ``res``: the residual R_start (- alpha Q where the step moved R) - (L S)_U
     with its sums. (L D)_U = alpha Q + L_UC D_C, the second term from ``UCD`` (formed before
     the C rows move: :func:`_uc_products`). The own C rows' sums continue the chunk the U
-    rows left, so every chunk sums its rows in order."""
+    rows left, so every chunk sums its rows in order. ``pend``: the PCG's X += alpha Z is
+    taken here on the U rows but ``upd`` (as :func:`_direction_cg` reads them)."""
     n_loc, r = V.shape
     n_chu = (nu + RB - 1) // RB
     qa = alpha if use_q else np.zeros(r)  # alpha Z as read (0: the PCG took no step)
@@ -1352,7 +1377,13 @@ def _subspace_step_cg(V, Vp, LDC, S, LS, s1, s2, part, R, Q, alpha, use_q, r_mov
         g = 0.0
         ld = np.empty(r)
         sb = _first_at_or_after(ucr, ch * RB)
+        su = _first_at_or_after(upd, ch * RB)
+        nup = upd.shape[0]
         for i in range(ch * RB, min((ch + 1) * RB, nu)):
+            moved = su < nup and upd[su] == i
+            if moved:
+                su += 1
+            take = pend and not moved  # V here is the start of the PCG's step
             if use_q:
                 for c in range(r):
                     ld[c] = alpha[c] * Q[i, c]
@@ -1368,7 +1399,8 @@ def _subspace_step_cg(V, Vp, LDC, S, LS, s1, s2, part, R, Q, alpha, use_q, r_mov
             for c in range(r):
                 dd = qa[c] * np.float64(Z[i, c])
                 sc = S[i, c]
-                vn = V[i, c] + s1 * dd + s2 * sc
+                v = V[i, c] + alpha[c] * np.float64(Z[i, c]) if take else V[i, c]
+                vn = v + s1 * dd + s2 * sc
                 sn = (1.0 + s1) * dd + s2 * sc
                 ls = (1.0 + s1) * ld[c] + s2 * LS[i, c]
                 V[i, c] = vn
@@ -1427,6 +1459,17 @@ def _save_c(V, Vp, nu, n_own, nfh):
         i = nu + q if nu + q < n_own else q + nu + nfh
         for c in range(r):
             Vp[q, c] = V[i, c]
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def _update_rows(rows, X, P, alpha):
+    """X[i] += alpha P[i] for i in ``rows`` (the PCG's update, as ``_cg_update_x_sums``
+    rounds it, on those rows only)."""
+    r = X.shape[1]
+    for q in prange(rows.shape[0]):
+        i = rows[q]
+        for c in range(r):
+            X[i, c] = X[i, c] + alpha[c] * P[i, c]
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -2240,6 +2283,12 @@ def free_matrix(A_ptr, A_idx, A_data, diag, serial=False):
     return A
 
 
+def _u_columns_of_c_rows(indptr, indices, nu, n_own):
+    """The U rows (columns < nu) that the own C rows' entries reach, sorted, unique."""
+    cols = np.asarray(indices[indptr[nu]:indptr[n_own]])
+    return np.unique(cols[cols < nu]).astype(np.int64)
+
+
 def whole_free_blocks(indptr, indices, data, diag, n_free):
     """The U block of an in-process block fit's one part (every row, no halo) from one pass
     over the U rows instead of three selections (at n = 1e6 the three took 0.33 s of a
@@ -2350,6 +2399,13 @@ LD_FROM_CG = True
 #: (bench/RESULTS.md, "The outer step from the PCG's direction"). False: Vprev and L D on
 #: every row (the reference, for tests).
 D_FROM_CG = True
+
+#: With D_FROM_CG in an in-process fit (one part, no halo), the one-step PCG's X += alpha Z
+#: is taken where the direction and the step passes read the U rows (rounded as the update
+#: rounds it: the same iterates bit for bit), except on the U rows that the C rows' updates
+#: read, which move before them: a pass over the U rows less per outer iteration. False: the
+#: update as a pass of its own (the reference, for tests).
+FOLD_X_UPDATE = True
 
 #: The residual after an outer iteration comes from the residual before it and L S (see
 #: ``_subspace_step``) instead of a product with L; False: always the product (the
@@ -2552,6 +2608,13 @@ class BlockPart:
         if self.d_from_cg:  # the U rows with C neighbours, and their L_UC D_C
             self.ucr = self._cached("uc rows", lambda: np.flatnonzero(np.diff(self.uc[0])))
             self.UCD = np.empty((self.ucr.shape[0], V.shape[1]))
+        # the PCG's X += alpha Z folded into the direction and step passes (FOLD_X_UPDATE):
+        # in-process only (a halo row's owner would not know which rows others read early)
+        self.fold_x = (self.d_from_cg and bool(FOLD_X_UPDATE) and n_loc == self.n_own
+                       and nu > 0)
+        self._x_pending = False
+        self.upd = (self._cached("C rows' U columns", lambda: _u_columns_of_c_rows(
+            indptr, indices, nu, self.n_own)) if self.fold_x else np.empty(0, np.int64))
         self._cg_steps, self._alpha, self._r_moved = 0, None, False
         self._finish_parts = None
         self._no_q = np.empty((0, V.shape[1]))  # Q and uc of the plain product (unused)
@@ -2682,6 +2745,7 @@ class BlockPart:
     def save(self):
         self._cg_steps, self._alpha, self._r_moved = 0, None, False
         self._finish_parts = None
+        self._x_pending = False
         if self.extrapolate and not self._vprev_is_v:
             if self.d_from_cg:
                 self.K.save_c(self.V, self.Vprev, self.nu, self.n_own, self.nfh)
@@ -2724,10 +2788,17 @@ class BlockPart:
             # after the C rows (subspace_step's fused update from R as it stands, or
             # residual()), and the direction pass reads Q, not R.
             parts = (self._chunks(self.nu), self._chunks(self.nu))
-            self.K.cg_update_x_sums(self.X, self._P, alpha, *parts)
-            if self._cg_steps == 0 and self.extrapolate and self._x_is_v:
-                # also the first step: X's start is Vprev, so these are finish_block's sums
-                self._finish_parts = parts
+            if self.fold_x and self._cg_steps == 0:
+                # taken by finish_block on the rows the C rows read, by the direction and
+                # step passes on the others (their sums of ||X||^2 come from the direction)
+                self._x_pending = True
+                self._finish_parts = parts  # zeros: the U part comes with the direction
+            else:
+                self.K.cg_update_x_sums(self.X, self._P, alpha, *parts)
+                if self._cg_steps == 0 and self.extrapolate and self._x_is_v:
+                    # also the first step: X's start is Vprev, so these are finish_block's
+                    # sums
+                    self._finish_parts = parts
         self._r_moved = bool(precondition)
         self._cg_steps += 1
         self._alpha = np.asarray(alpha, np.float64)
@@ -2743,6 +2814,8 @@ class BlockPart:
     def finish_block(self):
         """V_U = X (rounded to V's dtype); chunk sums of ||X||^2 and ||X - Xold||^2 (formed
         by the PCG's step where it was the only one)."""
+        if self._x_pending:  # the rows the C rows' updates read move now
+            self.K.update_rows(self.upd, self.X, self._P, self._alpha)
         if self._finish_parts is not None:
             parts, self._finish_parts = self._finish_parts, None
             return parts
@@ -2779,13 +2852,16 @@ class BlockPart:
             Z = self._z_or_empty()
             K.uc_products(self.ucr, *self.uc, self.V, self.Vprev, self.nu, n, self.nfh,
                           self.UCD)
+            n2 = self._chunks(self.nu)
             K.direction_cg(self.ucr, self.UCD, self.nu, n, self.nfh, self.indptr,
                            self.indices, self.data, self.diag, self.V, self.Vprev, Z, alpha,
-                           use_q, self.Q, self.LD, self.S, self.LS, pa, pb, part)
+                           use_q, self.Q, self.LD, self.S, self.LS, pa, pb, part, self.upd,
+                           self._x_pending, n2)
             coeffs = np.empty((self.pair_own.shape[0], 6))
             K.pair_coeffs2_cg(self.pair_own, self.pair_other, self.pair_t, self.V, self.Vprev,
                               self.S, Z, alpha, use_q, self.nu, n, self.nfh, coeffs)
-            return pa, pb, part, coeffs
+            # ||X||^2 over the U rows where the update was folded (finish_block gave zeros)
+            return pa, pb, part, coeffs, (n2 if self._x_pending else None)
         if self.ld_from_cg and self._cg_steps <= 1:  # (L D)_U from the PCG step
             use_q, alpha = self._cg_step()
             K.direction_LD(*self.uc, self.nu, self.indptr, self.indices, self.data,
@@ -2812,7 +2888,8 @@ class BlockPart:
                                     self.R, self.Q, alpha, use_q, use_q and self._r_moved,
                                     self.dinv, fused, pxr, pg, self.ucr, self.UCD,
                                     self._z_or_empty(),
-                                    self.nu, self.n_own, self.nfh)
+                                    self.nu, self.n_own, self.nfh, self.upd, self._x_pending)
+            self._x_pending = False
             self._vprev_is_v = True
             self._vn = part[:, 1]
             return part, ((pxr, pg) if fused else self.residual())
@@ -3055,6 +3132,10 @@ class BlockSession:
         (``SEARCH_NOISE``; ``norm2`` = ||V||^2), so the fit stays monotone."""
         p = self.prep
         res = self._call("direction")
+        if len(res[0]) > 4 and res[0][4] is not None:
+            # the U rows' ||X||^2, formed by the direction pass (FOLD_X_UPDATE); norm2 held
+            # the C rows' part: the same sum as the U part plus it
+            norm2 = float(self._total([x[4] for x in res])) + norm2
         tot = self._total([x[2] for x in res])
         a = np.array([float(self._total([x[0] for x in res])), tot[0]])
         B = np.array([[float(self._total([x[1] for x in res])), tot[1]], [tot[1], tot[2]]])

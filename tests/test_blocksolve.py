@@ -1034,12 +1034,16 @@ def test_fit_with_direction_from_cg_follows_the_reference(loss, monkeypatch):
 
 @pytest.mark.parametrize("loss", ["square", "squared_hinge", "hinge"])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_step_from_the_cg_direction_is_the_step_taken(loss, threads):
+def test_step_from_the_cg_direction_is_the_step_taken(loss, threads, monkeypatch):
     """A session of one-step PCGs (inner_maxiter=1) keeps the previous V and L D for the C
     rows only and takes D_U = alpha Z. Each outer iteration: D_U is what the PCG moved the
     U rows by (to rounding), L D on the C rows is L times the whole D, the whole step S and
-    L S are V's move and L times it, and the residual carried on is -(L V)_U."""
+    L S are V's move and L times it, and the residual carried on is -(L V)_U. (The PCG's
+    update as a pass of its own, to see its move: folded, it is the same bit for bit,
+    test_folded_x_update_is_the_update_bitwise.)"""
     from npkl_dist import _blocksolve as bs
+
+    monkeypatch.setattr(bs, "FOLD_X_UPDATE", False)
 
     n = 700
     problem = sparse_constrained_problem(4, loss, n=n, rank=5, frac=0.08)
@@ -1112,6 +1116,38 @@ def test_fit_with_the_cg_step_follows_the_reference(loss, monkeypatch):
     rtol = 1e-5 if loss == "hinge" else 1e-7
     np.testing.assert_allclose(fast.objective_trace, ref.objective_trace, rtol=rtol)
     np.testing.assert_allclose(fast.kkt_trace, ref.kkt_trace, rtol=100 * rtol)
+
+
+@pytest.mark.parametrize("loss", ["square", "squared_hinge", "hinge"])
+@pytest.mark.parametrize("c_passes", [1, 3])
+def test_folded_x_update_is_the_update_bitwise(loss, c_passes, monkeypatch,
+                                               global_random_seed):
+    """FOLD_X_UPDATE: the PCG's X += alpha Z taken by the direction and step passes (and
+    before the C rows' updates on the U rows they read) gives the fit of the update as a
+    pass of its own, bit for bit: V, objectives, step sizes (whose norm the direction pass
+    sums), KKT residuals."""
+    from npkl_dist import _blocksolve as bs
+
+    problem = sparse_constrained_problem(global_random_seed, loss, n=900, rank=4, frac=0.06)
+    kw = dict(method="block", max_sweeps=12, tol=0, c_passes=c_passes)
+    seen = []
+    real = bs.BlockPart.direction
+
+    def recording(self):
+        seen.append(self.fold_x and self._x_pending)
+        return real(self)
+
+    monkeypatch.setattr(bs.BlockPart, "direction", recording)
+    folded = _fit(problem, **kw)
+    assert seen and all(seen)
+    monkeypatch.setattr(bs, "FOLD_X_UPDATE", False)
+    seen.clear()
+    ref = _fit(problem, **kw)
+    assert seen and not any(seen)
+    np.testing.assert_array_equal(folded.V, ref.V)
+    assert folded.objective_trace == ref.objective_trace
+    assert folded.change_trace == ref.change_trace
+    assert folded.kkt_trace == ref.kkt_trace
 
 
 # --------------------------------------------------------------------------------------------
