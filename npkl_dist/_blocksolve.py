@@ -1261,49 +1261,47 @@ def _direction_cg(ucr, UCD, nu, n_own, nfh, indptr, indices, data, diag, V, Vp, 
         x2 = 0.0
         q = np.empty(r)
         d = np.empty(r)
-        vv = np.empty(r)
         sb = _first_at_or_after(ucr, ch * RB)
         su = _first_at_or_after(upd, ch * RB)
         for i in range(ch * RB, min((ch + 1) * RB, n_own)):
             if i < nu:
-                if use_q:
-                    for c in range(r):
-                        d[c] = alpha[c] * np.float64(Z[i, c])
-                        q[c] = alpha[c] * Q[i, c]
-                else:
-                    d[:] = 0.0
-                    q[:] = 0.0
-                if sb < nb and ucr[sb] == i:
-                    for c in range(r):
-                        q[c] += UCD[sb, c]
-                    sb += 1
+                boundary = sb < nb and ucr[sb] == i
                 moved = su < nup and upd[su] == i
                 if moved:
                     su += 1
-                if pend and not moved:
-                    for c in range(r):
-                        vv[c] = np.float64(V[i, c]) + alpha[c] * np.float64(Z[i, c])
-                else:
-                    for c in range(r):
-                        vv[c] = np.float64(V[i, c])
-                if pend:
-                    for c in range(r):
-                        x2 += vv[c] * vv[c]
-            else:
-                dg = np.float64(diag[i])
+                take = pend and not moved  # V here is the start of the PCG's step
+                # one pass over the row, the sums in the order of the general rows' below
                 for c in range(r):
-                    d[c] = np.float64(V[i, c]) - Vp[i - nu, c]
-                    q[c] = dg * d[c]
-                for p in range(indptr[i], indptr[i + 1]):
-                    k = indices[p]
-                    w = np.float64(data[p])
-                    for c in range(r):
-                        q[c] += w * _step_of(k, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh)
-                for c in range(r):
-                    LDC[i - nu, c] = q[c]
-                    vv[c] = np.float64(V[i, c])
+                    dz = alpha[c] * np.float64(Z[i, c]) if use_q else 0.0
+                    qc = alpha[c] * Q[i, c] if use_q else 0.0
+                    if boundary:
+                        qc += UCD[sb, c]
+                    v = np.float64(V[i, c]) + alpha[c] * np.float64(Z[i, c]) if take \
+                        else np.float64(V[i, c])
+                    if pend:
+                        x2 += v * v
+                    a += qc * v
+                    b += qc * dz
+                    sc = np.float64(S[i, c])
+                    lsc = np.float64(LS[i, c])
+                    a2 += lsc * v
+                    b2 += qc * sc
+                    e2 += lsc * sc
+                if boundary:
+                    sb += 1
+                continue
+            dg = np.float64(diag[i])
             for c in range(r):
-                v = vv[c]
+                d[c] = np.float64(V[i, c]) - Vp[i - nu, c]
+                q[c] = dg * d[c]
+            for p in range(indptr[i], indptr[i + 1]):
+                k = indices[p]
+                w = np.float64(data[p])
+                for c in range(r):
+                    q[c] += w * _step_of(k, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh)
+            for c in range(r):
+                LDC[i - nu, c] = q[c]
+                v = np.float64(V[i, c])
                 a += q[c] * v
                 b += q[c] * d[c]
                 sc = np.float64(S[i, c])
