@@ -1142,6 +1142,21 @@ def _subspace_step(V, Vprev, LD, S, LS, s1, s2, part, R, Q, alpha, use_q, dinv, 
             part_g[ch] = g
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _pair_terms(acc, vi, vj, di, dj, si, sj):
+    """One column's terms of a pair's (c0, c1, c2, c11, c22, c12) (see ``_pair_coeffs2``)
+    added to ``acc``."""
+    c0, c1, c2, c11, c22, c12 = acc
+    return (c0 + vi * vj, c1 + (vi * dj + di * vj), c2 + (vi * sj + si * vj),
+            c11 + di * dj, c22 + si * sj, c12 + (di * sj + si * dj))
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _store_pair(out, k, t, acc):
+    for m in range(6):
+        out[k, m] = t * acc[m]
+
+
 @njit(nogil=True, cache=True, parallel=True)
 def _pair_coeffs2(pi, pj, pt, V, Vprev, S, out):
     """t z along V + s1 D + s2 S (D = V - Vprev) is
@@ -1151,32 +1166,13 @@ def _pair_coeffs2(pi, pj, pt, V, Vprev, S, out):
     for k in prange(pi.shape[0]):  # pairs are independent: any thread count, same bits
         i = pi[k]
         j = pj[k]
-        c0 = 0.0
-        c1 = 0.0
-        c2 = 0.0
-        c11 = 0.0
-        c22 = 0.0
-        c12 = 0.0
+        acc = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         for c in range(r):
             vi = np.float64(V[i, c])
             vj = np.float64(V[j, c])
-            di = vi - Vprev[i, c]
-            dj = vj - Vprev[j, c]
-            si = np.float64(S[i, c])
-            sj = np.float64(S[j, c])
-            c0 += vi * vj
-            c1 += vi * dj + di * vj
-            c2 += vi * sj + si * vj
-            c11 += di * dj
-            c22 += si * sj
-            c12 += di * sj + si * dj
-        t = pt[k]
-        out[k, 0] = t * c0
-        out[k, 1] = t * c1
-        out[k, 2] = t * c2
-        out[k, 3] = t * c11
-        out[k, 4] = t * c22
-        out[k, 5] = t * c12
+            acc = _pair_terms(acc, vi, vj, vi - Vprev[i, c], vj - Vprev[j, c],
+                              np.float64(S[i, c]), np.float64(S[j, c]))
+        _store_pair(out, k, pt[k], acc)
 
 
 # -- the outer step's direction from the one-step PCG (``D_FROM_CG``) --------------------------
@@ -1325,32 +1321,13 @@ def _pair_coeffs2_cg(pi, pj, pt, V, Vp, S, Z, alpha, use_q, nu, n_own, nfh, out)
     for k in prange(pi.shape[0]):  # pairs are independent: any thread count, same bits
         i = pi[k]
         j = pj[k]
-        c0 = 0.0
-        c1 = 0.0
-        c2 = 0.0
-        c11 = 0.0
-        c22 = 0.0
-        c12 = 0.0
+        acc = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         for c in range(r):
-            vi = np.float64(V[i, c])
-            vj = np.float64(V[j, c])
-            di = _step_of(i, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh)
-            dj = _step_of(j, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh)
-            si = np.float64(S[i, c])
-            sj = np.float64(S[j, c])
-            c0 += vi * vj
-            c1 += vi * dj + di * vj
-            c2 += vi * sj + si * vj
-            c11 += di * dj
-            c22 += si * sj
-            c12 += di * sj + si * dj
-        t = pt[k]
-        out[k, 0] = t * c0
-        out[k, 1] = t * c1
-        out[k, 2] = t * c2
-        out[k, 3] = t * c11
-        out[k, 4] = t * c22
-        out[k, 5] = t * c12
+            acc = _pair_terms(acc, np.float64(V[i, c]), np.float64(V[j, c]),
+                              _step_of(i, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh),
+                              _step_of(j, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh),
+                              np.float64(S[i, c]), np.float64(S[j, c]))
+        _store_pair(out, k, pt[k], acc)
 
 
 @njit(nogil=True, cache=True, parallel=True)
