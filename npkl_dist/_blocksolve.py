@@ -2371,8 +2371,8 @@ LD_FROM_CG = True
 #: moved them by (up to the rounding of that sum), instead of V - Vprev: the previous V and
 #: L D are then stored for the constrained rows only. At n = 1e6, r = 16 that is two 128 MB
 #: arrays fewer to fault in and three fewer streams through the direction and step passes
-#: (bench/RESULTS.md, "The outer step from the PCG's direction"). False: Vprev and L D on
-#: every row (the reference, for tests).
+#: (bench/RESULTS.md, "Block fits at n = 1e6: fresh pages, one copy of L_UU, and the outer
+#: step from the PCG"). False: Vprev and L D on every row (the reference, for tests).
 D_FROM_CG = True
 
 #: With D_FROM_CG in an in-process fit (one part, no halo), the one-step PCG's X += alpha Z
