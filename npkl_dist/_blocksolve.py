@@ -750,8 +750,10 @@ class AMGPreconditioner:
                 # the additive cycle never smooths on the finest level
                 n_k = 0 if self.additive and k == 0 else lev["diag"].shape[0]
                 n_c = lev["R"].shape[0]
-                self._work_arrays.append((np.empty((n_k, r)), np.empty((n_k, r)),
-                                          np.empty((n_c, r)), np.empty((n_c, r))))
+                # base pages, mapped at once (npkl_dist._memory): level 1 at n = 1e6 holds
+                # four 4.4 MB arrays, fresh memory that huge pages make dear in this VM
+                self._work_arrays.append((populated_empty((n_k, r)), populated_empty((n_k, r)),
+                                          populated_empty((n_c, r)), populated_empty((n_c, r))))
             self._work_r = r
         return self._work_arrays
 
@@ -2582,7 +2584,7 @@ class BlockPart:
                 indptr, indices, data, nu, self.n_own, int(n_free_halo), serial=serial))
         if self.d_from_cg:  # the U rows with C neighbours, and their L_UC D_C
             self.ucr = self._cached("uc rows", lambda: np.flatnonzero(np.diff(self.uc[0])))
-            self.UCD = np.empty((self.ucr.shape[0], V.shape[1]))
+            self.UCD = populated_empty((self.ucr.shape[0], V.shape[1]))  # 16 MB at 1e6
         # the PCG's X += alpha Z folded into the direction and step passes (FOLD_X_UPDATE):
         # in-process only (a halo row's owner would not know which rows others read early)
         self.fold_x = (self.d_from_cg and bool(FOLD_X_UPDATE) and n_loc == self.n_own
