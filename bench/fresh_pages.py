@@ -7,8 +7,8 @@
    reporting): a numpy array of ``--mb`` MB with numpy's huge pages (its default), the same
    without them, and ``npkl_dist._memory.populated_empty`` (base pages, one madvise call);
    each three times in the process (the second and third reuse just-freed memory).
-2. **Kernel speed on base pages**: the block solve's product with L_UU (``_matvec_dot_
-   canonical``, float32 direction in, float64 Q out) and the PCG update, with their arrays
+2. **Kernel speed on base pages**: the block solve's product with L_UU (``_matvec_dot`` over
+   the AMG matrix, float32 direction in, float64 Q out) and the PCG update, with their arrays
    from numpy (huge pages) and from ``populated_empty``, alternating ``--runs`` times.
 3. ``--fits SEQ`` (e.g. ``BSBSB``): block fits to the 1e-4 gap (B) and plain-sweep fits (S)
    in that order in one process, printing each block fit's wall time, set-up and system CPU
@@ -100,8 +100,8 @@ def kernel_speed(runs):
         arrays[kind] = (Z, Q, X)
     passes = {}
     for kind, (Z, Q, X) in arrays.items():
-        passes[f"product, {kind}"] = (lambda Z=Z, Q=Q: B._matvec_dot_canonical(
-            A.indptr, A.indices, A.data, d, Z, Q, part))
+        passes[f"product, {kind}"] = (lambda Z=Z, Q=Q: B._matvec_dot(
+            A.indptr, A.indices, A.data, d, Z, Q, part, True))
         passes[f"update, {kind}"] = (lambda Z=Z, X=X: B._cg_update_x_sums(X, Z, alpha, pa, pb))
     for f in passes.values():
         f()

@@ -168,12 +168,14 @@ def _row_times(i, indptr, indices, data, diag, X, q):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _matvec_dot(indptr, indices, data, diag, P, Q, part):
+def _matvec_dot(indptr, indices, data, diag, P, Q, part, canonical=False):
     """Q = A P (A = diag + off-diagonal CSR); part[ch, c] = sum over chunk rows of P*Q.
 
     Q's rows are computed; P may hold further (halo) rows that A's columns reach. The rows
     of P that the entries ``PREFETCH_AHEAD`` further on read are prefetched
-    (``prefetch_ahead``)."""
+    (``prefetch_ahead``). ``canonical``: the CSR holds the diagonal among its sorted
+    entries (the AMG matrix; :func:`_row_times_canonical`): the same Q and sums, bit for
+    bit, where its rows are the operator's plus the diagonal."""
     n, r = Q.shape
     n_ch = (n + RB - 1) // RB
     nnz = indptr[n]
@@ -182,7 +184,10 @@ def _matvec_dot(indptr, indices, data, diag, P, Q, part):
         q = np.empty(r)
         for i in range(ch * RB, min((ch + 1) * RB, n)):
             prefetch_ahead(indptr, indices, i, P, nnz)
-            _row_times(i, indptr, indices, data, diag, P, q)
+            if canonical:
+                _row_times_canonical(i, indptr, indices, data, diag, P, q)
+            else:
+                _row_times(i, indptr, indices, data, diag, P, q)
             for c in range(r):
                 Q[i, c] = q[c]
                 acc[c] += P[i, c] * q[c]
@@ -225,27 +230,6 @@ def _row_times_canonical(i, indptr, indices, data, diag, X, q):
         for c in range(r):
             q[c] = _madd(w, np.float64(X[k, c]), q[c])
         p += 1
-
-
-@njit(nogil=True, cache=True, parallel=True)
-def _matvec_dot_canonical(indptr, indices, data, diag, P, Q, part):
-    """:func:`_matvec_dot` with A's off-diagonal read from a canonical CSR that holds the
-    diagonal too (:func:`_row_times_canonical`): the same Q and sums, bit for bit, where
-    that CSR's rows are the operator's plus the diagonal."""
-    n, r = Q.shape
-    n_ch = (n + RB - 1) // RB
-    nnz = indptr[n]
-    for ch in prange(n_ch):
-        acc = np.zeros(r)
-        q = np.empty(r)
-        for i in range(ch * RB, min((ch + 1) * RB, n)):
-            prefetch_ahead(indptr, indices, i, P, nnz)
-            _row_times_canonical(i, indptr, indices, data, diag, P, q)
-            for c in range(r):
-                Q[i, c] = q[c]
-                acc[c] += P[i, c] * q[c]
-        for c in range(r):
-            part[ch, c] = acc[c]
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -450,14 +434,13 @@ def _cholesky_solve_block(Lc, Uc, b, x):
 class _Kernels:
     """The parallel kernels of a block solve, or their serial compilations (Dask actors)."""
 
-    NAMES = ("_matvec_dot", "_matvec_dot_canonical", "_pre_smooth", "_post_smooth", "_csr_mm", "_scale_rows",
+    NAMES = ("_matvec_dot", "_pre_smooth", "_post_smooth", "_csr_mm", "_scale_rows",
              "_cg_update", "_cg_update_x_sums", "_dots", "_additive_dots", "_direction",
              "_neg_residual_rows",
              "_copy_delta", "_direction_LD", "_residual_dots",
              "_subspace_step", "_save", "_pair_coeffs2", "_rows_smooth",
-             "_direction_cg", "_pair_coeffs2_cg", "_subspace_step_cg", "_save_c",
+             "_direction_cg", "_pair_coeffs2_cg", "_subspace_step_cg",
              "_uc_products", "_update_rows",
-             "_x_norm_sums",
              "_select_columns", "_diag_gershgorin")  # the last two: set-up
 
     def __init__(self, serial: bool):
@@ -1220,20 +1203,6 @@ def _uc_products(ucr, uc_ptr, uc_idx, uc_data, V, Vp, nu, n_own, nfh, UCD):
                 UCD[s, c] += w * _c_step(k, c, V, Vp, nu, n_own, nfh)
 
 
-@njit(nogil=True, cache=True)
-def _first_at_or_after(ucr, i):
-    """The first s with ucr[s] >= i (ucr sorted)."""
-    lo = 0
-    hi = ucr.shape[0]
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if ucr[mid] < i:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
 @njit(nogil=True, cache=True, parallel=True)
 def _direction_cg(ucr, UCD, nu, n_own, nfh, indptr, indices, data, diag, V, Vp, Z, alpha,
                   use_q, Q, LDC, S, LS, part_a, part_b, part, upd, pend, n2_part):
@@ -1259,8 +1228,8 @@ def _direction_cg(ucr, UCD, nu, n_own, nfh, indptr, indices, data, diag, V, Vp, 
         x2 = 0.0
         q = np.empty(r)
         d = np.empty(r)
-        sb = _first_at_or_after(ucr, ch * RB)
-        su = _first_at_or_after(upd, ch * RB)
+        sb = np.searchsorted(ucr, ch * RB)
+        su = np.searchsorted(upd, ch * RB)
         for i in range(ch * RB, min((ch + 1) * RB, n_own)):
             if i < nu:
                 boundary = sb < nb and ucr[sb] == i
@@ -1274,8 +1243,7 @@ def _direction_cg(ucr, UCD, nu, n_own, nfh, indptr, indices, data, diag, V, Vp, 
                     qc = alpha[c] * Q[i, c] if use_q else 0.0
                     if boundary:
                         qc += UCD[sb, c]
-                    v = np.float64(V[i, c]) + alpha[c] * np.float64(Z[i, c]) if take \
-                        else np.float64(V[i, c])
+                    v = np.float64(V[i, c]) + dz if take else np.float64(V[i, c])
                     if pend:
                         x2 += v * v
                     a += qc * v
@@ -1353,8 +1321,8 @@ def _subspace_step_cg(V, Vp, LDC, S, LS, s1, s2, part, R, Q, alpha, use_q, r_mov
         xr = 0.0
         g = 0.0
         ld = np.empty(r)
-        sb = _first_at_or_after(ucr, ch * RB)
-        su = _first_at_or_after(upd, ch * RB)
+        sb = np.searchsorted(ucr, ch * RB)
+        su = np.searchsorted(upd, ch * RB)
         nup = upd.shape[0]
         for i in range(ch * RB, min((ch + 1) * RB, nu)):
             moved = su < nup and upd[su] == i
@@ -1376,7 +1344,7 @@ def _subspace_step_cg(V, Vp, LDC, S, LS, s1, s2, part, R, Q, alpha, use_q, r_mov
             for c in range(r):
                 dd = qa[c] * np.float64(Z[i, c])
                 sc = S[i, c]
-                v = V[i, c] + alpha[c] * np.float64(Z[i, c]) if take else V[i, c]
+                v = V[i, c] + dd if take else V[i, c]
                 vn = v + s1 * dd + s2 * sc
                 sn = (1.0 + s1) * dd + s2 * sc
                 ls = (1.0 + s1) * ld[c] + s2 * LS[i, c]
@@ -1428,17 +1396,6 @@ def _subspace_step_cg(V, Vp, LDC, S, LS, s1, s2, part, R, Q, alpha, use_q, r_mov
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _save_c(V, Vp, nu, n_own, nfh):
-    """Vp = V on the C rows (own, then halo): the outer iteration's start where D_U comes
-    from the PCG step."""
-    r = V.shape[1]
-    for q in prange(Vp.shape[0]):
-        i = nu + q if nu + q < n_own else q + nu + nfh
-        for c in range(r):
-            Vp[q, c] = V[i, c]
-
-
-@njit(nogil=True, cache=True, parallel=True)
 def _update_rows(rows, X, P, alpha):
     """X[i] += alpha P[i] for i in ``rows`` (the PCG's update, as ``_cg_update_x_sums``
     rounds it, on those rows only)."""
@@ -1447,21 +1404,6 @@ def _update_rows(rows, X, P, alpha):
         i = rows[q]
         for c in range(r):
             X[i, c] = X[i, c] + alpha[c] * P[i, c]
-
-
-@njit(nogil=True, cache=True, parallel=True)
-def _x_norm_sums(X, n2_part, d2_part):
-    """Chunk sums of ||X||^2, and 0 for ||X - X_start||^2: finish_block's sums after a PCG
-    that took no step."""
-    n, r = X.shape
-    n_ch = (n + RB - 1) // RB
-    for ch in prange(n_ch):
-        a = 0.0
-        for i in range(ch * RB, min((ch + 1) * RB, n)):
-            for c in range(r):
-                a += X[i, c] * X[i, c]
-        n2_part[ch] = a
-        d2_part[ch] = 0.0
 
 
 def subspace_search(a, B, C, gamma, loss_code):
@@ -2274,7 +2216,7 @@ def whole_free_blocks(indptr, indices, data, diag, n_free):
 
     Returns (operator, A, uc). Where every U row's entries in U columns are stored sorted
     (as ``permute_split`` leaves L), the operator is None: A serves as the product's
-    operator too (``_matvec_dot_canonical`` skips its diagonal entries; the same sums bit
+    operator too (``_matvec_dot(canonical=True)`` weighs its diagonal entries 0; the same sums bit
     for bit), so the fit holds one copy of L_UU, not two. Else the operator is
     ``free_operator``'s (ptr, idx, val).
 
@@ -2564,12 +2506,10 @@ class BlockPart:
         if self._canonical is not None:
             A = self._canonical
             self.A_ptr, self.A_idx, self.A_data = A.indptr, A.indices, A.data
-            self._matvec_dot = self.K.matvec_dot_canonical
         else:
             self.A_ptr, self.A_idx, self.A_data = self._cached(
                 "operator", lambda: free_operator(indptr, indices, data, nu, self.n_own,
                                                   int(n_free_halo), serial=serial))
-            self._matvec_dot = self.K.matvec_dot
         self.A_diag = np.asarray(diag[:nu], np.float64)
         self.dinv = 1.0 / self.A_diag
         fast = extrapolate and V.dtype == np.float64 and nu > 0
@@ -2724,8 +2664,10 @@ class BlockPart:
         self._finish_parts = None
         self._x_pending = False
         if self.extrapolate and not self._vprev_is_v:
-            if self.d_from_cg:
-                self.K.save_c(self.V, self.Vprev, self.nu, self.n_own, self.nfh)
+            if self.d_from_cg:  # the C rows only: own, then the halo's
+                nc = self.n_own - self.nu
+                self.Vprev[:nc] = self.V[self.nu:self.n_own]
+                self.Vprev[nc:] = self.V[self.n_own + self.nfh:]
             else:
                 self.K.save(self.V, self.Vprev)
         self._vprev_is_v = False  # the step moves V from here on
@@ -2753,8 +2695,8 @@ class BlockPart:
         else:
             self.K.direction(self._P, self.Z, beta)
         part = self._chunks(self.nu, self.R.shape[1])
-        self._matvec_dot(self.A_ptr, self.A_idx, self.A_data, self.A_diag, self._P, self.Q,
-                         part)
+        self.K.matvec_dot(self.A_ptr, self.A_idx, self.A_data, self.A_diag, self._P, self.Q,
+                          part, self._canonical is not None)
         return part
 
     def pcg_update(self, alpha, precondition):
@@ -2797,8 +2739,8 @@ class BlockPart:
             parts, self._finish_parts = self._finish_parts, None
             return parts
         pn, pd = self._chunks(self.nu), self._chunks(self.nu)
-        if self.d_from_cg:  # the PCG took no step: X is its start
-            self.K.x_norm_sums(self.X, pn, pd)
+        if self.d_from_cg:  # the PCG took no step: X is its start (no Vprev on U rows)
+            self.K.copy_delta(self.X, self.X, self.V, False, False, pn, pd)
             return pn, pd
         old = self.Vprev if self.extrapolate else self.Xold
         self.K.copy_delta(self.X, old, self.V, not self._x_is_v, not self.extrapolate, pn, pd)

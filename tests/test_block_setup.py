@@ -131,7 +131,7 @@ def test_product_over_the_amg_matrix_is_the_operators(seed, pdtype):
     (its diagonal entries skipped) gives the operator's Q and sums bit for bit: explicit
     zeros the canonical form dropped, a zero diagonal, rows with no entry left or right of
     the diagonal, rows of more than four entries each side (the four-neighbour passes)."""
-    from npkl_dist._blocksolve import (RB, _matvec_dot, _matvec_dot_canonical,
+    from npkl_dist._blocksolve import (RB, _matvec_dot,
                                        whole_free_blocks)
 
     n, nu = 300, 260
@@ -158,7 +158,7 @@ def test_product_over_the_amg_matrix_is_the_operators(seed, pdtype):
     Q1, Q2 = np.empty((nu, 5)), np.empty((nu, 5))
     s1, s2 = np.empty((n_ch, 5)), np.empty((n_ch, 5))
     _matvec_dot(optr, oidx, oval, d, P, Q1, s1)
-    _matvec_dot_canonical(A.indptr, A.indices, A.data, d, P, Q2, s2)
+    _matvec_dot(A.indptr, A.indices, A.data, d, P, Q2, s2, True)
     assert Q1.tobytes() == Q2.tobytes() and s1.tobytes() == s2.tobytes()
     Ad = free_matrix(optr, oidx, oval, d).toarray()
     np.testing.assert_allclose(Q2, Ad @ P.astype(np.float64), rtol=1e-12, atol=1e-12)
