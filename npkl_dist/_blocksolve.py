@@ -37,7 +37,7 @@ from ._errors import ValidationError
 from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, csr_compact, csr_row_ptr,
                        greedy_colouring, pair_terms, prefetch_ahead, sort_row, sweep_units,
                        sweep_units_serial)
-from ._kkt import kkt_row_terms
+from ._kkt import kkt_row_terms, smooth_kkt_row_terms
 from ._plan import _constraint_lists, permute_split, split_nonzero
 from .executors._inprocess import chunked_sums, ordered_total
 
@@ -451,6 +451,8 @@ class _Kernels:
             setattr(self, name.lstrip("_"),
                     serial_variant(g[name]) if serial else g[name])
         self.kkt_row_terms = serial_variant(kkt_row_terms) if serial else kkt_row_terms
+        self.smooth_kkt_row_terms = (serial_variant(smooth_kkt_row_terms) if serial
+                                     else smooth_kkt_row_terms)
         self.pair_terms = pair_terms_serial if serial else pair_terms
         self.serial = serial
 
@@ -589,8 +591,13 @@ def _free_blocks_into(cache, indptr, indices, data, diag, n_free):
     """:func:`whole_free_blocks`: the operator and the C columns left in ``cache`` (if any)
     under the session's keys ('operator', or ``CANONICAL_OPERATOR_KEY`` where the AMG matrix
     serves as the operator; 'uc'); returns the AMG matrix."""
-    ops, A, uc = whole_free_blocks(indptr, indices, data, diag, n_free)
+    bounds = None
     if cache is not None:
+        nu = int(n_free)
+        bounds = (np.empty(nu), np.empty(nu))
+    ops, A, uc = whole_free_blocks(indptr, indices, data, diag, n_free, bounds)
+    if cache is not None:
+        cache[_FINEST_BOUNDS_KEY] = (A.data, A.indptr) + bounds
         cache["uc"] = uc
         if ops is None:
             cache[CANONICAL_OPERATOR_KEY] = A
@@ -599,9 +606,20 @@ def _free_blocks_into(cache, indptr, indices, data, diag, n_free):
     return A
 
 
+#: A fit cache's key for the AMG matrix's diagonal and Gershgorin ratios from the pass that
+#: formed it (``whole_free_blocks(bounds=...)``): (A.data, A.indptr, diag, ratio), until the
+#: session's preconditioner takes them for its finest level.
+_FINEST_BOUNDS_KEY = "free matrix bounds"
+
 #: A fit cache's key for the AMG matrix of L_UU where it also serves as the U block's
 #: operator (:func:`whole_free_blocks`; the product then skips its diagonal entries).
 CANONICAL_OPERATOR_KEY = "operator (AMG matrix)"
+
+
+def _same_array(a, b) -> bool:
+    """Whether ``a`` and ``b`` are the same memory (one array, or views of all of it)."""
+    return (a.dtype == b.dtype and a.shape == b.shape
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
 
 class AMGPreconditioner:
@@ -622,10 +640,13 @@ class AMGPreconditioner:
 
     def __init__(self, A: sp.csr_matrix, max_coarse: int = AMG_MAX_COARSE,
                  max_levels: int = AMG_MAX_LEVELS, smooth="jacobi", serial: bool = False,
-                 additive: bool = False, hierarchy=None):
+                 additive: bool = False, hierarchy=None, finest_bounds=None):
         """``hierarchy``: A's plain-aggregation hierarchy (``smooth=None``), already built
         with these ``max_coarse`` and ``max_levels`` (:func:`free_hierarchy`, which the
-        'coarse-free' start builds first); used instead of building it again."""
+        'coarse-free' start builds first); used instead of building it again.
+        ``finest_bounds``: (data, indptr, diag, ratio), ``_diag_gershgorin`` of the matrix
+        whose ``data`` and ``indptr`` arrays these are (:func:`whole_free_blocks`); taken
+        for the finest level if that level's matrix holds these very arrays."""
         import time
 
         t0 = time.perf_counter()
@@ -640,6 +661,7 @@ class AMGPreconditioner:
             # same hierarchy quality here at a fraction of the set-up time
             smooth = ("jacobi", {"weighting": "local"})
         opts = dict(max_coarse=max_coarse, smooth=smooth, max_levels=max_levels)
+        self._finest_bounds = finest_bounds
         self._split = None
         if not self._build(A, opts, hierarchy):
             # a degenerate hierarchy: rows of A coupled to the rest by nothing, or by weights
@@ -659,6 +681,7 @@ class AMGPreconditioner:
                 raise ValueError(
                     "precond: the AMG hierarchy of the unconstrained block is degenerate (a "
                     "coarse level with a zero diagonal); fit with precond='jacobi'")
+        self._finest_bounds = None  # held by the finest level where taken
         self.setup_seconds = time.perf_counter() - t0
 
     def _build(self, A, opts, hierarchy=None) -> bool:
@@ -697,8 +720,13 @@ class AMGPreconditioner:
             A = sp.csr_matrix(lev.A)
             # the diagonal and the Gershgorin bound on rho(D^-1 A) in one pass: cheap, and a
             # smaller weight keeps the smoother convergent and the cycle SPD
-            d, ratio = np.empty(A.shape[0]), np.empty(A.shape[0])
-            self.K.diag_gershgorin(A.indptr, A.indices, A.data, d, ratio)
+            given = self._finest_bounds if k == 0 else None
+            if given is not None and _same_array(A.data, given[0]) and _same_array(
+                    A.indptr, given[1]):
+                d, ratio = given[2], given[3]  # from the pass that wrote A
+            else:
+                d, ratio = np.empty(A.shape[0]), np.empty(A.shape[0])
+                self.K.diag_gershgorin(A.indptr, A.indices, A.data, d, ratio)
             if np.any(d <= 0):
                 return False
             level = {"diag": d, "w": (4.0 / (3.0 * ratio.max())) / d,
@@ -2203,12 +2231,31 @@ def free_matrix(A_ptr, A_idx, A_data, diag, serial=False):
 
 
 def _u_columns_of_c_rows(indptr, indices, nu, n_own):
-    """The U rows (columns < nu) that the own C rows' entries reach, sorted, unique."""
-    cols = np.asarray(indices[indptr[nu]:indptr[n_own]])
-    return np.unique(cols[cols < nu]).astype(np.int64)
+    """The U rows (columns < nu) that the own C rows' entries reach, sorted, unique (marked
+    in a compiled pass: np.unique's hashing took 0.05 s of the set-up at n = 1e6)."""
+    return _marked_columns(indptr, indices, nu, n_own)
 
 
-def whole_free_blocks(indptr, indices, data, diag, n_free):
+@njit(nogil=True, cache=True)
+def _marked_columns(indptr, indices, nu, n_own):
+    """The distinct columns < nu of rows [nu, n_own), ascending (int64)."""
+    seen = np.zeros(max(nu, 0), np.bool_)
+    count = 0
+    for p in range(indptr[nu], indptr[n_own]):
+        k = indices[p]
+        if k < nu and not seen[k]:
+            seen[k] = True
+            count += 1
+    out = np.empty(count, np.int64)
+    q = 0
+    for k in range(nu):
+        if seen[k]:
+            out[q] = k
+            q += 1
+    return out
+
+
+def whole_free_blocks(indptr, indices, data, diag, n_free, bounds=None):
     """The U block of an in-process block fit's one part (every row, no halo) from one pass
     over the U rows instead of three selections (at n = 1e6 the three took 0.33 s of a
     2.3 s set-up): the AMG matrix (``free_matrix`` over ``free_operator``) and the C columns
@@ -2222,7 +2269,11 @@ def whole_free_blocks(indptr, indices, data, diag, n_free):
 
     A's index arrays are int32 where its entries fit (scipy's own choice, so the CSR takes
     them without a copy; at n = 1e6 the int64 arrays and scipy's int32 copies of them cost
-    0.1-0.2 s of fresh pages)."""
+    0.1-0.2 s of fresh pages).
+
+    ``bounds``: None, or two (n_free,) float64 arrays filled with ``_diag_gershgorin``'s
+    diagonal and ratio of A, bitwise, from the rows as they are written (the preconditioner's
+    finest level then skips that pass over A: 0.03-0.04 s at n = 1e6)."""
     nu = int(n_free)
     d = np.asarray(diag[:nu], np.float64)
     cf = np.empty(nu, np.int64)
@@ -2238,7 +2289,11 @@ def whole_free_blocks(indptr, indices, data, diag, n_free):
     # fault in here: npkl_dist._memory)
     fidx, fval = populated_empty(nnz, idx_dtype), populated_empty(nnz, np.float64)
     uidx, uval = np.empty(uptr[nu], np.int64), np.empty(uptr[nu], np.float64)
-    _free_block_fill(indptr, indices, data, nu, d, fptr, fidx, fval, uptr, uidx, uval)
+    gd, gr = bounds if bounds is not None else (np.empty(0), np.empty(0))
+    if bounds is not None and not (gd.shape == gr.shape == (nu,)):
+        raise ValueError(f"bounds: two arrays of shape ({nu},), got {gd.shape}, {gr.shape}")
+    _free_block_fill(indptr, indices, data, nu, d, fptr, fidx, fval, uptr, uidx, uval, gd,
+                     gr)
     A = sp.csr_matrix((fval, fidx, fptr), shape=(nu, nu))
     A.has_sorted_indices = True
     A.has_canonical_format = True
@@ -2272,11 +2327,14 @@ def _free_block_counts(indptr, indices, data, nu, diag, cf, cu, unsorted):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _free_block_fill(indptr, indices, data, nu, diag, fptr, fidx, fval, uptr, uidx, uval):
+def _free_block_fill(indptr, indices, data, nu, diag, fptr, fidx, fval, uptr, uidx, uval,
+                     gdiag, gratio):
     """The rows counted by :func:`_free_block_counts`: U-column entries without exact zeros
     plus the diagonal (where nonzero), sorted by column (the AMG matrix, as
     ``_select_columns``' canonical pass over the operator leaves it); C-column entries in
-    their order (uc). Each row written by one thread."""
+    their order (uc). Each row written by one thread. Where ``gdiag`` is not empty,
+    ``_diag_gershgorin`` of each row as written into ``gdiag, gratio``."""
+    bounds = gdiag.shape[0] > 0
     for i in prange(nu):
         qf, qu = fptr[i], uptr[i]
         for p in range(indptr[i], indptr[i + 1]):
@@ -2293,6 +2351,17 @@ def _free_block_fill(indptr, indices, data, nu, diag, fptr, fidx, fval, uptr, ui
             fidx[qf], fval[qf] = i, diag[i]
             qf += 1
         sort_row(fidx, fval, fptr[i], qf)  # sorted but the diagonal, as a rule
+        if bounds:  # _diag_gershgorin's two loops over the row just written
+            dd = 0.0
+            for p in range(fptr[i], qf):
+                if fidx[p] == i:
+                    dd = fval[p]
+            sg = abs(dd)
+            for p in range(fptr[i], qf):
+                if fidx[p] != i:
+                    sg += abs(fval[p])
+            gdiag[i] = dd
+            gratio[i] = sg / dd if dd > 0.0 else 0.0
 
 
 def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo, serial=False):
@@ -2415,7 +2484,7 @@ class Prefault:
     def _run(self):
         try:
             for name, (shape, dtype) in self.specs.items():
-                self._arrays[name] = populated_empty(shape, dtype)
+                self._arrays[name] = populated_empty(shape, dtype, zeros=True)
                 self._ready[name].set()
         finally:  # nobody waits forever for an array the thread did not make
             for ev in self._ready.values():
@@ -2423,7 +2492,8 @@ class Prefault:
 
     def take(self, name, shape, dtype):
         """The array held as ``name`` if it has this shape and dtype (then no longer held),
-        else None. Waits for that array (the arrays are made in the specs' order)."""
+        else None. Waits for that array (the arrays are made in the specs' order). Its
+        contents are zeros (``populated_empty(..., zeros=True)``)."""
         self._wait(name)
         a = self._arrays.get(name)
         if a is None or a.shape != tuple(shape) or a.dtype != np.dtype(dtype):
@@ -2595,15 +2665,17 @@ class BlockPart:
         a = None if self._cache is None else self._cache.get(key)
         if a is not None and (a.shape != shape or a.dtype != dtype):
             a = None
+        fresh = False  # the prefault's: zeros already (fresh mappings)
         if a is None and self._prefault is not None:
             a = self._prefault.take(name, shape, dtype)
+            fresh = a is not None
         if a is None:
             if self._cache is None:
                 return np.zeros(shape, dtype) if zero else np.empty(shape, dtype)
             a = np.empty(shape, dtype)
         if self._cache is not None:
             self._cache[key] = a
-        if zero:
+        if zero and not fresh:  # (S and LS at n = 1e6: 12 ms of the set-up's, saved)
             a.fill(0)
         return a
 
@@ -2633,17 +2705,21 @@ class BlockPart:
         h = self._cache.pop(HIERARCHY_KEY, None) if self._cache is not None else None
         # the AMG matrix whole_free_blocks formed with the operator (dropped if not used)
         A = self._cache.pop(_AMG_MATRIX_KEY, None) if self._cache is not None else None
+        # its diagonal and Gershgorin ratios, if the pass that formed it took them
+        fb = self._cache.pop(_FINEST_BOUNDS_KEY, None) if self._cache is not None else None
         if (h is not None and precond in ("amg-additive", "amg-plain") and nu > 0
                 and self.base == 0 and h.levels[0].A.shape[0] == nu):
             return AMGPreconditioner(h.levels[0].A, serial=serial, smooth=None,
-                                     additive=precond == "amg-additive", hierarchy=h)
+                                     additive=precond == "amg-additive", hierarchy=h,
+                                     finest_bounds=fb)
         if precond.startswith("amg") and nu > 0:
             if A is None:
                 A = self._canonical if self._canonical is not None else free_matrix(
                     self.A_ptr, self.A_idx, self.A_data, self.A_diag, serial=serial)
             return AMGPreconditioner(A, serial=serial,
                                      smooth="jacobi" if precond == "amg" else None,
-                                     additive=precond == "amg-additive")
+                                     additive=precond == "amg-additive",
+                                     finest_bounds=fb)
         return JacobiPreconditioner(self.A_diag, serial=serial)
 
     def _chunks(self, n, width=None):
@@ -2853,15 +2929,16 @@ class BlockPart:
         V = self.V
         c = np.arange(self.nu, self.n_own, dtype=np.int64)
         sm = np.empty(c.shape[0])
-        self.K.rows_smooth(c, self.indptr, self.indices, self.data, self.diag, V, sm)
+        g = np.zeros(c.shape[0])
+        if with_kkt:  # both from one read of the C rows' neighbours
+            self.K.smooth_kkt_row_terms(c, self.indptr, self.indices, self.data, self.diag,
+                                        self.cptr, self.cidx, self.csgn, V, self.loss_code,
+                                        self.gamma, self.bound, self.pmax, sm, g)
+        else:
+            self.K.rows_smooth(c, self.indptr, self.indices, self.data, self.diag, V, sm)
         pairs = np.empty(self.pair_own.shape[0])
         self.K.pair_terms(self.pair_own, self.pair_other, self.pair_t, V, self.loss_code,
                           pairs)
-        g = np.zeros(c.shape[0])
-        if with_kkt:
-            self.K.kkt_row_terms(c, self.indptr, self.indices, self.data, self.diag,
-                                 self.cptr, self.cidx, self.csgn, V, self.loss_code,
-                                 self.gamma, self.bound, self.pmax, g)
         if not with_kkt:
             vn = []
         elif self._vn is not None:

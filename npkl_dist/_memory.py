@@ -12,8 +12,9 @@ with L_UU ran no slower on it (54 against 59 ms), its streaming passes the same
 from the PCG"; ``bench/fresh_pages.py``).
 
 :func:`populated_empty` gives such an array: an anonymous mapping, no huge pages, its pages
-mapped up front (where the kernel cannot populate, they are touched one by one). Its
-contents are zeros, but callers treat it as ``np.empty``'s.
+mapped up front (where the kernel cannot populate, they are touched one by one). Read it as
+``np.empty``'s, or with ``zeros=True`` as ``np.zeros``' (a fresh mapping is zeros already:
+only the small arrays numpy makes are then zeroed).
 """
 
 from __future__ import annotations
@@ -53,16 +54,16 @@ def touch_pages(b, step):
         b[p] = 0
 
 
-def populated_empty(shape, dtype=np.float64) -> np.ndarray:
+def populated_empty(shape, dtype=np.float64, zeros: bool = False) -> np.ndarray:
     """An array of ``shape`` and ``dtype`` with every page mapped: on base pages in one
     ``madvise`` call where the system allows (Linux), else numpy's, touched page by page.
-    Read it as uninitialised (``np.empty``)."""
+    Read it as uninitialised (``np.empty``), or with ``zeros`` as all zeros."""
     shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
     dtype = np.dtype(dtype)
     count = int(np.prod(shape, dtype=np.int64))
     nbytes = count * dtype.itemsize
     if nbytes < MIN_BYTES or not sys.platform.startswith("linux"):
-        a = np.empty(shape, dtype)
+        a = np.zeros(shape, dtype) if zeros else np.empty(shape, dtype)
         if nbytes:
             touch_pages(a.reshape(-1).view(np.uint8), PAGE)
         return a

@@ -122,6 +122,17 @@ def test_whole_free_blocks_equal_the_three_selections(seed, dtype, sort_rows):
     for g, r in ((A.indptr, ref.indptr), (A.indices, ref.indices), (A.data, ref.data)):
         assert np.array_equal(g, r)
     assert A[3, 3] == 0 and 3 not in A.indices[A.indptr[3]:A.indptr[4]]
+    # the diagonal and Gershgorin ratios from the same pass: _diag_gershgorin's, bitwise
+    from npkl_dist._blocksolve import _diag_gershgorin
+
+    bounds = (np.full(nu, np.nan), np.full(nu, np.nan))
+    _, A2, _ = whole_free_blocks(ip, ix, da, diag, nu, bounds)
+    d, ratio = np.empty(nu), np.empty(nu)
+    _diag_gershgorin(A2.indptr, A2.indices, A2.data, d, ratio)
+    assert d.tobytes() == bounds[0].tobytes() and ratio.tobytes() == bounds[1].tobytes()
+    assert bounds[0][3] == 0 and bounds[1][3] == 0 and np.all(bounds[1][d > 0] >= 1)
+    with pytest.raises(ValueError, match="bounds"):
+        whole_free_blocks(ip, ix, da, diag, nu, (np.empty(nu), np.empty(nu - 1)))
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -184,14 +195,16 @@ def test_fit_through_the_one_pass_equals_the_three_selections(monkeypatch, start
     one_pass = _blocksolve.whole_free_blocks
 
     def counted(*a):
-        calls.append(1)
+        calls.append(a[5:])  # the bounds (diagonal, Gershgorin ratio) it was asked for
         return one_pass(*a)
 
-    def three(indptr, indices, data, diag, nu):
+    def three(indptr, indices, data, diag, nu, bounds=None):
         n = diag.shape[0]
         ops = free_operator(indptr, indices, data, nu, n, 0)
-        return (ops, free_matrix(*ops, np.asarray(diag[:nu], np.float64)),
-                constrained_columns(indptr, indices, data, nu, n, 0))
+        A = free_matrix(*ops, np.asarray(diag[:nu], np.float64))
+        if bounds is not None:  # the preconditioner's own pass over the matrix
+            _blocksolve._diag_gershgorin(A.indptr, A.indices, A.data, *bounds)
+        return ops, A, constrained_columns(indptr, indices, data, nu, n, 0)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -201,6 +214,11 @@ def test_fit_through_the_one_pass_equals_the_three_selections(monkeypatch, start
         setup = fit_setup(p, method="block", executor=ex)
         via_setup = fit_bcd(p, setup=setup, **kw)
         assert _blocksolve._AMG_MATRIX_KEY not in setup.cache
+        assert _blocksolve._FINEST_BOUNDS_KEY not in setup.cache
+        if precond != "jacobi":  # the finest level took the one pass's diagonal
+            (bounds,) = calls[-1]
+            M = setup.cache[("precond", precond, False)]
+            assert M.levels[0]["diag"] is bounds[0]
         monkeypatch.setattr(_blocksolve, "whole_free_blocks", three)
         want = fit_bcd(p, **kw)
     assert np.array_equal(got.V, want.V) and np.array_equal(via_setup.V, want.V)

@@ -783,6 +783,65 @@ def test_kkt_smooth_losses_match_dense_gradient(loss, global_random_seed):
     assert _kkt_of(problem, V) == pytest.approx(ref, rel=1e-10)
 
 
+@pytest.mark.parametrize("nu", [0, 1, 37, 80, 120])
+def test_u_columns_of_c_rows_are_np_unique_of_them(nu, global_random_seed):
+    """The U columns (< nu) of rows [nu, n_own): the compiled marking gives np.unique's
+    sorted distinct columns, int64, for empty and full U blocks and duplicates."""
+    from npkl_dist._blocksolve import _u_columns_of_c_rows
+
+    rng = np.random.default_rng(global_random_seed)
+    A = sp.random(120, 120, density=0.05, format="csr", random_state=rng)
+    A = (A + A.T + sp.eye(120)).tocsr()
+    for idx_dtype in (np.int32, np.int64):
+        indptr, indices = A.indptr.astype(np.int64), A.indices.astype(idx_dtype)
+        for n_own in (nu, 100 if nu <= 100 else 120, 120):
+            cols = indices[indptr[nu]:indptr[n_own]]
+            ref = np.unique(cols[cols < nu]).astype(np.int64)
+            got = _u_columns_of_c_rows(indptr, indices, nu, n_own)
+            assert got.dtype == np.int64
+            np.testing.assert_array_equal(got, ref)
+    assert _u_columns_of_c_rows(A.indptr.astype(np.int64), A.indices, 80, 120).size > 0
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("loss", ["hinge", "squared_hinge", "square", "linear"])
+def test_fused_smooth_and_kkt_rows_equal_the_two_passes_bitwise(loss, dtype,
+                                                                global_random_seed):
+    """The block objective's one pass over the C rows (v_i'(LV)_i and the KKT term) gives
+    the bits of the two passes it replaced, on every row length and loss, with a hinge pair
+    on its kink (the box QP's path) and linear-loss rows on the ball."""
+    from npkl_dist._blocksolve import _rows_smooth
+    from npkl_dist._kkt import kkt_row_terms, smooth_kkt_row_terms
+
+    problem = blob_problem(global_random_seed, loss, n=60, rank=5, dtype=dtype, k=7)
+    plan = make_plan(problem)
+    prep = prepare(problem, plan)
+    rng = np.random.default_rng(global_random_seed)
+    V = random_V(rng, 60, 5)
+    c = problem.constraints
+    i, j, t = c.i[0], c.j[0], c.t[0]
+    V[i] *= 1.0 / (t * V[i] @ V[j])  # pair 0 on the hinge's kink
+    if loss == "linear":
+        V /= np.maximum(np.linalg.norm(V, axis=1), 1.0)[:, None]
+    V = np.ascontiguousarray(V[plan.order], dtype=dtype)
+    lengths = np.diff(prep.indptr)
+    assert len(set(lengths % 4)) > 1  # the unrolled body and its tails
+    rows = np.arange(60, dtype=np.int64)
+    args = (prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx, prep.csgn,
+            V, prep.loss_code, prep.gamma, prep.bound, prep.pmax)
+    sm_ref, g_ref = np.empty(60), np.empty(60)
+    _rows_smooth(rows, prep.indptr, prep.indices, prep.data, prep.diag, V, sm_ref)
+    kkt_row_terms(rows, *args, g_ref)
+    sm, g = np.full(60, np.nan), np.full(60, np.nan)
+    smooth_kkt_row_terms(rows, *args, sm, g)
+    np.testing.assert_array_equal(sm, sm_ref)
+    np.testing.assert_array_equal(g, g_ref)
+    assert np.all(g > 0)  # a random V: every row has a gradient
+    Lp = problem.L.tocsr()[plan.order][:, plan.order]
+    np.testing.assert_allclose(sm, np.einsum("ir,ir->i", V, Lp @ V.astype(np.float64)),
+                               rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-6)
+
+
 def test_kkt_linear_loss_removes_outward_normal_on_the_ball(global_random_seed):
     problem = blob_problem(global_random_seed, "linear", n=40, rank=3)
     rng = np.random.default_rng(global_random_seed)

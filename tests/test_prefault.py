@@ -195,10 +195,10 @@ def test_prefault_take_waits_for_its_own_array_only(monkeypatch):
     gate = threading.Event()
     make = _blocksolve.populated_empty
 
-    def slow_make(shape, dtype):
+    def slow_make(shape, dtype, **kw):
         if tuple(shape) == (6,):  # the second array ("B") waits for the gate
             assert gate.wait(10)
-        return make(shape, dtype)
+        return make(shape, dtype, **kw)
 
     monkeypatch.setattr(_blocksolve, "populated_empty", slow_make)
     pf = Prefault({"A": ((2, 2), np.float64), "B": ((6,), np.float64), "C": ((3,), np.int64)})
@@ -273,6 +273,26 @@ def test_populated_empty_maps_every_page_on_base_pages(monkeypatch, dtype, popul
     assert small.shape == (10, 3) and isinstance(small.base, (type(None), np.ndarray))
 
 
+@pytest.mark.parametrize("populate", [True, False])
+@pytest.mark.parametrize("shape", [(10, 3), ((3 << 20) // 8, 4)])
+def test_populated_zeros_are_zeros_where_the_heap_held_garbage(monkeypatch, populate, shape):
+    """``zeros=True`` (the prefault's arrays, which the session takes as zeros without a
+    fill): all zeros, small (numpy's) or large (a fresh mapping, populated or touched), right
+    after arrays of garbage were freed."""
+    from npkl_dist import _memory
+
+    if not populate:
+        real = _memory._madvise
+        monkeypatch.setattr(_memory, "_madvise", lambda a, n, adv: (
+            False if adv == _memory.MADV_POPULATE_WRITE else real(a, n, adv)))
+    for _ in range(3):
+        junk = np.empty(shape)
+        junk[...] = np.nan
+        del junk
+        a = _memory.populated_empty(shape, np.float64, zeros=True)
+        assert a.shape == shape and not np.any(a)
+
+
 def test_prefault_arrays_are_populated_base_page_arrays(prefaults):
     """The prefault's arrays come from populated_empty (their own mappings)."""
     import mmap
@@ -283,5 +303,7 @@ def test_prefault_arrays_are_populated_base_page_arrays(prefaults):
     while isinstance(owner, np.ndarray):
         owner = owner.base
     assert isinstance(owner, memoryview) and isinstance(owner.obj, mmap.mmap)
-    assert pf.take("B", (5,), np.float32).shape == (5,)
+    assert not np.any(a)  # zeros: the session skips their fill
+    b = pf.take("B", (5,), np.float32)
+    assert b.shape == (5,) and not np.any(b)
     pf.close()
