@@ -390,6 +390,55 @@ def test_additive_amg_cycle_is_jacobi_plus_the_coarse_correction():
     np.testing.assert_allclose(out, want, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("serial", [False, True])
+@pytest.mark.parametrize("parts", [1, 2, 3, 5])
+@pytest.mark.parametrize("additive", [True, False])
+def test_scatter_restriction_is_the_product_with_r_bitwise(monkeypatch, additive, parts,
+                                                           serial):
+    """Levels restricted by the scatter plan (the coarse rows cut into one range per thread,
+    each range's fine rows added in ascending order) give the product with R = P' bit for
+    bit, for any number of ranges, serially (Dask's block actors), and the whole cycle with
+    them is the cycle with the products bit for bit."""
+    import numba
+
+    from npkl_dist import _blocksolve
+
+    monkeypatch.setattr(numba, "get_num_threads", lambda: parts)  # ranges in the plan
+
+    A = (grid_laplacian(40) + sp.identity(1600) * 1e-3).tocsr()
+    A = A[np.random.default_rng(0).permutation(1600)][:, np.random.default_rng(0).permutation(
+        1600)].tocsr()  # aggregates scattered over the rows, as RCM leaves them at scale
+    A.sort_indices()
+    rng = np.random.default_rng(4)
+    B = rng.standard_normal((1600, 5))
+    outs = {}
+    for min_rows in (1 << 62, 100):
+        monkeypatch.setattr(_blocksolve, "RESTRICT_SCATTER_MIN_ROWS", min_rows)
+        M = AMGPreconditioner(A, smooth=None, max_coarse=20, additive=additive,
+                              serial=serial)
+        plans = [lev.get("scatter") for lev in M.levels]
+        if min_rows == 100:
+            assert plans[0] is not None and len(plans[0][1]) - 1 == (
+                1 if serial else parts)
+            for lev in M.levels:  # each planned level: R's sums, bitwise
+                if lev.get("scatter") is None:
+                    continue
+                n_f = lev["P"].shape[0]
+                b = rng.standard_normal((n_f, 5))
+                want, got = np.empty((lev["R"].shape[0], 5)), np.full(
+                    (lev["R"].shape[0], 5), np.nan)
+                _blocksolve._csr_mm(lev["R"].indptr, lev["R"].indices, lev["R"].data,
+                                    b, want, False)
+                M._restrict(lev, b, got)
+                assert got.tobytes() == want.tobytes()
+        else:
+            assert all(pl is None for pl in plans)
+        out = np.full_like(B, np.nan)
+        M.apply_to(B, out)
+        outs[min_rows] = out
+    assert outs[100].tobytes() == outs[1 << 62].tobytes()
+
+
 # --------------------------------------------------------------------------------------------
 # the fit
 # --------------------------------------------------------------------------------------------
