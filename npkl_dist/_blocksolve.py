@@ -292,19 +292,52 @@ def _restriction_plan(P, serial: bool):
     Each coarse row is summed by one thread over its fine rows in ascending order, which is
     R's order, so the sums are bitwise the product's."""
     n = P.shape[0]
-    counts = np.diff(P.indptr)
-    if n < RESTRICT_SCATTER_MIN_ROWS or (counts.size and counts.max() > 1):
+    if n < RESTRICT_SCATTER_MIN_ROWS or _max_row_length(P.indptr) > 1:
         return None
     n_parts = 1 if serial else max(1, numba.get_num_threads())
     nc = P.shape[1]
     bounds = (np.arange(n_parts + 1, dtype=np.int64) * nc) // n_parts
-    has = np.flatnonzero(counts)
-    part = np.searchsorted(bounds, P.indices[P.indptr[has]], side="right") - 1
-    order = np.argsort(part, kind="stable")  # per part, the fine rows ascending
-    rows = has[order].astype(np.int32 if n < np.iinfo(np.int32).max else np.int64)
     ptr = np.zeros(n_parts + 1, np.int64)
-    np.cumsum(np.bincount(part, minlength=n_parts), out=ptr[1:])
+    rows = np.empty(int(P.indptr[-1]), np.int32 if n < np.iinfo(np.int32).max else np.int64)
+    _fill_restriction_plan(P.indptr, P.indices, nc, n_parts, ptr, rows)
     return bounds, ptr, rows
+
+
+@njit(nogil=True, cache=True)
+def _max_row_length(indptr):
+    m = 0
+    for i in range(indptr.shape[0] - 1):
+        m = max(m, indptr[i + 1] - indptr[i])
+    return m
+
+
+@njit(nogil=True, cache=True)
+def _fill_restriction_plan(p_ptr, p_idx, nc, n_parts, ptr, rows):
+    """ptr[k + 1] - ptr[k] = the fine rows whose entry is in part k's coarse rows
+    [k nc // n_parts, (k + 1) nc // n_parts), listed ascending in rows[ptr[k]:ptr[k + 1]]."""
+    n = p_ptr.shape[0] - 1
+    for i in range(n):
+        if p_ptr[i + 1] > p_ptr[i]:
+            ptr[_part_of(p_idx[p_ptr[i]], nc, n_parts) + 1] += 1
+    for k in range(n_parts):
+        ptr[k + 1] += ptr[k]
+    at = ptr[:-1].copy()
+    for i in range(n):
+        if p_ptr[i + 1] > p_ptr[i]:
+            k = _part_of(p_idx[p_ptr[i]], nc, n_parts)
+            rows[at[k]] = i
+            at[k] += 1
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _part_of(a, nc, n_parts):
+    """The part k with k nc // n_parts <= a < (k + 1) nc // n_parts."""
+    k = (a * n_parts) // nc
+    while k > 0 and (k * nc) // n_parts > a:
+        k -= 1
+    while k + 1 < n_parts and ((k + 1) * nc) // n_parts <= a:
+        k += 1
+    return k
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -781,8 +814,10 @@ class AMGPreconditioner:
             if np.any(d <= 0):
                 return False
             level = {"diag": d, "w": (4.0 / (3.0 * ratio.max())) / d,
-                     "P": _int64_csr(lev.P), "R": _int64_csr(lev.P.T)}
+                     "P": _int64_csr(lev.P)}
             level["scatter"] = _restriction_plan(level["P"], self.K.serial)
+            if level["scatter"] is None:  # restricted by the product with R = P'
+                level["R"] = _int64_csr(lev.P.T)
             if not (self.additive and k == 0):  # the additive finest level never smooths
                 # the off-diagonal part (sorted rows, no explicit zeros) its smoothing reads
                 (ptr, idx, val), _ = split_nonzero(A, serial=self.K.serial)
@@ -791,9 +826,9 @@ class AMGPreconditioner:
         coarse = ml.levels[-1].A.toarray()
         # lower Cholesky factor; solved by a compiled substitution, not LAPACK: a threaded
         # BLAS on a busy machine (or from Dask actor threads) made it 30x slower
-        from threadpoolctl import threadpool_limits  # a scikit-learn dependency
+        from ._simplenpkl import _OneBlasThread  # the process's one threadpoolctl scan
 
-        with threadpool_limits(limits=1, user_api="blas"):  # tiny: threads only contend
+        with _OneBlasThread():  # tiny: threads only contend
             Lc = np.tril(cho_factor(coarse, lower=True)[0])
         self.coarse = (np.ascontiguousarray(Lc), np.ascontiguousarray(Lc.T))
         self.operator_complexity = float(ml.operator_complexity())
@@ -812,7 +847,7 @@ class AMGPreconditioner:
             for k, lev in enumerate(self.levels):
                 # the additive cycle never smooths on the finest level
                 n_k = 0 if self.additive and k == 0 else lev["diag"].shape[0]
-                n_c = lev["R"].shape[0]
+                n_c = lev["P"].shape[1]
                 # base pages, mapped at once (npkl_dist._memory): level 1 at n = 1e6 holds
                 # four 4.4 MB arrays, fresh memory that huge pages make dear in this VM
                 self._work_arrays.append((populated_empty((n_k, r)), populated_empty((n_k, r)),

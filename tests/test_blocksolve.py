@@ -338,7 +338,7 @@ def test_last_cg_step_sums_equal_the_separate_passes(global_random_seed):
 def _additive_reference(M, b):
     """The additive cycle written out: W b + P M_1 P' b, M_1 the V-cycle from level 1."""
     lev = M.levels[0]
-    R = sp.csr_matrix((lev["R"].data, lev["R"].indices, lev["R"].indptr), shape=lev["R"].shape)
+    R = sp.csr_matrix(lev["P"]).T.tocsr()
     P = sp.csr_matrix((lev["P"].data, lev["P"].indices, lev["P"].indptr), shape=lev["P"].shape)
     return lev["w"][:, None] * b + P @ _vcycle_reference(M, 1, R @ b)
 
@@ -353,7 +353,7 @@ def _vcycle_reference(M, k, b):
     n = lev["diag"].shape[0]
     off = sp.csr_matrix((lev["data"], lev["indices"], lev["indptr"]), shape=(n, n))
     A = off + sp.diags(lev["diag"])
-    R = sp.csr_matrix((lev["R"].data, lev["R"].indices, lev["R"].indptr), shape=lev["R"].shape)
+    R = sp.csr_matrix(lev["P"]).T.tocsr()
     P = sp.csr_matrix((lev["P"].data, lev["P"].indices, lev["P"].indptr), shape=lev["P"].shape)
     w = lev["w"][:, None]
     x = w * b
@@ -381,7 +381,7 @@ def test_additive_amg_cycle_is_jacobi_plus_the_coarse_correction():
     M = AMGPreconditioner(A, smooth=None, max_coarse=20, additive=True)
     assert len(M.levels) >= 3
     lev = M.levels[0]
-    R = sp.csr_matrix((lev["R"].data, lev["R"].indices, lev["R"].indptr), shape=lev["R"].shape)
+    R = sp.csr_matrix(lev["P"]).T.tocsr()
     P = sp.csr_matrix((lev["P"].data, lev["P"].indices, lev["P"].indptr), shape=lev["P"].shape)
     B = np.random.default_rng(3).standard_normal((900, 3))
     out = np.full_like(B, np.nan)
@@ -422,13 +422,22 @@ def test_scatter_restriction_is_the_product_with_r_bitwise(monkeypatch, additive
                 1 if serial else parts)
             for lev in M.levels:  # each planned level: R's sums, bitwise
                 if lev.get("scatter") is None:
+                    assert "R" in lev
                     continue
-                n_f = lev["P"].shape[0]
-                b = rng.standard_normal((n_f, 5))
-                want, got = np.empty((lev["R"].shape[0], 5)), np.full(
-                    (lev["R"].shape[0], 5), np.nan)
-                _blocksolve._csr_mm(lev["R"].indptr, lev["R"].indices, lev["R"].data,
-                                    b, want, False)
+                assert "R" not in lev  # not formed where the plan restricts
+                Pl = lev["P"]
+                bounds, ptr, rows = lev["scatter"]
+                agg = Pl.indices[Pl.indptr[rows]]
+                for k in range(len(ptr) - 1):  # part k: its coarse range's rows, ascending
+                    mine, a = rows[ptr[k]:ptr[k + 1]], agg[ptr[k]:ptr[k + 1]]
+                    assert np.all(np.diff(mine) > 0)
+                    assert np.all((bounds[k] <= a) & (a < bounds[k + 1]))
+                assert np.array_equal(np.sort(rows), np.flatnonzero(np.diff(Pl.indptr)))
+                assert bounds[0] == 0 and bounds[-1] == Pl.shape[1]
+                R = _blocksolve._int64_csr(Pl.T)
+                b = rng.standard_normal((Pl.shape[0], 5))
+                want, got = np.empty((R.shape[0], 5)), np.full((R.shape[0], 5), np.nan)
+                _blocksolve._csr_mm(R.indptr, R.indices, R.data, b, want, False)
                 M._restrict(lev, b, got)
                 assert got.tobytes() == want.tobytes()
         else:
