@@ -37,7 +37,7 @@ from ._errors import ValidationError
 from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, csr_compact, csr_row_ptr,
                        greedy_colouring, pair_terms, prefetch_ahead, sort_row, sweep_units,
                        sweep_units_serial)
-from ._kkt import kkt_row_terms, smooth_kkt_row_terms
+from ._kkt import kkt_row_terms, lv_kkt_row_terms, rows_lv, smooth_kkt_row_terms
 from ._plan import _constraint_lists, permute_split, split_nonzero
 from .executors._inprocess import chunked_sums, ordered_total
 
@@ -537,6 +537,9 @@ class _Kernels:
         self.kkt_row_terms = serial_variant(kkt_row_terms) if serial else kkt_row_terms
         self.smooth_kkt_row_terms = (serial_variant(smooth_kkt_row_terms) if serial
                                      else smooth_kkt_row_terms)
+        self.rows_lv = serial_variant(rows_lv) if serial else rows_lv
+        self.lv_kkt_row_terms = (serial_variant(lv_kkt_row_terms) if serial
+                                 else lv_kkt_row_terms)
         self.pair_terms = pair_terms_serial if serial else pair_terms
         self.serial = serial
 
@@ -1428,15 +1431,17 @@ def _pair_coeffs2_cg(pi, pj, pt, V, Vp, S, Z, alpha, use_q, nu, n_own, nfh, out)
 
 @njit(nogil=True, cache=True, parallel=True)
 def _subspace_step_cg(V, Vp, LDC, S, LS, s1, s2, part, R, Q, alpha, use_q, r_moved, dinv,
-                      res, part_xr, part_g, ucr, UCD, Z, nu, n_own, nfh, upd, pend):
+                      res, part_xr, part_g, ucr, UCD, Z, nu, n_own, nfh, upd, pend, LVC):
     """:func:`_subspace_step` with D_U = alpha Z: V += s1 D + s2 S, S <- (1 + s1) D + s2 S,
     LS <- (1 + s1) LD + s2 LS, Vp <- V on the C rows; ||S||^2 and ||V||^2 chunk sums over
     the own rows; ``res``: the residual R_start (- alpha Q where the step moved R) - (L S)_U
     with its sums. (L D)_U = alpha Q + L_UC D_C, the second term from ``UCD`` (formed before
     the C rows move: :func:`_uc_products`). The own C rows' sums continue the chunk the U
     rows left, so every chunk sums its rows in order. ``pend``: the PCG's X += alpha Z is
-    taken here on the U rows but ``upd`` (as :func:`_direction_cg` reads them)."""
+    taken here on the U rows but ``upd`` (as :func:`_direction_cg` reads them). ``LVC``
+    (own C rows, or empty): (L V)_C += the new (L S)_C (``LV_FROM_STEP``)."""
     n_loc, r = V.shape
+    carry = LVC.shape[0] > 0
     n_chu = (nu + RB - 1) // RB
     qa = alpha if use_q else np.zeros(r)  # alpha Z as read (0: the PCG took no step)
     ra = alpha if r_moved else np.zeros(r)  # alpha Q added back to R
@@ -1512,6 +1517,8 @@ def _subspace_step_cg(V, Vp, LDC, S, LS, s1, s2, part, R, Q, alpha, use_q, r_mov
                 V[i, c] = v + s1 * dd + s2 * sc
                 S[i, c] = (1.0 + s1) * dd + s2 * sc
                 LS[i, c] = (1.0 + s1) * LDC[i - nu, c] + s2 * np.float64(LS[i, c])
+                if carry:  # V = Vprev + S: (L V)_C = (L Vprev)_C + (L S)_C
+                    LVC[i - nu, c] += np.float64(LS[i, c])
                 x = np.float64(S[i, c])
                 a += x * x
                 v = np.float64(V[i, c])
@@ -2500,6 +2507,15 @@ FOLD_X_UPDATE = True
 #: resumes from older checkpoints recompute it exactly.
 RESIDUAL_FROM_STEP = True
 
+#: With D_FROM_CG, the own C rows' (L V)_C is carried from step to step as the U rows'
+#: residual is: the outer step S leaves V = Vprev + S and L S is formed on those rows, so
+#: (L V)_C += (L S)_C, and the objective and KKT terms of the C rows read it instead of their
+#: neighbours' rows (scattered over L's order: about 7 ms of an outer iteration at n = 1e6).
+#: Formed exactly at the first objective and after V is replaced; checkpoints hold it in the
+#: C rows of their R block, so a resumed fit continues bit for bit. False: the C rows'
+#: neighbours read at every objective (the reference, for tests).
+LV_FROM_STEP = True
+
 #: A one-step PCG (``inner_maxiter=1``, the default) takes its direction rounded to float32:
 #: Z = M R is stored once in single precision (each entry rounded once) and the step is the
 #: exact minimiser along that rounded direction (R*Z, L Z and X += alpha Z all read the
@@ -2693,6 +2709,11 @@ class BlockPart:
         if self.d_from_cg:  # the U rows with C neighbours, and their L_UC D_C
             self.ucr = self._cached("uc rows", lambda: np.flatnonzero(np.diff(self.uc[0])))
             self.UCD = populated_empty((self.ucr.shape[0], V.shape[1]))  # 16 MB at 1e6
+        # (L V) of the own C rows, carried by the subspace steps (LV_FROM_STEP); valid only
+        # while _lv_ok (formed at the next objective otherwise)
+        self.lv_from_step = self.d_from_cg and bool(LV_FROM_STEP)
+        self.LVC = np.empty((self.n_own - self.nu, r)) if self.lv_from_step else None
+        self._lv_ok = False
         # the PCG's X += alpha Z folded into the direction and step passes (FOLD_X_UPDATE):
         # in-process only (a halo row's owner would not know which rows others read early)
         self.fold_x = (self.d_from_cg and bool(FOLD_X_UPDATE) and n_loc == self.n_own
@@ -2703,6 +2724,7 @@ class BlockPart:
         self._cg_steps, self._alpha, self._r_moved = 0, None, False
         self._finish_parts = None
         self._no_q = np.empty((0, V.shape[1]))  # Q and uc of the plain product (unused)
+        self._no_lv = np.empty((0, V.shape[1]))  # (L V)_C not carried
         self._no_uc = (np.zeros(1, np.int64), np.empty(0, np.int64), np.empty(0))
         self.precond_setup(precond, serial)
         self._x_is_v = V.dtype == np.float64  # X: V's own U rows, or a float64 copy
@@ -2977,11 +2999,13 @@ class BlockPart:
         pxr, pg = self._chunks(self.nu), self._chunks(self.nu)
         use_q, alpha = self._cg_step()
         if self.d_from_cg:
+            lv_ok = self._lv_ok
             self.K.subspace_step_cg(self.V, self.Vprev, self.LD, self.S, self.LS, s1, s2, part,
                                     self.R, self.Q, alpha, use_q, use_q and self._r_moved,
                                     self.dinv, fused, pxr, pg, self.ucr, self.UCD,
                                     self._z_or_empty(),
-                                    self.nu, self.n_own, self.nfh, self.upd, self._x_pending)
+                                    self.nu, self.n_own, self.nfh, self.upd, self._x_pending,
+                                    self.LVC if lv_ok else self._no_lv)
             self._x_pending = False
             self._vprev_is_v = True
             self._vn = part[:, 1]
@@ -3028,7 +3052,15 @@ class BlockPart:
         c = np.arange(self.nu, self.n_own, dtype=np.int64)
         sm = np.empty(c.shape[0])
         g = np.zeros(c.shape[0])
-        if with_kkt:  # both from one read of the C rows' neighbours
+        if self.lv_from_step:  # from (L V)_C, formed here where not carried
+            if not self._lv_ok:
+                self.K.rows_lv(c, self.indptr, self.indices, self.data, self.diag, V,
+                               self.LVC)
+                self._lv_ok = True
+            self.K.lv_kkt_row_terms(c, self.LVC, self.diag, self.cptr, self.cidx, self.csgn,
+                                    V, self.loss_code, self.gamma, self.bound, self.pmax,
+                                    bool(with_kkt), sm, g)
+        elif with_kkt:  # both from one read of the C rows' neighbours
             self.K.smooth_kkt_row_terms(c, self.indptr, self.indices, self.data, self.diag,
                                         self.cptr, self.cidx, self.csgn, V, self.loss_code,
                                         self.gamma, self.bound, self.pmax, sm, g)
@@ -3050,12 +3082,14 @@ class BlockPart:
         return self.V[:self.n_own]
 
     def state_arrays(self):
-        """Own rows of S, LS and the residual R (zero on the C rows), in V's dtype (empty
-        without extrapolation)."""
+        """Own rows of S, LS and the residual R (on the C rows: the carried (L V)_C where
+        the fit carries it, else zero), in V's dtype (empty without extrapolation)."""
         if not self.extrapolate:
             return []
         R = np.zeros((self.n_own, self.V.shape[1]), self.V.dtype)
         R[:self.nu] = self.R
+        if self.lv_from_step and self._lv_ok:  # the C rows' block: the carried (L V)_C
+            R[self.nu:] = self.LVC
         return [self.S[:self.n_own], self.LS, R]
 
     def load_state(self, S, LS, R=None):
@@ -3065,6 +3099,11 @@ class BlockPart:
         if self.extrapolate:
             self.S[...] = S
             self.LS[...] = LS
+        self._lv_ok = False
+        if R is not None and self.lv_from_step and np.any(R[self.nu:self.n_own]):
+            # the carried (L V)_C (checkpoints from before it was stored: zeros, formed anew)
+            self.LVC[...] = R[self.nu:self.n_own]
+            self._lv_ok = True
         if R is not None and self.r_from_step:
             self.R[...] = R[:self.nu]
             return self._residual_sums()
@@ -3076,6 +3115,7 @@ class BlockPart:
         self.V[...] = V_local
         self._vprev_is_v = False
         self._vn = None
+        self._lv_ok = False
         if self.nu:
             if not self._x_is_v:
                 self.X[...] = self.V[:self.nu]

@@ -24,7 +24,8 @@ from numba import njit, prange
 
 from ._kernels import CHUNK, _gather, box_qp, gram_rows
 
-__all__ = ["kkt_row_terms", "smooth_kkt_row_terms", "kkt_residual", "KINK_TOL"]
+__all__ = ["kkt_row_terms", "smooth_kkt_row_terms", "rows_lv", "lv_kkt_row_terms",
+           "kkt_residual", "KINK_TOL"]
 
 #: A hinge pair with |z - 1| <= KINK_TOL * max(1, |z|) counts as sitting on the kink.
 KINK_TOL = 1e-7
@@ -95,7 +96,19 @@ def _row_kkt_gathered(i, diag, cptr, cidx, csgn, V, loss, gamma, bound, g, A, H,
     r = V.shape[1]
     Lii = np.float64(diag[i])
     for c in range(r):
-        g[c] = 2.0 * (g[c] + Lii * V[i, c])
+        g[c] = g[c] + Lii * V[i, c]  # (L V)_i
+    return _row_kkt_lv(i, diag, cptr, cidx, csgn, V, loss, gamma, bound, g, A, H, qv, alpha,
+                       grad, M, wy, free)
+
+
+@njit(nogil=True, cache=True)
+def _row_kkt_lv(i, diag, cptr, cidx, csgn, V, loss, gamma, bound, g, A, H, qv, alpha, grad, M,
+                wy, free):
+    """:func:`_row_kkt` with g holding (L V)_i (overwritten)."""
+    r = V.shape[1]
+    Lii = np.float64(diag[i])
+    for c in range(r):
+        g[c] = 2.0 * g[c]
     nk = 0
     for s in range(cptr[i], cptr[i + 1]):
         k = cidx[s]
@@ -197,6 +210,53 @@ def smooth_kkt_row_terms(rows, indptr, indices, data, diag, cptr, cidx, csgn, V,
             sm[q] = _gather_smooth(i, indptr, indices, data, diag, V, g)
             out[q] = _row_kkt_gathered(i, diag, cptr, cidx, csgn, V, loss, gamma, bound, g,
                                        A, H, qv, alpha, grad, M, wy, free)
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def rows_lv(rows, indptr, indices, data, diag, V, LV):
+    """LV[q] = (L V)_i for i = rows[q], in float64: the off-diagonal gather (``_gather``'s
+    order) plus L_ii v_i, as the KKT term forms it."""
+    r = V.shape[1]
+    for q in prange(rows.shape[0]):
+        g = np.empty(r)
+        i = rows[q]
+        _gather(i, indptr, indices, data, V, g)
+        Lii = np.float64(diag[i])
+        for c in range(r):
+            LV[q, c] = g[c] + Lii * V[i, c]
+
+
+@njit(nogil=True, cache=True, parallel=True)
+def lv_kkt_row_terms(rows, LV, diag, cptr, cidx, csgn, V, loss, gamma, bound, pmax, with_kkt,
+                     sm, out):
+    """From (L V)_i = LV[q] for i = rows[q] (no read of the rows' neighbours): sm[q] =
+    v_i'(L V)_i (float64, in column order) and, with ``with_kkt``, out[q] the KKT term of
+    :func:`kkt_row_terms`."""
+    n_rows = rows.shape[0]
+    r = V.shape[1]
+    pm = max(pmax, 1)
+    n_chunks = (n_rows + CHUNK - 1) // CHUNK
+    for ch in prange(n_chunks):
+        g = np.empty(r)
+        A = np.empty((pm, r))
+        H = np.empty((pm, pm))
+        M = np.empty((pm, pm))
+        qv = np.empty(pm)
+        alpha = np.empty(pm)
+        grad = np.empty(pm)
+        wy = np.empty(pm)
+        free = np.empty(pm, np.int64)
+        for q in range(ch * CHUNK, min((ch + 1) * CHUNK, n_rows)):
+            i = rows[q]
+            acc = 0.0
+            for c in range(r):
+                acc += np.float64(V[i, c]) * LV[q, c]
+            sm[q] = acc
+            if with_kkt:
+                for c in range(r):
+                    g[c] = LV[q, c]
+                out[q] = _row_kkt_lv(i, diag, cptr, cidx, csgn, V, loss, gamma, bound, g, A,
+                                     H, qv, alpha, grad, M, wy, free)
 
 
 def kkt_residual(prep, V) -> float:

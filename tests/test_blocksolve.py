@@ -1149,6 +1149,47 @@ def test_fit_with_direction_from_cg_follows_the_reference(loss, monkeypatch):
 # the U rows' outer step from the one-step PCG (D_FROM_CG): Vprev and L D on the C rows only
 # --------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("loss", ["square", "hinge"])
+def test_carried_lv_of_the_c_rows_gives_the_fit_of_the_exact_one(loss, monkeypatch):
+    """LV_FROM_STEP: the C rows' (L V)_C carried by the steps gives the same iterates bit for
+    bit (the objective feeds no step) and an objective and KKT trace within rounding of the
+    fit that reads the neighbours at every objective; the carried terms are the exact ones
+    of the final V to rounding."""
+    from npkl_dist import _blocksolve as bs
+    from npkl_dist._kkt import kkt_row_terms
+
+    p = sparse_constrained_problem(6, loss, n=900, rank=5, frac=0.06)
+    kw = dict(method="block", max_sweeps=25, tol=0, start="random", executor=InProcessExecutor(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        got = fit_bcd(p, **kw)
+        monkeypatch.setattr(bs, "LV_FROM_STEP", False)
+        want = fit_bcd(p, **kw)
+    assert np.array_equal(got.V, want.V)
+    np.testing.assert_allclose(got.objective_trace, want.objective_trace, rtol=1e-12)
+    assert got.objective_trace != want.objective_trace or loss == "hinge"  # another route
+    np.testing.assert_allclose(got.kkt_trace, want.kkt_trace, rtol=1e-7, atol=1e-14)
+    # the terms from a carried (L V)_C against the neighbours' rows, on the final V
+    monkeypatch.setattr(bs, "LV_FROM_STEP", True)
+    lay = block_layout(p, make_plan(p))
+    prep = prepare(p, lay)
+    V = np.ascontiguousarray(initial_V(p, np.random.default_rng(0), "random")[lay.order])
+    session = bs.BlockSession(prep, lay, V, n_threads=2, inner_maxiter=1)
+    part = session.parts[0]
+    session.objective_kkt()
+    rng = np.random.default_rng(2)
+    for _ in range(20):
+        session.step(lay.colour_order(rng), 1e-12, 1)
+    sm, g, _, _ = part.objective_parts()
+    c = np.arange(part.nu, part.n_own, dtype=np.int64)
+    g_ref, sm_ref = np.empty(c.size), np.empty(c.size)
+    kkt_row_terms(c, prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx,
+                  prep.csgn, part.V, prep.loss_code, prep.gamma, prep.bound, prep.pmax, g_ref)
+    bs._rows_smooth(c, prep.indptr, prep.indices, prep.data, prep.diag, part.V, sm_ref)
+    np.testing.assert_allclose(sm, sm_ref, rtol=1e-9, atol=1e-12 * np.abs(sm_ref).max())
+    np.testing.assert_allclose(g, g_ref, rtol=1e-6, atol=1e-12 * g_ref.max())
+
+
 @pytest.mark.parametrize("loss", ["square", "squared_hinge", "hinge"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_step_from_the_cg_direction_is_the_step_taken(loss, threads, monkeypatch):
@@ -1194,9 +1235,14 @@ def test_step_from_the_cg_direction_is_the_step_taken(loss, threads, monkeypatch
 
     part.pcg_update, part.direction = record_update, record_direction
     rng = np.random.default_rng(1)
+    assert part.lv_from_step and not part._lv_ok
+    session.objective_kkt()  # forms (L V)_C; carried from here on
+    assert part._lv_ok
     for _ in range(8):
         start = part.V.copy()
         session.step(lay.colour_order(rng), 1e-12, 1)
+        LV = (Lfull @ part.V)[nu:]  # the carried (L V)_C, before any objective reads it
+        np.testing.assert_allclose(part.LVC, LV, rtol=0, atol=1e-11 * np.abs(LV).max())
         (_, moved), (_, D, LDC) = seen[-2:]
         assert np.linalg.norm(D[:nu]) > 0 and np.linalg.norm(D[nu:]) > 0
         np.testing.assert_allclose(D[:nu], moved, rtol=0,
