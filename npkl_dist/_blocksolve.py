@@ -37,7 +37,7 @@ from ._errors import ValidationError
 from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, csr_compact, csr_row_ptr,
                        greedy_colouring, pair_terms, prefetch_ahead, sort_row, sweep_units,
                        sweep_units_serial)
-from ._kkt import kkt_row_terms, lv_kkt_row_terms, rows_lv, smooth_kkt_row_terms
+from ._kkt import kkt_row_terms, lv_kkt_row_terms, rows_lv
 from ._plan import _constraint_lists, permute_split, split_nonzero
 from .executors._inprocess import chunked_sums, ordered_total
 
@@ -522,7 +522,7 @@ class _Kernels:
              "_cg_update", "_cg_update_x_sums", "_dots", "_additive_dots", "_direction",
              "_neg_residual_rows",
              "_copy_delta", "_direction_LD", "_residual_dots",
-             "_subspace_step", "_save", "_pair_coeffs2", "_rows_smooth",
+             "_subspace_step", "_save", "_pair_coeffs2",
              "_direction_cg", "_pair_coeffs2_cg", "_subspace_step_cg",
              "_uc_products", "_update_rows", "_restrict_scatter",
              "_select_columns", "_diag_gershgorin")  # the last two: set-up
@@ -535,8 +535,6 @@ class _Kernels:
             setattr(self, name.lstrip("_"),
                     serial_variant(g[name]) if serial else g[name])
         self.kkt_row_terms = serial_variant(kkt_row_terms) if serial else kkt_row_terms
-        self.smooth_kkt_row_terms = (serial_variant(smooth_kkt_row_terms) if serial
-                                     else smooth_kkt_row_terms)
         self.rows_lv = serial_variant(rows_lv) if serial else rows_lv
         self.lv_kkt_row_terms = (serial_variant(lv_kkt_row_terms) if serial
                                  else lv_kkt_row_terms)
@@ -1073,24 +1071,6 @@ def _copy_delta(X, Xold, V, copy, set_old, n2_part, d2_part):
                 b += dd * dd
         n2_part[ch] = a
         d2_part[ch] = b
-
-
-@njit(nogil=True, cache=True, parallel=True)
-def _rows_smooth(rows, indptr, indices, data, diag, V, out):
-    """out[q] = v_i'(L V)_i for i = rows[q] (rows independent: any thread count, same bits)."""
-    r = V.shape[1]
-    for q in prange(rows.shape[0]):
-        i = rows[q]
-        acc = 0.0
-        for c in range(r):
-            acc += np.float64(diag[i]) * np.float64(V[i, c]) * np.float64(V[i, c])
-        for p in range(indptr[i], indptr[i + 1]):
-            k = indices[p]
-            d = 0.0
-            for c in range(r):
-                d += np.float64(V[i, c]) * np.float64(V[k, c])
-            acc += np.float64(data[p]) * d
-        out[q] = acc
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -3052,20 +3032,18 @@ class BlockPart:
         c = np.arange(self.nu, self.n_own, dtype=np.int64)
         sm = np.empty(c.shape[0])
         g = np.zeros(c.shape[0])
-        if self.lv_from_step:  # from (L V)_C, formed here where not carried
-            if not self._lv_ok:
-                self.K.rows_lv(c, self.indptr, self.indices, self.data, self.diag, V,
-                               self.LVC)
-                self._lv_ok = True
-            self.K.lv_kkt_row_terms(c, self.LVC, self.diag, self.cptr, self.cidx, self.csgn,
-                                    V, self.loss_code, self.gamma, self.bound, self.pmax,
-                                    bool(with_kkt), sm, g)
-        elif with_kkt:  # both from one read of the C rows' neighbours
-            self.K.smooth_kkt_row_terms(c, self.indptr, self.indices, self.data, self.diag,
-                                        self.cptr, self.cidx, self.csgn, V, self.loss_code,
-                                        self.gamma, self.bound, self.pmax, sm, g)
+        # from (L V)_C: carried by the steps (LV_FROM_STEP), or formed here (one read of
+        # the C rows' neighbours for both terms)
+        if self.lv_from_step:
+            LVC = self.LVC
         else:
-            self.K.rows_smooth(c, self.indptr, self.indices, self.data, self.diag, V, sm)
+            LVC = np.empty((c.shape[0], V.shape[1]))
+        if not (self.lv_from_step and self._lv_ok):
+            self.K.rows_lv(c, self.indptr, self.indices, self.data, self.diag, V, LVC)
+            self._lv_ok = self.lv_from_step
+        self.K.lv_kkt_row_terms(c, LVC, self.diag, self.cptr, self.cidx, self.csgn, V,
+                                self.loss_code, self.gamma, self.bound, self.pmax,
+                                bool(with_kkt), sm, g)
         pairs = np.empty(self.pair_own.shape[0])
         self.K.pair_terms(self.pair_own, self.pair_other, self.pair_t, V, self.loss_code,
                           pairs)

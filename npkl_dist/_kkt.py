@@ -22,10 +22,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._kernels import CHUNK, _gather, box_qp, gram_rows
+from ._kernels import CHUNK, _add_row_products, _gather, _madd, box_qp, gram_rows
 
-__all__ = ["kkt_row_terms", "smooth_kkt_row_terms", "rows_lv", "lv_kkt_row_terms",
-           "kkt_residual", "KINK_TOL"]
+__all__ = ["kkt_row_terms", "rows_lv", "lv_kkt_row_terms", "kkt_residual", "KINK_TOL"]
 
 #: A hinge pair with |z - 1| <= KINK_TOL * max(1, |z|) counts as sitting on the kink.
 KINK_TOL = 1e-7
@@ -38,55 +37,6 @@ def _row_kkt(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, b
     _gather(i, indptr, indices, data, V, g)
     return _row_kkt_gathered(i, diag, cptr, cidx, csgn, V, loss, gamma, bound, g, A, H, qv,
                              alpha, grad, M, wy, free)
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _gather_smooth(i, indptr, indices, data, diag, V, g):
-    """:func:`_gather` into g, and returns v_i'(L V)_i summed as the block solver's
-    ``_rows_smooth`` sums it (the diagonal's terms over c, then w_ik (v_i'v_k) entry by
-    entry, in float64): both from one read of the neighbours' rows, bitwise the two passes."""
-    r = V.shape[1]
-    acc = 0.0
-    for c in range(r):
-        g[c] = 0.0
-        acc += np.float64(diag[i]) * np.float64(V[i, c]) * np.float64(V[i, c])
-    p = indptr[i]
-    end = indptr[i + 1]
-    while p + 3 < end:
-        k0 = indices[p]
-        k1 = indices[p + 1]
-        k2 = indices[p + 2]
-        k3 = indices[p + 3]
-        w0 = data[p]
-        w1 = data[p + 1]
-        w2 = data[p + 2]
-        w3 = data[p + 3]
-        d0 = 0.0
-        d1 = 0.0
-        d2 = 0.0
-        d3 = 0.0
-        for c in range(r):
-            g[c] = (((g[c] + w0 * V[k0, c]) + w1 * V[k1, c]) + w2 * V[k2, c]) + w3 * V[k3, c]
-            vi = np.float64(V[i, c])
-            d0 += vi * np.float64(V[k0, c])
-            d1 += vi * np.float64(V[k1, c])
-            d2 += vi * np.float64(V[k2, c])
-            d3 += vi * np.float64(V[k3, c])
-        acc += np.float64(w0) * d0
-        acc += np.float64(w1) * d1
-        acc += np.float64(w2) * d2
-        acc += np.float64(w3) * d3
-        p += 4
-    while p < end:
-        k = indices[p]
-        w = data[p]
-        d = 0.0
-        for c in range(r):
-            g[c] += w * V[k, c]
-            d += np.float64(V[i, c]) * np.float64(V[k, c])
-        acc += np.float64(w) * d
-        p += 1
-    return acc
 
 
 @njit(nogil=True, cache=True)
@@ -163,6 +113,14 @@ def _row_kkt_lv(i, diag, cptr, cidx, csgn, V, loss, gamma, bound, g, A, H, qv, a
     return out
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _kkt_scratch(pm, r):
+    """A thread's work arrays for :func:`_row_kkt` (rows of at most ``pm`` pairs, rank r):
+    g, A, H, qv, alpha, grad, M, wy, free."""
+    return (np.empty(r), np.empty((pm, r)), np.empty((pm, pm)), np.empty(pm), np.empty(pm),
+            np.empty(pm), np.empty((pm, pm)), np.empty(pm), np.empty(pm, np.int64))
+
+
 @njit(nogil=True, cache=True, parallel=True)
 def kkt_row_terms(rows, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound,
                   pmax, out):
@@ -172,58 +130,26 @@ def kkt_row_terms(rows, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, 
     pm = max(pmax, 1)
     n_chunks = (n_rows + CHUNK - 1) // CHUNK
     for ch in prange(n_chunks):
-        g = np.empty(r)
-        A = np.empty((pm, r))
-        H = np.empty((pm, pm))
-        M = np.empty((pm, pm))
-        qv = np.empty(pm)
-        alpha = np.empty(pm)
-        grad = np.empty(pm)
-        wy = np.empty(pm)
-        free = np.empty(pm, np.int64)
+        g, A, H, qv, alpha, grad, M, wy, free = _kkt_scratch(pm, r)
         for q in range(ch * CHUNK, min((ch + 1) * CHUNK, n_rows)):
             out[q] = _row_kkt(rows[q], indptr, indices, data, diag, cptr, cidx, csgn, V, loss,
                               gamma, bound, g, A, H, qv, alpha, grad, M, wy, free)
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def smooth_kkt_row_terms(rows, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma,
-                         bound, pmax, sm, out):
-    """:func:`kkt_row_terms` into ``out``, and sm[q] = v_i'(L V)_i for i = rows[q] (the
-    block solver's ``_rows_smooth``, bitwise), from one read of each row's neighbours."""
-    n_rows = rows.shape[0]
-    r = V.shape[1]
-    pm = max(pmax, 1)
-    n_chunks = (n_rows + CHUNK - 1) // CHUNK
-    for ch in prange(n_chunks):
-        g = np.empty(r)
-        A = np.empty((pm, r))
-        H = np.empty((pm, pm))
-        M = np.empty((pm, pm))
-        qv = np.empty(pm)
-        alpha = np.empty(pm)
-        grad = np.empty(pm)
-        wy = np.empty(pm)
-        free = np.empty(pm, np.int64)
-        for q in range(ch * CHUNK, min((ch + 1) * CHUNK, n_rows)):
-            i = rows[q]
-            sm[q] = _gather_smooth(i, indptr, indices, data, diag, V, g)
-            out[q] = _row_kkt_gathered(i, diag, cptr, cidx, csgn, V, loss, gamma, bound, g,
-                                       A, H, qv, alpha, grad, M, wy, free)
-
-
-@njit(nogil=True, cache=True, parallel=True)
 def rows_lv(rows, indptr, indices, data, diag, V, LV):
-    """LV[q] = (L V)_i for i = rows[q], in float64: the off-diagonal gather (``_gather``'s
-    order) plus L_ii v_i, as the KKT term forms it."""
+    """LV[q] = (L V)_i for i = rows[q] in float64 arithmetic: the off-diagonal entries in
+    stored order (``_gather``'s sums, bit for bit, for float64 V and L; float32 entries are
+    multiplied in float64, so the objective v_i'(L V)_i keeps float64's resolution), plus
+    L_ii v_i, as the KKT term forms it."""
     r = V.shape[1]
     for q in prange(rows.shape[0]):
-        g = np.empty(r)
+        g = np.zeros(r)
         i = rows[q]
-        _gather(i, indptr, indices, data, V, g)
+        _add_row_products(i, indptr, indices, data, V, g, r, 1.0, _madd)
         Lii = np.float64(diag[i])
         for c in range(r):
-            LV[q, c] = g[c] + Lii * V[i, c]
+            LV[q, c] = g[c] + Lii * np.float64(V[i, c])
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -237,15 +163,7 @@ def lv_kkt_row_terms(rows, LV, diag, cptr, cidx, csgn, V, loss, gamma, bound, pm
     pm = max(pmax, 1)
     n_chunks = (n_rows + CHUNK - 1) // CHUNK
     for ch in prange(n_chunks):
-        g = np.empty(r)
-        A = np.empty((pm, r))
-        H = np.empty((pm, pm))
-        M = np.empty((pm, pm))
-        qv = np.empty(pm)
-        alpha = np.empty(pm)
-        grad = np.empty(pm)
-        wy = np.empty(pm)
-        free = np.empty(pm, np.int64)
+        g, A, H, qv, alpha, grad, M, wy, free = _kkt_scratch(pm, r)
         for q in range(ch * CHUNK, min((ch + 1) * CHUNK, n_rows)):
             i = rows[q]
             acc = 0.0

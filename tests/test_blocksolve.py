@@ -863,13 +863,16 @@ def test_u_columns_of_c_rows_are_np_unique_of_them(nu, global_random_seed):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge", "square", "linear"])
-def test_fused_smooth_and_kkt_rows_equal_the_two_passes_bitwise(loss, dtype,
-                                                                global_random_seed):
-    """The block objective's one pass over the C rows (v_i'(LV)_i and the KKT term) gives
-    the bits of the two passes it replaced, on every row length and loss, with a hinge pair
-    on its kink (the box QP's path) and linear-loss rows on the ball."""
-    from npkl_dist._blocksolve import _rows_smooth
-    from npkl_dist._kkt import kkt_row_terms, smooth_kkt_row_terms
+def test_kkt_terms_from_lv_equal_those_from_the_neighbours_bitwise(loss, dtype,
+                                                                  global_random_seed):
+    """The block objective's terms of the C rows from (L V)_C (``rows_lv``, then
+    ``lv_kkt_row_terms``, which reads no neighbour): the KKT terms are kkt_row_terms' bit for
+    bit in float64 (in float32, which kkt_row_terms multiplies in float32, to its rounding),
+    on every row length and loss, with a hinge pair on its kink (the box QP's path) and
+    linear-loss rows on the ball; (L V)_i and v_i'(L V)_i are the float64 dense products' to
+    float64 rounding, in both dtypes (the objective's resolution); without the KKT part its
+    output is left alone."""
+    from npkl_dist._kkt import kkt_row_terms, lv_kkt_row_terms, rows_lv
 
     problem = blob_problem(global_random_seed, loss, n=60, rank=5, dtype=dtype, k=7)
     plan = make_plan(problem)
@@ -885,19 +888,28 @@ def test_fused_smooth_and_kkt_rows_equal_the_two_passes_bitwise(loss, dtype,
     lengths = np.diff(prep.indptr)
     assert len(set(lengths % 4)) > 1  # the unrolled body and its tails
     rows = np.arange(60, dtype=np.int64)
-    args = (prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx, prep.csgn,
-            V, prep.loss_code, prep.gamma, prep.bound, prep.pmax)
-    sm_ref, g_ref = np.empty(60), np.empty(60)
-    _rows_smooth(rows, prep.indptr, prep.indices, prep.data, prep.diag, V, sm_ref)
-    kkt_row_terms(rows, *args, g_ref)
+    g_ref = np.empty(60)
+    kkt_row_terms(rows, prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx,
+                  prep.csgn, V, prep.loss_code, prep.gamma, prep.bound, prep.pmax, g_ref)
+    LV = np.full((60, 5), np.nan)
+    rows_lv(rows, prep.indptr, prep.indices, prep.data, prep.diag, V, LV)
     sm, g = np.full(60, np.nan), np.full(60, np.nan)
-    smooth_kkt_row_terms(rows, *args, sm, g)
-    np.testing.assert_array_equal(sm, sm_ref)
-    np.testing.assert_array_equal(g, g_ref)
+    lv_kkt_row_terms(rows, LV, prep.diag, prep.cptr, prep.cidx, prep.csgn, V, prep.loss_code,
+                     prep.gamma, prep.bound, prep.pmax, True, sm, g)
+    if dtype == "float64":
+        np.testing.assert_array_equal(g, g_ref)
+    else:
+        np.testing.assert_allclose(g, g_ref, rtol=1e-4)
     assert np.all(g > 0)  # a random V: every row has a gradient
-    Lp = problem.L.tocsr()[plan.order][:, plan.order]
-    np.testing.assert_allclose(sm, np.einsum("ir,ir->i", V, Lp @ V.astype(np.float64)),
-                               rtol=1e-4 if dtype == "float32" else 1e-10, atol=1e-6)
+    Lp = problem.L.tocsr()[plan.order][:, plan.order].astype(np.float64)
+    dense = Lp @ V.astype(np.float64)
+    np.testing.assert_allclose(LV, dense, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(sm, np.einsum("ir,ir->i", V.astype(np.float64), dense),
+                               rtol=1e-12, atol=1e-13)
+    sm2, untouched = np.full(60, np.nan), np.full(60, 7.0)
+    lv_kkt_row_terms(rows, LV, prep.diag, prep.cptr, prep.cidx, prep.csgn, V, prep.loss_code,
+                     prep.gamma, prep.bound, prep.pmax, False, sm2, untouched)
+    assert sm2.tobytes() == sm.tobytes() and np.all(untouched == 7.0)
 
 
 def test_kkt_linear_loss_removes_outward_normal_on_the_ball(global_random_seed):
@@ -1182,10 +1194,12 @@ def test_carried_lv_of_the_c_rows_gives_the_fit_of_the_exact_one(loss, monkeypat
         session.step(lay.colour_order(rng), 1e-12, 1)
     sm, g, _, _ = part.objective_parts()
     c = np.arange(part.nu, part.n_own, dtype=np.int64)
-    g_ref, sm_ref = np.empty(c.size), np.empty(c.size)
+    g_ref = np.empty(c.size)
     kkt_row_terms(c, prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx,
                   prep.csgn, part.V, prep.loss_code, prep.gamma, prep.bound, prep.pmax, g_ref)
-    bs._rows_smooth(c, prep.indptr, prep.indices, prep.data, prep.diag, part.V, sm_ref)
+    Lfull = (sp.csr_matrix((prep.data, prep.indices, prep.indptr), shape=part.V.shape[:1] * 2)
+             + sp.diags(prep.diag)).tocsr()
+    sm_ref = np.einsum("ir,ir->i", part.V[c], (Lfull @ part.V)[c])
     np.testing.assert_allclose(sm, sm_ref, rtol=1e-9, atol=1e-12 * np.abs(sm_ref).max())
     np.testing.assert_allclose(g, g_ref, rtol=1e-6, atol=1e-12 * g_ref.max())
 
