@@ -43,3 +43,23 @@ def time_alternately(cases, runs: int, unit: str = "s", before=None) -> dict:
         runs_text = " ".join(f"{scale * x:.{digits}f}" for x in v)
         print(f"{k}: {runs_text} {unit}, median {scale * med[k]:.{digits}f} {unit}")
     return med
+
+
+def time_method(cls, name: str, acc, key: str | None = None) -> None:
+    """Replace ``cls.name`` by a wrapper that adds its seconds into ``acc[key or name]`` (a
+    ``collections.defaultdict(float)``); values and exceptions pass through unchanged."""
+    import functools
+    import time
+
+    f = getattr(cls, name)
+    key = key or name
+
+    @functools.wraps(f)
+    def timed(*a, **k):
+        t = time.perf_counter()
+        try:
+            return f(*a, **k)
+        finally:
+            acc[key] += time.perf_counter() - t
+
+    setattr(cls, name, timed)

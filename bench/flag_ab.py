@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
-import functools
 import os
 import sys
 import time
@@ -33,6 +32,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import npkl_dist  # noqa: E402
+from bench._env import time_method  # noqa: E402
 from bench.bench_block import constraints_for, graph_for  # noqa: E402
 from npkl_dist import NPKLProblem, fit_bcd  # noqa: E402
 from npkl_dist import _blocksolve as bs  # noqa: E402
@@ -51,22 +51,10 @@ def _flags(pairs):
 
 
 def _timers(names, acc):
-    """Wrap each 'Class.method' of _blocksolve to add its seconds into acc[name]."""
+    """Time each 'Class.method' of _blocksolve into acc[name]."""
     for name in names:
         cls_name, _, meth = name.partition(".")
-        cls = getattr(bs, cls_name)
-        f = getattr(cls, meth)
-
-        def make(f, name):
-            @functools.wraps(f)
-            def timed(*a, **k):
-                t = time.perf_counter()
-                try:
-                    return f(*a, **k)
-                finally:
-                    acc[name] += time.perf_counter() - t
-            return timed
-        setattr(cls, meth, make(f, name))
+        time_method(getattr(bs, cls_name), meth, acc, name)
 
 
 def main(argv=None):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import functools
 import importlib
 import os
 import subprocess
@@ -37,6 +36,7 @@ sys.path.insert(0, ROOT)
 
 import npkl_dist  # noqa: E402
 import npkl_dist.executors  # noqa: E402
+from bench._env import time_method  # noqa: E402
 from bench.bench_block import constraints_for, graph_for  # noqa: E402
 
 F_STAR = 2214.258  # block_gap_1e6's reference optimum at n = 1e6
@@ -61,22 +61,11 @@ def old_package(rev: str, where: str):
 
 
 def time_phases(mod, acc):
+    """Time the ``PHASES`` methods of ``mod``'s BlockPart (those it has) into acc."""
     bsm = importlib.import_module(mod.__name__ + "._blocksolve")
     for ph in PHASES:
-        f = getattr(bsm.BlockPart, ph, None)
-        if f is None:
-            continue
-
-        def make(f, ph):
-            @functools.wraps(f)
-            def timed(*a, **k):
-                t = time.perf_counter()
-                try:
-                    return f(*a, **k)
-                finally:
-                    acc[ph] += time.perf_counter() - t
-            return timed
-        setattr(bsm.BlockPart, ph, make(f, ph))
+        if hasattr(bsm.BlockPart, ph):
+            time_method(bsm.BlockPart, ph, acc)
 
 
 def main(argv=None):

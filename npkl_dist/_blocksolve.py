@@ -292,52 +292,32 @@ def _restriction_plan(P, serial: bool):
     Each coarse row is summed by one thread over its fine rows in ascending order, which is
     R's order, so the sums are bitwise the product's."""
     n = P.shape[0]
-    if n < RESTRICT_SCATTER_MIN_ROWS or _max_row_length(P.indptr) > 1:
+    if n < RESTRICT_SCATTER_MIN_ROWS or np.diff(P.indptr).max(initial=0) > 1:
         return None
     n_parts = 1 if serial else max(1, numba.get_num_threads())
-    nc = P.shape[1]
-    bounds = (np.arange(n_parts + 1, dtype=np.int64) * nc) // n_parts
+    bounds = (np.arange(n_parts + 1, dtype=np.int64) * P.shape[1]) // n_parts
     ptr = np.zeros(n_parts + 1, np.int64)
     rows = np.empty(int(P.indptr[-1]), np.int32 if n < np.iinfo(np.int32).max else np.int64)
-    _fill_restriction_plan(P.indptr, P.indices, nc, n_parts, ptr, rows)
+    _fill_restriction_plan(P.indptr, P.indices, bounds, ptr, rows)
     return bounds, ptr, rows
 
 
 @njit(nogil=True, cache=True)
-def _max_row_length(indptr):
-    m = 0
-    for i in range(indptr.shape[0] - 1):
-        m = max(m, indptr[i + 1] - indptr[i])
-    return m
-
-
-@njit(nogil=True, cache=True)
-def _fill_restriction_plan(p_ptr, p_idx, nc, n_parts, ptr, rows):
+def _fill_restriction_plan(p_ptr, p_idx, bounds, ptr, rows):
     """ptr[k + 1] - ptr[k] = the fine rows whose entry is in part k's coarse rows
-    [k nc // n_parts, (k + 1) nc // n_parts), listed ascending in rows[ptr[k]:ptr[k + 1]]."""
+    [bounds[k], bounds[k + 1]), listed ascending in rows[ptr[k]:ptr[k + 1]]."""
     n = p_ptr.shape[0] - 1
     for i in range(n):
         if p_ptr[i + 1] > p_ptr[i]:
-            ptr[_part_of(p_idx[p_ptr[i]], nc, n_parts) + 1] += 1
-    for k in range(n_parts):
+            ptr[np.searchsorted(bounds, p_idx[p_ptr[i]], side="right")] += 1
+    for k in range(ptr.shape[0] - 1):
         ptr[k + 1] += ptr[k]
     at = ptr[:-1].copy()
     for i in range(n):
         if p_ptr[i + 1] > p_ptr[i]:
-            k = _part_of(p_idx[p_ptr[i]], nc, n_parts)
+            k = np.searchsorted(bounds, p_idx[p_ptr[i]], side="right") - 1
             rows[at[k]] = i
             at[k] += 1
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _part_of(a, nc, n_parts):
-    """The part k with k nc // n_parts <= a < (k + 1) nc // n_parts."""
-    k = (a * n_parts) // nc
-    while k > 0 and (k * nc) // n_parts > a:
-        k -= 1
-    while k + 1 < n_parts and ((k + 1) * nc) // n_parts <= a:
-        k += 1
-    return k
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -621,16 +601,24 @@ def _diag_gershgorin(indptr, indices, data, diag, ratio):
     added in their stored order (explicit zeros add 0)."""
     n = diag.shape[0]
     for i in prange(n):
-        d = 0.0
-        for p in range(indptr[i], indptr[i + 1]):
-            if indices[p] == i:
-                d = data[p]
-        s = abs(d)
-        for p in range(indptr[i], indptr[i + 1]):
-            if indices[p] != i:
-                s += abs(data[p])
-        diag[i] = d
-        ratio[i] = s / d if d > 0.0 else 0.0  # d <= 0: the caller refuses the level
+        # d <= 0: ratio 0, and the caller refuses the level
+        diag[i], ratio[i] = _gershgorin_row(i, indptr[i], indptr[i + 1], indices, data)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _gershgorin_row(i, start, end, indices, data):
+    """(d_i, (|d_i| + sum_{j != i} |a_ij|) / d_i) of row i stored in entries start..end
+    (d_i = 0 where the row stores no diagonal; the ratio 0 where d_i <= 0), the
+    off-diagonal terms added in stored order."""
+    d = 0.0
+    for p in range(start, end):
+        if indices[p] == i:
+            d = data[p]
+    s = abs(d)
+    for p in range(start, end):
+        if indices[p] != i:
+            s += abs(data[p])
+    return d, (s / d if d > 0.0 else 0.0)
 
 
 def _decoupled_rows(A: sp.csr_matrix, rtol: float = DECOUPLED_RTOL) -> np.ndarray:
@@ -2315,15 +2303,10 @@ def free_matrix(A_ptr, A_idx, A_data, diag, serial=False):
     return A
 
 
-def _u_columns_of_c_rows(indptr, indices, nu, n_own):
-    """The U rows (columns < nu) that the own C rows' entries reach, sorted, unique (marked
-    in a compiled pass: np.unique's hashing took 0.05 s of the set-up at n = 1e6)."""
-    return _marked_columns(indptr, indices, nu, n_own)
-
-
 @njit(nogil=True, cache=True)
-def _marked_columns(indptr, indices, nu, n_own):
-    """The distinct columns < nu of rows [nu, n_own), ascending (int64)."""
+def _u_columns_of_c_rows(indptr, indices, nu, n_own):
+    """The U rows (columns < nu) that the own C rows' entries reach, sorted, unique (int64;
+    marked in one pass: np.unique's hashing took 0.05 s of the set-up at n = 1e6)."""
     seen = np.zeros(max(nu, 0), np.bool_)
     count = 0
     for p in range(indptr[nu], indptr[n_own]):
@@ -2436,17 +2419,8 @@ def _free_block_fill(indptr, indices, data, nu, diag, fptr, fidx, fval, uptr, ui
             fidx[qf], fval[qf] = i, diag[i]
             qf += 1
         sort_row(fidx, fval, fptr[i], qf)  # sorted but the diagonal, as a rule
-        if bounds:  # _diag_gershgorin's two loops over the row just written
-            dd = 0.0
-            for p in range(fptr[i], qf):
-                if fidx[p] == i:
-                    dd = fval[p]
-            sg = abs(dd)
-            for p in range(fptr[i], qf):
-                if fidx[p] != i:
-                    sg += abs(fval[p])
-            gdiag[i] = dd
-            gratio[i] = sg / dd if dd > 0.0 else 0.0
+        if bounds:  # _diag_gershgorin's terms of the row just written
+            gdiag[i], gratio[i] = _gershgorin_row(i, fptr[i], qf, fidx, fval)
 
 
 def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo, serial=False):
@@ -2979,13 +2953,12 @@ class BlockPart:
         pxr, pg = self._chunks(self.nu), self._chunks(self.nu)
         use_q, alpha = self._cg_step()
         if self.d_from_cg:
-            lv_ok = self._lv_ok
             self.K.subspace_step_cg(self.V, self.Vprev, self.LD, self.S, self.LS, s1, s2, part,
                                     self.R, self.Q, alpha, use_q, use_q and self._r_moved,
                                     self.dinv, fused, pxr, pg, self.ucr, self.UCD,
                                     self._z_or_empty(),
                                     self.nu, self.n_own, self.nfh, self.upd, self._x_pending,
-                                    self.LVC if lv_ok else self._no_lv)
+                                    self.LVC if self._lv_ok else self._no_lv)
             self._x_pending = False
             self._vprev_is_v = True
             self._vn = part[:, 1]
