@@ -76,7 +76,18 @@ def case_label(case) -> str:
 
 
 def figure(cases, path, gap=1e-4, target_sweep_eq=30):
-    """One panel per case; log-log relative gap against seconds, sweeps and block."""
+    """One panel per case; log-log relative gap against seconds, sweeps and block. Writes
+    the PNG ``path`` and returns it."""
+    import matplotlib.pyplot as plt
+
+    fig = draw(cases, gap, target_sweep_eq)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def draw(cases, gap=1e-4, target_sweep_eq=30):
+    """:func:`figure`'s matplotlib Figure (not saved; the caller closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -88,7 +99,10 @@ def figure(cases, path, gap=1e-4, target_sweep_eq=30):
                          "bench/bench_block.py with --figure first")
     cols = min(2, len(cases))
     rows = int(np.ceil(len(cases) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(6.0 * cols, 4.2 * rows), squeeze=False)
+    # one case: a wider panel, so the two-line title and the legend fit across it
+    width, height = max(6.0 * cols, 9.0), 4.2 * rows + 1.2
+    fig, axes = plt.subplots(rows, cols, figsize=(width, height), squeeze=False,
+                             layout="constrained")
     styles = {"sweeps": ("tab:orange", "plain sweeps", "sweep"),
               "block": ("tab:blue", "block solves", "outer iteration")}
     for ax, case in zip(axes.ravel(), cases):
@@ -118,14 +132,13 @@ def figure(cases, path, gap=1e-4, target_sweep_eq=30):
     for ax in axes.ravel()[len(cases):]:
         ax.axis("off")
     handles, labels = axes.ravel()[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 3), fontsize=9)
+    # "outside": the constrained layout keeps the panels clear of the legend and the title
+    fig.legend(handles, labels, loc="outside lower center",
+               ncol=min(len(labels), 3 if cols > 1 else 2), fontsize=9)
     fig.suptitle("Time to solution: relative objective gap against seconds, plain sweeps "
                  "and block solves\n(solid: the iterations' own time; faint: with the objective "
                  "evaluated after each one; dotted: end of each fit's set-up)", fontsize=10)
-    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def load(paths):

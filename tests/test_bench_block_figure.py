@@ -80,6 +80,31 @@ def test_figure_from_real_traces(tmp_path):
         "n = 180, 1.0% constrained, square"
 
 
+@pytest.mark.parametrize("n_cases", [1, 2, 3])
+def test_figure_holds_its_title_and_legend(n_cases):
+    """The suptitle and the figure legend lie inside the figure (a one-case figure once cut
+    both off at its sides)."""
+    import matplotlib.pyplot as plt
+
+    blk, swp = _fits()
+    f_star = min(min(blk.objective_trace), min(swp.objective_trace))
+    case = {"n": 180, "frac": "0.01", "loss": "square", "f_star": f_star,
+            "t_sweep": float(np.median(swp.sweep_seconds)),
+            "block": block_figure.curve(blk), "sweeps": block_figure.curve(swp)}
+    fig = block_figure.draw([case] * n_cases)
+    try:
+        fig.canvas.draw()
+        box = fig.bbox
+        for artist in (fig.legends[0], fig._suptitle):
+            ext = artist.get_window_extent()
+            assert box.x0 <= ext.x0 and ext.x1 <= box.x1, (artist, ext, box)
+            assert box.y0 <= ext.y0 and ext.y1 <= box.y1, (artist, ext, box)
+        for ax in fig.axes[:n_cases]:  # the panels clear the legend below them
+            assert ax.get_tightbbox().y0 >= fig.legends[0].get_window_extent().y1
+    finally:
+        plt.close(fig)
+
+
 def test_figure_without_cases_names_the_argument(tmp_path):
     with pytest.raises(ValueError, match="cases: expected at least one"):
         block_figure.figure([], tmp_path / "x.png")
