@@ -37,7 +37,7 @@ from ._errors import ValidationError
 from ._kernels import (CHUNK, SUM_BLOCK, _add_row_products, _madd, csr_compact, csr_row_ptr,
                        greedy_colouring, pair_terms, prefetch_ahead, sort_row, sweep_units,
                        sweep_units_serial)
-from ._kkt import kkt_row_terms, lv_kkt_row_terms, rows_lv
+from ._kkt import lv_kkt_row_terms, rows_lv
 from ._plan import _constraint_lists, permute_split, split_nonzero
 from .executors._inprocess import chunked_sums, ordered_total
 
@@ -514,7 +514,6 @@ class _Kernels:
         for name in self.NAMES:
             setattr(self, name.lstrip("_"),
                     serial_variant(g[name]) if serial else g[name])
-        self.kkt_row_terms = serial_variant(kkt_row_terms) if serial else kkt_row_terms
         self.rows_lv = serial_variant(rows_lv) if serial else rows_lv
         self.lv_kkt_row_terms = (serial_variant(lv_kkt_row_terms) if serial
                                  else lv_kkt_row_terms)

@@ -35,17 +35,8 @@ def _row_kkt(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, b
              g, A, H, qv, alpha, grad, M, wy, free):
     """||g_i / (2 L_ii)||^2 for row i (see the module docstring)."""
     _gather(i, indptr, indices, data, V, g)
-    return _row_kkt_gathered(i, diag, cptr, cidx, csgn, V, loss, gamma, bound, g, A, H, qv,
-                             alpha, grad, M, wy, free)
-
-
-@njit(nogil=True, cache=True)
-def _row_kkt_gathered(i, diag, cptr, cidx, csgn, V, loss, gamma, bound, g, A, H, qv, alpha,
-                      grad, M, wy, free):
-    """:func:`_row_kkt` with g holding the gather of row i's off-diagonal entries."""
-    r = V.shape[1]
     Lii = np.float64(diag[i])
-    for c in range(r):
+    for c in range(V.shape[1]):
         g[c] = g[c] + Lii * V[i, c]  # (L V)_i
     return _row_kkt_lv(i, diag, cptr, cidx, csgn, V, loss, gamma, bound, g, A, H, qv, alpha,
                        grad, M, wy, free)
