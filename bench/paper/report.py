@@ -12,6 +12,9 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 BEGIN = "<!-- paper-replication:begin -->"
 END = "<!-- paper-replication:end -->"
+#: the section of ``--protocol simplenpkl``
+BEGIN_SNPKL = "<!-- paper-replication-simplenpkl:begin -->"
+END_SNPKL = "<!-- paper-replication-simplenpkl:end -->"
 NPKL_PREFIXES = ("BCD", "KL-ADMM", "SimpleNPKL")
 SMALL = "chessboard dbl-spiral glass heart iris sonar soybean wine breast-cancer"
 #: Display names of methods whose key is terse for the command line.
@@ -96,6 +99,7 @@ def aggregate(records):
             "errors": len(rs) - len(ok),
             "error_example": next((r["error"] for r in rs if "error" in r), None),
             "machines": sorted({row_machine(r) for r in ok}),
+            "pairs": [r["pairs"] for r in ok if "pairs" in r],
         }
     for key, counts in gamma_counts(records).items():
         out[key]["gammas"] = dict(sorted(counts.items()))
@@ -110,7 +114,7 @@ def _published():
     return published
 
 
-def figure(agg, names, methods, path):
+def figure(agg, names, methods, path, paper=None, title=None):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -130,7 +134,7 @@ def figure(agg, names, methods, path):
             ax.errorbar(max(a["time"], 1e-3), a["acc"], yerr=a["acc_std"], fmt=marker,
                         color=cmap(q), label=label(m), capsize=2, ms=5)
         if pub is not None:
-            best = pub.best_published(name)
+            best = pub.best_published(name, paper=paper)
             if best and best[0] is not None:
                 ax.axhline(best[0], color="k", ls="--", lw=1)
                 ax.axhspan(best[0] - (best[1] or 0), best[0] + (best[1] or 0), color="k",
@@ -143,7 +147,7 @@ def figure(agg, names, methods, path):
         ax.axis("off")
     handles, labels = axes.ravel()[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8)
-    fig.suptitle("Pairwise accuracy vs fit time (dashed: best published, band: its std)")
+    fig.suptitle(title or "Pairwise accuracy vs fit time (dashed: best published, band: its std)")
     fig.tight_layout(rect=(0, 0.07, 1, 0.97))
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -315,8 +319,19 @@ def markdown(agg, names, methods, wall_seconds, reps, command, machines=None):
         "`bench/paper/accuracy_vs_time.png`.",
         "",
     ]
+    lines += dataset_sections(agg, names, methods, pub)
+    lines += speed_table(agg, names, methods, pub)
+    lines += runtime_table(agg, names, methods)
+    lines.append(END)
+    return "\n".join(lines)
+
+
+def dataset_sections(agg, names, methods, pub, paper=None):
+    """Per data set: our methods' accuracy and fit time beside the published numbers, and
+    our best against the best published (of ``paper``'s tables only, if given)."""
+    lines = []
     for name in names:
-        best = pub.best_published(name) if pub else None
+        best = pub.best_published(name, paper=paper) if pub else None
         header = f"### {name}"
         if best and best[0] is not None:
             header += (f" — best published {best[0]:.2f} ± {best[1] or 0:.2f} "
@@ -354,9 +369,48 @@ def markdown(agg, names, methods, wall_seconds, reps, command, machines=None):
             lines += ["", f"Our best: **{label(m)} {acc:.2f}** vs best published {best[0]:.2f}: "
                           f"**{verdict}**."]
         lines.append("")
-    lines += speed_table(agg, names, methods, pub)
-    lines += runtime_table(agg, names, methods)
-    lines.append(END)
+    return lines
+
+
+def markdown_simplenpkl(agg, names, methods, wall_seconds, reps, command, machines=None):
+    """The section of ``npkl bench paper --protocol simplenpkl``: simplenpkl-jmlr2011's own
+    protocol, against its Tables 2, 3 and 7 only."""
+    from bench.paper import protocols
+
+    pub = _published()
+    machines = machines or {}
+    measured = "; ".join(f"{m} ({c} rows)" for m, c in
+                         sorted(machines.items(), key=lambda x: -x[1]))
+    lines = [
+        BEGIN_SNPKL,
+        "## Replication at simplenpkl-jmlr2011's own protocol",
+        "",
+        f"Report written on: {_machine()}. Date: {time.strftime('%Y-%m-%d')}. "
+        + (f"Rows measured on: {measured}. " if measured else "")
+        + f"Latest invocation: `{command}` "
+        + ("(tables only, nothing run)." if wall_seconds is None else
+           f"({reps} repetitions, {wall_seconds:.0f} s)."),
+        "",
+        "The protocol simplenpkl-jmlr2011's Tables 2, 3 and 7 were measured at (§7.1), as "
+        "`bench/paper/protocols.py` reads it: random pairs of points, each a must-link if "
+        "the two share a class and a cannot-link otherwise, as many as bring the must-link "
+        f"graph to {protocols.COMPONENT_RATIO:.0%} n connected components (adult: the "
+        "paper's printed counts, Table 7); B = 1 (n on adult); C = γ = 1; p = 2; kNN graph, "
+        "σ rule, rank (Pataki bound), kernel k-means and pairwise accuracy as in the main "
+        "table. Results: `bench/paper/results_simplenpkl.jsonl`; figure: "
+        "`bench/paper/accuracy_vs_time_simplenpkl.png`. Published numbers: simplenpkl "
+        "Tables 2, 3 and 7 only (ck-means = COP-KMeans).",
+        "",
+    ]
+    pairs = defaultdict(list)
+    for (name, _m), a in agg.items():
+        pairs[name] += a.get("pairs", [])
+    counts = [f"{name} {int(np.median(pairs[name]))}" for name in names if pairs.get(name)]
+    if counts:
+        lines += ["Constraint pairs per repetition (median): " + ", ".join(counts) + ".", ""]
+    lines += dataset_sections(agg, names, methods, pub, paper="simplenpkl")
+    lines += speed_table(agg, names, methods, pub, paper="simplenpkl")
+    lines.append(END_SNPKL)
     return "\n".join(lines)
 
 
@@ -364,7 +418,7 @@ def markdown(agg, names, methods, wall_seconds, reps, command, machines=None):
 SPEEDUP_TARGET = 100.0
 
 
-def speed_table(agg, names, methods, pub):
+def speed_table(agg, names, methods, pub, paper=None):
     """Our median fit time against the CPU time the paper reports for the same method and
     data set (``published_value(..., quantity='cpu')``), one row per pair that has both.
 
@@ -381,6 +435,8 @@ def speed_table(agg, names, methods, pub):
             a = agg.get((name, m))
             p = pub.published_value(name, m, quantity="cpu")
             if not a or not a["reps"] or not p or p[0] is None:
+                continue
+            if paper and not p[2].startswith(paper):
                 continue
             med = a["time_median"]
             ratio = p[0] / med if med > 0 else float("inf")
@@ -445,10 +501,11 @@ def runtime_table(agg, names, methods, reps=20, workers=2):
 
 
 def write_report(records, names, methods, report_path, *, wall_seconds, reps, command,
-                 figure_path=None):
+                 figure_path=None, protocol="kl-admm"):
     """Rewrite the replication section of ``report_path`` from *all* recorded results (every
     data set and method in the results file, not only this invocation's), and the figure
-    (default ``bench/paper/accuracy_vs_time.png``)."""
+    (default ``bench/paper/accuracy_vs_time.png``). ``protocol="simplenpkl"``: its own
+    section (``BEGIN_SNPKL``) instead."""
     from bench.paper.datasets import DATASETS
 
     present = {r["dataset"] for r in records}
@@ -456,13 +513,20 @@ def write_report(records, names, methods, report_path, *, wall_seconds, reps, co
     seen = {r["method"] for r in records}
     methods = [m for m in methods if m in seen] + sorted(seen - set(methods))
     agg = aggregate(records)
-    figure(agg, names, methods, Path(figure_path or HERE / "accuracy_vs_time.png"))
-    section = markdown(agg, names, methods, wall_seconds, reps, command,
-                       machines=machine_counts(records))
+    snpkl = protocol == "simplenpkl"
+    figure(agg, names, methods, Path(figure_path or HERE / (
+        "accuracy_vs_time_simplenpkl.png" if snpkl else "accuracy_vs_time.png")),
+        paper="simplenpkl" if snpkl else None,
+        title=("Pairwise accuracy vs fit time at simplenpkl-jmlr2011's protocol (dashed: its "
+               "best published, band: its std)") if snpkl else None)
+    write = markdown_simplenpkl if protocol == "simplenpkl" else markdown
+    begin, end = (BEGIN_SNPKL, END_SNPKL) if protocol == "simplenpkl" else (BEGIN, END)
+    section = write(agg, names, methods, wall_seconds, reps, command,
+                    machines=machine_counts(records))
     report_path = Path(report_path)
     text = report_path.read_text() if report_path.exists() else "# Benchmark results\n"
-    if BEGIN in text and END in text:
-        a, b = text.index(BEGIN), text.index(END) + len(END)
+    if begin in text and end in text:
+        a, b = text.index(begin), text.index(end) + len(end)
         text = text[:a] + section + text[b:]
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"

@@ -13,6 +13,13 @@ used), then fit all constraints with it; their fit time includes the selection. 
 most 1000 sweeps (800 on adult), tol 1e-5; KL-ADMM: rho = 100, at most 500 iterations (100 on
 adult); SimpleNPKL: B = 100 (100n on adult).
 
+``--protocol simplenpkl`` runs simplenpkl-jmlr2011's own protocol instead (the one its
+Tables 2, 3 and 7 were measured at; ``bench/paper/protocols.py``): random pairs labelled by
+the classes, as many as bring the must-link graph to 70% n connected components (adult: the
+paper's printed counts), B = 1 (n on adult), C = 1; by default its methods only (SimpleNPKL
+linear and squared hinge, k-means, COP-KMeans as its ck-means), into their own results file,
+report section and figure.
+
 Each (data set, repetition) is one task; results are appended to a JSON-lines file as they
 finish, so an interrupted run resumes where it stopped.
 """
@@ -34,6 +41,10 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 DEFAULT_RESULTS = HERE / "results.jsonl"
+#: --protocol -> (results file, figure) by default
+PROTOCOL_FILES = {"kl-admm": (DEFAULT_RESULTS, HERE / "accuracy_vs_time.png"),
+                  "simplenpkl": (HERE / "results_simplenpkl.jsonl",
+                                 HERE / "accuracy_vs_time_simplenpkl.png")}
 
 NPKL_METHODS = ["BCD-hinge", "BCD-sqhinge", "BCD-square", "BCD-linear", "KL-ADMM",
                 "SimpleNPKL-linear", "SimpleNPKL-sqhinge", "BCD-linear-cv", "KL-ADMM-cv"]
@@ -47,6 +58,8 @@ BCD_LOSS = {"BCD-hinge": "hinge", "BCD-sqhinge": "squared_hinge", "BCD-square": 
 CV_METHODS = {"BCD-linear-cv": "BCD-linear", "KL-ADMM-cv": "KL-ADMM"}
 CV_GAMMAS = (0.1, 1.0, 10.0, 100.0)
 CV_FOLDS = 3
+#: the default methods of --protocol simplenpkl: those of simplenpkl-jmlr2011's tables
+SNPKL_PROTOCOL_METHODS = ["SimpleNPKL-linear", "SimpleNPKL-sqhinge", "k-means", "COP-KMeans"]
 
 
 def _is_adult(name):
@@ -65,15 +78,23 @@ def prepare_data(name):
     return X, y, meta
 
 
-def task_inputs(name, rep):
+def task_inputs(name, rep, protocol="kl-admm"):
     """One repetition's data, graph and constraints, as every method of the task sees them:
-    (X, y, meta, L, cons, cons_diag). ``cons_diag`` adds K_ii = 1 (KL-ADMM's protocol)."""
+    (X, y, meta, L, cons, cons_diag). ``cons_diag`` adds K_ii = 1 (KL-ADMM's protocol).
+    ``protocol``: "kl-admm" (0.6n + 0.6n pairs) or "simplenpkl" (``protocols``)."""
     import npkl_dist as nk
+    from bench.paper import protocols
 
     X, y, meta = prepare_data(name)
     graph = nk.knn_graph(X, meta.get("knn", 5), seed=rep, warn=False)
-    cons = nk.sample_constraints(y, seed=rep)
-    cons_diag = nk.sample_constraints(y, seed=rep, diagonal=True)
+    if protocol == protocols.SIMPLENPKL:
+        cons = protocols.simplenpkl_constraints(name, y, seed=rep)
+        cons_diag = protocols.simplenpkl_constraints(name, y, seed=rep, diagonal=True)
+    elif protocol == protocols.KLADMM:
+        cons = nk.sample_constraints(y, seed=rep)
+        cons_diag = nk.sample_constraints(y, seed=rep, diagonal=True)
+    else:
+        raise ValueError(f"protocol: {protocol!r}; use one of {protocols.PROTOCOLS}")
     return X, y, meta, graph.laplacian(1e-3), cons, cons_diag
 
 
@@ -95,10 +116,12 @@ def bcd_options(adult, executor=None):
             "kink_ladder": (KINK_RTOL,)}
 
 
-def learn_kernel(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec):
+def learn_kernel(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec,
+                 protocol="kl-admm"):
     """Fit one npkl method (a key of BCD_LOSS or CV_METHODS, KL-ADMM or a SimpleNPKL
     variant) under the protocol; returns its factor V. Iterations (and, for the "-cv"
     methods, the γ selection) are recorded in ``rec``."""
+    from bench.paper.protocols import capacity
     import npkl_dist as nk
     from bench.paper import peers
     from npkl_dist._admm import fit_admm
@@ -122,7 +145,7 @@ def learn_kernel(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec
         loss = "linear" if method.endswith("linear") else "squared_hinge"
         p = nk.NPKLProblem.build(L, cons, loss=loss, seed=seed)
         dual = "alg1" if method.endswith("-alg1") else None  # None: the default
-        res = fit_simplenpkl(p, B=100.0 * n if adult else 100.0, dual=dual)
+        res = fit_simplenpkl(p, B=capacity(protocol, n, adult), dual=dual)
     else:
         raise ValueError(f"learn_kernel: method={method!r} is not an npkl method; "
                          f"use one of {NPKL_METHODS + EXTRA_METHODS}")
@@ -130,8 +153,9 @@ def learn_kernel(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec
     return res.V
 
 
-def run_task(name, rep, methods):
-    """All methods on one repetition of one data set. Returns a list of records."""
+def run_task(name, rep, methods, protocol="kl-admm"):
+    """All methods on one repetition of one data set. Returns a list of records (with a
+    ``protocol`` field unless it is the default "kl-admm")."""
     import numba
 
     import npkl_dist as nk
@@ -146,7 +170,7 @@ def run_task(name, rep, methods):
 
     threadpool_limits(limits=1, user_api="blas")
     warnings.simplefilter("ignore")
-    X, y, meta, L, cons, cons_diag = task_inputs(name, rep)
+    X, y, meta, L, cons, cons_diag = task_inputs(name, rep, protocol)
     n = X.shape[0]
     k = int(np.unique(y).size)
     adult = meta.get("knn", 5) == 50
@@ -158,6 +182,9 @@ def run_task(name, rep, methods):
     here = machine()
     for method in methods:
         rec = {"dataset": name, "method": method, "rep": rep, "n": n, "machine": here}
+        if protocol != "kl-admm":
+            rec["protocol"] = protocol
+            rec["pairs"] = cons.m
         try:
             t0 = time.perf_counter()
             if method in PEER_METHODS:
@@ -165,7 +192,7 @@ def run_task(name, rep, methods):
                 labels = peers.PEERS[method](X, k, cons, seed)
             else:
                 V = learn_kernel(method, L, cons, cons_diag, n=n, k=k, adult=adult,
-                                 seed=seed, executor=ex, rec=rec)
+                                 seed=seed, executor=ex, rec=rec, protocol=protocol)
             rec["fit_seconds"] = time.perf_counter() - t0
             if V is not None:
                 labels = nk.kernel_kmeans(V, k, seed=seed)
@@ -196,13 +223,18 @@ def _unavailable(r):
     return str(r.get("error", "")).startswith("unavailable:")
 
 
-def _done(results_path):
+def protocol_of(r):
+    """The protocol a result row was measured at (rows without the field: "kl-admm")."""
+    return r.get("protocol", "kl-admm")
+
+
+def _done(results_path, protocol="kl-admm"):
     done = set()
     if results_path.exists():
         for line in results_path.read_text().splitlines():
             if line.strip():
                 r = json.loads(line)
-                if not _unavailable(r):
+                if not _unavailable(r) and protocol_of(r) == protocol:
                     done.add((r["dataset"], r["method"], r["rep"]))
     return done
 
@@ -226,9 +258,11 @@ def _rewrite(results_path, drop):
     return removed
 
 
-def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progress=True):
-    """Run every missing (data set, repetition, method) and append to ``results_path``."""
-    done = _done(results_path)
+def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progress=True,
+        protocol="kl-admm"):
+    """Run every missing (data set, repetition, method) at ``protocol`` and append to
+    ``results_path``."""
+    done = _done(results_path, protocol)
     tasks = []
     for name in datasets:
         for rep in range(reps):
@@ -239,7 +273,7 @@ def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progre
         return
     # the "unavailable" records of the tasks about to run are replaced by their new results
     retry = {(name, m, rep) for name, rep, todo in tasks for m in todo}
-    _rewrite(results_path, lambda r: _unavailable(r)
+    _rewrite(results_path, lambda r: _unavailable(r) and protocol_of(r) == protocol
              and (r["dataset"], r["method"], r["rep"]) in retry)
     t0 = time.perf_counter()
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -248,7 +282,7 @@ def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progre
 
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool, \
             open(results_path, "a") as fh:
-        futures = {pool.submit(run_task, *t): t for t in tasks}
+        futures = {pool.submit(run_task, *t, protocol): t for t in tasks}
         for q, fut in enumerate(as_completed(futures), 1):
             for rec in fut.result():
                 fh.write(json.dumps(rec) + "\n")
@@ -259,15 +293,17 @@ def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progre
                       f"({time.perf_counter() - t0:.0f}s elapsed)", file=sys.stderr)
 
 
-def discard(results_path, datasets, methods):
-    """Remove the results of ``methods`` on ``datasets`` from ``results_path``; keep the rest.
+def discard(results_path, datasets, methods, protocol=None):
+    """Remove the results of ``methods`` on ``datasets`` (at ``protocol``, or at any) from
+    ``results_path``; keep the rest.
 
     Every other line is kept byte for byte and in order; the file is replaced atomically.
     Returns the number of lines removed.
     """
     datasets, methods = set(datasets), set(methods)
     return _rewrite(results_path,
-                    lambda r: r["dataset"] in datasets and r["method"] in methods)
+                    lambda r: r["dataset"] in datasets and r["method"] in methods
+                    and (protocol is None or protocol_of(r) == protocol))
 
 
 def load_results(results_path=DEFAULT_RESULTS):
@@ -280,13 +316,21 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="npkl bench paper", description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", nargs="+", default=None, metavar="NAME",
                     help=f"data sets (default: all): {', '.join(ds.DATASETS)}")
-    ap.add_argument("--methods", nargs="+", default=NPKL_METHODS + PEER_METHODS,
+    ap.add_argument("--protocol", choices=("kl-admm", "simplenpkl"), default="kl-admm",
+                    help="kl-admm (default): 0.6n + 0.6n random pairs, the main table; "
+                         "simplenpkl: simplenpkl-jmlr2011's own (pairs to 70%% n must-link "
+                         "components, B = 1; bench/paper/protocols.py), its own results "
+                         "file, report section and figure")
+    ap.add_argument("--methods", nargs="+", default=None,
                     choices=NPKL_METHODS + EXTRA_METHODS + PEER_METHODS, metavar="METHOD",
-                    help=f"methods (default: all but {', '.join(EXTRA_METHODS)})")
+                    help=f"methods (default: all but {', '.join(EXTRA_METHODS)}; with "
+                         f"--protocol simplenpkl: {' '.join(SNPKL_PROTOCOL_METHODS)})")
     ap.add_argument("--reps", type=int, default=20, help="repetitions (default: 20)")
     ap.add_argument("--workers", type=int, default=2, help="processes (default: 2)")
-    ap.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
-                    help="JSON-lines results file, appended and resumed")
+    ap.add_argument("--results", type=Path, default=None,
+                    help="JSON-lines results file, appended and resumed (default: "
+                         "bench/paper/results.jsonl, results_simplenpkl.jsonl for "
+                         "--protocol simplenpkl)")
     ap.add_argument("--fresh", action="store_true",
                     help="discard ALL earlier results (every data set and method) first")
     ap.add_argument("--fresh-methods", nargs="+", default=None, metavar="METHOD",
@@ -301,9 +345,17 @@ def main(argv=None):
     ap.add_argument("--report-only", action="store_true",
                     help="run nothing: only rewrite the tables and the figure from --results "
                          "(e.g. after an interrupted run)")
-    ap.add_argument("--figure", type=Path, default=HERE / "accuracy_vs_time.png",
-                    help="PNG of accuracy vs fit time, rewritten (default: %(default)s)")
+    ap.add_argument("--figure", type=Path, default=None,
+                    help="PNG of accuracy vs fit time, rewritten (default: "
+                         "bench/paper/accuracy_vs_time.png, accuracy_vs_time_simplenpkl.png "
+                         "for --protocol simplenpkl)")
     args = ap.parse_args(argv)
+    default_results, default_figure = PROTOCOL_FILES[args.protocol]
+    args.results = args.results or default_results
+    args.figure = args.figure or default_figure
+    if args.methods is None:
+        args.methods = (SNPKL_PROTOCOL_METHODS if args.protocol == "simplenpkl"
+                        else NPKL_METHODS + PEER_METHODS)
     if args.install:
         ds.ensure_installed()
         from bench.paper.peers import ensure_asc, ensure_itml_env
@@ -317,21 +369,23 @@ def main(argv=None):
     if args.fresh and args.results.exists():
         args.results.unlink()
     if args.fresh_methods:
-        removed = discard(args.results, names, args.fresh_methods)
+        removed = discard(args.results, names, args.fresh_methods, args.protocol)
         print(f"discarded {removed} earlier results of {', '.join(args.fresh_methods)} on "
               f"{', '.join(names)}", file=sys.stderr)
     t0 = time.perf_counter()
     if not args.report_only:
-        run(names, args.reps, args.methods, args.results, args.workers)
+        run(names, args.reps, args.methods, args.results, args.workers,
+            protocol=args.protocol)
     from bench.paper.report import write_report
 
     # every method in the results is reported, in the canonical order whatever --methods says
-    write_report(load_results(args.results), names,
+    records = [r for r in load_results(args.results) if protocol_of(r) == args.protocol]
+    write_report(records, names,
                  NPKL_METHODS + EXTRA_METHODS + PEER_METHODS, args.report,
                  wall_seconds=None if args.report_only else time.perf_counter() - t0,
                  reps=args.reps,
                  command="npkl bench paper " + " ".join(argv or sys.argv[1:]),
-                 figure_path=args.figure)
+                 figure_path=args.figure, protocol=args.protocol)
     return 0
 
 
