@@ -115,6 +115,10 @@ def test_simplenpkl_protocol_run_fits_with_its_capacity(tmp_path, monkeypatch):
     new = got[1:]
     assert sorted(r["method"] for r in new) == ["SimpleNPKL-linear", "k-means"]
     assert all(r["protocol"] == "simplenpkl" and "error" not in r for r in new)
+    # the normalised kernel's clustering beside the papers' rule, for kernels only
+    by = {r["method"]: r for r in new}
+    assert 0 < by["SimpleNPKL-linear"]["rand_accuracy_normalized"] <= 1
+    assert "rand_accuracy_normalized" not in by["k-means"]
     assert {r["pairs"] for r in new} == {protocols.component_rule_pairs(
         run.prepare_data("chessboard")[1], seed=0)[0].size}
     out = report.read_text()
@@ -135,7 +139,7 @@ def test_simplenpkl_report_compares_with_its_own_tables_only(tmp_path):
     path, report = tmp_path / "r.jsonl", tmp_path / "RESULTS.md"
     recs = [{"dataset": "iris", "method": "SimpleNPKL-linear", "rep": r, "n": 150,
              "fit_seconds": 0.001, "rand_accuracy": 0.97, "protocol": "simplenpkl",
-             "pairs": 110 + r} for r in range(3)]
+             "pairs": 110 + r, "rand_accuracy_normalized": 0.95 + r / 100} for r in range(3)]
     recs += [{"dataset": "soybean", "method": "SimpleNPKL-linear", "rep": 0, "n": 47,
               "fit_seconds": 0.0005, "rand_accuracy": 1.0, "protocol": "simplenpkl",
               "pairs": 44}]
@@ -147,7 +151,9 @@ def test_simplenpkl_report_compares_with_its_own_tables_only(tmp_path):
     assert "### iris — best published 97.40 ± 0.00 (simplenpkl-jmlr2011.md Table 2" in out
     assert "Our best: **SimpleNPKL-linear 97.00** vs best published 97.40: **within one std**" \
         not in out  # 97.00 + 0 < 97.4 - 0: below
-    assert "**BELOW**" in out
+    assert "**BELOW**" in out  # the verdict keeps the papers' rule (97.00, not 96.00)
+    assert "| SimpleNPKL-linear | 97.00 ± 0.00 | 96.00 ± 1.00 | 0.001 ± 0 | 3 |" in out
+    assert "| SimpleNPKL-linear | 100.00 ± 0.00 |  | 0.0005 ± 0 | 1 |" in out  # none recorded
     assert "Constraint pairs per repetition (median): iris 111, soybean 44." in out
     assert "| soybean | SimpleNPKL-linear | 0.0005 | 0.0005 | 0.01 | 20x | **no** | 1 |" in out
     assert "<!-- paper-replication:begin -->" not in out

@@ -197,6 +197,10 @@ def run_task(name, rep, methods, protocol="kl-admm"):
             if V is not None:
                 labels = nk.kernel_kmeans(V, k, seed=seed)
                 rec["rank"] = int(V.shape[1])
+                if protocol != "kl-admm":  # also the cosine-normalised kernel's clustering
+                    unit = nk.kernel_kmeans(V, k, seed=seed, normalize=True)
+                    rec["rand_accuracy_normalized"] = nk.clustering_metrics(
+                        y, unit)["rand_accuracy"]
             rec.update(nk.clustering_metrics(y, labels))
         except peers.PeerUnavailable as exc:
             rec["error"] = f"unavailable: {exc}"
