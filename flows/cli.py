@@ -347,12 +347,22 @@ def _storage_options(args):
     return so
 
 
+#: Seconds Prefect waits for its ephemeral API server (no PREFECT_API_URL) to start. Its
+#: default, 20, is too short for a first start (a fresh PREFECT_HOME migrates its database)
+#: on a busy two-core machine: `npkl run` then failed with "Timed out while attempting to
+#: connect to ephemeral Prefect API server" (seen in a CI run, 2026-11-28).
+EPHEMERAL_STARTUP_TIMEOUT = 90
+
+
 def _prefect_env():
-    """Quiet Prefect's own INFO logs unless the user configured them."""
+    """Quiet Prefect's own INFO logs, and give its ephemeral server time to start, unless
+    the user configured them."""
     import os
 
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS",
+                          str(EPHEMERAL_STARTUP_TIMEOUT))
 
 
 def _quiet_npkl_tracebacks():

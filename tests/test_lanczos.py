@@ -158,18 +158,51 @@ def test_a_failed_residual_check_is_refined_then_reported(monkeypatch):
     assert stats["refinements"] == lz._REFINE
 
 
-def test_refinements_continue_while_they_converge():
+def test_a_ritz_value_near_zero_is_refined_and_certified():
     """A Ritz value near 0 has a limit relative to |theta|, far below the others': the
-    refinements go on past two while each at least halves the excess, and the pair is
-    certified (the hypothesis example above, run through the solver's own stats)."""
+    semi-orthogonal basis's Ritz vector misses it and Rayleigh-Ritz refinements bring it
+    there (the hypothesis example above). How many rounds that takes depends on the BLAS's
+    rounding (3 on the machine where it was found, 1 on an AMD EPYC with OpenBLAS's Haswell
+    kernels); the rule that lets them continue is pinned by the next test."""
     n, seed = 260, 2332546
     A = npkl_like(n, seed, n_pairs=int(1.6328125 * n))
     v0 = np.random.default_rng(seed + 1).standard_normal(n)
     w, P, stats, failure = lz.lanczos_top_eigs(A, 16, v0, TOL)
     assert failure is None, failure
-    assert stats["refinements"] >= 3
+    assert 1 <= stats["refinements"] <= lz._REFINE
     assert np.min(np.abs(w)) < 1e-3  # the near-zero Ritz value that needed them
     check_against_eigh(A, 16, w, P)
+
+
+@pytest.mark.parametrize("script, rounds, certified", [
+    ((8.0, 3.9, 1.9, 0.9), 3, True),     # each round at least halves the excess: go on
+    ((16.0, 7.9, 3.9, 1.9, 0.9), 4, True),
+    ((64.0, 31, 15, 7, 3, 1.4), 5, False),  # still converging, but _REFINE rounds ran
+    ((8.0, 3.9, 2.5), 2, False),         # 3.9 -> 2.5 is under a halving: the floor, stop
+])
+def test_refinements_continue_while_they_converge(monkeypatch, script, rounds, certified):
+    """The refinement loop's rule, independent of rounding: with the worst excess after
+    each residual check scripted, rounds go on past two while each at least halves it, up
+    to _REFINE, and the result is certified only where the excess ends at or below 1."""
+    A = npkl_like(150, 6)
+    v0 = np.random.default_rng(6).standard_normal(150)
+    real = lz._residual_check
+    calls = []
+
+    def scripted(Y, AY, theta, tol):
+        limit, residual, excess = real(Y, AY, theta, tol)
+        value = script[min(len(calls), len(script) - 1)]
+        calls.append(value)
+        return limit, residual, np.full_like(excess, value)
+
+    monkeypatch.setattr(lz, "_residual_check", scripted)
+    w, P, stats, failure = lz.lanczos_top_eigs(A, 8, v0, TOL)
+    assert stats["refinements"] == rounds and len(calls) == rounds + 1
+    assert (failure is None) == certified
+    if certified:
+        check_against_eigh(A, 8, w, P)
+    else:
+        assert w is None and failure.startswith("residual ")
 
 
 def test_eigsh_falls_back_to_arpack_when_lanczos_fails(monkeypatch):

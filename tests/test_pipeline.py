@@ -429,6 +429,29 @@ def test_new_run_over_an_existing_one_names_resume(tmp_path):
     assert got == cfg
 
 
+def test_prefect_env_waits_longer_for_the_ephemeral_server(monkeypatch):
+    """`npkl run` without PREFECT_API_URL starts Prefect's ephemeral server, whose first
+    start (a fresh PREFECT_HOME) outlasted Prefect's 20 s default on a busy machine: the
+    CLI asks for 90 s unless the user set a value, and Prefect reads it."""
+    from flows import cli
+
+    key = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+    monkeypatch.delenv(key, raising=False)
+    cli._prefect_env()
+    assert os.environ[key] == str(cli.EPHEMERAL_STARTUP_TIMEOUT) == "90"
+    code = ("import flows.cli as c; c._prefect_env(); "
+            "from prefect.settings import get_current_settings as g; "
+            "print(g().server.ephemeral.startup_timeout_seconds)")
+    env = {k: v for k, v in os.environ.items() if k != key}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, cwd=ROOT, check=True).stdout
+    assert out.strip() == "90"
+    env[key] = "33"  # the user's own value wins
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, cwd=ROOT, check=True).stdout
+    assert out.strip() == "33"
+
+
 def test_run_and_resume_through_prefect(tmp_path_factory, tmp_path):
     """The CLI's Prefect flow (temporary local server): a run, a resume that only reuses
     cached stages, and an input error that ends in one line naming the fix."""
