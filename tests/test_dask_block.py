@@ -4,7 +4,8 @@ Oracle: the in-process block solve. With a Jacobi preconditioner (block-Jacobi o
 Jacobi) or a single block (the local AMG is the global one) the Dask fit is the in-process
 fit bitwise; with several blocks and the local-AMG block-Jacobi preconditioner the iterates
 differ, and the fits must reach the same optimum (objective to 1e-6 relative, the kernel
-K = V V' to 1e-4 of its largest entry, both at a scaled KKT residual below 1e-7).
+K = V V' to 1e-4 of its largest entry, both at a scaled KKT residual below 1e-7, 1e-8 for
+the squared hinge).
 """
 
 import numpy as np
@@ -133,7 +134,11 @@ def test_block_jacobi_amg_objective_never_increases(client, global_random_seed, 
     # KKT 1e-7: at 1e-6 the default (additive) preconditioner's fits stopped 1.7e-4 apart in
     # K (flat directions), at 1e-7 1.8e-5
     ("square", 3000, 1e-7),
-    pytest.param("squared_hinge", 5000, 1e-7, marks=pytest.mark.heavy),
+    # the squared hinge's flat directions are wider: at seed 42 the fits stopped 1.49e-4
+    # apart in K at 1e-7 (AMD EPYC, 2026-11-28), 3.97e-5 at 1e-8 and 3.94e-6 at 1e-9, their
+    # objectives 1.4e-10, 3.1e-14 and 1.2e-15 apart (relative): one optimum, approached
+    # along different paths. 1e-8 costs about 130 s here (1e-7: 27 s)
+    pytest.param("squared_hinge", 5000, 1e-8, marks=pytest.mark.heavy),
     # not 'hinge': nonsmooth coupled terms -- runs along different paths can stop at
     # different block-wise fixed points (both with a small KKT residual; at n = 5000 they
     # ended 0.9% apart), see test_reference's xfail on block-wise exactness
