@@ -143,6 +143,8 @@ def test_simplenpkl_report_compares_with_its_own_tables_only(tmp_path):
     recs += [{"dataset": "soybean", "method": "SimpleNPKL-linear", "rep": 0, "n": 47,
               "fit_seconds": 0.0005, "rand_accuracy": 1.0, "protocol": "simplenpkl",
               "pairs": 44}]
+    recs += [{"dataset": "iris", "method": "KL-ADMM", "rep": 1, "n": 150, "fit_seconds": 0.05,
+              "rand_accuracy": 0.9, "protocol": "simplenpkl", "pairs": 111}]
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     assert run.main(["--protocol", "simplenpkl", "--datasets", "iris", "soybean",
                      "--results", str(path), "--report", str(report), "--figure",
@@ -157,3 +159,5 @@ def test_simplenpkl_report_compares_with_its_own_tables_only(tmp_path):
     assert "Constraint pairs per repetition (median): iris 111, soybean 44." in out
     assert "| soybean | SimpleNPKL-linear | 0.0005 | 0.0005 | 0.01 | 20x | **no** | 1 |" in out
     assert "<!-- paper-replication:begin -->" not in out
+    # KL-ADMM has published numbers in kl-admm's table only (its protocol): none shown here
+    assert "| KL-ADMM | 90.00 ± 0.00 |  | 0.05 ± 0 | 1 |  |" in out

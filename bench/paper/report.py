@@ -362,6 +362,8 @@ def dataset_sections(agg, names, methods, pub, paper=None, normalized=False):
             if not a:
                 continue
             p = pub.published_value(name, m) if pub and hasattr(pub, "published_value") else None
+            if p and paper and not p[2].startswith(paper):
+                p = None  # another paper's number, measured at its own protocol
             ptxt = f"{p[0]:.2f} ± {p[1]:.2f} ({p[2]})" if p and p[0] is not None else ""
             if a["reps"]:
                 acc = f"{a['acc']:.2f} ± {a['acc_std']:.2f}"
