@@ -35,11 +35,25 @@ PROTOCOLS = (KLADMM, SIMPLENPKL)
 COMPONENT_RATIO = 0.7
 
 
-def _find(parent, a):
-    while parent[a] != a:
-        parent[a] = parent[parent[a]]
-        a = parent[a]
-    return a
+def _distinct_pairs(n, seed):
+    """Distinct unordered pairs (a, b), a < b, of n points, uniform over all pairs, in the
+    order a seeded generator draws them (endless: the caller stops)."""
+    rng = np.random.default_rng(seed)
+    seen = set()
+    while True:
+        a, b = (int(x) for x in rng.integers(0, n, size=2))
+        if a == b:
+            continue
+        a, b = min(a, b), max(a, b)
+        if (a, b) not in seen:
+            seen.add((a, b))
+            yield a, b
+
+
+def _typed(labels, i, j):
+    """(i, j, t) arrays: t = +1 where the two points share a label, -1 otherwise."""
+    i, j = np.asarray(i, np.int64), np.asarray(j, np.int64)
+    return i, j, np.where(labels[i] == labels[j], 1, -1).astype(np.int8)
 
 
 def component_rule_pairs(labels, ratio=COMPONENT_RATIO, *, seed=0):
@@ -61,30 +75,19 @@ def component_rule_pairs(labels, ratio=COMPONENT_RATIO, *, seed=0):
     if target < counts.size:
         raise ValueError(f"ratio: {ratio} asks for {target} components, fewer than the "
                          f"{counts.size} classes the must-link pairs can never join")
-    rng = np.random.default_rng(seed)
-    parent = np.arange(n)
+    from scipy.cluster.hierarchy import DisjointSet
+
+    must_link = DisjointSet(range(n))
     components = n
-    seen = set()
-    out_i, out_j, out_t = [], [], []
-    while components > target:
-        a, b = (int(x) for x in rng.integers(0, n, size=2))
-        if a == b:
-            continue
-        a, b = min(a, b), max(a, b)
-        if (a, b) in seen:
-            continue
-        seen.add((a, b))
-        must = labels[a] == labels[b]
+    out_i, out_j = [], []
+    for a, b in _distinct_pairs(n, seed):
+        if components <= target:
+            break
         out_i.append(a)
         out_j.append(b)
-        out_t.append(1 if must else -1)
-        if must:
-            ra, rb = _find(parent, a), _find(parent, b)
-            if ra != rb:
-                parent[ra] = rb
-                components -= 1
-    return (np.asarray(out_i, np.int64), np.asarray(out_j, np.int64),
-            np.asarray(out_t, np.int8))
+        if labels[a] == labels[b] and must_link.merge(a, b):
+            components -= 1
+    return _typed(labels, out_i, out_j)
 
 
 def random_pairs(labels, m, *, seed=0):
@@ -94,20 +97,9 @@ def random_pairs(labels, m, *, seed=0):
     n = labels.shape[0]
     if not 0 <= m <= n * (n - 1) // 2:
         raise ValueError(f"m: {m} pairs asked of {n} points (at most {n * (n - 1) // 2})")
-    rng = np.random.default_rng(seed)
-    seen = set()
-    out_i, out_j = [], []
-    while len(out_i) < m:
-        a, b = (int(x) for x in rng.integers(0, n, size=2))
-        if a == b:
-            continue
-        a, b = min(a, b), max(a, b)
-        if (a, b) not in seen:
-            seen.add((a, b))
-            out_i.append(a)
-            out_j.append(b)
-    i, j = np.asarray(out_i, np.int64), np.asarray(out_j, np.int64)
-    return i, j, np.where(labels[i] == labels[j], 1, -1).astype(np.int8)
+    pairs = _distinct_pairs(n, seed)
+    drawn = [next(pairs) for _ in range(m)]
+    return _typed(labels, [a for a, _ in drawn], [b for _, b in drawn])
 
 
 def simplenpkl_pair_count(name, n):

@@ -350,12 +350,9 @@ def dataset_sections(agg, names, methods, pub, paper=None, normalized=False):
         if best and best[0] is not None:
             header += (f" — best published {best[0]:.2f} ± {best[1] or 0:.2f} "
                        f"({best[2]})")
-        if normalized:
-            lines += [header, "", "| method | accuracy (%) | normalised kernel (%) | "
-                      "fit time (s) | reps | published (%) |", "|---|---|---|---|---|---|"]
-        else:
-            lines += [header, "", "| method | accuracy (%) | fit time (s) | reps | "
-                      "published (%) |", "|---|---|---|---|---|"]
+        unit_col = " normalised kernel (%) |" if normalized else ""
+        lines += [header, "", f"| method | accuracy (%) |{unit_col} fit time (s) | reps | "
+                  "published (%) |", "|---|---|---|---|---|" + ("---|" if normalized else "")]
         ours_best = None
         for m in methods:
             a = agg.get((name, m))
@@ -376,12 +373,11 @@ def dataset_sections(agg, names, methods, pub, paper=None, normalized=False):
                     ours_best = (m, a["acc"], a["acc_std"])
             else:
                 acc, tt = f"failed: {a['error_example'][:80]}", "—"
+            unit = ""
             if normalized:
-                unit = (f"{a['acc_unit']:.2f} ± {a['acc_unit_std']:.2f}" if "acc_unit" in a
-                        else "")
-                lines.append(f"| {label(m)} | {acc} | {unit} | {tt} | {a['reps']} | {ptxt} |")
-            else:
-                lines.append(f"| {label(m)} | {acc} | {tt} | {a['reps']} | {ptxt} |")
+                unit = (f" {a['acc_unit']:.2f} ± {a['acc_unit_std']:.2f} |" if "acc_unit" in a
+                        else "  |")
+            lines.append(f"| {label(m)} | {acc} |{unit} {tt} | {a['reps']} | {ptxt} |")
         chosen = [f"{label(m)}: " + ", ".join(f"{g:g} ×{c}" for g, c in a["gammas"].items())
                   for m in methods if "gammas" in (a := agg.get((name, m), {}))]
         if chosen:
@@ -543,14 +539,16 @@ def write_report(records, names, methods, report_path, *, wall_seconds, reps, co
     seen = {r["method"] for r in records}
     methods = [m for m in methods if m in seen] + sorted(seen - set(methods))
     agg = aggregate(records)
-    snpkl = protocol == "simplenpkl"
-    figure(agg, names, methods, Path(figure_path or HERE / (
-        "accuracy_vs_time_simplenpkl.png" if snpkl else "accuracy_vs_time.png")),
-        paper="simplenpkl" if snpkl else None,
-        title=("Pairwise accuracy vs fit time at simplenpkl-jmlr2011's protocol (dashed: its "
-               "best published, band: its std)") if snpkl else None)
-    write = markdown_simplenpkl if protocol == "simplenpkl" else markdown
-    begin, end = (BEGIN_SNPKL, END_SNPKL) if protocol == "simplenpkl" else (BEGIN, END)
+    if protocol == "simplenpkl":
+        figure(agg, names, methods,
+               Path(figure_path or HERE / "accuracy_vs_time_simplenpkl.png"),
+               paper="simplenpkl",
+               title="Pairwise accuracy vs fit time at simplenpkl-jmlr2011's protocol "
+                     "(dashed: its best published, band: its std)")
+        write, begin, end = markdown_simplenpkl, BEGIN_SNPKL, END_SNPKL
+    else:
+        figure(agg, names, methods, Path(figure_path or HERE / "accuracy_vs_time.png"))
+        write, begin, end = markdown, BEGIN, END
     section = write(agg, names, methods, wall_seconds, reps, command,
                     machines=machine_counts(records))
     report_path = Path(report_path)

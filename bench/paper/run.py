@@ -89,7 +89,8 @@ def task_inputs(name, rep, protocol="kl-admm"):
     graph = nk.knn_graph(X, meta.get("knn", 5), seed=rep, warn=False)
     if protocol == protocols.SIMPLENPKL:
         cons = protocols.simplenpkl_constraints(name, y, seed=rep)
-        cons_diag = protocols.simplenpkl_constraints(name, y, seed=rep, diagonal=True)
+        cons_diag = nk.Constraints.from_arrays(cons.i, cons.j, cons.t, cons.n_points,
+                                               diagonal=True, warn=False)
     elif protocol == protocols.KLADMM:
         cons = nk.sample_constraints(y, seed=rep)
         cons_diag = nk.sample_constraints(y, seed=rep, diagonal=True)
