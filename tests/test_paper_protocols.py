@@ -161,3 +161,59 @@ def test_simplenpkl_report_compares_with_its_own_tables_only(tmp_path):
     assert "<!-- paper-replication:begin -->" not in out
     # KL-ADMM has published numbers in kl-admm's table only (its protocol): none shown here
     assert "| KL-ADMM | 90.00 ± 0.00 |  | 0.05 ± 0 | 1 |  |" in out
+
+
+# ---- bench/paper/feature_forms.py: heart_scale back to the Statlog file's units ----------
+
+def _svm_scale(raw):
+    """LIBSVM's svm-scale to [-1, 1] per column, printed at 6 significant digits as in
+    heart_scale."""
+    lo, hi = raw.min(axis=0), raw.max(axis=0)
+    return np.array([[float(f"{v:.6g}") for v in row]
+                     for row in 2.0 * (raw - lo) / (hi - lo) - 1.0])
+
+
+def _statlog_like(n, seed):
+    """Random rows on each HEART_RANGES column's grid, every column's min and max present."""
+    ff = pytest.importorskip("bench.paper.feature_forms")
+    rng = np.random.default_rng(seed)
+    cols = []
+    for lo, hi, step in ff.HEART_RANGES:
+        k = int(round((hi - lo) / step))
+        c = rng.integers(0, k + 1, size=n)
+        c[0], c[1] = 0, k
+        cols.append(lo + c * step)
+    return np.column_stack(cols)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_heart_raw_inverts_svm_scale_exactly(seed):
+    ff = pytest.importorskip("bench.paper.feature_forms")
+    raw = _statlog_like(270, seed)
+    back = ff.heart_raw(_svm_scale(raw))
+    assert np.allclose(back, raw, rtol=0, atol=1e-9)
+
+
+def test_heart_raw_refuses_a_wrong_range():
+    """A range off by one unit leaves values between grid points: an error naming the column,
+    not silently wrong units."""
+    ff = pytest.importorskip("bench.paper.feature_forms")
+    raw = _statlog_like(270, 5)
+    raw[:, 4] = np.where(raw[:, 4] == raw[:, 4].max(), 565, raw[:, 4])  # cholesterol max 565
+    with pytest.raises(ValueError, match="column 4"):
+        ff.heart_raw(_svm_scale(raw))
+    with pytest.raises(ValueError, match="shape"):
+        ff.heart_raw(np.zeros((3, 12)))
+
+
+def test_heart_raw_on_the_installed_heart_scale():
+    """The real file lands on the grid, and svm-scale of the result gives the file back."""
+    ff = pytest.importorskip("bench.paper.feature_forms")
+    datasets = pytest.importorskip("bench.paper.datasets")
+    try:
+        X, _ = datasets.load("heart")
+    except datasets.DatasetUnavailable:
+        pytest.skip("heart_scale not installed (apt-get install liblinear-tools)")
+    raw = ff.heart_raw(X)
+    assert raw[:, 0].min() == 29 and raw[:, 4].max() == 564
+    assert np.allclose(_svm_scale(raw), X, rtol=0, atol=1e-5)
