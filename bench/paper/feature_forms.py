@@ -17,9 +17,13 @@ with the paper's numbers beside ours:
 Methods: k-means (Euclidean, the paper's baseline), SimpleNPKL with the linear and the squared
 hinge loss (kernel k-means on K, and on the cosine-normalised K), and BCD-linear.
 
+``--ratios`` also draws the pairs to other ratios of must-link components to points than the
+paper's 70% (fewer components: more pairs), to see what pair count the paper's numbers need.
+
 Usage::
 
-    python -m bench.paper.feature_forms [--datasets heart wine ...] [--reps 20]
+    python -m bench.paper.feature_forms [--datasets heart wine ...] [--forms raw ...]
+                                        [--ratios 0.7 0.5 ...] [--reps 20]
 """
 
 from __future__ import annotations
@@ -94,8 +98,21 @@ def features(name, form):
     return X, y
 
 
-def run(name, form, reps):
-    """{method: [rand accuracy per repetition]} (and "<method> normalised" for SimpleNPKL)."""
+def constraints(name, y, ratio, seed):
+    """The protocol's pairs for one repetition; at a ratio other than the paper's, pairs
+    drawn to ``round(ratio n)`` must-link components instead."""
+    import npkl_dist as nk
+    from bench.paper import protocols
+
+    if ratio == protocols.COMPONENT_RATIO:
+        return protocols.simplenpkl_constraints(name, y, seed=seed)
+    i, j, t = protocols.component_rule_pairs(y, ratio, seed=seed)
+    return nk.Constraints.from_arrays(i, j, t, len(y), warn=False)
+
+
+def run(name, form, reps, ratio=0.7):
+    """{method: [rand accuracy per repetition]} (and "<method> normalised" for SimpleNPKL),
+    with "pairs": the pair count of each repetition."""
     import npkl_dist as nk
     from bench.paper import peers, protocols
     from bench.paper.run import bcd_options
@@ -103,14 +120,15 @@ def run(name, form, reps):
 
     X, y = features(name, form)
     k = int(np.unique(y).size)
-    acc = {}
+    acc = {"pairs": []}
 
     def put(key, labels):
         acc.setdefault(key, []).append(nk.clustering_metrics(y, labels)["rand_accuracy"])
 
     for rep in range(reps):
         L = nk.knn_graph(X, 5, seed=rep, warn=False).laplacian(1e-3)
-        cons = protocols.simplenpkl_constraints(name, y, seed=rep)
+        cons = constraints(name, y, ratio, rep)
+        acc["pairs"].append(cons.m)
         put("k-means", peers.kmeans(X, k, cons, rep))
         for method, loss in (("SimpleNPKL-linear", "linear"),
                              ("SimpleNPKL-sqhinge", "squared_hinge")):
@@ -135,20 +153,27 @@ def table(results, datasets_):
 
     cols = ["k-means", "SimpleNPKL-linear", "SimpleNPKL-linear normalised",
             "SimpleNPKL-sqhinge", "SimpleNPKL-sqhinge normalised", "BCD-linear"]
-    lines = ["| data set | features | " + " | ".join(cols) + " |",
-             "|---|---|" + "---|" * len(cols)]
+    ratios = sorted({key[2] for key in results}, reverse=True)
+    many = len(ratios) > 1
+    lines = ["| data set | features | " + ("components / n | pairs | " if many else "")
+             + " | ".join(cols) + " |",
+             "|---|---|" + ("---|---|" if many else "") + "---|" * len(cols)]
     for name in datasets_:
         for form in FORMS:
-            if (name, form) in results:
-                acc = results[(name, form)]
-                lines.append(f"| {name} | {form} | "
+            for ratio in ratios:
+                acc = results.get((name, form, ratio))
+                if acc is None:
+                    continue
+                extra = (f"{ratio:g} | {int(np.median(acc['pairs']))} | " if many else "")
+                lines.append(f"| {name} | {form} | {extra}"
                              + " | ".join(_cell(acc[c]) for c in cols) + " |")
         paper = []
         for c in cols:
             cell = pub.published_value(name, PAPER[c]) if c in PAPER else None
             is_t2 = cell is not None and "Table 2" in cell[2]
             paper.append(f"{cell[0]:.2f} ± {cell[1]:.2f}" if is_t2 else "")
-        lines.append(f"| {name} | simplenpkl Table 2 | " + " | ".join(paper) + " |")
+        lines.append(f"| {name} | simplenpkl Table 2 | " + ("0.7 | | " if many else "")
+                     + " | ".join(paper) + " |")
     return "\n".join(lines)
 
 
@@ -157,10 +182,16 @@ def main(argv=None):
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", nargs="+", default=list(DEFAULT_DATASETS), metavar="NAME")
     ap.add_argument("--forms", nargs="+", default=list(FORMS), choices=FORMS)
+    ap.add_argument("--ratios", nargs="+", type=float, default=[0.7], metavar="R",
+                    help="must-link components / points to draw the pairs to (default: the "
+                         "paper's 0.7)")
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args(argv)
     if args.reps < 1:
         ap.error(f"--reps: expected a positive count, got {args.reps}")
+    bad = [r for r in args.ratios if not 0.0 < r < 1.0]
+    if bad:
+        ap.error(f"--ratios: expected ratios in (0, 1), got {bad}")
     import numba
     from threadpoolctl import threadpool_limits
 
@@ -171,8 +202,10 @@ def main(argv=None):
     t0 = time.perf_counter()
     for name in args.datasets:
         for form in args.forms:
-            results[(name, form)] = run(name, form, args.reps)
-            print(f"{name} {form}: done ({time.perf_counter() - t0:.0f} s)", flush=True)
+            for ratio in args.ratios:
+                results[(name, form, ratio)] = run(name, form, args.reps, ratio)
+                print(f"{name} {form} {ratio:g}: done ({time.perf_counter() - t0:.0f} s)",
+                      flush=True)
     print()
     print(table(results, args.datasets))
     print(f"\n{args.reps} repetitions, {time.perf_counter() - t0:.0f} s")
