@@ -217,3 +217,19 @@ def test_heart_raw_on_the_installed_heart_scale():
     raw = ff.heart_raw(X)
     assert raw[:, 0].min() == 29 and raw[:, 4].max() == 564
     assert np.allclose(_svm_scale(raw), X, rtol=0, atol=1e-5)
+
+
+def test_feature_forms_constraints_follow_the_ratio():
+    """At the paper's 70% the pairs are the harness's own; a lower ratio of must-link
+    components extends the same draw (all of its pairs, and more)."""
+    ff = pytest.importorskip("bench.paper.feature_forms")
+    y = np.random.default_rng(3).integers(0, 2, size=120)
+    base = protocols.simplenpkl_constraints("heart", y, seed=7)
+    same = ff.constraints("heart", y, 0.7, 7)
+    assert np.array_equal(same.i, base.i) and np.array_equal(same.t, base.t)
+    more = ff.constraints("heart", y, 0.5, 7)
+    assert more.m > base.m
+    pairs = lambda c: set(zip(c.i.tolist(), c.j.tolist(), c.t.tolist()))  # noqa: E731
+    assert pairs(base) < pairs(more)
+    ml = more.t > 0
+    assert _components(120, more.i[ml], more.j[ml]) == 60
