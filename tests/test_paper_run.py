@@ -259,3 +259,34 @@ def test_fit_time_floor_single_precision_solves_the_same_eigenproblem():
     assert 0.0 < out["eigenvalue error"] < 1e-4
     dense_only = floor.single_precision(p, runs=1, dense_max_n=10)
     assert set(dense_only) == {"ARPACK", "eigenvalue error"}
+
+
+def test_admm_tol_scan_judges_a_stopping_rule_on_one_runs_traces():
+    """bench/admm_tol_scan.py applies the paper's rule after the fact to the traces of one
+    run to a cap. That is sound only if the iterates do not depend on the stopping rule: the
+    same after-the-fact test with our relative rule must stop exactly where a fit with that
+    rule stops."""
+    from bench import admm_tol_scan as scan  # a broken bench fails here, not skips
+    import npkl_dist as nk
+    from npkl_dist._admm import fit_admm
+    from npkl_dist._errors import ConvergenceWarning
+
+    _, _, _, L, _, cons_diag = run.task_inputs("chessboard", 0)  # generated: no install
+    problem = lambda: nk.NPKLProblem.build(L, cons_diag, loss="square", seed=0)  # noqa: E731
+    with pytest.warns(ConvergenceWarning):  # to the cap on purpose
+        long = fit_admm(problem(), max_iter=300, tol=1e-300)
+    assert long.n_sweeps == 300
+    primal, dual = np.asarray(long.primal_trace), np.asarray(long.dual_trace)
+    change, rho = np.asarray(long.change_trace), np.asarray(long.rho_trace)
+    vnorm = dual / (rho * change)  # change = ||dV|| / ||V||, dual = rho ||dV||
+    for tol in (3e-3, 1e-3):
+        live = fit_admm(problem(), max_iter=300, tol=tol)
+        ok = (primal / vnorm < tol) & (change < tol)
+        assert live.converged and int(np.flatnonzero(ok)[0]) + 1 == live.n_sweeps
+    with pytest.warns(ConvergenceWarning):
+        hits = scan.paper_rule("chessboard", [1.0, 0.1, 1e-9], 1, 300)
+    worst = np.maximum(primal, dual)
+    for eps in (1.0, 0.1):
+        k = hits[eps][0]
+        assert worst[k - 1] < eps and np.all(worst[:k - 1] >= eps)
+    assert hits[1.0][0] < hits[0.1][0] and hits[1e-9] == [None]
