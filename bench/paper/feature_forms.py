@@ -192,6 +192,14 @@ def main(argv=None):
     bad = [r for r in args.ratios if not 0.0 < r < 1.0]
     if bad:
         ap.error(f"--ratios: expected ratios in (0, 1), got {bad}")
+    from bench.paper import datasets
+
+    for name in args.datasets:
+        key = datasets.ALIASES.get(name, name)
+        if key not in datasets.DATASETS or datasets.DATASETS[key].get("synthetic", False) \
+                or key.startswith("adult"):
+            ap.error(f"--datasets: {name!r} has no UCI file units to compare; use some of "
+                     f"{' '.join(DEFAULT_DATASETS)} (or breast-cancer)")
     import numba
     from threadpoolctl import threadpool_limits
 
