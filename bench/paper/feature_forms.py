@@ -80,12 +80,13 @@ def features(name, form):
 
     if form not in FORMS:
         raise ValueError(f"form: {form!r}; use one of {FORMS}")
-    X, y = datasets.load(name)
-    X = np.asarray(X, dtype=np.float64)
-    if datasets.DATASETS[datasets.canonical(name)].get("synthetic", False):
+    key = datasets.canonical(name)
+    if datasets.DATASETS[key].get("synthetic", False):
         raise ValueError(f"name: {name!r} is generated, it has no file units; use one of the "
                          f"UCI sets {DEFAULT_DATASETS}")
-    if name == "heart":  # the file is already scaled: go back to the units first
+    X, y = datasets.load(key)
+    X = np.asarray(X, dtype=np.float64)
+    if key == "heart":  # the file is already scaled: go back to the units first
         X = heart_raw(X)
     if form == "scaled":
         from sklearn.preprocessing import MinMaxScaler
@@ -195,8 +196,11 @@ def main(argv=None):
     from bench.paper import datasets
 
     for name in args.datasets:
-        key = datasets.ALIASES.get(name, name)
-        if key not in datasets.DATASETS or datasets.DATASETS[key].get("synthetic", False) \
+        try:
+            key = datasets.canonical(name)
+        except KeyError:
+            key = None
+        if key is None or datasets.DATASETS[key].get("synthetic", False) \
                 or key.startswith("adult"):
             ap.error(f"--datasets: {name!r} has no UCI file units to compare; use some of "
                      f"{' '.join(DEFAULT_DATASETS)} (or breast-cancer)")
