@@ -33,16 +33,23 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def _problem(name, rep):
+    """(labels, KL-ADMM problem) of the harness's repetition ``rep`` of ``name``."""
+    import npkl_dist as nk
+    from bench.paper.run import task_inputs
+
+    _, y, _, L, _, cons_diag = task_inputs(name, rep)
+    return y, nk.NPKLProblem.build(L, cons_diag, loss="square", seed=rep)
+
+
 def scan(name, tol, reps, max_iter):
     """[(iterations, rand accuracy, objective, seconds)] per repetition."""
     import npkl_dist as nk
-    from bench.paper.run import task_inputs
     from npkl_dist._admm import fit_admm
 
     out = []
     for rep in range(reps):
-        _, y, _, L, _, cons_diag = task_inputs(name, rep)
-        p = nk.NPKLProblem.build(L, cons_diag, loss="square", seed=rep)
+        y, p = _problem(name, rep)
         t0 = time.perf_counter()
         res = fit_admm(p, max_iter=max_iter, tol=tol)
         sec = time.perf_counter() - t0
@@ -55,15 +62,11 @@ def scan(name, tol, reps, max_iter):
 def paper_rule(name, eps_list, reps, max_iter):
     """{eps: [first iteration meeting max(primal, dual) < eps, or None]} over repetitions
     (1-based iteration counts, as ``n_sweeps``)."""
-    import npkl_dist as nk
-    from bench.paper.run import task_inputs
     from npkl_dist._admm import fit_admm
 
     out = {eps: [] for eps in eps_list}
     for rep in range(reps):
-        _, _, _, L, _, cons_diag = task_inputs(name, rep)
-        p = nk.NPKLProblem.build(L, cons_diag, loss="square", seed=rep)
-        res = fit_admm(p, max_iter=max_iter, tol=1e-300)  # to the cap: traces only
+        res = fit_admm(_problem(name, rep)[1], max_iter=max_iter, tol=1e-300)  # to the cap: traces only
         worst = np.maximum(res.primal_trace, res.dual_trace)
         for eps in eps_list:
             hit = np.flatnonzero(worst < eps)

@@ -74,25 +74,38 @@ def heart_raw(X_scaled):
     return out
 
 
-def features(name, form):
-    """(X, y) of data set ``name`` in feature form ``form`` (one of ``FORMS``)."""
+def uci_key(name):
+    """The registry name of ``name`` if it is a UCI data set with file units (not generated,
+    not adult's one-hot encoding); ValueError naming the valid ones otherwise."""
     from bench.paper import datasets
+
+    try:
+        key = datasets.canonical(name)
+    except KeyError:
+        key = None
+    if key is None or datasets.DATASETS[key].get("synthetic", False) or key.startswith("adult"):
+        raise ValueError(f"name: {name!r} has no UCI file units to compare; use some of "
+                         f"{' '.join(DEFAULT_DATASETS)} (or breast-cancer)")
+    return key
+
+
+def features(name, form):
+    """(X, y) of data set ``name`` in feature form ``form`` (one of ``FORMS``); ``scaled``
+    is the harness's own ``prepare_data``."""
+    from bench.paper import datasets
+    from bench.paper.run import prepare_data
 
     if form not in FORMS:
         raise ValueError(f"form: {form!r}; use one of {FORMS}")
-    key = datasets.canonical(name)
-    if datasets.DATASETS[key].get("synthetic", False):
-        raise ValueError(f"name: {name!r} is generated, it has no file units; use one of the "
-                         f"UCI sets {DEFAULT_DATASETS}")
+    key = uci_key(name)
+    if form == "scaled":
+        X, y, _ = prepare_data(key)
+        return X, y
     X, y = datasets.load(key)
     X = np.asarray(X, dtype=np.float64)
     if key == "heart":  # the file is already scaled: go back to the units first
         X = heart_raw(X)
-    if form == "scaled":
-        from sklearn.preprocessing import MinMaxScaler
-
-        X = MinMaxScaler((-1, 1)).fit_transform(X)
-    elif form == "zscore":
+    if form == "zscore":
         from sklearn.preprocessing import StandardScaler
 
         X = StandardScaler().fit_transform(X)
@@ -111,9 +124,10 @@ def constraints(name, y, ratio, seed):
     return nk.Constraints.from_arrays(i, j, t, len(y), warn=False)
 
 
-def run(name, form, reps, ratio=0.7):
-    """{method: [rand accuracy per repetition]} (and "<method> normalised" for SimpleNPKL),
-    with "pairs": the pair count of each repetition."""
+def run(name, form, reps, ratios=(0.7,)):
+    """{ratio: {method: [rand accuracy per repetition]}} (and "<method> normalised" for
+    SimpleNPKL), with "pairs": the pair count of each repetition. The kNN graph of a
+    repetition is built once for all ratios."""
     import npkl_dist as nk
     from bench.paper import peers, protocols
     from bench.paper.run import bcd_options
@@ -121,26 +135,28 @@ def run(name, form, reps, ratio=0.7):
 
     X, y = features(name, form)
     k = int(np.unique(y).size)
-    acc = {"pairs": []}
-
-    def put(key, labels):
-        acc.setdefault(key, []).append(nk.clustering_metrics(y, labels)["rand_accuracy"])
+    B = protocols.capacity(protocols.SIMPLENPKL, len(y), False)
+    out = {ratio: {"pairs": []} for ratio in ratios}
 
     for rep in range(reps):
         L = nk.knn_graph(X, 5, seed=rep, warn=False).laplacian(1e-3)
-        cons = constraints(name, y, ratio, rep)
-        acc["pairs"].append(cons.m)
-        put("k-means", peers.kmeans(X, k, cons, rep))
-        for method, loss in (("SimpleNPKL-linear", "linear"),
-                             ("SimpleNPKL-sqhinge", "squared_hinge")):
-            V = fit_simplenpkl(nk.NPKLProblem.build(L, cons, loss=loss, seed=rep),
-                               B=protocols.capacity(protocols.SIMPLENPKL, len(y), False)).V
-            put(method, nk.kernel_kmeans(V, k, seed=rep))
-            put(method + " normalised", nk.kernel_kmeans(V, k, seed=rep, normalize=True))
-        V = nk.fit_bcd(nk.NPKLProblem.build(L, cons, loss="linear", seed=rep),
-                       **bcd_options(False)).V
-        put("BCD-linear", nk.kernel_kmeans(V, k, seed=rep))
-    return acc
+        for ratio, acc in out.items():
+            def put(key, labels):
+                acc.setdefault(key, []).append(
+                    nk.clustering_metrics(y, labels)["rand_accuracy"])
+
+            cons = constraints(name, y, ratio, rep)
+            acc["pairs"].append(cons.m)
+            put("k-means", peers.kmeans(X, k, cons, rep))
+            for method, loss in (("SimpleNPKL-linear", "linear"),
+                                 ("SimpleNPKL-sqhinge", "squared_hinge")):
+                V = fit_simplenpkl(nk.NPKLProblem.build(L, cons, loss=loss, seed=rep), B=B).V
+                put(method, nk.kernel_kmeans(V, k, seed=rep))
+                put(method + " normalised", nk.kernel_kmeans(V, k, seed=rep, normalize=True))
+            V = nk.fit_bcd(nk.NPKLProblem.build(L, cons, loss="linear", seed=rep),
+                           **bcd_options(False)).V
+            put("BCD-linear", nk.kernel_kmeans(V, k, seed=rep))
+    return out
 
 
 def _cell(values):
@@ -193,17 +209,11 @@ def main(argv=None):
     bad = [r for r in args.ratios if not 0.0 < r < 1.0]
     if bad:
         ap.error(f"--ratios: expected ratios in (0, 1), got {bad}")
-    from bench.paper import datasets
-
     for name in args.datasets:
         try:
-            key = datasets.canonical(name)
-        except KeyError:
-            key = None
-        if key is None or datasets.DATASETS[key].get("synthetic", False) \
-                or key.startswith("adult"):
-            ap.error(f"--datasets: {name!r} has no UCI file units to compare; use some of "
-                     f"{' '.join(DEFAULT_DATASETS)} (or breast-cancer)")
+            uci_key(name)
+        except ValueError as exc:
+            ap.error(f"--datasets: {exc}")
     import numba
     from threadpoolctl import threadpool_limits
 
@@ -214,10 +224,9 @@ def main(argv=None):
     t0 = time.perf_counter()
     for name in args.datasets:
         for form in args.forms:
-            for ratio in args.ratios:
-                results[(name, form, ratio)] = run(name, form, args.reps, ratio)
-                print(f"{name} {form} {ratio:g}: done ({time.perf_counter() - t0:.0f} s)",
-                      flush=True)
+            for ratio, acc in run(name, form, args.reps, args.ratios).items():
+                results[(name, form, ratio)] = acc
+            print(f"{name} {form}: done ({time.perf_counter() - t0:.0f} s)", flush=True)
     print()
     print(table(results, args.datasets))
     print(f"\n{args.reps} repetitions, {time.perf_counter() - t0:.0f} s")
