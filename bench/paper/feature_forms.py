@@ -138,24 +138,24 @@ def run(name, form, reps, ratios=(0.7,)):
     B = protocols.capacity(protocols.SIMPLENPKL, len(y), False)
     out = {ratio: {"pairs": []} for ratio in ratios}
 
+    def put(acc, key, labels):
+        acc.setdefault(key, []).append(nk.clustering_metrics(y, labels)["rand_accuracy"])
+
     for rep in range(reps):
         L = nk.knn_graph(X, 5, seed=rep, warn=False).laplacian(1e-3)
         for ratio, acc in out.items():
-            def put(key, labels):
-                acc.setdefault(key, []).append(
-                    nk.clustering_metrics(y, labels)["rand_accuracy"])
-
             cons = constraints(name, y, ratio, rep)
             acc["pairs"].append(cons.m)
-            put("k-means", peers.kmeans(X, k, cons, rep))
+            put(acc, "k-means", peers.kmeans(X, k, cons, rep))
             for method, loss in (("SimpleNPKL-linear", "linear"),
                                  ("SimpleNPKL-sqhinge", "squared_hinge")):
                 V = fit_simplenpkl(nk.NPKLProblem.build(L, cons, loss=loss, seed=rep), B=B).V
-                put(method, nk.kernel_kmeans(V, k, seed=rep))
-                put(method + " normalised", nk.kernel_kmeans(V, k, seed=rep, normalize=True))
+                put(acc, method, nk.kernel_kmeans(V, k, seed=rep))
+                put(acc, method + " normalised",
+                    nk.kernel_kmeans(V, k, seed=rep, normalize=True))
             V = nk.fit_bcd(nk.NPKLProblem.build(L, cons, loss="linear", seed=rep),
                            **bcd_options(False)).V
-            put("BCD-linear", nk.kernel_kmeans(V, k, seed=rep))
+            put(acc, "BCD-linear", nk.kernel_kmeans(V, k, seed=rep))
     return out
 
 
