@@ -12,6 +12,7 @@ in a subprocess that receives X and the pairs and returns the transformed X.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import subprocess
@@ -76,18 +77,37 @@ def spectral(X, k, cons, seed, knn=5):
     return sc.fit_predict(X)
 
 
-def pckmeans(X, k, cons, seed):
-    PCKMeans, _ = _load_asc()
+@contextlib.contextmanager
+def _recursion_limit(depth):
+    """Python's recursion limit raised to at least ``depth`` frames, restored on exit.
+
+    The package closes the must-links transitively (``preprocess_constraints``) with a
+    recursive depth-first search, one frame per point of a path, so a must-link component
+    of more than about 1,000 points raises RecursionError under Python's default limit
+    (simplenpkl's protocol on adult-a2a: one component of 1,687 points). Python 3.11 runs
+    Python-to-Python calls without growing the C stack, so the higher limit is safe.
+    """
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, depth))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def _fit_asc(cls, X, k, cons, seed):
     ml, cl = _pairs(cons)
     np.random.seed(seed)  # the library draws from numpy's global generator
-    return np.asarray(PCKMeans(n_clusters=k).fit(X, ml=ml, cl=cl).labels_)
+    with _recursion_limit(X.shape[0] + 1000):
+        return np.asarray(cls(n_clusters=k).fit(X, ml=ml, cl=cl).labels_)
+
+
+def pckmeans(X, k, cons, seed):
+    return _fit_asc(_load_asc()[0], X, k, cons, seed)
 
 
 def copkmeans(X, k, cons, seed):
-    _, COPKMeans = _load_asc()
-    ml, cl = _pairs(cons)
-    np.random.seed(seed)
-    return np.asarray(COPKMeans(n_clusters=k).fit(X, ml=ml, cl=cl).labels_)
+    return _fit_asc(_load_asc()[1], X, k, cons, seed)
 
 
 def ensure_asc():
