@@ -49,11 +49,11 @@ def test_split_counts_errors_per_group_and_violated_pairs():
 
 def test_run_on_a_small_set_prints_rows_and_a_table():
     buf = io.StringIO()
-    rows = es.run("soybean", 1, ["k-means", "SimpleNPKL-linear"], out=buf)
+    rows = es.run("iris", 1, ["k-means", "SimpleNPKL-linear"], out=buf)
     assert [r["method"] for r in rows] == ["k-means", "SimpleNPKL-linear"]
     for r in rows:  # the split covers every point
-        assert sum(r[f"n {g}"] for g in es.GROUPS) == 47
-        assert 0 <= sum(r[f"wrong {g}"] for g in es.GROUPS) <= 47
+        assert sum(r[f"n {g}"] for g in es.GROUPS) == 150
+        assert 0 <= sum(r[f"wrong {g}"] for g in es.GROUPS) <= 150
     lines = buf.getvalue().splitlines()
     assert json.loads(lines[0])["method"] == "k-means"
     assert lines[2].startswith("| method | reps |") and lines[-1].startswith("| SimpleNPKL-linear | 1 |")
