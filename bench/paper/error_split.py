@@ -35,6 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
 from scipy.sparse.csgraph import connected_components
+from sklearn.metrics.cluster import contingency_matrix
 
 GROUPS = ("giant", "other ML", "CL only", "free")
 
@@ -56,13 +57,12 @@ def point_groups(cons, n):
 def misassigned(y, labels):
     """Boolean mask of the points a best one-to-one matching of clusters to classes gets
     wrong."""
-    classes, yi = np.unique(y, return_inverse=True)
-    clusters, li = np.unique(labels, return_inverse=True)
-    table = np.zeros((clusters.size, classes.size), int)
-    np.add.at(table, (li, yi), 1)
-    rows, cols = linear_sum_assignment(-table)
-    match = np.full(clusters.size, -1)
-    match[rows] = cols
+    table = contingency_matrix(y, labels)  # classes x clusters, both in np.unique's order
+    _, yi = np.unique(y, return_inverse=True)
+    _, li = np.unique(labels, return_inverse=True)
+    classes, clusters = linear_sum_assignment(-table)
+    match = np.full(table.shape[1], -1)
+    match[clusters] = classes
     return match[li] != yi
 
 
@@ -100,7 +100,7 @@ def run(dataset, reps, methods, protocol="simplenpkl", out=sys.stdout):
         for method in methods:
             t0 = time.perf_counter()
             if method in peers.PEERS:
-                labels = np.asarray(peers.PEERS[method](X, k, cons, rep))
+                labels = peers.PEERS[method](X, k, cons, rep)
             else:
                 V = learn_kernel(method, L, cons, cons_diag, n=n, k=k,
                                  adult=_is_adult(dataset), seed=rep,
