@@ -1,0 +1,68 @@
+"""bench/paper/fit_time_machines.py: the fit-time comparison split by the measuring machine."""
+
+import json
+
+from bench.paper import fit_time_machines as ftm
+
+FAST, SLOW = "Fast CPU, 2 cores", "Slow CPU, 2 cores"
+
+
+def _published(name, method, quantity="accuracy"):
+    assert quantity == "cpu"
+    return {("iris", "KL-ADMM"): (2.0, 0.0, "paper T2"),
+            ("wine", "KL-ADMM"): (1.0, 0.0, "paper T2")}.get((name, method))
+
+
+def _row(name, method, seconds, machine, **extra):
+    return {"dataset": name, "method": method, "rep": 0, "n": 10, "machine": machine,
+            "fit_seconds": seconds, "rand_accuracy": 0.9, **extra}
+
+
+def _rows():
+    return [
+        # iris: 100x and 200x on the fast machine (median 0.015 s: 133x), 40x and 50x on the
+        # slow one (median 0.045 s: 44x)
+        _row("iris", "KL-ADMM", 0.01, FAST), _row("iris", "KL-ADMM", 0.02, FAST),
+        _row("iris", "KL-ADMM", 0.04, SLOW), _row("iris", "KL-ADMM", 0.05, SLOW),
+        # wine: the fast machine only, 50x
+        _row("wine", "KL-ADMM", 0.02, FAST),
+        # rows the comparison must leave out: another method, a failed fit, another protocol,
+        # a pair with no published time
+        _row("iris", "BCD-linear", 0.001, FAST),
+        {**_row("wine", "KL-ADMM", 1e-6, SLOW), "error": "ValueError: x"},
+        _row("wine", "KL-ADMM", 1e-6, SLOW, protocol="simplenpkl"),
+        _row("glass", "KL-ADMM", 0.01, FAST),
+    ]
+
+
+def test_medians_ratios_and_counts_per_machine(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in _rows()))
+    per = ftm.by_machine(ftm.load([path, tmp_path / "missing.jsonl"]), ["KL-ADMM"])
+    assert list(per) == [FAST, SLOW]
+    rows, counts = ftm.compare(per, ["KL-ADMM"], published=_published)
+    assert [(r[0], r[1]) for r in rows] == [("iris", "KL-ADMM"), ("wine", "KL-ADMM")]
+    iris, wine = rows[0][3], rows[1][3]
+    assert iris[FAST][0] == 0.015 and round(iris[FAST][1]) == 133 and iris[FAST][2] == 2
+    assert iris[SLOW][0] == 0.045 and round(iris[SLOW][1]) == 44
+    assert list(wine) == [FAST] and round(wine[FAST][1]) == 50
+    assert counts == {FAST: (1, 2), SLOW: (0, 1)}
+
+    table = ftm.markdown(rows, counts, [FAST, SLOW])
+    iris_line = next(line for line in table.splitlines() if line.startswith("| iris"))
+    # fast: 133x meets the target, slow: 44x in bold; the last column is fast / slow = 0.33
+    assert "| 133x |" in iris_line and "| **44x** |" in iris_line
+    assert iris_line.endswith("| 0.33 |")
+    wine_line = next(line for line in table.splitlines() if line.startswith("| wine"))
+    assert "| — | — | — |" in wine_line and wine_line.endswith("| — |")
+    assert f"- {FAST}: at or above 100x on 1 of 2 pairs." in table
+    assert f"- {SLOW}: at or above 100x on 0 of 1 pairs." in table
+
+
+def test_main_refuses_files_without_rows(tmp_path, capsys):
+    import pytest
+
+    empty = tmp_path / "none.jsonl"
+    empty.write_text("")
+    with pytest.raises(SystemExit, match="--results: no finished rows"):
+        ftm.main(["--results", str(empty)])
