@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -166,6 +167,33 @@ def test_run_task_records_the_machine(monkeypatch):
     recs = run.run_task("chessboard", 0, ["k-means"])  # generated: no optional data
     assert [r["machine"] for r in recs] == ["Test CPU, 7 cores"]
     assert report.short_machine("Intel(R) Xeon(R) Processor, 2 cores") == "Intel Xeon"
+
+
+def test_task_inputs_builds_the_graph_on_one_openmp_thread_whoever_calls(monkeypatch):
+    """The harness's workers run with OMP_NUM_THREADS=1. scikit-learn's exact kNN splits its
+    distance products by OpenMP thread, and where distances tie (adult's one-hot rows) the
+    tie-breaking follows the split: a1a's graph differs in 23,128 of 117,849 Laplacian
+    entries between 1 and 2 threads. So task_inputs pins one thread itself, and a direct
+    caller (error_split, fit_time_floor) gets the graph the harness's rows were fitted on."""
+    importlib.import_module("sklearn.neighbors")  # loads scikit-learn's OpenMP runtime
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    import npkl_dist as nk
+
+    seen, real = [], nk.knn_graph
+
+    def spy(*args, **kwargs):
+        seen.append([lib["num_threads"] for lib in threadpool_info()
+                     if lib["user_api"] == "openmp"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(nk, "knn_graph", spy)
+    with threadpool_limits(limits=2, user_api="openmp"):
+        run.task_inputs("chessboard", 0)  # generated: no install
+        outside = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "openmp"]
+    assert len(seen) == 1 and seen[0], "no OpenMP runtime seen: the test would check nothing"
+    assert set(seen[0]) == {1}
+    assert set(outside) == {2}  # the caller's own setting is restored
 
 
 def test_runtime_table_estimates_the_whole_run(tmp_path):

@@ -85,8 +85,15 @@ def task_inputs(name, rep, protocol="kl-admm"):
     import npkl_dist as nk
     from bench.paper import protocols
 
+    from threadpoolctl import threadpool_limits
+
     X, y, meta = prepare_data(name)
-    graph = nk.knn_graph(X, meta.get("knn", 5), seed=rep, warn=False)
+    # one OpenMP thread, as in the harness's workers (OMP_NUM_THREADS=1), whoever calls this:
+    # scikit-learn's exact kNN splits its distance products by thread, and where distances tie
+    # (adult's one-hot rows: 23,128 of 117,849 entries of a1a's L differ between 1 and 2
+    # threads) the tie-breaking, hence the graph, follows the split
+    with threadpool_limits(limits=1, user_api="openmp"):
+        graph = nk.knn_graph(X, meta.get("knn", 5), seed=rep, warn=False)
     if protocol == protocols.SIMPLENPKL:
         cons = protocols.simplenpkl_constraints(name, y, seed=rep)
         cons_diag = nk.Constraints.from_arrays(cons.i, cons.j, cons.t, cons.n_points,
