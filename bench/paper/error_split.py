@@ -93,6 +93,7 @@ def run(dataset, reps, methods, protocol="simplenpkl", out=sys.stdout):
 
     numba.set_num_threads(1)
     threadpool_limits(limits=1, user_api="blas")
+    ex = InProcessExecutor(1)
     rows = []
     for rep in range(reps):
         X, y, meta, L, cons, cons_diag = task_inputs(dataset, rep, protocol)
@@ -104,7 +105,7 @@ def run(dataset, reps, methods, protocol="simplenpkl", out=sys.stdout):
             else:
                 V = learn_kernel(method, L, cons, cons_diag, n=n, k=k,
                                  adult=_is_adult(dataset), seed=rep,
-                                 executor=InProcessExecutor(1), rec={}, protocol=protocol)
+                                 executor=ex, rec={}, protocol=protocol)
                 labels = nk.kernel_kmeans(V, k, seed=rep)
             row = {"dataset": dataset, "rep": rep, "method": method,
                    "seconds": round(time.perf_counter() - t0, 2),

@@ -21,13 +21,14 @@ protocol only (the table the target is judged on).
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 
 from bench.paper import published as pub
 from bench.paper.datasets import DATASETS
-from bench.paper.report import SPEEDUP_TARGET, aggregate, label, row_machine, short_machine
+from bench.paper.report import (SPEEDUP_TARGET, aggregate, label, row_machine, short_machine,
+                                speed_pairs)
+from bench.paper.run import load_results, protocol_of
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_RESULTS = [HERE / "results.jsonl", HERE / "results_fit_time_amd.jsonl"]
@@ -36,17 +37,8 @@ METHODS = ("KL-ADMM", "SimpleNPKL-linear", "SimpleNPKL-sqhinge")
 
 def load(paths):
     """Finished kl-admm-protocol rows of the given results files (missing files skipped)."""
-    rows = []
-    for path in paths:
-        path = Path(path)
-        if not path.exists():
-            continue
-        with path.open() as fh:
-            for line in fh:
-                r = json.loads(line)
-                if "error" not in r and r.get("protocol", "kl-admm") == "kl-admm":
-                    rows.append(r)
-    return rows
+    return [r for path in paths if Path(path).exists() for r in load_results(path)
+            if "error" not in r and protocol_of(r) == "kl-admm"]
 
 
 def by_machine(records, methods):
@@ -61,26 +53,18 @@ def by_machine(records, methods):
 def compare(per_machine, methods, published=pub.published_value):
     """Rows [(dataset, method, published s, {machine: (median s, ratio, reps)})] for every pair
     with a published CPU time that some machine measured, and {machine: (met, pairs)}."""
-    names = [d for d in DATASETS]
+    names = list(DATASETS)
     names += sorted({k[0] for agg in per_machine.values() for k in agg} - set(names))
-    rows, counts = [], {m: [0, 0] for m in per_machine}
-    for name in names:
-        for method in methods:
-            p = published(name, method, quantity="cpu")
-            if not p or p[0] is None:
-                continue
-            cells = {}
-            for m, agg in per_machine.items():
-                a = agg.get((name, method))
-                if not a or not a["reps"]:
-                    continue
-                med = a["time_median"]
-                ratio = p[0] / med if med > 0 else float("inf")
-                cells[m] = (med, ratio, a["reps"])
-                counts[m][0] += ratio >= SPEEDUP_TARGET
-                counts[m][1] += 1
-            if cells:
-                rows.append((name, method, p[0], cells))
+    cells, counts = defaultdict(dict), {m: [0, 0] for m in per_machine}
+    for m, agg in per_machine.items():
+        for name, method, a, p, ratio in speed_pairs(agg, names, methods, published):
+            cells[(name, method, p[0])][m] = (a["time_median"], ratio, a["reps"])
+            counts[m][0] += ratio >= SPEEDUP_TARGET
+            counts[m][1] += 1
+    order = {(name, method): q for q, (name, method) in
+             enumerate((n, mt) for n in names for mt in methods)}
+    rows = sorted(((name, method, p, c) for (name, method, p), c in cells.items()),
+                  key=lambda row: order[row[:2]])
     return rows, {m: tuple(c) for m, c in counts.items()}
 
 

@@ -444,6 +444,22 @@ def markdown_simplenpkl(agg, names, methods, wall_seconds, reps, command, machin
 SPEEDUP_TARGET = 100.0
 
 
+def speed_pairs(agg, names, methods, published, paper=None):
+    """(data set, method, aggregate, published (mean, std, source), ratio) for every pair
+    with a measured fit and a published CPU time (``published(name, method,
+    quantity="cpu")``; ``paper``: only that paper's tables); ratio = published / our median."""
+    for name in names:
+        for m in methods:
+            a = agg.get((name, m))
+            p = published(name, m, quantity="cpu")
+            if not a or not a["reps"] or not p or p[0] is None:
+                continue
+            if paper and not p[2].startswith(paper):
+                continue
+            med = a["time_median"]
+            yield name, m, a, p, (p[0] / med if med > 0 else float("inf"))
+
+
 def speed_table(agg, names, methods, pub, paper=None):
     """Our median fit time against the CPU time the paper reports for the same method and
     data set (``published_value(..., quantity='cpu')``), one row per pair that has both.
@@ -456,22 +472,14 @@ def speed_table(agg, names, methods, pub, paper=None):
     if pub is None or not hasattr(pub, "published_value"):
         return []
     rows, met, met_mean = [], 0, 0
-    for name in names:
-        for m in methods:
-            a = agg.get((name, m))
-            p = pub.published_value(name, m, quantity="cpu")
-            if not a or not a["reps"] or not p or p[0] is None:
-                continue
-            if paper and not p[2].startswith(paper):
-                continue
-            med = a["time_median"]
-            ratio = p[0] / med if med > 0 else float("inf")
-            met += ratio >= SPEEDUP_TARGET
-            met_mean += a["time"] > 0 and p[0] / a["time"] >= SPEEDUP_TARGET
-            where = " + ".join(short_machine(x) for x in a.get("machines", ())) or "—"
-            rows.append(f"| {name} | {label(m)} | {med:.3g} | {a['time']:.3g} | {p[0]:.4g} | "
-                        f"{ratio:.0f}x | {'yes' if ratio >= SPEEDUP_TARGET else '**no**'} | "
-                        f"{a['reps']} | {where} | {p[2]} |")
+    for name, m, a, p, ratio in speed_pairs(agg, names, methods, pub.published_value, paper):
+        met += ratio >= SPEEDUP_TARGET
+        met_mean += a["time"] > 0 and p[0] / a["time"] >= SPEEDUP_TARGET
+        where = " + ".join(short_machine(x) for x in a.get("machines", ())) or "—"
+        rows.append(f"| {name} | {label(m)} | {a['time_median']:.3g} | {a['time']:.3g} | "
+                    f"{p[0]:.4g} | {ratio:.0f}x | "
+                    f"{'yes' if ratio >= SPEEDUP_TARGET else '**no**'} | "
+                    f"{a['reps']} | {where} | {p[2]} |")
     if not rows:
         return []
     return ["### Fit time against the papers' CPU times", "",

@@ -82,10 +82,10 @@ def task_inputs(name, rep, protocol="kl-admm"):
     """One repetition's data, graph and constraints, as every method of the task sees them:
     (X, y, meta, L, cons, cons_diag). ``cons_diag`` adds K_ii = 1 (KL-ADMM's protocol).
     ``protocol``: "kl-admm" (0.6n + 0.6n pairs) or "simplenpkl" (``protocols``)."""
+    from threadpoolctl import threadpool_limits
+
     import npkl_dist as nk
     from bench.paper import protocols
-
-    from threadpoolctl import threadpool_limits
 
     X, y, meta = prepare_data(name)
     # one OpenMP thread, as in the harness's workers (OMP_NUM_THREADS=1), whoever calls this:
