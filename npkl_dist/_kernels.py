@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, models, register_model
 
 LOSS_CODES = {"hinge": 0, "squared_hinge": 1, "square": 2, "linear": 3}
 
@@ -756,6 +756,146 @@ def _dot_row_vec(A, i, y, r, madd):
     return acc
 
 
+# KL-ADMM's dots in explicit 4-lane vectors. ``_dot_rows``'s four lanes (q mod 4) are
+# exactly the lanes of one AVX2 register, but LLVM keeps them in four scalar chains (it may
+# not reassociate the sums): 4 FMAs and 8 loads per step where one vector FMA and two vector
+# loads do. ``_F64x4`` is a numba type whose value is an LLVM <4 x double>; the intrinsics
+# below load, fuse and combine it. The same operations on the same values in the same
+# order, so the sums are bitwise ``_dot_rows(..., _fmadd)``'s (tests/test_row_products.py).
+# With the Woodbury rows read in place, the harness's KL-ADMM fits are 1.09-1.30x faster with
+# the same factors (bench/RESULTS.md, "KL-ADMM's dots in vector registers").
+class _F64x4Type(types.Type):
+    def __init__(self):
+        super().__init__(name="npkl_f64x4")
+
+
+_f64x4 = _F64x4Type()
+
+
+@register_model(_F64x4Type)
+class _F64x4Model(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        from llvmlite import ir
+
+        super().__init__(dmm, fe_type, ir.VectorType(ir.DoubleType(), 4))
+
+
+def _v4_ok(A, ndim):
+    """A C-contiguous float32/float64 array of ``ndim`` dimensions (consecutive elements
+    adjacent in memory, as a vector load needs)."""
+    return (isinstance(A, types.Array) and A.ndim == ndim and A.layout == "C"
+            and A.dtype in (types.float32, types.float64))
+
+
+def _v4_load_codegen(context, builder, sig, args):
+    """Elements [idx..., q:q + 4] of the array args[0] as <4 x double> (float32 widened
+    lanewise, as np.float64(x) does)."""
+    from llvmlite import ir
+    from numba.core import cgutils
+
+    arrty = sig.args[0]
+    ary = context.make_array(arrty)(context, builder, args[0])
+    idx = [context.cast(builder, a, t, types.intp) for a, t in zip(args[1:], sig.args[1:])]
+    ptr = cgutils.get_item_pointer2(
+        context, builder, ary.data, cgutils.unpack_tuple(builder, ary.shape),
+        cgutils.unpack_tuple(builder, ary.strides), arrty.layout, idx, wraparound=False,
+        boundscheck=False)
+    elt = ir.DoubleType() if arrty.dtype == types.float64 else ir.FloatType()
+    v = builder.load(builder.bitcast(ptr, ir.VectorType(elt, 4).as_pointer()),
+                     align=arrty.dtype.bitwidth // 8)
+    if arrty.dtype == types.float32:
+        v = builder.fpext(v, ir.VectorType(ir.DoubleType(), 4))
+    return v
+
+
+@intrinsic
+def _v4_load(typingctx, A, i, q):
+    """A[i, q:q + 4] (C-contiguous, q + 4 <= A.shape[1]) in a 4-lane float64 vector."""
+    if not (_v4_ok(A, 2) and isinstance(i, types.Integer) and isinstance(q, types.Integer)):
+        return None
+    return _f64x4(A, i, q), _v4_load_codegen
+
+
+@intrinsic
+def _v4_load1(typingctx, y, q):
+    """y[q:q + 4] (C-contiguous, q + 4 <= y.size) in a 4-lane float64 vector."""
+    if not (_v4_ok(y, 1) and isinstance(q, types.Integer)):
+        return None
+    return _f64x4(y, q), _v4_load_codegen
+
+
+@intrinsic
+def _v4_fma(typingctx, a, b, c):
+    """a * b + c lanewise, each lane rounded once (llvm.fma.v4f64)."""
+    if not all(t == _f64x4 for t in (a, b, c)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        from llvmlite import ir
+        from numba.core import cgutils
+
+        vt = ir.VectorType(ir.DoubleType(), 4)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt] * 3),
+                                            "llvm.fma.v4f64")
+        return builder.call(fn, list(args))
+
+    return _f64x4(_f64x4, _f64x4, _f64x4), codegen
+
+
+@intrinsic
+def _v4_zero(typingctx):
+    """The vector (+0.0, +0.0, +0.0, +0.0)."""
+    def codegen(context, builder, sig, args):
+        from llvmlite import ir
+
+        return ir.Constant(ir.VectorType(ir.DoubleType(), 4), [0.0] * 4)
+
+    return _f64x4(), codegen
+
+
+@intrinsic
+def _v4_pair_sum(typingctx, v):
+    """(v0 + v1) + (v2 + v3), ``_dot_rows``'s combination of its lanes."""
+    if v != _f64x4:
+        return None
+
+    def codegen(context, builder, sig, args):
+        from llvmlite import ir
+
+        e = [builder.extract_element(args[0], ir.Constant(ir.IntType(32), k))
+             for k in range(4)]
+        return builder.fadd(builder.fadd(e[0], e[1]), builder.fadd(e[2], e[3]))
+
+    return types.float64(_f64x4), codegen
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _dot_rows_fused(A, i, B, j, r):
+    """``_dot_rows(A, i, B, j, r, _fmadd)`` with its 4 lanes in one vector register (the
+    same sum, bit for bit). A and B: C-contiguous float32 / float64 arrays."""
+    acc = _v4_zero()
+    q4 = r - r % 4
+    for q in range(0, q4, 4):
+        acc = _v4_fma(_v4_load(A, i, q), _v4_load(B, j, q), acc)
+    s = _v4_pair_sum(acc)
+    for q in range(q4, r):
+        s = _fma(np.float64(A[i, q]), np.float64(B[j, q]), s)
+    return s
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _dot_row_vec_fused(A, i, y, r):
+    """``_dot_row_vec(A, i, y, r, _fmadd)`` likewise (y: C-contiguous float64)."""
+    acc = _v4_zero()
+    q4 = r - r % 4
+    for q in range(0, q4, 4):
+        acc = _v4_fma(_v4_load(A, i, q), _v4_load1(y, q), acc)
+    s = _v4_pair_sum(acc)
+    for q in range(q4, r):
+        s = _fma(np.float64(A[i, q]), y[q], s)
+    return s
+
+
 @njit(nogil=True, cache=True, inline="always")
 def _smooth_rows(start, stop, indptr, indices, data, diag, V, out, y, madd):
     """out[i] = v_i' (L V)_i for rows start..stop-1 (y: (r,) scratch)."""
@@ -913,7 +1053,6 @@ def admm_rows(start, stop, indptr, indices, data, diag, cptr, cidx, csgn, diagon
     want_sm = sm.shape[0] > 0
     c = np.empty(r)
     y = np.empty(r)
-    W = np.empty((pm, r))
     M = np.empty((pm, pm))
     z = np.empty(pm)
     rows = np.empty(pm, np.int64)
@@ -925,15 +1064,13 @@ def admm_rows(start, stop, indptr, indices, data, diag, cptr, cidx, csgn, diagon
             y[q] = dii * np.float64(X[i, q])
         _add_row_products(i, indptr, indices, data, X, y, r, 1.0, _fmadd)
         if want_sm:
-            sm[i] = _dot_row_vec(X, i, y, r, _fmadd)
+            sm[i] = _dot_row_vec_fused(X, i, y, r)
         for q in range(r):
             c[q] = rho * np.float64(X[i, q]) + lam_sign * np.float64(Lam[i, q]) - y[q]
         p_i = 0
         for s in range(cptr[i], cptr[i + 1]):
             k = cidx[s]
             rows[p_i] = k
-            for q in range(r):
-                W[p_i, q] = X[k, q]
             if csgn[s] > 0:  # must-link target 1; cannot-link target 0 adds nothing
                 for q in range(r):
                     c[q] += gamma * X[k, q]
@@ -941,38 +1078,40 @@ def admm_rows(start, stop, indptr, indices, data, diag, cptr, cidx, csgn, diagon
         if diagonal:
             rows[p_i] = i
             for q in range(r):
-                W[p_i, q] = X[i, q]
                 c[q] += gamma * X[i, q]
             p_i += 1
         if p_i == 0:
             for q in range(r):
                 out[i, q] = c[q] / rho
             continue
+        # the Woodbury matrix W W' + rho / gamma I and W c, W's rows read in place in X
         for a in range(p_i):
-            z[a] = _dot_row_vec(W, a, c, r, _fmadd)
+            ka = rows[a]
+            z[a] = _dot_row_vec_fused(X, ka, c, r)
             for b in range(a):
-                d = _dot_rows(W, a, W, b, r, _fmadd)
+                d = _dot_rows_fused(X, ka, X, rows[b], r)
                 M[a, b] = d
                 M[b, a] = d
-            M[a, a] = nrm[rows[a]] + rho / gamma
+            M[a, a] = nrm[ka] + rho / gamma
         _cholesky_body(M, z, p_i, True)  # SPD: rho / gamma > 0 on the diagonal
         # c - sum_a z_a w_a, subtracted in a's order for each q (as one running sum per q),
         # one vectorisable pass over c per a
         for a in range(p_i):
             za = -z[a]
+            ka = rows[a]
             for q in range(r):
-                c[q] = _fma(np.float64(W[a, q]), za, c[q])
+                c[q] = _fma(np.float64(X[ka, q]), za, c[q])
         for q in range(r):
             out[i, q] = c[q] / rho
 
 
 @njit(nogil=True, cache=True, parallel=True)
 def admm_row_norms(X, nrm):
-    """nrm[k] = ||x_k||^2 for every row of X (float64, ``_dot_rows`` with ``_fmadd``): the
+    """nrm[k] = ||x_k||^2 for every row of X (float64, ``_dot_rows_fused``): the
     ``nrm`` input of ``admm_rows``.  OUT (X.shape[0],)."""
     n, r = X.shape
     for k in prange(n):
-        nrm[k] = _dot_rows(X, k, X, k, r, _fmadd)
+        nrm[k] = _dot_rows_fused(X, k, X, k, r)
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -993,7 +1132,7 @@ def admm_pair_terms(pi, pj, pt, V, out):
     m = pi.shape[0]
     r = V.shape[1]
     for k in prange(m):
-        d = _dot_rows(V, pi[k], V, pj[k], r, _fmadd)
+        d = _dot_rows_fused(V, pi[k], V, pj[k], r)
         t = 1.0 if pt[k] > 0 else 0.0
         out[k] = (d - t) * (d - t)
 
@@ -1090,12 +1229,12 @@ def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, 
     converged = False
     for it in range(n_iter):
         for k in prange(n):
-            nrm[k] = _dot_rows(U, k, U, k, r, _fmadd)
+            nrm[k] = _dot_rows_fused(U, k, U, k, r)
         for ch in prange(n_chunks):
             admm_rows(ch * CHUNK, min((ch + 1) * CHUNK, n), indptr, indices, data, diag, cptr,
                       cidx, csgn, diagonal, U, Lam, -1.0, rho, gamma, pmax, Vn, no_sm, nrm)
         for k in prange(n):
-            nrm[k] = _dot_rows(Vn, k, Vn, k, r, _fmadd)
+            nrm[k] = _dot_rows_fused(Vn, k, Vn, k, r)
         for ch in prange(n_chunks):
             admm_rows(ch * CHUNK, min((ch + 1) * CHUNK, n), indptr, indices, data, diag, cptr,
                       cidx, csgn, diagonal, Vn, Lam, 1.0, rho, gamma, pmax, Un, sm, nrm)
@@ -1122,7 +1261,7 @@ def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, 
                 drow[i] = (vv - 1.0) * (vv - 1.0)
                 qrow[i] = 0.0
         for k in prange(m):
-            d = _dot_rows(V, pi[k], V, pj[k], r, _fmadd)
+            d = _dot_rows_fused(V, pi[k], V, pj[k], r)
             t = 1.0 if pt[k] > 0 else 0.0
             pv[k] = (d - t) * (d - t)
         for k in range(m):  # grouped by owner row in pair order, as np.bincount

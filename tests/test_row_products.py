@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from numba import njit
 
 from npkl_dist._blocksolve import _row_times_step
-from npkl_dist._kernels import (_add_row_products, _dot_row_vec, _dot_rows, _fma, _fmadd,
-                                _gather, _madd)
+from npkl_dist._kernels import (_add_row_products, _dot_row_vec, _dot_row_vec_fused, _dot_rows,
+                                _dot_rows_fused, _fma, _fmadd, _gather, _madd)
 
 
 def fma_exact(a, b, c):
@@ -31,7 +31,9 @@ def _fma_compiled(a, b, c):
 
 
 @njit
-def _dots(A, i, B, j, y, fused):
+def _dots(A, i, B, j, y, fused, vector=False):
+    if vector:  # KL-ADMM's: the fused dots with the 4 lanes in one vector register
+        return _dot_rows_fused(A, i, B, j, A.shape[1]), _dot_row_vec_fused(A, i, y, A.shape[1])
     if fused:
         return _dot_rows(A, i, B, j, A.shape[1], _fmadd), _dot_row_vec(A, i, y, A.shape[1],
                                                                         _fmadd)
@@ -143,14 +145,20 @@ def test_fma_differs_from_two_roundings_where_it_should():
     assert _fma_compiled(a, b, c) == fma_exact(a, b, c) == -2.7755575615628914e-17
 
 
-@pytest.mark.parametrize("fused", [False, True])
-@pytest.mark.parametrize("r", [1, 3, 4, 7, 8, 13])
-def test_dots_follow_their_lane_order_bitwise(r, fused):
+@pytest.mark.parametrize("mode", ["plain", "fused", "vector"])
+@pytest.mark.parametrize("r", [0, 1, 3, 4, 7, 8, 13, 31, 103])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dots_follow_their_lane_order_bitwise(r, mode, dtype):
     """``_dot_rows`` and ``_dot_row_vec``: lanes q mod 4 summed separately, combined
-    (0 + 1) + (2 + 3), then the tail, each term by ``madd``: checked in Python floats."""
+    (0 + 1) + (2 + 3), then the tail, each term by ``madd``: checked in Python floats.
+    ``vector``: KL-ADMM's ``_dot_rows_fused`` / ``_dot_row_vec_fused``, whose lanes are one
+    4-wide register, must give the fused scalar sums bit for bit (float32 rows widened
+    lane by lane)."""
     rng = np.random.default_rng(r)
-    A, B = rng.standard_normal((3, r)), rng.standard_normal((3, r))
+    A = rng.standard_normal((3, r)).astype(dtype)
+    B = rng.standard_normal((3, r)).astype(dtype)
     y = rng.standard_normal(r)
+    fused = mode != "plain"
 
     def ref(x, z):
         add = fma_exact if fused else (lambda u, v, w: u * v + w)
@@ -163,9 +171,13 @@ def test_dots_follow_their_lane_order_bitwise(r, fused):
             acc = add(float(x[q]), float(z[q]), acc)
         return acc
 
-    d_rows, d_vec = _dots(A, 1, B, 2, y, fused)
+    d_rows, d_vec = _dots(A, 1, B, 2, y, fused, mode == "vector")
     assert d_rows == ref(A[1], B[2])
     assert d_vec == ref(A[1], y)
+    if mode == "vector":  # and the scalar kernels they replace, on rows at every offset
+        for i in range(3):
+            for j in range(3):
+                assert _dots(A, i, B, j, y, True, True) == _dots(A, i, B, j, y, True)
 
 
 def _without_prefetch(kernel):
