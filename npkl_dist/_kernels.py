@@ -781,36 +781,48 @@ class _F64x4Model(models.PrimitiveModel):
 
 
 def _v4_ok(A, ndim):
-    """A C-contiguous float32/float64 array of ``ndim`` dimensions (consecutive elements
-    adjacent in memory, as a vector load needs)."""
-    return (isinstance(A, types.Array) and A.ndim == ndim and A.layout == "C"
+    """A float32/float64 array of ``ndim`` dimensions."""
+    return (isinstance(A, types.Array) and A.ndim == ndim
             and A.dtype in (types.float32, types.float64))
 
 
 def _v4_load_codegen(context, builder, sig, args):
     """Elements [idx..., q:q + 4] of the array args[0] as <4 x double> (float32 widened
-    lanewise, as np.float64(x) does)."""
+    lanewise, as np.float64(x) does): one vector load where the array is C-contiguous,
+    four element loads otherwise (any strides)."""
     from llvmlite import ir
     from numba.core import cgutils
 
     arrty = sig.args[0]
     ary = context.make_array(arrty)(context, builder, args[0])
     idx = [context.cast(builder, a, t, types.intp) for a, t in zip(args[1:], sig.args[1:])]
-    ptr = cgutils.get_item_pointer2(
-        context, builder, ary.data, cgutils.unpack_tuple(builder, ary.shape),
-        cgutils.unpack_tuple(builder, ary.strides), arrty.layout, idx, wraparound=False,
-        boundscheck=False)
-    elt = ir.DoubleType() if arrty.dtype == types.float64 else ir.FloatType()
-    v = builder.load(builder.bitcast(ptr, ir.VectorType(elt, 4).as_pointer()),
-                     align=arrty.dtype.bitwidth // 8)
-    if arrty.dtype == types.float32:
-        v = builder.fpext(v, ir.VectorType(ir.DoubleType(), 4))
+    shape = cgutils.unpack_tuple(builder, ary.shape)
+    strides = cgutils.unpack_tuple(builder, ary.strides)
+
+    def pointer(index):
+        return cgutils.get_item_pointer2(context, builder, ary.data, shape, strides,
+                                         arrty.layout, index, wraparound=False,
+                                         boundscheck=False)
+
+    f32 = arrty.dtype == types.float32
+    elt = ir.FloatType() if f32 else ir.DoubleType()
+    v4 = ir.VectorType(ir.DoubleType(), 4)
+    if arrty.layout == "C":
+        v = builder.load(builder.bitcast(pointer(idx), ir.VectorType(elt, 4).as_pointer()),
+                         align=arrty.dtype.bitwidth // 8)
+        return builder.fpext(v, v4) if f32 else v
+    v = ir.Constant(v4, ir.Undefined)
+    for lane in range(4):
+        q = builder.add(idx[-1], ir.Constant(idx[-1].type, lane))
+        x = builder.load(pointer(idx[:-1] + [q]))
+        v = builder.insert_element(v, builder.fpext(x, ir.DoubleType()) if f32 else x,
+                                   ir.Constant(ir.IntType(32), lane))
     return v
 
 
 @intrinsic
 def _v4_load(typingctx, A, i, q):
-    """A[i, q:q + 4] (C-contiguous, q + 4 <= A.shape[1]) in a 4-lane float64 vector."""
+    """A[i, q:q + 4] (q + 4 <= A.shape[1]) in a 4-lane float64 vector."""
     if not (_v4_ok(A, 2) and isinstance(i, types.Integer) and isinstance(q, types.Integer)):
         return None
     return _f64x4(A, i, q), _v4_load_codegen
@@ -818,7 +830,7 @@ def _v4_load(typingctx, A, i, q):
 
 @intrinsic
 def _v4_load1(typingctx, y, q):
-    """y[q:q + 4] (C-contiguous, q + 4 <= y.size) in a 4-lane float64 vector."""
+    """y[q:q + 4] (q + 4 <= y.size) in a 4-lane float64 vector."""
     if not (_v4_ok(y, 1) and isinstance(q, types.Integer)):
         return None
     return _f64x4(y, q), _v4_load_codegen
@@ -872,7 +884,8 @@ def _v4_pair_sum(typingctx, v):
 @njit(nogil=True, cache=True, inline="always")
 def _dot_rows_fused(A, i, B, j, r):
     """``_dot_rows(A, i, B, j, r, _fmadd)`` with its 4 lanes in one vector register (the
-    same sum, bit for bit). A and B: C-contiguous float32 / float64 arrays."""
+    same sum, bit for bit). A and B: float32 / float64 arrays (a vector load where
+    C-contiguous)."""
     acc = _v4_zero()
     q4 = r - r % 4
     for q in range(0, q4, 4):
@@ -885,7 +898,7 @@ def _dot_rows_fused(A, i, B, j, r):
 
 @njit(nogil=True, cache=True, inline="always")
 def _dot_row_vec_fused(A, i, y, r):
-    """``_dot_row_vec(A, i, y, r, _fmadd)`` likewise (y: C-contiguous float64)."""
+    """``_dot_row_vec(A, i, y, r, _fmadd)`` likewise (y: float64)."""
     acc = _v4_zero()
     q4 = r - r % 4
     for q in range(0, q4, 4):

@@ -178,6 +178,12 @@ def test_dots_follow_their_lane_order_bitwise(r, mode, dtype):
         for i in range(3):
             for j in range(3):
                 assert _dots(A, i, B, j, y, True, True) == _dots(A, i, B, j, y, True)
+        # arrays that are not C-contiguous (element loads instead of one vector load)
+        wide = rng.standard_normal((3, 2 * r)).astype(dtype)
+        for A2, B2, y2 in ((np.asfortranarray(A), np.asfortranarray(B), y),
+                           (wide[:, ::2], wide[:, 1::2], rng.standard_normal(2 * r)[::2])):
+            assert _dots(A2, 1, B2, 2, y2, True, True) == _dots(A2, 1, B2, 2, y2, True)
+            assert _dots(A2, 1, B2, 2, y2, True, True) == (ref(A2[1], B2[2]), ref(A2[1], y2))
 
 
 def _without_prefetch(kernel):
