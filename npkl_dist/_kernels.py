@@ -910,15 +910,23 @@ def _dot_row_vec_fused(A, i, y, r):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _smooth_rows(start, stop, indptr, indices, data, diag, V, out, y, madd):
-    """out[i] = v_i' (L V)_i for rows start..stop-1 (y: (r,) scratch)."""
+def _dot_row_vec_plain(A, i, y, r):
+    """``_dot_row_vec`` with two roundings per term (the BCD solvers' arithmetic)."""
+    return _dot_row_vec(A, i, y, r, _madd)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _smooth_rows(start, stop, indptr, indices, data, diag, V, out, y, madd, dot):
+    """out[i] = v_i' (L V)_i for rows start..stop-1 (y: (r,) scratch): the product's terms
+    added by ``madd``, the reduction by ``dot(V, i, y, r)`` (``_dot_row_vec_plain``, or
+    ``_dot_row_vec_fused`` for KL-ADMM, as ``admm_rows`` forms its smooth term)."""
     r = V.shape[1]
     for i in range(start, stop):
         d = np.float64(diag[i])
         for c in range(r):
             y[c] = d * np.float64(V[i, c])
         _add_row_products(i, indptr, indices, data, V, y, r, 1.0, madd)
-        out[i] = _dot_row_vec(V, i, y, r, madd)
+        out[i] = dot(V, i, y, r)
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -932,7 +940,7 @@ def smooth_terms(indptr, indices, data, diag, V, out):
     n_chunks = (n + CHUNK - 1) // CHUNK
     for ch in prange(n_chunks):
         _smooth_rows(ch * CHUNK, min((ch + 1) * CHUNK, n), indptr, indices, data, diag, V,
-                     out, np.empty(V.shape[1]), _madd)
+                     out, np.empty(V.shape[1]), _madd, _dot_row_vec_plain)
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -942,7 +950,7 @@ def admm_smooth_terms(indptr, indices, data, diag, V, out):
     n_chunks = (n + CHUNK - 1) // CHUNK
     for ch in prange(n_chunks):
         _smooth_rows(ch * CHUNK, min((ch + 1) * CHUNK, n), indptr, indices, data, diag, V,
-                     out, np.empty(V.shape[1]), _fmadd)
+                     out, np.empty(V.shape[1]), _fmadd, _dot_row_vec_fused)
 
 
 @njit(nogil=True, cache=True)
