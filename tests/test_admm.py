@@ -166,6 +166,52 @@ def test_fused_loop_equals_the_reference_loop_bitwise(seed, dtype, threads, n, d
     assert got.objective == ref.objective
 
 
+@pytest.mark.parametrize("diagonal", [True, False])
+@pytest.mark.parametrize("n_parts", [1, 2, 7, 16])
+def test_admm_parts_cut_rows_into_runs_of_equal_cost(seed, diagonal, n_parts):
+    """``admm_parts``: boundaries 0 < ... < n, and every run's cost (the docstring's model,
+    recomputed here row by row) within one row's cost of total / n_parts."""
+    from npkl_dist._kernels import admm_parts
+
+    rng = np.random.default_rng(seed)
+    n, r = 500, 7
+    deg = rng.integers(0, 60, n) * (rng.random(n) < 0.7)  # uneven degrees, some rows empty
+    ncon = rng.integers(0, 9, n)
+    indptr = np.concatenate(([0], np.cumsum(deg)))
+    cptr = np.concatenate(([0], np.cumsum(ncon)))
+    b = admm_parts(indptr, cptr, diagonal, r, n_parts)
+    assert b.dtype == np.int64 and b[0] == 0 and b[-1] == n and np.all(np.diff(b) > 0)
+    assert len(b) - 1 == n_parts
+    p = ncon + (1 if diagonal else 0)
+    cost = np.array([(deg[i] + p[i] * (p[i] + 3) / 2 + 4) * r for i in range(n)])
+    run_costs = np.array([cost[b[k]:b[k + 1]].sum() for k in range(len(b) - 1)])
+    assert np.all(np.abs(run_costs - cost.sum() / n_parts) <= cost.max())
+    # more runs than rows: none empty; rows of equal cost get one run each
+    few = admm_parts(indptr[:4], cptr[:4], diagonal, r, 10)
+    assert few[0] == 0 and few[-1] == 3 and np.all(np.diff(few) > 0)
+    same = np.arange(4) * 5
+    assert np.array_equal(admm_parts(same, same, diagonal, r, 10), np.arange(4))
+
+
+def test_fused_loop_is_bitwise_the_same_for_any_row_runs(seed, monkeypatch):
+    """Rows are independent, so how ``admm_run``'s threads split them cannot change a bit:
+    runs of one row, uneven runs and a single run against the balanced default."""
+    from npkl_dist.executors import _inprocess
+
+    problem, _ = small_problem(seed, n=2100, n_pairs=1400, rank=8, k=5)
+    kw = {"max_iter": 60, "tol": 1e-3, "executor": InProcessExecutor(2)}
+    ref = fit_admm(problem, **kw)
+    n = problem.n_points
+    for cuts in ([0, n], [0, 1, 2, 3, 1500, n], [0, 700, 701, n - 1, n]):
+        monkeypatch.setattr(_inprocess, "admm_parts",
+                            lambda *a, cuts=cuts: np.array(cuts, np.int64))
+        got = fit_admm(problem, **kw)
+        np.testing.assert_array_equal(got.V, ref.V)
+        np.testing.assert_array_equal(got.U, ref.U)
+        for key in _TRACES:
+            assert getattr(got, key) == getattr(ref, key), key
+
+
 def test_fused_loop_with_hooks_runs_one_iteration_per_call(seed):
     """With a callback or on_sweep every iteration is reported as it ends, with the values
     of the reference loop; without hooks the whole run is one call."""

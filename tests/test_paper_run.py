@@ -169,6 +169,70 @@ def test_run_task_records_the_machine(monkeypatch):
     assert report.short_machine("Intel(R) Xeon(R) Processor, 2 cores") == "Intel Xeon"
 
 
+def test_run_task_with_threads_records_them_and_sets_the_fits_threads(monkeypatch):
+    """--threads T: the task's numba and BLAS threads and its executor are T; rows say so
+    (absent for 1, the harness's rows so far), and the machine label splits them."""
+    import numba
+    from threadpoolctl import threadpool_info
+
+    from bench.paper import report
+    from npkl_dist.executors import InProcessExecutor
+
+    monkeypatch.setattr(report, "machine", lambda: "Test CPU, 2 cores")
+    seen = {}
+    real = InProcessExecutor.__init__
+
+    def spy(self, n_threads=None, *a, **k):
+        seen["executor"] = n_threads
+        seen["numba"] = numba.get_num_threads()
+        seen["blas"] = {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+        real(self, n_threads, *a, **k)
+
+    monkeypatch.setattr(InProcessExecutor, "__init__", spy)
+    before = numba.get_num_threads()
+    try:
+        recs = run.run_task("chessboard", 0, ["k-means"], threads=2)
+    finally:
+        numba.set_num_threads(before)
+    assert seen == {"executor": 2, "numba": 2, "blas": {2}}
+    assert recs[0]["threads"] == 2
+    assert report.row_machine(recs[0]) == "Test CPU, 2 cores, 2 threads per fit"
+    assert report.short_machine(report.row_machine(recs[0])) == "Test CPU (2 threads)"
+    one = run.run_task("chessboard", 0, ["k-means"])
+    assert "threads" not in one[0] and report.row_machine(one[0]) == "Test CPU, 2 cores"
+
+
+def test_threads_times_workers_may_not_exceed_the_cores(tmp_path):
+    run.check_threads(1, 2, cores=2)
+    run.check_threads(2, 1, cores=2)
+    with pytest.raises(ValueError, match=r"--workers 2 x --threads 2 = 4 threads on 2 cores.*"
+                                         r"use --workers 1 --threads 2"):
+        run.check_threads(2, 2, cores=2)
+    with pytest.raises(ValueError, match="--threads: expected a positive integer, got 0"):
+        run.check_threads(1, 0, cores=2)
+    with pytest.raises(SystemExit):  # the CLI turns it into a usage error, running nothing
+        run.main(["--datasets", "chessboard", "--workers", "64", "--threads", "64",
+                  "--results", str(tmp_path / "r.jsonl"), "--report", str(tmp_path / "R.md")])
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_a_results_file_keeps_one_thread_count(tmp_path):
+    """Rows resume by (data set, method, repetition): a file measured with one thread per fit
+    refuses --threads 2 (it would skip those repetitions and pool both counts), naming the
+    fix; other protocols' rows do not count."""
+    path = tmp_path / "results.jsonl"
+    _write(path, [_rec("iris", "KL-ADMM", 0), dict(_rec("iris", "KL-ADMM", 0),
+                                                   protocol="simplenpkl", threads=2)])
+    run._check_same_threads(path, "kl-admm", 1)
+    run._check_same_threads(path, "simplenpkl", 2)
+    with pytest.raises(ValueError, match=r"holds rows measured with 1 thread\(s\) per fit; "
+                                         r"write these to a results file of their own"):
+        run._check_same_threads(path, "kl-admm", 2)
+    with pytest.raises(ValueError, match="--threads 1: .* with 2 thread"):
+        run.run(["iris"], 1, ["k-means"], path, workers=1, protocol="simplenpkl")
+    run._check_same_threads(tmp_path / "missing.jsonl", "kl-admm", 2)
+
+
 def test_task_inputs_builds_the_graph_on_one_openmp_thread_whoever_calls(monkeypatch):
     """The harness's workers run with OMP_NUM_THREADS=1. scikit-learn's exact kNN splits its
     distance products by OpenMP thread, and where distances tie (adult's one-hot rows) the

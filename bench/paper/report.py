@@ -61,13 +61,22 @@ def _machine():
 
 
 def row_machine(r):
-    return r.get("machine", LEGACY_MACHINE)
+    """The machine that measured a row, with its threads per fit where more than one
+    (``npkl bench paper --threads``): a fit's time depends on both."""
+    m = r.get("machine", LEGACY_MACHINE)
+    threads = int(r.get("threads", 1))
+    return m if threads == 1 else f"{m}, {threads} threads per fit"
 
 
 def short_machine(m):
-    """'Intel(R) Xeon(R) Processor, 2 cores' -> 'Intel Xeon'."""
+    """'Intel(R) Xeon(R) Processor, 2 cores' -> 'Intel Xeon'; '..., 2 threads per fit' ->
+    'Intel Xeon (2 threads)'."""
     cpu = m.split(",")[0].replace("(R)", "").replace("(TM)", "")
-    return " ".join(cpu.split()[:2])
+    short = " ".join(cpu.split()[:2])
+    tail = m.rsplit(",", 1)[-1].strip()
+    if tail.endswith("threads per fit"):
+        short += f" ({tail.split()[0]} threads)"
+    return short
 
 
 def machine_counts(records):

@@ -161,35 +161,41 @@ def learn_kernel(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec
     return res.V
 
 
-def run_task(name, rep, methods, protocol="kl-admm"):
+def run_task(name, rep, methods, protocol="kl-admm", threads=1):
     """All methods on one repetition of one data set. Returns a list of records (with a
-    ``protocol`` field unless it is the default "kl-admm")."""
+    ``protocol`` field unless it is the default "kl-admm", a ``threads`` field unless 1).
+
+    ``threads``: numba and BLAS threads of each fit (the executor's too); the kNN graph is
+    built with one OpenMP thread whatever it is (``task_inputs``), so the inputs are the
+    same."""
     import numba
 
     import npkl_dist as nk
     from bench.paper import peers
     from npkl_dist.executors import InProcessExecutor
 
-    numba.set_num_threads(1)
-    # one BLAS thread too ("one thread per task"): tasks run in a pool of processes, and
-    # BLAS threads on top contend for the cores (SimpleNPKL on adult-a1a: 212 s with the
-    # default threads next to another task, 43 s with one)
+    numba.set_num_threads(threads)
+    # BLAS threads as many (default one, "one thread per task"): tasks run in a pool of
+    # processes, and BLAS threads on top contend for the cores (SimpleNPKL on adult-a1a:
+    # 212 s with the default threads next to another task, 43 s with one)
     from threadpoolctl import threadpool_limits
 
-    threadpool_limits(limits=1, user_api="blas")
+    threadpool_limits(limits=threads, user_api="blas")
     warnings.simplefilter("ignore")
     X, y, meta, L, cons, cons_diag = task_inputs(name, rep, protocol)
     n = X.shape[0]
     k = int(np.unique(y).size)
     adult = meta.get("knn", 5) == 50
     seed = rep
-    ex = InProcessExecutor(1)
+    ex = InProcessExecutor(threads)
     records = []
     from bench.paper.report import machine
 
     here = machine()
     for method in methods:
         rec = {"dataset": name, "method": method, "rep": rep, "n": n, "machine": here}
+        if threads != 1:
+            rec["threads"] = threads
         if protocol != "kl-admm":
             rec["protocol"] = protocol
             rec["pairs"] = cons.m
@@ -270,10 +276,44 @@ def _rewrite(results_path, drop):
     return removed
 
 
+def check_threads(workers, threads, cores=None):
+    """``--workers`` x ``--threads`` may not exceed the cores: fits sharing a core would time
+    each other. Raises ValueError naming both and the fix."""
+    cores = cores or os.cpu_count() or 1
+    for arg, val in (("workers", workers), ("threads", threads)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ValueError(f"--{arg}: expected a positive integer, got {val!r}")
+    if workers * threads > cores:
+        raise ValueError(
+            f"--workers {workers} x --threads {threads} = {workers * threads} threads on "
+            f"{cores} cores: concurrent fits would share cores and time each other; use "
+            f"--workers {max(cores // threads, 1)} --threads {threads}, or --threads "
+            f"{max(cores // workers, 1)}")
+
+
+def _check_same_threads(results_path, protocol, threads):
+    """A results file holds one thread count per protocol: its rows resume by (data set,
+    method, repetition), which would otherwise skip a repetition measured with another
+    count, and its tables would pool both."""
+    path = Path(results_path)
+    if not path.exists():
+        return
+    for line in path.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            if protocol_of(r) == protocol and int(r.get("threads", 1)) != threads:
+                raise ValueError(
+                    f"--threads {threads}: {path} holds rows measured with "
+                    f"{int(r.get('threads', 1))} thread(s) per fit; write these to a "
+                    f"results file of their own (--results NEW.jsonl)")
+
+
 def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progress=True,
-        protocol="kl-admm"):
+        protocol="kl-admm", threads=1):
     """Run every missing (data set, repetition, method) at ``protocol`` and append to
-    ``results_path``."""
+    ``results_path``; each fit with ``threads`` threads (``run_task``)."""
+    check_threads(workers, threads)
+    _check_same_threads(results_path, protocol, threads)
     done = _done(results_path, protocol)
     tasks = []
     for name in datasets:
@@ -288,13 +328,14 @@ def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progre
     _rewrite(results_path, lambda r: _unavailable(r) and protocol_of(r) == protocol
              and (r["dataset"], r["method"], r["rep"]) in retry)
     t0 = time.perf_counter()
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    t = str(threads)
+    env = dict(os.environ, OMP_NUM_THREADS=t, OPENBLAS_NUM_THREADS=t, MKL_NUM_THREADS=t)
     os.environ.update(env)
     import multiprocessing as mp
 
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool, \
             open(results_path, "a") as fh:
-        futures = {pool.submit(run_task, *t, protocol): t for t in tasks}
+        futures = {pool.submit(run_task, *t, protocol, threads): t for t in tasks}
         for q, fut in enumerate(as_completed(futures), 1):
             for rec in fut.result():
                 fh.write(json.dumps(rec) + "\n")
@@ -339,6 +380,11 @@ def main(argv=None):
                          f"--protocol simplenpkl: {' '.join(SNPKL_PROTOCOL_METHODS)})")
     ap.add_argument("--reps", type=int, default=20, help="repetitions (default: 20)")
     ap.add_argument("--workers", type=int, default=2, help="processes (default: 2)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="numba and BLAS threads per fit (default: 1); workers x threads "
+                         "may not exceed the cores. E.g. --workers 1 --threads 2 times each "
+                         "fit on a whole 2-core machine, as `npkl fit` runs it; its rows "
+                         "belong in a results file of their own")
     ap.add_argument("--results", type=Path, default=None,
                     help="JSON-lines results file, appended and resumed (default: "
                          "bench/paper/results.jsonl, results_simplenpkl.jsonl for "
@@ -380,6 +426,12 @@ def main(argv=None):
         ap.error(f"unknown data set(s) {unknown}; choose from {', '.join(ds.DATASETS)}")
     if args.fresh and args.results.exists():
         args.results.unlink()
+    try:
+        check_threads(args.workers, args.threads)
+        if not args.report_only:
+            _check_same_threads(args.results, args.protocol, args.threads)
+    except ValueError as exc:
+        ap.error(str(exc))
     if args.fresh_methods:
         removed = discard(args.results, names, args.fresh_methods, args.protocol)
         print(f"discarded {removed} earlier results of {', '.join(args.fresh_methods)} on "
@@ -387,7 +439,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     if not args.report_only:
         run(names, args.reps, args.methods, args.results, args.workers,
-            protocol=args.protocol)
+            protocol=args.protocol, threads=args.threads)
     from bench.paper.report import write_report
 
     # every method in the results is reported, in the canonical order whatever --methods says

@@ -11,6 +11,7 @@ from .._kernels import (
     SUM_BLOCK,
     admm_diag_terms,
     admm_half_step,
+    admm_parts,
     admm_pair_terms,
     admm_row_norms,
     admm_row_norms_serial,
@@ -252,6 +253,7 @@ class _ADMMSession:
         self.V, self.U, self.Lam = V, U, Lam
         self._V_new = np.empty_like(V)
         self._U_new = np.empty_like(U)
+        self._parts_key = self._parts_cache = None
 
     def iterate(self, rho, gamma, diagonal):
         """One ADMM iteration in place. Returns ||V-U||^2 and ||V(k+1)-V(k)||^2."""
@@ -280,7 +282,8 @@ class _ADMMSession:
         args = (prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx,
                 prep.csgn, bool(diagonal), prep.pmax, prep.pi, prep.pj, prep.pt, self.V,
                 self.U, self.Lam, self._V_new, self._U_new, float(rho), float(rho_min),
-                float(gamma), float(tol), bool(adaptive), int(n_iter), trace)
+                float(gamma), float(tol), bool(adaptive), int(n_iter), trace,
+                self._parts(n, bool(diagonal)))
         if anderson is None:
             z1, z2 = np.empty(0), np.empty((0, 0))
             args += (False, z1, z1, z1, z2, z2, z2, np.empty(0, np.int64),
@@ -298,6 +301,20 @@ class _ADMMSession:
             finally:
                 numba.set_num_threads(previous)
         return trace[:done], float(rho), bool(converged)
+
+    def _parts(self, n, diagonal):
+        """``admm_run``'s work items: one run of all rows on one thread; else 8 runs of
+        about equal cost per thread (``admm_parts``), computed once per fit."""
+        threads = 1 if self.ex.n_threads == 1 or n <= 2 * CHUNK else self.ex.n_threads
+        key = (threads, diagonal)
+        if self._parts_key != key:
+            if threads == 1:
+                self._parts_cache = np.array([0, n], np.int64)
+            else:
+                self._parts_cache = admm_parts(self.prep.indptr, self.prep.cptr, diagonal,
+                                               self.V.shape[1], 8 * threads)
+            self._parts_key = key
+        return self._parts_cache
 
     def norm2(self) -> float:
         return ordered_total(chunked_sums(row_norms2(self.V)))
