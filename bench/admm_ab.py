@@ -1,12 +1,14 @@
 """KL-ADMM fits of the paper harness, an earlier commit's package against the working tree's,
 alternating in one process; the factors must be bitwise equal.
 
-``python bench/admm_ab.py --base REV [--datasets chessboard iris ...] [--rounds 9]``
+``python bench/admm_ab.py --base REV [--datasets chessboard iris ...] [--rounds 9]
+[--threads T]``
 
 For each data set, the harness's repetition-0 inputs (``bench.paper.run.task_inputs``: the
 kNN graph, the Laplacian, the constraints with diagonal targets) and its KL-ADMM options
 (IterMax 500, 100 on adult; tol 1e-4; one-thread in-process executor), one BLAS and one
-numba thread, as ``npkl bench paper`` runs its tasks. The timed span is the harness's: the
+numba thread, as ``npkl bench paper`` runs its tasks (``--threads T``: T of each and a
+T-thread executor on both sides, as ``npkl bench paper --threads T``). The timed span is the harness's: the
 problem's build and ``fit_admm``. ``--base``'s ``npkl_dist`` is unpacked as ``npkl_old``
 (``bench.package_ab.old_package``). Each round fits both, in alternating order; a round
 repeats a fit until it has run for at least ``--min-seconds`` and keeps the median.
@@ -51,6 +53,8 @@ def main(argv=None):
     ap.add_argument("--base", required=True, help="the earlier commit (any git revision)")
     ap.add_argument("--datasets", nargs="+", default=list(SMALL))
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="numba and BLAS threads and the executor's, both sides (default 1)")
     ap.add_argument("--min-seconds", type=float, default=0.2,
                     help="each side's fits in a round run at least this long (median kept)")
     args = ap.parse_args(argv)
@@ -58,10 +62,14 @@ def main(argv=None):
     import numba
     from threadpoolctl import threadpool_limits
 
-    numba.set_num_threads(1)
-    threadpool_limits(1, user_api="blas")
+    if not 1 <= args.threads <= numba.config.NUMBA_NUM_THREADS:
+        ap.error(f"--threads: expected 1 ... {numba.config.NUMBA_NUM_THREADS} (numba's "
+                 f"threads), got {args.threads}")
+    numba.set_num_threads(args.threads)
+    threadpool_limits(args.threads, user_api="blas")
     old = old_package(args.base, tempfile.mkdtemp(prefix="npkl_old_"))
-    print(f"base {args.base} against the working tree; {args.rounds} rounds, one thread")
+    print(f"base {args.base} against the working tree; {args.rounds} rounds, "
+          f"{args.threads} thread(s)")
     print("| data set | n | r | iterations | base (ms) | tree (ms) | base / tree (median of "
           "paired) | paired ratios | V bitwise equal |")
     print("|---|---:|---:|---:|---:|---:|---:|---|---|")
@@ -74,7 +82,7 @@ def main(argv=None):
             cd = mod.Constraints.from_arrays(cons_diag.i, cons_diag.j, cons_diag.t,
                                              cons_diag.n_points, diagonal=True, warn=False)
             opts = {"max_iter": 100 if adult else 500, "tol": 1e-4,
-                    "executor": mod.executors.InProcessExecutor(1)}
+                    "executor": mod.executors.InProcessExecutor(args.threads)}
             fit_admm = import_module(mod.__name__ + "._admm").fit_admm
             _, res = _fit_once(mod, fit_admm, L, cd, opts)  # compile, first touch
             sides[side] = (mod, fit_admm, cd, opts, res)

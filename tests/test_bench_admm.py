@@ -54,12 +54,20 @@ def _git_head_available():
 
 @pytest.mark.heavy
 @pytest.mark.skipif(not _git_head_available(), reason="needs the repository's git history")
-def test_admm_ab_compares_head_with_the_tree(capsys):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_admm_ab_compares_head_with_the_tree(capsys, threads):
+    import numba
+
     from bench import admm_ab  # a broken bench fails here, not skips
 
-    admm_ab.main(["--base", "HEAD", "--datasets", "chessboard", "--rounds", "2",
-                  "--min-seconds", "0"])
+    before = numba.get_num_threads()
+    try:
+        admm_ab.main(["--base", "HEAD", "--datasets", "chessboard", "--rounds", "2",
+                      "--min-seconds", "0", "--threads", str(threads)])
+    finally:
+        numba.set_num_threads(before)
     out = capsys.readouterr().out
+    assert f"2 rounds, {threads} thread(s)" in out
     row = [line for line in out.splitlines() if line.startswith("| chessboard")]
     assert len(row) == 1
     cells = [c.strip() for c in row[0].strip("|").split("|")]

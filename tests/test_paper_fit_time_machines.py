@@ -66,3 +66,21 @@ def test_main_refuses_files_without_rows(tmp_path, capsys):
     empty.write_text("")
     with pytest.raises(SystemExit, match="--results: no finished rows"):
         ftm.main(["--results", str(empty)])
+
+
+def test_rows_with_threads_per_fit_are_a_machine_of_their_own(tmp_path):
+    """``npkl bench paper --threads 2`` rows: the same CPU, another column, never pooled
+    with its one-thread rows."""
+    rows = [_row("iris", "KL-ADMM", 0.04, SLOW), _row("iris", "KL-ADMM", 0.05, SLOW),
+            _row("iris", "KL-ADMM", 0.01, SLOW, threads=2),
+            _row("iris", "KL-ADMM", 0.03, SLOW, threads=2)]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    per = ftm.by_machine(ftm.load([path]), ["KL-ADMM"])
+    two = f"{SLOW}, 2 threads per fit"
+    assert list(per) == [SLOW, two]
+    (row,), counts = ftm.compare(per, ["KL-ADMM"], published=_published)
+    assert row[3][SLOW][0] == 0.045 and row[3][two][0] == 0.02 and round(row[3][two][1]) == 100
+    assert counts == {SLOW: (0, 1), two: (1, 1)}
+    head = ftm.markdown([row], counts, [SLOW, two]).splitlines()[0]
+    assert "| Slow CPU: median (s) |" in head and "| Slow CPU (2 threads): median (s) |" in head

@@ -76,6 +76,7 @@ def test_fresh_methods_recomputes_only_those_rows(tmp_path):
     new = [r for r in got[2:]]
     assert [(r["dataset"], r["method"], r["rep"]) for r in new] == [("iris", "k-means", 0)]
     assert "error" not in new[0] and new[0]["rand_accuracy"] != 0.123
+    assert new[0]["warm"] is True  # the worker was warmed up before its timed fits
     assert "paper-replication:begin" in report.read_text()
     assert (tmp_path / "fig.png").stat().st_size > 0
 
@@ -94,11 +95,13 @@ def test_unavailable_records_are_retried_and_replaced(tmp_path):
     assert ("iris", "spectral", 0) in run._done(path)
     assert run.main(["--datasets", "iris", "--methods", "k-means", "spectral", "--reps", "1",
                      "--workers", "1", "--results", str(path), "--report",
-                     str(tmp_path / "RESULTS.md"), "--figure", str(tmp_path / "f.png")]) == 0
+                     str(tmp_path / "RESULTS.md"), "--figure", str(tmp_path / "f.png"),
+                     "--no-warm-up"]) == 0
     got = run.load_results(path)
     assert got[:2] == [failed, kept]  # untouched, in order
     assert [(r["dataset"], r["method"], r["rep"]) for r in got[2:]] == [("iris", "k-means", 0)]
     assert "error" not in got[2] and 0 < got[2]["rand_accuracy"] <= 1
+    assert "warm" not in got[2]  # --no-warm-up: timed cold, and the row does not claim it
 
 
 def test_report_only_runs_nothing_and_rewrites_the_tables(tmp_path):
@@ -200,6 +203,52 @@ def test_run_task_with_threads_records_them_and_sets_the_fits_threads(monkeypatc
     assert report.short_machine(report.row_machine(recs[0])) == "Test CPU (2 threads)"
     one = run.run_task("chessboard", 0, ["k-means"])
     assert "threads" not in one[0] and report.row_machine(one[0]) == "Test CPU, 2 cores"
+
+
+def test_warm_up_fits_each_npkl_method_once_untimed(monkeypatch, capsys):
+    """warm_up: every npkl method once (a "-cv" one as the method it tunes, no repeats, no
+    peers), on a problem above the parallel threshold when threads > 1; a failing method is
+    reported and skipped, not raised (the pool's initializer must not die)."""
+    import numba
+
+    from npkl_dist._kernels import CHUNK
+
+    calls = []
+
+    def fake(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec, protocol):
+        calls.append((method, n, L.shape, cons_diag.diagonal, executor.n_threads, protocol))
+        if method == "BCD-hinge":
+            raise RuntimeError("boom")
+        return np.eye(n, 2)
+
+    monkeypatch.setattr(run, "learn_kernel", fake)
+    before = numba.get_num_threads()
+    try:
+        done = run.warm_up(["KL-ADMM-cv", "KL-ADMM", "k-means", "BCD-linear-cv", "BCD-hinge",
+                            "SimpleNPKL-linear", "PCKMeans"], protocol="simplenpkl",
+                           threads=2)
+        assert numba.get_num_threads() == 2
+        assert done == ["KL-ADMM", "BCD-linear", "SimpleNPKL-linear"]
+        assert [c[0] for c in calls] == ["KL-ADMM", "BCD-linear", "BCD-hinge",
+                                         "SimpleNPKL-linear"]
+        n = calls[0][1]
+        assert n > 2 * CHUNK and all(c[1:] == (n, (n, n), True, 2, "simplenpkl")
+                                     for c in calls)
+        assert "warm-up of BCD-hinge failed: RuntimeError: boom" in capsys.readouterr().err
+        calls.clear()
+        assert run.warm_up(["KL-ADMM"], threads=1) == ["KL-ADMM"]
+        assert calls[0][1] <= 2 * CHUNK and calls[0][4] == 1 and calls[0][5] == "kl-admm"
+        calls.clear()
+        assert run.warm_up(["k-means", "ITML+k-means"], threads=2) == [] and calls == []
+    finally:
+        numba.set_num_threads(before)
+
+
+def test_warm_up_really_fits(capsys):
+    """Unmocked, on one thread: the synthetic problem is a valid input of every solver."""
+    methods = ["BCD-linear", "KL-ADMM", "SimpleNPKL-linear", "SimpleNPKL-sqhinge"]
+    assert run.warm_up(methods, threads=1) == methods
+    assert "failed" not in capsys.readouterr().err
 
 
 def test_threads_times_workers_may_not_exceed_the_cores(tmp_path):

@@ -13,9 +13,12 @@ Usage::
 
     python -m bench.paper.fit_time_machines [--results FILE ...] [--methods ...]
 
-Default: ``bench/paper/results.jsonl`` and ``bench/paper/results_fit_time_amd.jsonl`` (the
-AMD EPYC rows of KL-ADMM and both SimpleNPKL losses, 2026-11-29). Rows of the kl-admm
-protocol only (the table the target is judged on).
+Default: ``bench/paper/results.jsonl``, ``bench/paper/results_fit_time_amd.jsonl`` (the
+AMD EPYC rows of KL-ADMM and both SimpleNPKL losses, one thread per fit, 2026-11-29) and
+``bench/paper/results_fit_time_amd_2threads.jsonl`` (the same on both of its cores, one fit
+at a time: ``npkl bench paper --workers 1 --threads 2``, as ``npkl fit`` runs by default).
+Rows measured with more than one thread per fit are a column of their own ("AMD EPYC (2
+threads)"). Rows of the kl-admm protocol only (the table the target is judged on).
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ from bench.paper.report import (SPEEDUP_TARGET, aggregate, label, row_machine, s
 from bench.paper.run import load_results, protocol_of
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_RESULTS = [HERE / "results.jsonl", HERE / "results_fit_time_amd.jsonl"]
+DEFAULT_RESULTS = [HERE / "results.jsonl", HERE / "results_fit_time_amd.jsonl",
+                   HERE / "results_fit_time_amd_2threads.jsonl"]
 METHODS = ("KL-ADMM", "SimpleNPKL-linear", "SimpleNPKL-sqhinge")
 
 
