@@ -475,9 +475,11 @@ def speed_table(agg, names, methods, pub, paper=None):
 
     The verdict uses the median over repetitions, the statistic every timing in
     bench/RESULTS.md uses: a repetition's fit time also holds whatever else the machine did
-    meanwhile, and the first fit in each worker process pays numba's loading of its
-    compiled kernels (0.3-0.4 s, chessboard's KL-ADMM repetitions 0 and 1 against 0.03 s
-    for the others). The mean is shown beside it, and the count the mean would give."""
+    meanwhile, and, in rows measured without the harness's warm-up (``run.warm_up``; rows
+    without ``"warm": true``), the first fit in each worker process pays numba's loading of
+    its compiled kernels (0.3-0.4 s, chessboard's KL-ADMM repetitions 0 and 1 against
+    0.03 s for the others). The mean is shown beside it, and the count the mean would
+    give."""
     if pub is None or not hasattr(pub, "published_value"):
         return []
     rows, met, met_mean = [], 0, 0
@@ -492,12 +494,14 @@ def speed_table(agg, names, methods, pub, paper=None):
     if not rows:
         return []
     return ["### Fit time against the papers' CPU times", "",
-            f"Median fit time per repetition (one thread, on the machine named) against the CPU "
+            f"Median fit time per repetition (on the machine named; one thread per fit "
+            f"unless it says more) against the CPU "
             f"time the paper reports for the same method and data set (their machines: see "
             f"the sources); target ≥ {SPEEDUP_TARGET:.0f}x, judged on the median (the "
-            f"statistic of every timing in this file; the mean also holds the first fit of "
-            f"each worker process, which loads numba's compiled kernels, and whatever else "
-            f"the machine ran). Met on {met} of {len(rows)} (on {met_mean} by the mean)."
+            f"statistic of every timing in this file; the mean also holds whatever else the "
+            f"machine ran and, in rows measured without the harness's warm-up, the first fit "
+            f"of each worker process, which loads numba's compiled kernels). Met on {met} of "
+            f"{len(rows)} (on {met_mean} by the mean)."
             + ("" if met == len(rows) else
                " Where the misses' time goes, and what it cannot go below: `python "
                "bench/fit_time_floor.py` (bench/RESULTS.md, \"Fit-time floors of the pairs "
