@@ -881,6 +881,96 @@ def _v4_pair_sum(typingctx, v):
     return types.float64(_f64x4), codegen
 
 
+def _v4_store_codegen(context, builder, sig, args):
+    """Store the <4 x double> args[-1] at elements [idx..., q:q + 4] of the array args[0]
+    (rounded lanewise to float32 for a float32 array, as a scalar assignment rounds): one
+    vector store where the array is C-contiguous, four element stores otherwise."""
+    from llvmlite import ir
+    from numba.core import cgutils
+
+    arrty = sig.args[0]
+    ary = context.make_array(arrty)(context, builder, args[0])
+    idx = [context.cast(builder, a, t, types.intp)
+           for a, t in zip(args[1:-1], sig.args[1:-1])]
+    shape = cgutils.unpack_tuple(builder, ary.shape)
+    strides = cgutils.unpack_tuple(builder, ary.strides)
+
+    def pointer(index):
+        return cgutils.get_item_pointer2(context, builder, ary.data, shape, strides,
+                                         arrty.layout, index, wraparound=False,
+                                         boundscheck=False)
+
+    f32 = arrty.dtype == types.float32
+    elt = ir.FloatType() if f32 else ir.DoubleType()
+    v = args[-1]
+    if f32:
+        v = builder.fptrunc(v, ir.VectorType(elt, 4))
+    if arrty.layout == "C":
+        builder.store(v, builder.bitcast(pointer(idx), ir.VectorType(elt, 4).as_pointer()),
+                      align=arrty.dtype.bitwidth // 8)
+    else:
+        for lane in range(4):
+            q = builder.add(idx[-1], ir.Constant(idx[-1].type, lane))
+            builder.store(builder.extract_element(v, ir.Constant(ir.IntType(32), lane)),
+                          pointer(idx[:-1] + [q]))
+    return context.get_dummy_value()
+
+
+@intrinsic
+def _v4_store(typingctx, A, i, q, v):
+    """A[i, q:q + 4] = v (q + 4 <= A.shape[1]; float32 A: each lane rounded)."""
+    if not (_v4_ok(A, 2) and isinstance(i, types.Integer) and isinstance(q, types.Integer)
+            and v == _f64x4):
+        return None
+    return types.void(A, i, q, v), _v4_store_codegen
+
+
+@intrinsic
+def _v4_store1(typingctx, y, q, v):
+    """y[q:q + 4] = v (q + 4 <= y.size)."""
+    if not (_v4_ok(y, 1) and isinstance(q, types.Integer) and v == _f64x4):
+        return None
+    return types.void(y, q, v), _v4_store_codegen
+
+
+@intrinsic
+def _v4_splat(typingctx, x):
+    """(x, x, x, x) for a float64 x."""
+    if x != types.float64:
+        return None
+
+    def codegen(context, builder, sig, args):
+        from llvmlite import ir
+
+        v = ir.Constant(ir.VectorType(ir.DoubleType(), 4), ir.Undefined)
+        for lane in range(4):
+            v = builder.insert_element(v, args[0], ir.Constant(ir.IntType(32), lane))
+        return v
+
+    return _f64x4(x), codegen
+
+
+def _v4_binary(instruction, doc):
+    @intrinsic
+    def op(typingctx, a, b):
+        if not (a == _f64x4 and b == _f64x4):
+            return None
+
+        def codegen(context, builder, sig, args):
+            return getattr(builder, instruction)(args[0], args[1])
+
+        return _f64x4(a, b), codegen
+
+    op.__doc__ = doc
+    return op
+
+
+_v4_mul = _v4_binary("fmul", "a * b lanewise (IEEE, each lane rounded once).")
+_v4_add = _v4_binary("fadd", "a + b lanewise.")
+_v4_sub = _v4_binary("fsub", "a - b lanewise.")
+_v4_div = _v4_binary("fdiv", "a / b lanewise (IEEE division, as the scalar one).")
+
+
 @njit(nogil=True, cache=True, inline="always")
 def _dot_rows_fused(A, i, B, j, r):
     """``_dot_rows(A, i, B, j, r, _fmadd)`` with its 4 lanes in one vector register (the
@@ -907,6 +997,48 @@ def _dot_row_vec_fused(A, i, y, r):
     for q in range(q4, r):
         s = _fma(np.float64(A[i, q]), y[q], s)
     return s
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _add_row_products_fused(i, indptr, indices, data, X, y, r):
+    """``_add_row_products(i, ..., X, y, r, 1.0, _fmadd)`` with y's columns in 4-lane vectors
+    (y: float64, C-contiguous): each element gets the same fused multiply-adds in the same
+    order, so y is bitwise the scalar form's. Written out because LLVM's own vectorisation
+    of the scalar loop leaves up to 15 of r columns to a scalar tail at KL-ADMM's ranks."""
+    q4 = r - r % 4
+    p = indptr[i]
+    end = indptr[i + 1]
+    while p + 3 < end:
+        k0 = indices[p]
+        k1 = indices[p + 1]
+        k2 = indices[p + 2]
+        k3 = indices[p + 3]
+        w0 = np.float64(data[p])
+        w1 = np.float64(data[p + 1])
+        w2 = np.float64(data[p + 2])
+        w3 = np.float64(data[p + 3])
+        s0 = _v4_splat(w0)
+        s1 = _v4_splat(w1)
+        s2 = _v4_splat(w2)
+        s3 = _v4_splat(w3)
+        for q in range(0, q4, 4):
+            acc = _v4_fma(s0, _v4_load(X, k0, q), _v4_load1(y, q))
+            acc = _v4_fma(s1, _v4_load(X, k1, q), acc)
+            acc = _v4_fma(s2, _v4_load(X, k2, q), acc)
+            _v4_store1(y, q, _v4_fma(s3, _v4_load(X, k3, q), acc))
+        for q in range(q4, r):
+            y[q] = _fma(w3, np.float64(X[k3, q]), _fma(w2, np.float64(X[k2, q]), _fma(
+                w1, np.float64(X[k1, q]), _fma(w0, np.float64(X[k0, q]), y[q]))))
+        p += 4
+    while p < end:
+        k = indices[p]
+        w = np.float64(data[p])
+        sw = _v4_splat(w)
+        for q in range(0, q4, 4):
+            _v4_store1(y, q, _v4_fma(sw, _v4_load(X, k, q), _v4_load1(y, q)))
+        for q in range(q4, r):
+            y[q] = _fma(w, np.float64(X[k, q]), y[q])
+        p += 1
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -1070,6 +1202,8 @@ def admm_rows(start, stop, indptr, indices, data, diag, cptr, cidx, csgn, diagon
         the new V, hands the objective its smooth term for free).
     """
     r = X.shape[1]
+    q4 = r - r % 4  # columns 0..q4-1 in 4-lane vectors, the rest one by one: every element
+    # gets the same operations in the same order either way (bitwise the scalar loops)
     pm = pmax + 1
     want_sm = sm.shape[0] > 0
     c = np.empty(r)
@@ -1077,32 +1211,49 @@ def admm_rows(start, stop, indptr, indices, data, diag, cptr, cidx, csgn, diagon
     M = np.empty((pm, pm))
     z = np.empty(pm)
     rows = np.empty(pm, np.int64)
+    v_rho = _v4_splat(np.float64(rho))
+    v_sign = _v4_splat(np.float64(lam_sign))
+    v_gamma = _v4_splat(np.float64(gamma))
     for i in range(start, stop):
         # y = (L X)_i, formed as in admm_smooth_terms; then
         # c = rho x_i + lam_sign Lam_i - (L X)_i + gamma sum_j T_ij x_j
         dii = np.float64(diag[i])
-        for q in range(r):
+        v_d = _v4_splat(dii)
+        for q in range(0, q4, 4):
+            _v4_store1(y, q, _v4_mul(v_d, _v4_load(X, i, q)))
+        for q in range(q4, r):
             y[q] = dii * np.float64(X[i, q])
-        _add_row_products(i, indptr, indices, data, X, y, r, 1.0, _fmadd)
+        _add_row_products_fused(i, indptr, indices, data, X, y, r)
         if want_sm:
             sm[i] = _dot_row_vec_fused(X, i, y, r)
-        for q in range(r):
+        for q in range(0, q4, 4):
+            _v4_store1(c, q, _v4_sub(_v4_add(_v4_mul(v_rho, _v4_load(X, i, q)),
+                                             _v4_mul(v_sign, _v4_load(Lam, i, q))),
+                                     _v4_load1(y, q)))
+        for q in range(q4, r):
             c[q] = rho * np.float64(X[i, q]) + lam_sign * np.float64(Lam[i, q]) - y[q]
         p_i = 0
         for s in range(cptr[i], cptr[i + 1]):
             k = cidx[s]
             rows[p_i] = k
             if csgn[s] > 0:  # must-link target 1; cannot-link target 0 adds nothing
-                for q in range(r):
+                for q in range(0, q4, 4):
+                    _v4_store1(c, q, _v4_add(_v4_load1(c, q), _v4_mul(v_gamma,
+                                                                      _v4_load(X, k, q))))
+                for q in range(q4, r):
                     c[q] += gamma * X[k, q]
             p_i += 1
         if diagonal:
             rows[p_i] = i
-            for q in range(r):
+            for q in range(0, q4, 4):
+                _v4_store1(c, q, _v4_add(_v4_load1(c, q), _v4_mul(v_gamma, _v4_load(X, i, q))))
+            for q in range(q4, r):
                 c[q] += gamma * X[i, q]
             p_i += 1
         if p_i == 0:
-            for q in range(r):
+            for q in range(0, q4, 4):
+                _v4_store(out, i, q, _v4_div(_v4_load1(c, q), v_rho))
+            for q in range(q4, r):
                 out[i, q] = c[q] / rho
             continue
         # the Woodbury matrix W W' + rho / gamma I and W c, W's rows read in place in X
@@ -1120,9 +1271,14 @@ def admm_rows(start, stop, indptr, indices, data, diag, cptr, cidx, csgn, diagon
         for a in range(p_i):
             za = -z[a]
             ka = rows[a]
-            for q in range(r):
+            v_z = _v4_splat(za)
+            for q in range(0, q4, 4):
+                _v4_store1(c, q, _v4_fma(_v4_load(X, ka, q), v_z, _v4_load1(c, q)))
+            for q in range(q4, r):
                 c[q] = _fma(np.float64(X[ka, q]), za, c[q])
-        for q in range(r):
+        for q in range(0, q4, 4):
+            _v4_store(out, i, q, _v4_div(_v4_load1(c, q), v_rho))
+        for q in range(q4, r):
             out[i, q] = c[q] / rho
 
 

@@ -259,3 +259,165 @@ def test_prefetching_products_equal_them_without_prefetch_bitwise(dtype, global_
         before = arr.copy()
         touch(arr, np.arange(arr.shape[0]))
         np.testing.assert_array_equal(arr, before)
+
+
+# KL-ADMM's elementwise passes in 4-lane vectors (``_v4_*``, ``_add_row_products_fused``,
+# ``admm_rows``): the same operations on the same values as the scalar loops they replace.
+
+from npkl_dist._kernels import (_add_row_products_fused, _cholesky_body, _v4_add,  # noqa: E402
+                                _v4_div, _v4_load, _v4_load1, _v4_mul, _v4_splat, _v4_store,
+                                _v4_store1, _v4_sub, admm_row_norms, admm_rows)
+
+_WIDTHS = [0, 1, 3, 4, 5, 7, 8, 13, 25, 31, 103]
+
+
+def _layouts(A, rng):
+    """A as C-ordered, Fortran-ordered and strided (every other column of a wider array)."""
+    wide = rng.standard_normal((A.shape[0], 2 * A.shape[1])).astype(A.dtype)
+    wide[:, ::2] = A
+    return [A, np.asfortranarray(A), wide[:, ::2]]
+
+
+@njit
+def _row_products_vector(i, indptr, indices, data, X, y):
+    _add_row_products_fused(i, indptr, indices, data, X, y, X.shape[1])
+
+
+@pytest.mark.parametrize("r", _WIDTHS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_vector_row_products_equal_the_scalar_ones_bitwise(r, dtype):
+    indptr, indices, data = _csr(r, dtype=dtype)
+    n = indptr.size - 1
+    rng = np.random.default_rng(r + 50)
+    y0 = rng.standard_normal(r)
+    for X in _layouts(rng.standard_normal((n, r)).astype(dtype), rng):
+        for i in range(n):
+            y, y_scalar = y0.copy(), y0.copy()
+            _row_products_vector(i, indptr, indices, data, X, y)
+            _row_products(i, indptr, indices, data, X, y_scalar, 1.0, True)
+            np.testing.assert_array_equal(y, y_scalar)
+            if i % 5 == 0:  # and the exactly rounded reference
+                np.testing.assert_array_equal(
+                    y, _plain(i, indptr, indices, data, X, y0, 1.0, fused=True))
+
+
+@njit
+def _lanewise(A, B, y, out, s, t):
+    """out[1, q] = ((s A[1, q] + B[2, q]) - y[q]) / t in vectors of 4, then y[q] = out[1, q]
+    as stored, through ``_v4_store1``."""
+    r = A.shape[1]
+    for q in range(0, r - r % 4, 4):
+        v = _v4_div(_v4_sub(_v4_add(_v4_mul(_v4_splat(s), _v4_load(A, 1, q)),
+                                    _v4_load(B, 2, q)), _v4_load1(y, q)), _v4_splat(t))
+        _v4_store(out, 1, q, v)
+        _v4_store1(y, q, _v4_load(out, 1, q))
+
+
+@pytest.mark.parametrize("r", [4, 8, 12, 28, 104])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_vector_arithmetic_and_stores_round_as_scalar_code(r, dtype):
+    """mul, add, sub and div are IEEE lane by lane (numpy's float64 operations, bit for
+    bit), and a store rounds each lane to the array's dtype as an assignment does, at
+    every layout; the other rows are untouched."""
+    rng = np.random.default_rng(r)
+    A = rng.standard_normal((3, r)).astype(dtype)
+    B = rng.standard_normal((3, r)).astype(dtype)
+    y0 = rng.standard_normal(r)
+    s, t = 1.7, -0.3
+    want = ((s * A[1].astype(np.float64) + B[2].astype(np.float64)) - y0) / t
+    for out in _layouts(np.full((3, r), 5.0, dtype), rng):
+        y = y0.copy()
+        _lanewise(A, B, y, out, s, t)
+        np.testing.assert_array_equal(out[1], want.astype(dtype))
+        np.testing.assert_array_equal(y, want.astype(dtype).astype(np.float64))
+        assert np.all(out[0] == 5.0) and np.all(out[2] == 5.0)
+
+
+@njit
+def _admm_rows_scalar(start, stop, indptr, indices, data, diag, cptr, cidx, csgn, diagonal, X,
+                      Lam, lam_sign, rho, gamma, pmax, out, sm, nrm):
+    """``admm_rows`` with every elementwise pass as a plain loop over q: the form the vector
+    passes replaced (commit 8b7fbc7), kept as their reference."""
+    r = X.shape[1]
+    pm = pmax + 1
+    want_sm = sm.shape[0] > 0
+    c = np.empty(r)
+    y = np.empty(r)
+    M = np.empty((pm, pm))
+    z = np.empty(pm)
+    rows = np.empty(pm, np.int64)
+    for i in range(start, stop):
+        dii = np.float64(diag[i])
+        for q in range(r):
+            y[q] = dii * np.float64(X[i, q])
+        _add_row_products(i, indptr, indices, data, X, y, r, 1.0, _fmadd)
+        if want_sm:
+            sm[i] = _dot_row_vec_fused(X, i, y, r)
+        for q in range(r):
+            c[q] = rho * np.float64(X[i, q]) + lam_sign * np.float64(Lam[i, q]) - y[q]
+        p_i = 0
+        for s in range(cptr[i], cptr[i + 1]):
+            k = cidx[s]
+            rows[p_i] = k
+            if csgn[s] > 0:
+                for q in range(r):
+                    c[q] += gamma * X[k, q]
+            p_i += 1
+        if diagonal:
+            rows[p_i] = i
+            for q in range(r):
+                c[q] += gamma * X[i, q]
+            p_i += 1
+        if p_i == 0:
+            for q in range(r):
+                out[i, q] = c[q] / rho
+            continue
+        for a in range(p_i):
+            ka = rows[a]
+            z[a] = _dot_row_vec_fused(X, ka, c, r)
+            for b in range(a):
+                d = _dot_rows_fused(X, ka, X, rows[b], r)
+                M[a, b] = d
+                M[b, a] = d
+            M[a, a] = nrm[ka] + rho / gamma
+        _cholesky_body(M, z, p_i, True)
+        for a in range(p_i):
+            za = -z[a]
+            ka = rows[a]
+            for q in range(r):
+                c[q] = _fma(np.float64(X[ka, q]), za, c[q])
+        for q in range(r):
+            out[i, q] = c[q] / rho
+
+
+@pytest.mark.parametrize("r", [1, 3, 4, 8, 13, 25, 31])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_admm_rows_equal_their_scalar_form_bitwise(r, dtype):
+    """The KL-ADMM half-step with its vector passes against ``_admm_rows_scalar``: the new
+    rows and the smooth terms bit for bit, for both signs of Lam, with and without diagonal
+    targets, rows with no constraint, and X, Lam and out at every layout."""
+    rng = np.random.default_rng(100 + r)
+    indptr, indices, data = _csr(r, n=40)
+    n = indptr.size - 1
+    diag = rng.random(n) + 1.0
+    ncon = rng.integers(0, 4, n) * (np.arange(n) % 7 != 0)  # some rows unconstrained
+    cptr = np.r_[0, np.cumsum(ncon)].astype(np.int64)
+    cidx = rng.integers(0, n, cptr[-1]).astype(np.int64)
+    csgn = rng.choice([-1, 1], cptr[-1]).astype(np.int64)
+    pmax = int(ncon.max()) + 1
+    X0 = rng.standard_normal((n, r)).astype(dtype)
+    Lam0 = rng.standard_normal((n, r)).astype(dtype)
+    nrm = np.empty(n)
+    admm_row_norms(X0, nrm)
+    for X, Lam, out_like in zip(_layouts(X0, rng), _layouts(Lam0, rng),
+                                _layouts(np.zeros((n, r), dtype), rng)):
+        for diagonal in (True, False):
+            for lam_sign in (-1.0, 1.0):
+                args = (indptr, indices, data, diag, cptr, cidx, csgn, diagonal, X, Lam,
+                        lam_sign, 3.5, 0.7, pmax)
+                out, ref = out_like.copy(), out_like.copy()
+                sm, sm_ref = np.empty(n), np.empty(n)
+                admm_rows(0, n, *args, out, sm, nrm)
+                _admm_rows_scalar(0, n, *args, ref, sm_ref, nrm)
+                np.testing.assert_array_equal(out, ref)
+                np.testing.assert_array_equal(sm, sm_ref)
