@@ -786,16 +786,16 @@ def _v4_ok(A, ndim):
             and A.dtype in (types.float32, types.float64))
 
 
-def _v4_load_codegen(context, builder, sig, args):
-    """Elements [idx..., q:q + 4] of the array args[0] as <4 x double> (float32 widened
-    lanewise, as np.float64(x) does): one vector load where the array is C-contiguous,
-    four element loads otherwise (any strides)."""
-    from llvmlite import ir
+def _v4_addressing(context, builder, sig, args, n_index_end):
+    """The array args[0]'s element indices args[1:n_index_end] cast to intp, and a function
+    from an index list to that element's pointer (any layout, no bounds check): the common
+    start of the vector loads and stores."""
     from numba.core import cgutils
 
     arrty = sig.args[0]
     ary = context.make_array(arrty)(context, builder, args[0])
-    idx = [context.cast(builder, a, t, types.intp) for a, t in zip(args[1:], sig.args[1:])]
+    idx = [context.cast(builder, a, t, types.intp)
+           for a, t in zip(args[1:n_index_end], sig.args[1:n_index_end])]
     shape = cgutils.unpack_tuple(builder, ary.shape)
     strides = cgutils.unpack_tuple(builder, ary.strides)
 
@@ -804,6 +804,17 @@ def _v4_load_codegen(context, builder, sig, args):
                                          arrty.layout, index, wraparound=False,
                                          boundscheck=False)
 
+    return idx, pointer
+
+
+def _v4_load_codegen(context, builder, sig, args):
+    """Elements [idx..., q:q + 4] of the array args[0] as <4 x double> (float32 widened
+    lanewise, as np.float64(x) does): one vector load where the array is C-contiguous,
+    four element loads otherwise (any strides)."""
+    from llvmlite import ir
+
+    arrty = sig.args[0]
+    idx, pointer = _v4_addressing(context, builder, sig, args, len(args))
     f32 = arrty.dtype == types.float32
     elt = ir.FloatType() if f32 else ir.DoubleType()
     v4 = ir.VectorType(ir.DoubleType(), 4)
@@ -886,20 +897,9 @@ def _v4_store_codegen(context, builder, sig, args):
     (rounded lanewise to float32 for a float32 array, as a scalar assignment rounds): one
     vector store where the array is C-contiguous, four element stores otherwise."""
     from llvmlite import ir
-    from numba.core import cgutils
 
     arrty = sig.args[0]
-    ary = context.make_array(arrty)(context, builder, args[0])
-    idx = [context.cast(builder, a, t, types.intp)
-           for a, t in zip(args[1:-1], sig.args[1:-1])]
-    shape = cgutils.unpack_tuple(builder, ary.shape)
-    strides = cgutils.unpack_tuple(builder, ary.strides)
-
-    def pointer(index):
-        return cgutils.get_item_pointer2(context, builder, ary.data, shape, strides,
-                                         arrty.layout, index, wraparound=False,
-                                         boundscheck=False)
-
+    idx, pointer = _v4_addressing(context, builder, sig, args, len(args) - 1)
     f32 = arrty.dtype == types.float32
     elt = ir.FloatType() if f32 else ir.DoubleType()
     v = args[-1]

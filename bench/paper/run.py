@@ -161,6 +161,18 @@ def learn_kernel(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec
     return res.V
 
 
+def _task_threads(threads):
+    """A task's numba threads, and as many BLAS threads (default one, "one thread per
+    task"): tasks run in a pool of processes, and BLAS threads on top contend for the cores
+    (SimpleNPKL on adult-a1a: 212 s with the default threads next to another task, 43 s
+    with one)."""
+    import numba
+    from threadpoolctl import threadpool_limits
+
+    numba.set_num_threads(threads)
+    threadpool_limits(limits=threads, user_api="blas")
+
+
 def warm_up(methods, protocol="kl-admm", threads=1):
     """Fit each npkl method of ``methods`` once, untimed, on a small synthetic problem, with
     the task's threads: the first fit in a process loads numba's compiled kernels from disk
@@ -171,12 +183,9 @@ def warm_up(methods, protocol="kl-admm", threads=1):
     "-cv" method warms the method it tunes. Peers need nothing (pure Python or their own
     environment). Returns the methods warmed; a failure is reported on stderr and skipped
     (the timed fit then records it)."""
-    import numba
-
     import npkl_dist as nk
     from npkl_dist._kernels import CHUNK
     from npkl_dist.executors import InProcessExecutor
-    from threadpoolctl import threadpool_limits
 
     todo = []
     for m in methods:
@@ -185,8 +194,7 @@ def warm_up(methods, protocol="kl-admm", threads=1):
             todo.append(m)
     if not todo:
         return []
-    numba.set_num_threads(threads)
-    threadpool_limits(limits=threads, user_api="blas")
+    _task_threads(threads)
     n = 2 * CHUNK + 100 if threads > 1 else 120
     rng = np.random.default_rng(0)
     y = np.arange(n) % 2
@@ -222,19 +230,11 @@ def run_task(name, rep, methods, protocol="kl-admm", threads=1):
     ``threads``: numba and BLAS threads of each fit (the executor's too); the kNN graph is
     built with one OpenMP thread whatever it is (``task_inputs``), so the inputs are the
     same."""
-    import numba
-
     import npkl_dist as nk
     from bench.paper import peers
     from npkl_dist.executors import InProcessExecutor
 
-    numba.set_num_threads(threads)
-    # BLAS threads as many (default one, "one thread per task"): tasks run in a pool of
-    # processes, and BLAS threads on top contend for the cores (SimpleNPKL on adult-a1a:
-    # 212 s with the default threads next to another task, 43 s with one)
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(limits=threads, user_api="blas")
+    _task_threads(threads)
     warnings.simplefilter("ignore")
     X, y, meta, L, cons, cons_diag = task_inputs(name, rep, protocol)
     n = X.shape[0]
