@@ -74,3 +74,13 @@ def test_admm_ab_compares_head_with_the_tree(capsys, threads):
     assert cells[1:4] == ["100", "25", "444"]  # n, rank, the harness's iterations (rep 0)
     assert cells[-1] == "yes"  # the tree's V equals HEAD's bit for bit
     assert float(cells[4]) > 0 and float(cells[5]) > 0
+
+
+def test_admm_ab_refuses_more_threads_than_numba_has(capsys):
+    import numba
+
+    from bench import admm_ab
+
+    with pytest.raises(SystemExit):
+        admm_ab.main(["--base", "HEAD", "--threads", str(numba.config.NUMBA_NUM_THREADS + 1)])
+    assert "--threads: expected 1 ..." in capsys.readouterr().err
