@@ -1416,7 +1416,8 @@ def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, 
     n_parts = parts.shape[0] - 1
     sm = np.empty(n)
     no_sm = np.empty(0)
-    nrm = np.empty(n)
+    nrm_u = np.empty(n)  # ||u_k||^2, read by the V-step
+    nrm_v = np.empty(n)  # ||v_k||^2 of the new V, read by the U-step
     prow = np.empty(n)
     srow = np.empty(n)
     vrow = np.empty(n)
@@ -1425,18 +1426,25 @@ def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, 
     pv = np.empty(m)
     done = 0
     converged = False
+    for k in prange(n):
+        nrm_u[k] = _dot_rows_fused(U, k, U, k, r)
     for it in range(n_iter):
-        for k in prange(n):
-            nrm[k] = _dot_rows_fused(U, k, U, k, r)
+        # two parallel regions per iteration (six until 2026-11-29): the V-step with its
+        # rows' norms, then the U-step followed, on each work item's rows, by the dual
+        # update, the copies and the norms of the next V-step, and by a slice of the pair
+        # values of the new V. Each value is computed as in separate passes (a row's norm
+        # from the same row, the pairs from Vn, which V then copies), so the iterates are
+        # bitwise the same; a work item's rows stay in its core's cache between the passes
         for ch in prange(n_parts):
             admm_rows(parts[ch], parts[ch + 1], indptr, indices, data, diag, cptr, cidx, csgn,
-                      diagonal, U, Lam, -1.0, rho, gamma, pmax, Vn, no_sm, nrm)
-        for k in prange(n):
-            nrm[k] = _dot_rows_fused(Vn, k, Vn, k, r)
+                      diagonal, U, Lam, -1.0, rho, gamma, pmax, Vn, no_sm, nrm_u)
+            for k in range(parts[ch], parts[ch + 1]):
+                nrm_v[k] = _dot_rows_fused(Vn, k, Vn, k, r)
         for ch in prange(n_parts):
             admm_rows(parts[ch], parts[ch + 1], indptr, indices, data, diag, cptr, cidx, csgn,
-                      diagonal, Vn, Lam, 1.0, rho, gamma, pmax, Un, sm, nrm)
-        for ch in prange(n_parts):
+                      diagonal, Vn, Lam, 1.0, rho, gamma, pmax, Un, sm, nrm_v)
+            # the U-step reads Lam, V and U only at its own rows, so each row's update and
+            # copies may follow its own step
             inc = np.empty_like(Lam[0, :1])  # rho (v - u) rounded to Lam's dtype first
             for i in range(parts[ch], parts[ch + 1]):
                 pr = 0.0
@@ -1458,10 +1466,12 @@ def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, 
                 vrow[i] = vv
                 drow[i] = (vv - 1.0) * (vv - 1.0)
                 qrow[i] = 0.0
-        for k in prange(m):
-            d = _dot_rows_fused(V, pi[k], V, pj[k], r)
-            t = 1.0 if pt[k] > 0 else 0.0
-            pv[k] = (d - t) * (d - t)
+            for k in range(parts[ch], parts[ch + 1]):
+                nrm_u[k] = _dot_rows_fused(U, k, U, k, r)
+            for k in range(m * ch // n_parts, m * (ch + 1) // n_parts):
+                d = _dot_rows_fused(Vn, pi[k], Vn, pj[k], r)
+                t = 1.0 if pt[k] > 0 else 0.0
+                pv[k] = (d - t) * (d - t)
         for k in range(m):  # grouped by owner row in pair order, as np.bincount
             qrow[pi[k]] += pv[k]
         primal = np.sqrt(_block_total(prow, n))
@@ -1488,6 +1498,8 @@ def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, 
             rho_next, converged = _anderson.anderson_after(
                 obj, rho, rho_next, converged, tol, vnorm, V, U, Lam, X, Fp, Gp, dF, dG, gram,
                 order, ints, floats, bdot, Vsave, aa_block, fpart, bpart, coef)
+            for k in prange(n):  # the accelerator may have replaced U
+                nrm_u[k] = _dot_rows_fused(U, k, U, k, r)
         rho = rho_next
         if converged:
             break

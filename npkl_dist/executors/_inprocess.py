@@ -247,6 +247,14 @@ class _BCDSession:
         pass
 
 
+#: ``admm_run`` runs on the executor's threads from this many rows (below it the serial
+#: compilation): see bench/RESULTS.md.
+ADMM_PARALLEL_MIN_N = 40
+#: from this many rows, 8 work items per thread (balance on uneven rows), below it one (each
+#: item's call allocates its scratch arrays, about 1 us).
+ADMM_BALANCE_MIN_N = 2 * CHUNK + 1
+
+
 class _ADMMSession:
     def __init__(self, ex, prep, V, U, Lam):
         self.ex, self.prep = ex, prep
@@ -291,7 +299,7 @@ class _ADMMSession:
                      z1)
         else:
             args += (True, *anderson.kernel_args())
-        if ex.n_threads == 1 or n <= 2 * CHUNK:
+        if self._threads(n) == 1:
             done, rho, converged = admm_run_serial(*args)
         else:
             previous = numba.get_num_threads()
@@ -302,17 +310,23 @@ class _ADMMSession:
                 numba.set_num_threads(previous)
         return trace[:done], float(rho), bool(converged)
 
+    def _threads(self, n):
+        """Threads of ``admm_run`` for n rows: the executor's from ADMM_PARALLEL_MIN_N rows."""
+        return 1 if self.ex.n_threads == 1 or n < ADMM_PARALLEL_MIN_N else self.ex.n_threads
+
     def _parts(self, n, diagonal):
-        """``admm_run``'s work items: one run of all rows on one thread; else 8 runs of
-        about equal cost per thread (``admm_parts``), computed once per fit."""
-        threads = 1 if self.ex.n_threads == 1 or n <= 2 * CHUNK else self.ex.n_threads
+        """``admm_run``'s work items, of about equal cost (``admm_parts``), computed once per
+        fit: one run of all rows on one thread; one run per thread below
+        ADMM_BALANCE_MIN_N rows, 8 per thread from there."""
+        threads = self._threads(n)
         key = (threads, diagonal)
         if self._parts_key != key:
             if threads == 1:
                 self._parts_cache = np.array([0, n], np.int64)
             else:
+                per_thread = 1 if n < ADMM_BALANCE_MIN_N else 8
                 self._parts_cache = admm_parts(self.prep.indptr, self.prep.cptr, diagonal,
-                                               self.V.shape[1], 8 * threads)
+                                               self.V.shape[1], per_thread * threads)
             self._parts_key = key
         return self._parts_cache
 
