@@ -301,11 +301,11 @@ def test_other_losses_refused(seed):
         fit_admm(hinge)
 
 
-def test_small_fits_run_on_threads_with_one_run_per_thread(seed, monkeypatch):
+def test_threaded_loop_from_its_threshold_is_bitwise_the_serial_fit(seed, monkeypatch):
     """From ADMM_PARALLEL_MIN_N rows a multi-thread executor runs ``admm_run`` on its
-    threads (one run of rows per thread below ADMM_BALANCE_MIN_N, 8 from there), and the
-    fit is bitwise the one-thread fit: V, U and every trace, plain and with Anderson (whose
-    extrapolation replaces U after the iteration that computed U's row norms)."""
+    threads (8 work items each), below it the serial compilation; the threaded fit is bitwise
+    the one-thread fit: V, U and every trace, plain and with Anderson (whose extrapolation
+    replaces U after the iteration that computed U's row norms)."""
     import numba
 
     from npkl_dist.executors import _inprocess
@@ -318,39 +318,21 @@ def test_small_fits_run_on_threads_with_one_run_per_thread(seed, monkeypatch):
         monkeypatch.setattr(_inprocess, name,
                             lambda *a, real=real, name=name: (used.append((name, len(a[24]) - 1)),
                                                               real(*a))[1])
-    n = 150
-    assert _inprocess.ADMM_PARALLEL_MIN_N <= n < _inprocess.ADMM_BALANCE_MIN_N
-    problem, _ = small_problem(seed, n=n, n_pairs=120, rank=7, k=5)
+    n = _inprocess.ADMM_PARALLEL_MIN_N
+    problem, _ = small_problem(seed, n=n, n_pairs=n // 2, rank=7, k=5)
     for anderson in (0, 3):
-        kw = {"max_iter": 80, "tol": 1e-6, "anderson": anderson}
+        kw = {"max_iter": 60, "tol": 1e-6, "anderson": anderson}
         used.clear()
         ref = fit_admm(problem, executor=InProcessExecutor(1), **kw)
         assert used == [("admm_run_serial", 1)]
         used.clear()
         got = fit_admm(problem, executor=InProcessExecutor(2), **kw)
-        assert used == [("admm_run", 2)]
+        assert used == [("admm_run", 16)]
         np.testing.assert_array_equal(got.V, ref.V)
         np.testing.assert_array_equal(got.U, ref.U)
         for key in _TRACES:
             assert getattr(got, key) == getattr(ref, key), key
-    tiny, _ = small_problem(seed, n=_inprocess.ADMM_PARALLEL_MIN_N - 1, n_pairs=20, rank=4)
+    below, _ = small_problem(seed, n=n - 1, n_pairs=n // 2, rank=4, k=5)
     used.clear()
-    fit_admm(tiny, max_iter=5, executor=InProcessExecutor(2))
+    fit_admm(below, max_iter=5, executor=InProcessExecutor(2))
     assert used == [("admm_run_serial", 1)]
-
-
-def test_admm_work_items_per_thread(seed):
-    """The session's work items: all rows in one on one thread, one per thread below
-    ADMM_BALANCE_MIN_N rows, 8 per thread from there."""
-    from npkl_dist.executors import _inprocess
-
-    for n, threads, items in ((150, 1, 1), (150, 2, 2),
-                              (_inprocess.ADMM_BALANCE_MIN_N, 2, 16)):
-        problem, _ = small_problem(seed, n=n, n_pairs=n // 2, rank=4, k=5)
-        plan = nk.make_plan(problem)
-        prep = nk.prepare(problem, plan)
-        V = np.zeros((n, 4))
-        session = _inprocess._ADMMSession(InProcessExecutor(threads), prep, V, V.copy(),
-                                          V.copy())
-        parts = session._parts(n, True)
-        assert parts[0] == 0 and parts[-1] == n and len(parts) - 1 == items

@@ -247,12 +247,11 @@ class _BCDSession:
         pass
 
 
-#: ``admm_run`` runs on the executor's threads from this many rows (below it the serial
-#: compilation): see bench/RESULTS.md.
-ADMM_PARALLEL_MIN_N = 40
-#: from this many rows, 8 work items per thread (balance on uneven rows), below it one (each
-#: item's call allocates its scratch arrays, about 1 us).
-ADMM_BALANCE_MIN_N = 2 * CHUNK + 1
+#: ``admm_run`` runs on the executor's threads from this many rows, below it serially. On the
+#: small paper sets (47-270 rows) two threads were 1.1-1.5x faster on an idle 2-core machine,
+#: but 2-4.5x slower with another process on one core (a preempted thread holds up every
+#: barrier, twice an iteration): bench/RESULTS.md, 2026-11-29.
+ADMM_PARALLEL_MIN_N = 2 * CHUNK + 1
 
 
 class _ADMMSession:
@@ -315,18 +314,16 @@ class _ADMMSession:
         return 1 if self.ex.n_threads == 1 or n < ADMM_PARALLEL_MIN_N else self.ex.n_threads
 
     def _parts(self, n, diagonal):
-        """``admm_run``'s work items, of about equal cost (``admm_parts``), computed once per
-        fit: one run of all rows on one thread; one run per thread below
-        ADMM_BALANCE_MIN_N rows, 8 per thread from there."""
+        """``admm_run``'s work items, computed once per fit: one run of all rows on one
+        thread, else 8 runs of about equal cost per thread (``admm_parts``)."""
         threads = self._threads(n)
         key = (threads, diagonal)
         if self._parts_key != key:
             if threads == 1:
                 self._parts_cache = np.array([0, n], np.int64)
             else:
-                per_thread = 1 if n < ADMM_BALANCE_MIN_N else 8
                 self._parts_cache = admm_parts(self.prep.indptr, self.prep.cptr, diagonal,
-                                               self.V.shape[1], per_thread * threads)
+                                               self.V.shape[1], 8 * threads)
             self._parts_key = key
         return self._parts_cache
 
