@@ -1386,6 +1386,53 @@ def admm_parts(indptr, cptr, diagonal, r, n_parts):
     return np.unique(np.concatenate(([0], cuts, [n])).astype(np.int64))
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _admm_row_norms_range(start, stop, X, out):
+    """out[k] = ||x_k||^2 (``_dot_rows_fused``) for rows start..stop-1."""
+    r = X.shape[1]
+    for k in range(start, stop):
+        out[k] = _dot_rows_fused(X, k, X, k, r)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _admm_dual_rows(start, stop, V, U, Lam, Vn, Un, rho, prow, srow, vrow, drow, qrow):
+    """Rows start..stop-1 of the dual update Lam += rho (Vn - Un) (each increment rounded
+    to Lam's dtype first), the copies V <- Vn, U <- Un, and the rows' terms of ||V - U||^2,
+    ||Vn - V||^2, ||Vn||^2 and the diagonal loss (qrow zeroed for the pair terms)."""
+    r = V.shape[1]
+    inc = np.empty_like(Lam[0, :1])
+    for i in range(start, stop):
+        pr = 0.0
+        st = 0.0
+        vv = 0.0
+        for q in range(r):
+            vn = np.float64(Vn[i, q])
+            d = vn - np.float64(Un[i, q])
+            inc[0] = rho * d
+            Lam[i, q] += inc[0]
+            pr += d * d
+            e = vn - np.float64(V[i, q])
+            st += e * e
+            vv += vn * vn
+            V[i, q] = Vn[i, q]
+            U[i, q] = Un[i, q]
+        prow[i] = pr
+        srow[i] = st
+        vrow[i] = vv
+        drow[i] = (vv - 1.0) * (vv - 1.0)
+        qrow[i] = 0.0
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _admm_pair_values(k0, k1, X, pi, pj, pt, pv):
+    """pv[k] = (x_pi' x_pj - t_k)^2 for pairs k0..k1-1 (target 1 or 0)."""
+    r = X.shape[1]
+    for k in range(k0, k1):
+        d = _dot_rows_fused(X, pi[k], X, pj[k], r)
+        t = 1.0 if pt[k] > 0 else 0.0
+        pv[k] = (d - t) * (d - t)
+
+
 @njit(nogil=True, cache=True, parallel=True)
 def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, pj, pt, V, U,
              Lam, Vn, Un, rho, rho_min, gamma, tol, adaptive, n_iter, trace, parts, aa_on, X,
@@ -1429,49 +1476,40 @@ def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, 
     for k in prange(n):
         nrm_u[k] = _dot_rows_fused(U, k, U, k, r)
     for it in range(n_iter):
-        # two parallel regions per iteration (six until 2026-11-29): the V-step with its
-        # rows' norms, then the U-step followed, on each work item's rows, by the dual
-        # update, the copies and the norms of the next V-step, and by a slice of the pair
-        # values of the new V. Each value is computed as in separate passes (a row's norm
-        # from the same row, the pairs from Vn, which V then copies), so the iterates are
-        # bitwise the same; a work item's rows stay in its core's cache between the passes
-        for ch in prange(n_parts):
-            admm_rows(parts[ch], parts[ch + 1], indptr, indices, data, diag, cptr, cidx, csgn,
-                      diagonal, U, Lam, -1.0, rho, gamma, pmax, Vn, no_sm, nrm_u)
-            for k in range(parts[ch], parts[ch + 1]):
-                nrm_v[k] = _dot_rows_fused(Vn, k, Vn, k, r)
-        for ch in prange(n_parts):
-            admm_rows(parts[ch], parts[ch + 1], indptr, indices, data, diag, cptr, cidx, csgn,
-                      diagonal, Vn, Lam, 1.0, rho, gamma, pmax, Un, sm, nrm_v)
-            # the U-step reads Lam, V and U only at its own rows, so each row's update and
-            # copies may follow its own step
-            inc = np.empty_like(Lam[0, :1])  # rho (v - u) rounded to Lam's dtype first
-            for i in range(parts[ch], parts[ch + 1]):
-                pr = 0.0
-                st = 0.0
-                vv = 0.0
-                for q in range(r):
-                    vn = np.float64(Vn[i, q])
-                    d = vn - np.float64(Un[i, q])
-                    inc[0] = rho * d
-                    Lam[i, q] += inc[0]
-                    pr += d * d
-                    e = vn - np.float64(V[i, q])
-                    st += e * e
-                    vv += vn * vn
-                    V[i, q] = Vn[i, q]
-                    U[i, q] = Un[i, q]
-                prow[i] = pr
-                srow[i] = st
-                vrow[i] = vv
-                drow[i] = (vv - 1.0) * (vv - 1.0)
-                qrow[i] = 0.0
-            for k in range(parts[ch], parts[ch + 1]):
-                nrm_u[k] = _dot_rows_fused(U, k, U, k, r)
-            for k in range(m * ch // n_parts, m * (ch + 1) // n_parts):
-                d = _dot_rows_fused(Vn, pi[k], Vn, pj[k], r)
-                t = 1.0 if pt[k] > 0 else 0.0
-                pv[k] = (d - t) * (d - t)
+        if n_parts == 1:
+            # one work item (the serial compilation): separate passes, as before the fused
+            # regions below (the same values; on one core 2-4% faster than the fused form,
+            # bench/RESULTS.md, 2026-11-29)
+            admm_rows(0, n, indptr, indices, data, diag, cptr, cidx, csgn, diagonal, U, Lam,
+                      -1.0, rho, gamma, pmax, Vn, no_sm, nrm_u)
+            _admm_row_norms_range(0, n, Vn, nrm_v)
+            admm_rows(0, n, indptr, indices, data, diag, cptr, cidx, csgn, diagonal, Vn, Lam,
+                      1.0, rho, gamma, pmax, Un, sm, nrm_v)
+            _admm_dual_rows(0, n, V, U, Lam, Vn, Un, rho, prow, srow, vrow, drow, qrow)
+            _admm_pair_values(0, m, V, pi, pj, pt, pv)
+            _admm_row_norms_range(0, n, U, nrm_u)
+        else:
+            # two parallel regions per iteration (six until 2026-11-29): the V-step with its
+            # rows' norms, then the U-step followed, on each work item's rows, by the dual
+            # update, the copies and the norms of the next V-step, and by a slice of the
+            # pair values of the new V. Each value is computed as in separate passes (a
+            # row's norm from the same row, the pairs from Vn, which V then copies), so the
+            # iterates are bitwise the same; fewer barriers, and a work item's rows stay in
+            # its core's cache between the passes
+            for ch in prange(n_parts):
+                admm_rows(parts[ch], parts[ch + 1], indptr, indices, data, diag, cptr, cidx,
+                          csgn, diagonal, U, Lam, -1.0, rho, gamma, pmax, Vn, no_sm, nrm_u)
+                _admm_row_norms_range(parts[ch], parts[ch + 1], Vn, nrm_v)
+            for ch in prange(n_parts):
+                admm_rows(parts[ch], parts[ch + 1], indptr, indices, data, diag, cptr, cidx,
+                          csgn, diagonal, Vn, Lam, 1.0, rho, gamma, pmax, Un, sm, nrm_v)
+                # the U-step reads Lam, V and U only at its own rows, so each row's update
+                # and copies may follow its own step
+                _admm_dual_rows(parts[ch], parts[ch + 1], V, U, Lam, Vn, Un, rho, prow, srow,
+                                vrow, drow, qrow)
+                _admm_row_norms_range(parts[ch], parts[ch + 1], U, nrm_u)
+                _admm_pair_values(m * ch // n_parts, m * (ch + 1) // n_parts, Vn, pi, pj, pt,
+                                  pv)
         for k in range(m):  # grouped by owner row in pair order, as np.bincount
             qrow[pi[k]] += pv[k]
         primal = np.sqrt(_block_total(prow, n))
