@@ -1303,15 +1303,21 @@ def admm_half_step(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, X, L
                   cidx, csgn, diagonal, X, Lam, lam_sign, rho, gamma, pmax, out, sm, nrm)
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _admm_pair_loss(V, i, j, t, r):
+    """(v_i'v_j - T)^2 with KL-ADMM's target T = 1 for t > 0 (must), 0 else (cannot)."""
+    d = _dot_rows_fused(V, i, V, j, r)
+    target = 1.0 if t > 0 else 0.0
+    return (d - target) * (d - target)
+
+
 @njit(nogil=True, cache=True, parallel=True)
 def admm_pair_terms(pi, pj, pt, V, out):
     """out[k] = (v_i'v_j - T_k)^2 with KL-ADMM targets T = 1 (must) / 0 (cannot).  OUT (m,)."""
     m = pi.shape[0]
     r = V.shape[1]
     for k in prange(m):
-        d = _dot_rows_fused(V, pi[k], V, pj[k], r)
-        t = 1.0 if pt[k] > 0 else 0.0
-        out[k] = (d - t) * (d - t)
+        out[k] = _admm_pair_loss(V, pi[k], pj[k], pt[k], r)
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -1425,12 +1431,11 @@ def _admm_dual_rows(start, stop, V, U, Lam, Vn, Un, rho, prow, srow, vrow, drow,
 
 @njit(nogil=True, cache=True, inline="always")
 def _admm_pair_values(k0, k1, X, pi, pj, pt, pv):
-    """pv[k] = (x_pi' x_pj - t_k)^2 for pairs k0..k1-1 (target 1 or 0)."""
+    """pv[k] = ``_admm_pair_loss`` of pair k, for pairs k0..k1-1 (``admm_pair_terms``'s
+    values over a range)."""
     r = X.shape[1]
     for k in range(k0, k1):
-        d = _dot_rows_fused(X, pi[k], X, pj[k], r)
-        t = 1.0 if pt[k] > 0 else 0.0
-        pv[k] = (d - t) * (d - t)
+        pv[k] = _admm_pair_loss(X, pi[k], pj[k], pt[k], r)
 
 
 @njit(nogil=True, cache=True, parallel=True)
