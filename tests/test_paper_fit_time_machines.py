@@ -84,3 +84,30 @@ def test_rows_with_threads_per_fit_are_a_machine_of_their_own(tmp_path):
     assert counts == {SLOW: (0, 1), two: (1, 1)}
     head = ftm.markdown([row], counts, [SLOW, two]).splitlines()[0]
     assert "| Slow CPU: median (s) |" in head and "| Slow CPU (2 threads): median (s) |" in head
+
+
+def test_main_leaves_out_machines_with_nothing_to_compare(tmp_path, capsys):
+    """A machine whose rows all lack a published CPU time (here only glass, which
+    ``published`` does not know; in the repository the legacy breast-cancer rows) is no
+    column and no count line; the generic-name and family/model labels stay apart."""
+    zen3 = "AMD EPYC (family 25, model 1), 2 cores"
+    zen5 = "AMD EPYC (family 26, model 2, AVX-512), 2 cores"
+    rows = [_row("iris", "KL-ADMM", 0.04, zen3), _row("iris", "KL-ADMM", 0.01, zen5),
+            _row("glass", "KL-ADMM", 0.01, "AMD EPYC, 2 cores")]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    import bench.paper.published as pub
+
+    real = pub.published_value
+    try:
+        pub.published_value = _published
+        ftm.main(["--results", str(path), "--methods", "KL-ADMM"])
+    finally:
+        pub.published_value = real
+    out = capsys.readouterr().out
+    head = out.splitlines()[0]
+    assert "AMD EPYC 25/1: median (s)" in head and "AMD EPYC 26/2: median (s)" in head
+    assert "AMD EPYC: median" not in head
+    assert f"- {zen3}: at or above 100x on 0 of 1 pairs." in out
+    assert f"- {zen5}: at or above 100x on 1 of 1 pairs." in out
+    assert "AMD EPYC, 2 cores" not in out

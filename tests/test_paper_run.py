@@ -172,6 +172,45 @@ def test_run_task_records_the_machine(monkeypatch):
     assert report.short_machine("Intel(R) Xeon(R) Processor, 2 cores") == "Intel Xeon"
 
 
+ZEN5_CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 26
+model\t\t: 2
+model name\t: AMD EPYC
+flags\t\t: fpu sse2 avx2 avx512f avx512dq
+processor\t: 1
+cpu family\t: 26
+model\t\t: 2
+model name\t: AMD EPYC
+flags\t\t: fpu sse2 avx2 avx512f avx512dq
+"""
+
+
+def test_machine_names_the_cpu_family_and_model_behind_a_generic_name(tmp_path):
+    """Two AMD EPYCs with fit times 1.5-2.8x apart both call themselves "AMD EPYC": the
+    label carries family, model and AVX-512, and the short names differ."""
+    from bench.paper import report
+
+    zen5 = tmp_path / "zen5"
+    zen5.write_text(ZEN5_CPUINFO)
+    zen3 = tmp_path / "zen3"
+    zen3.write_text(ZEN5_CPUINFO.replace(": 26", ": 25").replace("\t\t: 2\n", "\t\t: 1\n")
+                    .replace(" avx512f avx512dq", ""))
+    m5, m3 = report.machine(zen5), report.machine(zen3)
+    assert m5.startswith("AMD EPYC (family 26, model 2, AVX-512), ")
+    assert m3.startswith("AMD EPYC (family 25, model 1), ")
+    assert m5.endswith(" cores") and m3.endswith(" cores")
+    assert report.short_machine(m5) == "AMD EPYC 26/2"
+    assert report.short_machine(m3) == "AMD EPYC 25/1"
+    assert report.short_machine(m5 + ", 2 threads per fit") == "AMD EPYC 26/2 (2 threads)"
+    # a file without the numbers (other platforms), or none at all: the name alone
+    plain = tmp_path / "plain"
+    plain.write_text("model name\t: Some CPU\n")
+    assert report.machine(plain).startswith("Some CPU, ")
+    assert report.machine(tmp_path / "missing").startswith("unknown CPU, ")
+    assert report.short_machine("AMD EPYC, 2 cores") == "AMD EPYC"  # rows labelled before
+
+
 def test_run_task_with_threads_records_them_and_sets_the_fits_threads(monkeypatch):
     """--threads T: the task's numba and BLAS threads and its executor are T; rows say so
     (absent for 1, the harness's rows so far), and the machine label splits them."""

@@ -13,12 +13,19 @@ Usage::
 
     python -m bench.paper.fit_time_machines [--results FILE ...] [--methods ...]
 
-Default: ``bench/paper/results.jsonl``, ``bench/paper/results_fit_time_amd.jsonl`` (the
-AMD EPYC rows of KL-ADMM and both SimpleNPKL losses, one thread per fit, 2026-11-29) and
-``bench/paper/results_fit_time_amd_2threads.jsonl`` (the same on both of its cores, one fit
-at a time: ``npkl bench paper --workers 1 --threads 2``, as ``npkl fit`` runs by default).
-Rows measured with more than one thread per fit are a column of their own ("AMD EPYC (2
-threads)"). Rows of the kl-admm protocol only (the table the target is judged on).
+Default: ``bench/paper/results.jsonl`` (mostly the Intel Xeon) and the AMD EPYC files. The
+virtual machines of these sessions all call their CPU "AMD EPYC", but two kinds stood behind
+the name, and rows now record the CPU's family and model (``report.machine``):
+
+- ``results_fit_time_amd.jsonl`` and ``results_fit_time_amd_2threads.jsonl``: the Zen 3
+  (family 25, model 1, AVX2), 2026-11-29, eighteenth to twenty-first sessions;
+- ``results_fit_time_zen5.jsonl`` and ``results_fit_time_zen5_2threads.jsonl``: the Zen 5
+  (family 26, model 2, AVX-512), 2026-11-29, twenty-second session.
+
+The ``_2threads`` files hold both cores per fit, one fit at a time (``npkl bench paper
+--workers 1 --threads 2``, as ``npkl fit`` runs by default); the others one thread per fit.
+Rows measured with more than one thread per fit are a column of their own ("AMD EPYC 26/2
+(2 threads)"). Rows of the kl-admm protocol only (the table the target is judged on).
 """
 
 from __future__ import annotations
@@ -35,7 +42,9 @@ from bench.paper.run import load_results, protocol_of
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_RESULTS = [HERE / "results.jsonl", HERE / "results_fit_time_amd.jsonl",
-                   HERE / "results_fit_time_amd_2threads.jsonl"]
+                   HERE / "results_fit_time_amd_2threads.jsonl",
+                   HERE / "results_fit_time_zen5.jsonl",
+                   HERE / "results_fit_time_zen5_2threads.jsonl"]
 METHODS = ("KL-ADMM", "SimpleNPKL-linear", "SimpleNPKL-sqhinge")
 
 
@@ -54,9 +63,12 @@ def by_machine(records, methods):
     return {m: aggregate(groups[m]) for m in sorted(groups)}
 
 
-def compare(per_machine, methods, published=pub.published_value):
+def compare(per_machine, methods, published=None):
     """Rows [(dataset, method, published s, {machine: (median s, ratio, reps)})] for every pair
-    with a published CPU time that some machine measured, and {machine: (met, pairs)}."""
+    with a published CPU time that some machine measured, and {machine: (met, pairs)}.
+    ``published``: default :func:`bench.paper.published.published_value`."""
+    if published is None:
+        published = pub.published_value
     names = list(DATASETS)
     names += sorted({k[0] for agg in per_machine.values() for k in agg} - set(names))
     cells, counts = defaultdict(dict), {m: [0, 0] for m in per_machine}
@@ -115,7 +127,10 @@ def main(argv=None):
     if not per_machine:
         raise SystemExit(f"--results: no finished rows of {args.methods} in {args.results}")
     rows, counts = compare(per_machine, args.methods)
-    print(markdown(rows, counts, list(per_machine)))
+    # a machine whose rows have no published CPU time to compare with (the legacy rows of
+    # breast-cancer, say) is no column
+    machines = [m for m in per_machine if counts[m][1] > 0]
+    print(markdown(rows, {m: counts[m] for m in machines}, machines))
 
 
 if __name__ == "__main__":
