@@ -8,6 +8,7 @@ runs once over each unordered pair. For the linear loss every row also obeys ||v
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from numbers import Real
 
@@ -30,11 +31,9 @@ RANK_CAP = 128
 
 def default_rank(m: int, n: int, cap: int = RANK_CAP) -> int:
     """Largest r with r(r+1)/2 <= m, capped at ``cap`` and at n; at least 1."""
-    r = int((np.sqrt(8.0 * m + 1.0) - 1.0) // 2)
-    while (r + 1) * (r + 2) // 2 <= m:  # guard the float sqrt
-        r += 1
-    while r > 0 and r * (r + 1) // 2 > m:
-        r -= 1
+    # r(r+1)/2 <= m  <=>  (2r+1)^2 <= 8m+1: exact in integers (math, not a numpy scalar
+    # call: ~5 us of a small fit after other work)
+    r = (math.isqrt(8 * int(m) + 1) - 1) // 2
     return max(1, min(r, cap, n))
 
 
@@ -92,7 +91,7 @@ class NPKLProblem:
         if loss not in LOSSES:
             raise ValidationError(f"loss: {loss!r} is not one of {', '.join(LOSSES)}")
         for name, val in (("gamma", gamma), ("bound", bound)):
-            if isinstance(val, bool) or not isinstance(val, Real) or not np.isfinite(val) or val <= 0:
+            if isinstance(val, bool) or not isinstance(val, Real) or not math.isfinite(val) or val <= 0:
                 raise ValidationError(
                     f"{name}: expected a finite number > 0, got {fmt_value(val)}"
                 )

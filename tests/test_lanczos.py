@@ -364,11 +364,42 @@ def test_excess_ratio_with_a_zero_limit():
         assert lz._excess(np.array([0.0]), np.array([0.0])).max() == 0.0
 
 
+@pytest.mark.parametrize("tol", [TOL, 0.0, 1e-3])
+def test_compiled_residual_check_is_the_numpy_formula_bitwise(tol):
+    """_residual_check (one compiled call) against its numpy formula: limit = VERIFY tol
+    max(eps^(2/3), |theta|) (np.maximum: NaN propagates), the residual norms, and _excess,
+    bit for bit, zero, tiny and NaN Ritz values included."""
+    rng = np.random.default_rng(11)
+    Y = rng.standard_normal((40, 6))
+    theta = np.array([3.0, -2.5, 1e-20, 0.0, np.nan, 7.5])
+    AY = Y * np.nan_to_num(theta) + 1e-9 * rng.standard_normal((40, 6))
+    AY[:, 3] = 0.0  # theta 0 and a zero column: residual 0
+    Y[:, 3] = 0.0
+    limit, residual, excess = lz._residual_check(Y, AY, theta, tol)
+    ref_limit = lz._VERIFY * tol * np.maximum(lz._EPS23, np.abs(theta))
+    ref_residual = np.sqrt(((AY - theta * Y) ** 2).sum(axis=0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref_excess = lz._excess(lz._residual_norms(Y, AY, theta), ref_limit)
+    np.testing.assert_array_equal(limit, ref_limit)
+    np.testing.assert_allclose(residual, ref_residual, rtol=1e-14)
+    np.testing.assert_array_equal(residual, lz._residual_norms(Y, AY, theta))
+    np.testing.assert_array_equal(excess, ref_excess)
+    assert np.isnan(limit[4]) and not np.all(excess <= 1.0)
+
+
 def test_a_nan_residual_fails_the_check(monkeypatch):
     """A NaN residual (its ratio is NaN) counts as above the limit: the solver reports the
     failure instead of returning the pairs."""
     A = npkl_like(150, 6)
     v0 = np.random.default_rng(6).standard_normal(150)
-    monkeypatch.setattr(lz, "_residual_norms", lambda Y, AY, theta: np.full(theta.size, np.nan))
+    real = lz._residual_check_compiled
+
+    def nan_residuals(Y, AY, theta, tol, verify, eps23):  # the compiled check, NaN norms
+        limit, residual, _ = real(Y, AY, theta, tol, verify, eps23)
+        residual = np.full(theta.size, np.nan)
+        return limit, residual, lz._excess(residual, limit)
+
+    monkeypatch.setattr(lz, "_residual_check_compiled", nan_residuals)
     w, P, stats, failure = lz.lanczos_top_eigs(A, 8, v0, TOL)
     assert w is None and failure.startswith("residual nan") and stats["refinements"] >= 1
