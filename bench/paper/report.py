@@ -49,7 +49,7 @@ def machine(cpuinfo="/proc/cpuinfo"):
 
     Virtual machines often report a generic model name ("AMD EPYC"), behind which sessions
     of this project have had a Zen 3 (family 25, model 1, AVX2) and a Zen 5 (family 26,
-    model 2, AVX-512) with fit times 1.5-2.8x apart; the name alone pooled them (the Zen 3
+    model 2, AVX-512) with fit times 1.4-2.8x apart; the name alone pooled them (the Zen 3
     rows of the fit-time files were relabelled from their sessions' notes, 2026-11-29)."""
     import os
 
