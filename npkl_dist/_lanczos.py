@@ -594,22 +594,24 @@ def _residual_check_compiled(Y, AY, theta, tol, verify, eps23):
         a = abs(theta[c])
         limit[c] = scale * (a if (a > eps23 or a != a) else eps23)  # np.maximum: NaN wins
     residual = _residual_norms(Y, AY, theta)
-    excess = np.empty(k)
-    for c in range(k):
+    return limit, residual, _excess(residual, limit)
+
+
+@njit(nogil=True, cache=True)
+def _excess(residual, limit):
+    """Each residual over its limit (a zero limit: inf for a nonzero residual, else 0; NaN
+    stays NaN); the check passes where every ratio is <= 1. Compiled, without a division
+    warning (the numpy form, ``np.divide(residual, limit, out=np.where(residual > 0, inf,
+    0), where=limit > 0)``, is the tests' reference)."""
+    excess = np.empty(residual.size)
+    for c in range(residual.size):
         if limit[c] > 0.0:
             excess[c] = residual[c] / limit[c]
         elif residual[c] > 0.0:
             excess[c] = np.inf
         else:
             excess[c] = 0.0
-    return limit, residual, excess
-
-
-def _excess(residual, limit) -> np.ndarray:
-    """Each residual over its limit (a zero limit: inf for a nonzero residual, else 0); the
-    check passes where every ratio is <= 1."""
-    return np.divide(residual, limit, out=np.where(residual > 0.0, np.inf, 0.0),
-                     where=limit > 0.0)
+    return excess
 
 
 @njit(nogil=True, cache=True)
