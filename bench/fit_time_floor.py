@@ -106,7 +106,7 @@ def linear_floor(problem, runs, dense_max_n):
                 lambda: tridiagonal_top_eigs(dense.set(w), k), runs)
     if n > 2 * k + 1:
         sparse = snp._SparseA(problem)
-        v0 = np.random.default_rng(problem.seed).standard_normal(n)
+        v0 = snp._v0_from(None, problem.seed, n)  # the fit's start
         out["Lanczos"] = _median_time(lambda: snp._eigsh(sparse.set(w), k, v0, True), runs)
         snp._SPARSE_LANCZOS = False
         try:
@@ -131,8 +131,7 @@ def single_precision(problem, runs, dense_max_n, tol=1e-5):
     n, k = problem.n_points, problem.rank
     w = np.full(problem.constraints.m, problem.gamma)
     A = snp._SparseA(problem).set(w)
-    ref = np.sort(snp._top_eigs(A, k, np.random.default_rng(problem.seed).standard_normal(n),
-                                fast=True)[0])
+    ref = np.sort(snp._top_eigs(A, k, snp._v0_from(None, problem.seed, n), fast=True)[0])
     scale = max(float(np.max(np.abs(ref))), 1e-300)
     out, err = {}, 0.0
     if n <= dense_max_n:

@@ -173,7 +173,8 @@ from ._kernels import (LOSS_CODES, add_pair_terms, add_pairs_in_place, csr_negat
                        pair_dots, pair_terms_serial, smooth_terms_serial)
 from ._problem import NPKLProblem
 from ._lbfgsb import minimize_box
-from ._lanczos import SymUpper, add_pair_slots, lanczos_top_eigs, sym_upper_pattern
+from ._lanczos import (SymUpper, add_pair_slots, lanczos_top_eigs, random_start,
+                       sym_upper_pattern)
 from ._tridiag import tridiagonal_top_eigs
 
 __all__ = ["fit_simplenpkl", "simplenpkl_objective", "SimpleNPKLResult", "DEFAULT_B"]
@@ -711,10 +712,13 @@ def _k_change(V_new, V_old) -> float:
     return float(np.sqrt(diff2) / denom)
 
 
-def _v0_from(P, rng, n):
-    v0 = P.sum(axis=1) if P is not None else rng.standard_normal(n)
+def _v0_from(P, seed, n):
+    """Lanczos's start: the sum of the previous kernel step's eigenvectors (the new ones are
+    near them), else a random vector fixed by ``seed`` (:func:`random_start`; draw 1 where
+    the sum is zero, so that a first solve and a fallback never share a start)."""
+    v0 = P.sum(axis=1) if P is not None else random_start(n, seed, 0)
     if not np.any(v0):
-        v0 = rng.standard_normal(n)
+        v0 = random_start(n, seed, 1)
     return v0
 
 
@@ -1041,8 +1045,6 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
     else:
         Aop = _SparseA(problem)
     dense = _dense_solve(n, rank, fast)  # every kernel step's eigensolve is dense
-    # Lanczos start vectors (ARPACK only; a generator costs more than a small dense solve)
-    rng = None if dense else np.random.default_rng(problem.seed)
     L64 = problem.L
     if not (isinstance(L64, sp.csr_matrix) and L64.dtype == np.float64):
         L64 = sp.csr_matrix(L64, dtype=np.float64)
@@ -1061,7 +1063,7 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
     def solve(a, P_prev, full=True):
         """Kernel step at a. ``full=False`` (fast path): the positive eigenpairs suffice."""
         A = Aop.set(a)  # a fresh A, the eigensolve may overwrite it
-        v0 = None if dense else _v0_from(P_prev, rng, n)  # a Lanczos start, for ARPACK only
+        v0 = None if dense else _v0_from(P_prev, problem.seed, n)  # Lanczos's (or ARPACK's)
         if not fast:
             sigma, P = _top_eigs(A, rank, v0)
             complete = True

@@ -80,6 +80,53 @@ def test_no_start_vector_means_a_seeded_random_one():
     np.testing.assert_array_equal(w2, w)  # reproducible
 
 
+def test_random_start_is_fixed_by_seed_and_draw_and_fills_the_interval():
+    x = lz.random_start(50_000, 7, 0)
+    np.testing.assert_array_equal(x, lz.random_start(50_000, 7, 0))  # reproducible
+    assert x.shape == (50_000,) and x.dtype == np.float64
+    assert np.all(x >= -1.0) and np.all(x < 1.0)
+    # uniform on [-1, 1): mean 0, variance 1/3, and no value repeated (a stuck stream)
+    assert abs(x.mean()) < 0.02 and abs(x.var() - 1.0 / 3.0) < 0.01
+    assert np.unique(x).size == x.size
+    # another seed, another draw, the largest seed: other streams, uncorrelated with this one
+    for other in (lz.random_start(50_000, 8, 0), lz.random_start(50_000, 7, 1),
+                  lz.random_start(50_000, 2**63 - 1, 0)):
+        assert np.all(np.isfinite(other))
+        assert abs(np.corrcoef(x, other)[0, 1]) < 0.03
+    # a prefix of a longer vector: the first n entries do not depend on n
+    np.testing.assert_array_equal(lz.random_start(10, 7, 0), x[:10])
+
+
+def test_simplenpkl_start_vector_sum_of_eigenvectors_or_seeded_random():
+    n = 40
+    np.testing.assert_array_equal(snp._v0_from(None, 3, n), lz.random_start(n, 3, 0))
+    P = np.random.default_rng(0).standard_normal((n, 4))
+    np.testing.assert_array_equal(snp._v0_from(P, 3, n), P.sum(axis=1))
+    # eigenvectors that sum to zero: a second draw, not the first solve's start
+    P0 = np.zeros((n, 2))
+    P0[0, 0], P0[0, 1] = 1.0, -1.0
+    np.testing.assert_array_equal(snp._v0_from(P0, 3, n), lz.random_start(n, 3, 1))
+
+
+@pytest.mark.parametrize("loss", ["linear", "squared_hinge"])
+def test_simplenpkl_kernel_does_not_depend_on_the_start_vector(loss):
+    """The seed only picks Lanczos's start: two seeds give the same kernel to the solver's
+    tolerance (V itself may differ by the eigenvectors' signs)."""
+    import npkl_dist as nk
+
+    rng = np.random.default_rng(5)
+    X = np.vstack([rng.normal(0, 1, (120, 3)), rng.normal(4, 1, (120, 3))])
+    y = np.repeat([0, 1], 120)
+    L = nk.knn_graph(X, 6, warn=False).laplacian(1e-3)
+    c = nk.sample_constraints(y, 60, 60, seed=1)
+    fits = [snp.fit_simplenpkl(nk.NPKLProblem.build(L, c, loss=loss, seed=s), B=100.0)
+            for s in (0, 12345)]
+    assert snp._dense_solve(240, fits[0].V.shape[1], True) is False  # the Lanczos route
+    K0, K1 = (f.V @ f.V.T for f in fits)
+    assert np.linalg.norm(K0 - K1) <= 1e-7 * np.linalg.norm(K0)
+    assert fits[0].objective == pytest.approx(fits[1].objective, rel=1e-10, abs=1e-10)
+
+
 def test_a_simplenpkl_problem_and_its_reorthogonalisation():
     """The paper-shaped A of a 400-point problem: it takes enough steps to lose
     orthogonality (reorthogonalised steps happen), and the result is still eigh's."""
