@@ -517,9 +517,9 @@ _FAILURES = {
 @njit(nogil=True, cache=True)
 def random_start(n, seed, draw):
     """A start vector: n pseudo-random numbers in [-1, 1), fixed by (seed, draw) (splitmix64
-    of both as the state of one xorshift64* stream). For Lanczos any vector with a component
-    along every wanted eigenvector will do, which a random one has with probability 1; this
-    one costs about 1 us where ``numpy.random.default_rng(seed).standard_normal(n)`` costs
+    of both as the state of one xorshift64* stream, :func:`_tridiag.xorshift_uniform`). For
+    Lanczos any vector with a component along every wanted eigenvector will do, which a
+    random one has with probability 1; this one costs about 1 us where ``numpy.random.default_rng(seed).standard_normal(n)`` costs
     10 us warm and 39 us after other work (a SimpleNPKL fit above 160 points needs one)."""
     z = np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(draw + 1)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -529,11 +529,7 @@ def random_start(n, seed, draw):
         state = np.uint64(0x9E3779B97F4A7C15)
     x = np.empty(n)
     for i in range(n):
-        state ^= state >> np.uint64(12)
-        state ^= state << np.uint64(25)
-        state ^= state >> np.uint64(27)
-        u = (state * np.uint64(0x2545F4914F6CDD1D)) >> np.uint64(11)
-        x[i] = 2.0 * (float(u) / 9007199254740992.0) - 1.0
+        state, x[i] = _tridiag.xorshift_uniform(state)
     return x
 
 

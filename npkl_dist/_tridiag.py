@@ -250,6 +250,17 @@ def _dstein_setup(d, e, w):
     return onenrm, np.sqrt(0.1 / n), tiny, xs, group
 
 
+@njit(nogil=True, cache=True, inline="always")
+def xorshift_uniform(state):
+    """One step of the xorshift64* generator: (new state, a number in [-1, 1) from its top
+    53 bits). ``state`` must not be 0 (the generator's fixed point)."""
+    state ^= state >> np.uint64(12)
+    state ^= state << np.uint64(25)
+    state ^= state >> np.uint64(27)
+    u = (state * np.uint64(0x2545F4914F6CDD1D)) >> np.uint64(11)
+    return state, 2.0 * (float(u) / 9007199254740992.0) - 1.0
+
+
 @njit(nogil=True, cache=True)
 def _xorshift_starts(n, k, X):  # OUT: X (n, k)
     """Column j: the pseudo-random start in [-1, 1] of inverse iteration for the j-th
@@ -258,11 +269,7 @@ def _xorshift_starts(n, k, X):  # OUT: X (n, k)
     state = np.uint64(0x9E3779B97F4A7C15)
     for j in range(k):
         for i in range(n):
-            state ^= state >> np.uint64(12)
-            state ^= state << np.uint64(25)
-            state ^= state >> np.uint64(27)
-            u = (state * np.uint64(0x2545F4914F6CDD1D)) >> np.uint64(11)
-            X[i, j] = 2.0 * (float(u) / 9007199254740992.0) - 1.0
+            state, X[i, j] = xorshift_uniform(state)
 
 
 @njit(nogil=True, cache=True)
