@@ -1671,6 +1671,46 @@ def pair_dots(V, ci, cj, out):  # OUT: out (m,)
         out[k] = _dot_rows(V, ci[k], V, cj[k], r, _madd)
 
 
+@njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
+def gram_square_sums(X, Y):
+    """(||X'X||_F^2, ||Y'Y||_F^2, ||X'Y||_F^2) for X (n, r) and Y (n, s): the three terms of
+    ||XX' - YY'||_F^2 = ||X'X||^2 + ||Y'Y||^2 - 2 ||X'Y||^2 in O(n (r + s)^2), each Gram
+    entry a dot product of two transposed columns (once per symmetric pair). numpy's form
+    (three products, three sums) costs 14 us at n = 100, r = s = 15, this 3.7 us; the dot
+    products sum in any order (SIMD lanes side by side: a serial sum took 16 us), so the
+    rounding depends on the machine's vector width, as BLAS's does in numpy's form."""
+    n, r = X.shape
+    s = Y.shape[1]
+    XT = np.empty((r, n))
+    YT = np.empty((s, n))
+    for i in range(n):
+        for a in range(r):
+            XT[a, i] = X[i, a]
+        for a in range(s):
+            YT[a, i] = Y[i, a]
+    xx = 0.0
+    yy = 0.0
+    xy = 0.0
+    for a in range(r):
+        for b in range(a, r):
+            d = 0.0
+            for i in range(n):
+                d += XT[a, i] * XT[b, i]
+            xx += d * d if a == b else 2.0 * d * d
+        for b in range(s):
+            d = 0.0
+            for i in range(n):
+                d += XT[a, i] * YT[b, i]
+            xy += d * d
+    for a in range(s):
+        for b in range(a, s):
+            d = 0.0
+            for i in range(n):
+                d += YT[a, i] * YT[b, i]
+            yy += d * d if a == b else 2.0 * d * d
+    return xx, yy, xy
+
+
 @njit(nogil=True, cache=True)
 def csr_negated_dense(indptr, indices, data, out):  # OUT: out (n, n), zero on entry
     """out[i, j] = 0 - M_ij over the stored entries of a CSR matrix without duplicates

@@ -170,6 +170,7 @@ from ._bcd import FitResult
 from ._errors import ConstraintWarning, ConvergenceWarning, NpklError, ValidationError, fmt_value
 from ._objective import loss_fn
 from ._kernels import (LOSS_CODES, add_pair_terms, add_pairs_in_place, csr_negated_dense,
+                       gram_square_sums,
                        pair_dots, pair_terms_serial, smooth_terms_serial)
 from ._problem import NPKLProblem
 from ._lbfgsb import minimize_box
@@ -703,10 +704,9 @@ def _column_sq_norms(V):
 
 
 def _k_change(V_new, V_old) -> float:
-    """||V1V1' - V2V2'||_F / ||V1V1'||_F in O(n r^2) (sign/rotation invariant)."""
-    a = np.sum((V_new.T @ V_new) ** 2)
-    b = np.sum((V_old.T @ V_old) ** 2)
-    cross = np.sum((V_new.T @ V_old) ** 2)
+    """||V1V1' - V2V2'||_F / ||V1V1'||_F in O(n r^2) (sign/rotation invariant); the Gram
+    terms in one compiled pass (:func:`gram_square_sums`)."""
+    a, b, cross = gram_square_sums(V_new, V_old)
     diff2 = max(a + b - 2.0 * cross, 0.0)
     denom = np.sqrt(a) if a > 0 else (np.sqrt(b) if b > 0 else 1.0)
     return float(np.sqrt(diff2) / denom)

@@ -736,3 +736,34 @@ def test_eigenpairs_come_out_descending_with_rows_contiguous():
     w3, P3 = snp._descending(wd, np.asfortranarray(Pd))
     np.testing.assert_array_equal(P3, Pd)
     assert P3.flags.c_contiguous
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 120), r=st.integers(1, 20), s=st.integers(1, 20),
+       seed=st.integers(0, 2**31 - 1), scale=st.sampled_from([1e-50, 1e-3, 1.0, 1e50]))
+def test_gram_square_sums_equal_the_numpy_formula(n, r, s, seed, scale):
+    from npkl_dist._kernels import gram_square_sums
+
+    rng = np.random.default_rng(seed)
+    X = scale * rng.standard_normal((n, r))
+    Y = rng.standard_normal((n, s))
+    if s <= r and n > 1:  # columns shared with X: X'Y is not a generic product
+        Y[:, :s] = X[:, :s] / scale
+    got = gram_square_sums(X, Y)
+    want = (np.sum((X.T @ X) ** 2), np.sum((Y.T @ Y) ** 2), np.sum((X.T @ Y) ** 2))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+
+
+def test_kernel_change_is_the_dense_frobenius_ratio_and_sign_invariant(global_random_seed):
+    rng = np.random.default_rng(global_random_seed)
+    V1 = rng.standard_normal((60, 7))
+    V2 = V1 + 0.01 * rng.standard_normal((60, 7))
+    K1, K2 = V1 @ V1.T, V2 @ V2.T
+    want = np.linalg.norm(K2 - K1) / np.linalg.norm(K2)
+    assert snp._k_change(V2, V1) == pytest.approx(want, rel=1e-9)
+    # a column's sign and an orthogonal rotation of the columns leave K, and the change, alone
+    Q, _ = np.linalg.qr(rng.standard_normal((7, 7)))
+    flipped = V1 * np.where(np.arange(7) % 2, -1.0, 1.0)
+    assert snp._k_change(V2, flipped @ Q) == pytest.approx(want, rel=1e-9)
+    assert snp._k_change(V1, V1 @ Q) <= 1e-7  # rounding of a + b - 2 cross: ~sqrt(eps)
+    assert snp._k_change(np.zeros((5, 2)), np.zeros((5, 2))) == 0.0
