@@ -104,6 +104,32 @@ def test_unavailable_records_are_retried_and_replaced(tmp_path):
     assert "warm" not in got[2]  # --no-warm-up: timed cold, and the row does not claim it
 
 
+def test_retry_failed_recomputes_only_the_failed_repetitions(tmp_path):
+    """--retry-failed drops the failed rows of the named methods on the selected data sets
+    and recomputes those repetitions; their successful repetitions, other methods' failures
+    and other data sets stay as they were."""
+    path = tmp_path / "results.jsonl"
+    failed = {"dataset": "iris", "method": "k-means", "rep": 0, "n": 150,
+              "error": "ValueError: a real failure"}
+    good = _rec("iris", "k-means", 1, acc=0.123)
+    other_method = {"dataset": "iris", "method": "spectral", "rep": 0, "n": 150,
+                    "error": "ValueError: another failure"}
+    other_dataset = {"dataset": "wine", "method": "k-means", "rep": 0, "n": 178,
+                     "error": "ValueError: a failure elsewhere"}
+    _write(path, [failed, good, other_method, other_dataset])
+    assert run.discard_failed(tmp_path / "none.jsonl", ["iris"], ["k-means"]) == 0
+    assert run.main(["--datasets", "iris", "--methods", "k-means", "spectral", "--reps", "2",
+                     "--workers", "1", "--results", str(path), "--report",
+                     str(tmp_path / "RESULTS.md"), "--figure", str(tmp_path / "f.png"),
+                     "--no-warm-up", "--retry-failed", "k-means"]) == 0
+    got = run.load_results(path)
+    assert got[:3] == [good, other_method, other_dataset]  # untouched, in order
+    new = got[3:]
+    assert [(r["dataset"], r["method"], r["rep"]) for r in new] == [("iris", "k-means", 0),
+                                                                    ("iris", "spectral", 1)]
+    assert all("error" not in r for r in new)
+
+
 def test_report_only_runs_nothing_and_rewrites_the_tables(tmp_path):
     path = tmp_path / "results.jsonl"
     report = tmp_path / "RESULTS.md"

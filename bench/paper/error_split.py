@@ -101,7 +101,7 @@ def run(dataset, reps, methods, protocol="simplenpkl", out=sys.stdout):
         for method in methods:
             t0 = time.perf_counter()
             if method in peers.PEERS:
-                labels = peers.PEERS[method](X, k, cons, rep)
+                labels, _ = peers.run_peer(method, X, k, cons, rep)
             else:
                 V = learn_kernel(method, L, cons, cons_diag, n=n, k=k,
                                  adult=_is_adult(dataset), seed=rep,

@@ -140,23 +140,44 @@ np.save(sys.argv[2], itml.transform(X))
 """
 
 
+def itml_pairs(X, cons):
+    """ITML's input from the constraints: (pairs (m', 2), labels (m',) in {1, -1}, the
+    number of cannot-link pairs dropped).
+
+    Dropped: cannot-link pairs between two points with identical features. No Mahalanobis
+    metric separates them (d_A(x, x) = 0 < any lower bound), and ITML's Bregman projection
+    onto such a constraint divides by v'Av = 0: metric-learn 0.7.0 then fills A with NaN and
+    fails in ``components_from_metric`` ("The input metric should be symmetric"). Every
+    ITML failure in the harness's results (16 repetitions on adult, both protocols) had
+    such a pair, and no successful repetition had one (bench/RESULTS.md). A must-link pair
+    of identical points is kept: its projection is a no-op (step min(lambda, inf) = 0)."""
+    i, j, t = cons.i, cons.j, cons.t
+    X = np.asarray(X)
+    identical = np.all(X[i] == X[j], axis=1)
+    keep = ~(identical & (t < 0))
+    pairs = np.column_stack([i[keep], j[keep]]).astype(np.int64)
+    return pairs, np.where(t[keep] > 0, 1, -1).astype(np.int64), int(np.count_nonzero(~keep))
+
+
 def itml_kmeans(X, k, cons, seed):
+    """metric-learn's ITML on the constraints (:func:`itml_pairs`), then k-means on the
+    transformed X. Returns (labels, {"dropped_pairs": count})."""
     from sklearn.cluster import KMeans
 
     py = ITML_VENV / "bin" / "python"
     if not py.exists():
         raise PeerUnavailable(f"ITML environment missing: run `python -m bench.paper.run "
                               f"--install` (creates {ITML_VENV})")
-    pairs = np.column_stack([cons.i, cons.j]).astype(np.int64)
+    pairs, y, dropped = itml_pairs(X, cons)
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "in.npz", Path(tmp) / "out.npy"
-        np.savez(src, X=X, pairs=pairs, y=cons.t.astype(np.int64), seed=seed)
+        np.savez(src, X=X, pairs=pairs, y=y, seed=seed)
         proc = subprocess.run([str(py), "-c", _ITML_SCRIPT, str(src), str(dst)],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"ITML failed: {proc.stderr.strip()[-500:]}")
         Xt = np.load(dst)
-    return KMeans(k, n_init=10, random_state=seed).fit_predict(Xt)
+    return KMeans(k, n_init=10, random_state=seed).fit_predict(Xt), {"dropped_pairs": dropped}
 
 
 PEERS = {
@@ -166,3 +187,10 @@ PEERS = {
     "COP-KMeans": copkmeans,
     "ITML+k-means": itml_kmeans,
 }
+
+
+def run_peer(method, X, k, cons, seed):
+    """``PEERS[method]`` on one repetition: (labels, info), ``info`` a dict of what the
+    peer reports for the results row (ITML: the pairs it had to drop), else empty."""
+    out = PEERS[method](X, k, cons, seed)
+    return out if isinstance(out, tuple) else (out, {})

