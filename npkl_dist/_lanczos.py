@@ -519,8 +519,9 @@ def random_start(n, seed, draw):
     """A start vector: n pseudo-random numbers in [-1, 1), fixed by (seed, draw) (splitmix64
     of both as the state of one xorshift64* stream, :func:`_tridiag.xorshift_uniform`). For
     Lanczos any vector with a component along every wanted eigenvector will do, which a
-    random one has with probability 1; this one costs about 1 us where ``numpy.random.default_rng(seed).standard_normal(n)`` costs
-    10 us warm and 39 us after other work (a SimpleNPKL fit above 160 points needs one)."""
+    random one has with probability 1. This one costs about 1 us, where
+    ``numpy.random.default_rng(seed).standard_normal(n)`` costs 10 us warm and 39 us after
+    other work (a SimpleNPKL fit above 160 points needs one)."""
     z = np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(draw + 1)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
