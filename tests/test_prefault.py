@@ -130,6 +130,26 @@ def test_failed_setup_leaves_no_prefault_thread(prefaults, monkeypatch):
     assert not any(t.name == "npkl-prefault" and t.is_alive() for t in threading.enumerate())
 
 
+def record_prefault_arrays(monkeypatch):
+    """{name: array} of every array a Prefault thread makes, in order, recorded as each is
+    stored: before its event is set, so before the fit can take it. (Recording them after
+    the thread's last array raced with the fit taking one, and lost S in a CI run.)"""
+    held = {}
+    run = Prefault._run
+
+    class Recording(dict):
+        def __setitem__(self, name, array):
+            held[name] = array
+            super().__setitem__(name, array)
+
+    def recording_run(self):
+        self._arrays = Recording()
+        run(self)
+
+    monkeypatch.setattr(Prefault, "_run", recording_run)
+    return held
+
+
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("extrapolate", [True, False])
 def test_result_is_written_into_the_prefaulted_array(prefaults, monkeypatch, dtype,
@@ -141,14 +161,7 @@ def test_result_is_written_into_the_prefaulted_array(prefaults, monkeypatch, dty
     p = sparse_constrained_problem(4, "square", n=600, frac=0.1, dtype=dtype)
     kw = dict(method="block", max_sweeps=3, tol=0, executor=InProcessExecutor(2),
               extrapolate=extrapolate)
-    held = {}
-    run = Prefault._run
-
-    def recording_run(self):
-        run(self)
-        held.update(self._arrays)
-
-    monkeypatch.setattr(Prefault, "_run", recording_run)
+    held = record_prefault_arrays(monkeypatch)
     res = _fit(p, **kw)
     assert (_bcd.RESULT_BUFFER in held) is not extrapolate
     assert res.V is held["S" if extrapolate else _bcd.RESULT_BUFFER]
@@ -165,21 +178,14 @@ def test_coarse_free_start_is_built_in_the_prefaulted_array(prefaults, monkeypat
     (nothing left, nothing missed)."""
     p = sparse_constrained_problem(5, "square", n=600, frac=0.1)
     kw = dict(method="block", max_sweeps=3, tol=0, executor=InProcessExecutor(2), start=start)
-    held = {}
-    run = Prefault._run
+    held = record_prefault_arrays(monkeypatch)
     sessions = []
-
-    def recording_run(self):
-        run(self)
-        held.update(self._arrays)
-
     real_session = InProcessExecutor.block_session
 
     def recording_session(self, prep, layout, V, **opts):
         sessions.append(V)
         return real_session(self, prep, layout, V, **opts)
 
-    monkeypatch.setattr(Prefault, "_run", recording_run)
     monkeypatch.setattr(InProcessExecutor, "block_session", recording_session)
     res = _fit(p, **kw)
     assert list(held)[0] == _bcd.START_BUFFER  # made first
