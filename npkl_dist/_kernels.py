@@ -1672,43 +1672,32 @@ def pair_dots(V, ci, cj, out):  # OUT: out (m,)
 
 
 @njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
+def _gram_square_sum(A, B, symmetric):
+    """||A B'||_F^2 for A (r, n) and B (s, n) (rows: transposed columns), each entry a dot
+    product of two rows; ``symmetric`` (B is A): each off-diagonal pair once, doubled."""
+    n = A.shape[1]
+    total = 0.0
+    for a in range(A.shape[0]):
+        for b in range(a if symmetric else 0, B.shape[0]):
+            d = 0.0
+            for i in range(n):
+                d += A[a, i] * B[b, i]
+            total += d * d if (a == b or not symmetric) else 2.0 * d * d
+    return total
+
+
+@njit(nogil=True, cache=True)
 def gram_square_sums(X, Y):
     """(||X'X||_F^2, ||Y'Y||_F^2, ||X'Y||_F^2) for X (n, r) and Y (n, s): the three terms of
     ||XX' - YY'||_F^2 = ||X'X||^2 + ||Y'Y||^2 - 2 ||X'Y||^2 in O(n (r + s)^2), each Gram
-    entry a dot product of two transposed columns (once per symmetric pair). numpy's form
+    entry a dot product of two transposed columns (:func:`_gram_square_sum`). numpy's form
     (three products, three sums) costs 14 us at n = 100, r = s = 15, this 3.7 us; the dot
     products sum in any order (SIMD lanes side by side: a serial sum took 16 us), so the
     rounding depends on the machine's vector width, as BLAS's does in numpy's form."""
-    n, r = X.shape
-    s = Y.shape[1]
-    XT = np.empty((r, n))
-    YT = np.empty((s, n))
-    for i in range(n):
-        for a in range(r):
-            XT[a, i] = X[i, a]
-        for a in range(s):
-            YT[a, i] = Y[i, a]
-    xx = 0.0
-    yy = 0.0
-    xy = 0.0
-    for a in range(r):
-        for b in range(a, r):
-            d = 0.0
-            for i in range(n):
-                d += XT[a, i] * XT[b, i]
-            xx += d * d if a == b else 2.0 * d * d
-        for b in range(s):
-            d = 0.0
-            for i in range(n):
-                d += XT[a, i] * YT[b, i]
-            xy += d * d
-    for a in range(s):
-        for b in range(a, s):
-            d = 0.0
-            for i in range(n):
-                d += YT[a, i] * YT[b, i]
-            yy += d * d if a == b else 2.0 * d * d
-    return xx, yy, xy
+    XT = np.ascontiguousarray(X.T).astype(np.float64)
+    YT = np.ascontiguousarray(Y.T).astype(np.float64)
+    return (_gram_square_sum(XT, XT, True), _gram_square_sum(YT, YT, True),
+            _gram_square_sum(XT, YT, False))
 
 
 @njit(nogil=True, cache=True)

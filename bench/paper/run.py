@@ -407,9 +407,10 @@ def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progre
                       f"({time.perf_counter() - t0:.0f}s elapsed)", file=sys.stderr)
 
 
-def discard(results_path, datasets, methods, protocol=None):
+def discard(results_path, datasets, methods, protocol=None, failed_only=False):
     """Remove the results of ``methods`` on ``datasets`` (at ``protocol``, or at any) from
-    ``results_path``; keep the rest.
+    ``results_path``; keep the rest. ``failed_only``: only the failed ones (rows with an
+    ``error``), so that the next run recomputes just those repetitions.
 
     Every other line is kept byte for byte and in order; the file is replaced atomically.
     Returns the number of lines removed.
@@ -417,19 +418,13 @@ def discard(results_path, datasets, methods, protocol=None):
     datasets, methods = set(datasets), set(methods)
     return _rewrite(results_path,
                     lambda r: r["dataset"] in datasets and r["method"] in methods
-                    and (protocol is None or protocol_of(r) == protocol))
+                    and (protocol is None or protocol_of(r) == protocol)
+                    and (not failed_only or "error" in r))
 
 
 def discard_failed(results_path, datasets, methods, protocol=None):
-    """Remove the failed results (rows with an ``error``) of ``methods`` on ``datasets`` (at
-    ``protocol``, or at any) from ``results_path``, so that the next run recomputes just
-    those repetitions (e.g. after a peer's input was fixed); keep the rest, byte for byte
-    and in order. Returns the number of lines removed."""
-    datasets, methods = set(datasets), set(methods)
-    return _rewrite(results_path,
-                    lambda r: "error" in r and r["dataset"] in datasets
-                    and r["method"] in methods
-                    and (protocol is None or protocol_of(r) == protocol))
+    """:func:`discard` of the failed results only (e.g. after a peer's input was fixed)."""
+    return discard(results_path, datasets, methods, protocol, failed_only=True)
 
 
 def load_results(results_path=DEFAULT_RESULTS):
