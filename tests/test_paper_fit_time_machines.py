@@ -111,3 +111,40 @@ def test_main_leaves_out_machines_with_nothing_to_compare(tmp_path, capsys):
     assert f"- {zen3}: at or above 100x on 0 of 1 pairs." in out
     assert f"- {zen5}: at or above 100x on 1 of 1 pairs." in out
     assert "AMD EPYC, 2 cores" not in out
+
+
+def test_protocol_picks_its_rows_files_and_methods(tmp_path, capsys):
+    """``--protocol simplenpkl`` compares that protocol's rows only (the kl-admm rows of the
+    same file are left out, and the other way round); its default methods are the SimpleNPKL
+    ones, and an unknown protocol is refused by name."""
+    import pytest
+
+    rows = [_row("iris", "KL-ADMM", 0.04, SLOW), _row("iris", "KL-ADMM", 0.01, SLOW),
+            _row("iris", "KL-ADMM", 0.002, SLOW, protocol="simplenpkl"),
+            _row("iris", "SimpleNPKL-linear", 0.004, SLOW, protocol="simplenpkl")]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    snp = ftm.load([path], "simplenpkl")
+    assert sorted(r["fit_seconds"] for r in snp) == [0.002, 0.004]
+    assert sorted(r["fit_seconds"] for r in ftm.load([path])) == [0.01, 0.04]
+    with pytest.raises(ValueError, match="protocol='bcdkl' is not one of kl-admm, simplenpkl"):
+        ftm.load([path], "bcdkl")
+
+    import bench.paper.published as pub
+
+    real = pub.published_value
+    try:
+        pub.published_value = lambda name, method, quantity="accuracy": (
+            {"KL-ADMM": (2.0, 0.0, "T2"), "SimpleNPKL-linear": (0.04, 0.0, "T3")}.get(method))
+        ftm.main(["--protocol", "simplenpkl", "--results", str(path)])
+        out = capsys.readouterr().out
+        # SimpleNPKL-linear only (KL-ADMM is not a default method there): 0.04 / 0.004 = 10x
+        assert "| iris | SimpleNPKL-linear | 0.04 |" in out and "**10x**" in out
+        assert "KL-ADMM" not in out
+        ftm.main(["--results", str(path)])  # kl-admm: KL-ADMM's median 0.025 s, 80x
+        out = capsys.readouterr().out
+        assert "| iris | KL-ADMM | 2 |" in out and "**80x**" in out
+        with pytest.raises(SystemExit, match="at the simplenpkl protocol"):
+            ftm.main(["--protocol", "simplenpkl", "--results", str(path), "--methods", "x"])
+    finally:
+        pub.published_value = real

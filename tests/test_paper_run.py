@@ -159,6 +159,7 @@ def test_speed_table_compares_with_the_published_cpu_time(tmp_path):
     assert ("| soybean | SimpleNPKL-linear | 0.005 | 0.005 | 0.01 | 2x | **no** | 2 | AMD EPYC |"
             in out)
     assert "Met on 1 of 2 (on 1 by the mean). Where the misses' time goes" in out
+    assert "Machine by machine" in out and "`python -m bench.paper.fit_time_machines`" in out
     assert "| iris | k-means | 0.1 |" not in out
 
 

@@ -11,7 +11,7 @@ ratio of the machines' medians.
 
 Usage::
 
-    python -m bench.paper.fit_time_machines [--results FILE ...] [--methods ...]
+    python -m bench.paper.fit_time_machines [--protocol P] [--results FILE ...] [--methods ...]
 
 Default: ``bench/paper/results.jsonl`` (mostly the Intel Xeon) and the AMD EPYC files. The
 virtual machines of these sessions all call their CPU "AMD EPYC", but two kinds stood behind
@@ -25,7 +25,15 @@ the name, and rows now record the CPU's family and model (``report.machine``):
 The ``_2threads`` files hold both cores per fit, one fit at a time (``npkl bench paper
 --workers 1 --threads 2``, as ``npkl fit`` runs by default); the others one thread per fit.
 Rows measured with more than one thread per fit are a column of their own ("AMD EPYC 26/2
-(2 threads)"). Rows of the kl-admm protocol only (the table the target is judged on).
+(2 threads)").
+
+``--protocol`` picks the protocol whose rows are compared: ``kl-admm`` (default; the main
+table, the one the target is judged on) or ``simplenpkl``, the protocol simplenpkl-jmlr2011's
+Tables 3 and 7 timed SimpleNPKL at (its own pairs, B = 1, B = n on adult). Its default files
+are ``results_simplenpkl.jsonl`` (the Zen 3 and, for a few peer rows, the Zen 5) and
+``results_fit_time_zen5_simplenpkl.jsonl`` (the Zen 5, twenty-fourth session: small sets at
+20 repetitions, adult at 5), and its default methods the two SimpleNPKL ones: the papers
+timed nothing else at that protocol.
 """
 
 from __future__ import annotations
@@ -46,12 +54,22 @@ DEFAULT_RESULTS = [HERE / "results.jsonl", HERE / "results_fit_time_amd.jsonl",
                    HERE / "results_fit_time_zen5.jsonl",
                    HERE / "results_fit_time_zen5_2threads.jsonl"]
 METHODS = ("KL-ADMM", "SimpleNPKL-linear", "SimpleNPKL-sqhinge")
+#: per protocol: (default results files, default methods)
+PROTOCOLS = {
+    "kl-admm": (DEFAULT_RESULTS, METHODS),
+    "simplenpkl": ([HERE / "results_simplenpkl.jsonl",
+                    HERE / "results_fit_time_zen5_simplenpkl.jsonl"],
+                   ("SimpleNPKL-linear", "SimpleNPKL-sqhinge")),
+}
 
 
-def load(paths):
-    """Finished kl-admm-protocol rows of the given results files (missing files skipped)."""
+def load(paths, protocol="kl-admm"):
+    """Finished rows of ``protocol`` in the given results files (missing files skipped)."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"fit_time_machines: protocol={protocol!r} is not one of "
+                         f"{', '.join(PROTOCOLS)}")
     return [r for path in paths if Path(path).exists() for r in load_results(path)
-            if "error" not in r and protocol_of(r) == "kl-admm"]
+            if "error" not in r and protocol_of(r) == protocol]
 
 
 def by_machine(records, methods):
@@ -120,12 +138,19 @@ def markdown(rows, counts, machines):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--results", nargs="+", default=[str(p) for p in DEFAULT_RESULTS])
-    ap.add_argument("--methods", nargs="+", default=list(METHODS))
+    ap.add_argument("--protocol", choices=list(PROTOCOLS), default="kl-admm",
+                    help="the protocol whose rows are compared (default kl-admm, the main "
+                         "table); it also sets the default --results and --methods")
+    ap.add_argument("--results", nargs="+", help="results files (default: the protocol's)")
+    ap.add_argument("--methods", nargs="+", help="methods (default: the protocol's)")
     args = ap.parse_args(argv)
-    per_machine = by_machine(load(args.results), args.methods)
+    files, methods = PROTOCOLS[args.protocol]
+    args.results = args.results or [str(p) for p in files]
+    args.methods = args.methods or list(methods)
+    per_machine = by_machine(load(args.results, args.protocol), args.methods)
     if not per_machine:
-        raise SystemExit(f"--results: no finished rows of {args.methods} in {args.results}")
+        raise SystemExit(f"--results: no finished rows of {args.methods} at the "
+                         f"{args.protocol} protocol in {args.results}")
     rows, counts = compare(per_machine, args.methods)
     # a machine whose rows have no published CPU time to compare with (the legacy rows of
     # breast-cancer, say) is no column

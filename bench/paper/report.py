@@ -533,6 +533,11 @@ def speed_table(agg, names, methods, pub, paper=None):
                "bench/fit_time_floor.py` (bench/RESULTS.md, \"Fit-time floors of the pairs "
                "below 100x\")."),
             "",
+            "This table pools the machines that measured a pair. Machine by machine, with the "
+            "rows kept in files of their own (such as each machine's runs on the current "
+            "code): `python -m bench.paper.fit_time_machines` (`--protocol simplenpkl` for "
+            "simplenpkl-jmlr2011's protocol).",
+            "",
             "| data set | method | ours, median (s) | ours, mean (s) | published (s) | ratio "
             "| ≥ 100x | reps | machine | source |",
             "|---|---|---|---|---|---|---|---|---|---|", *rows, ""]
