@@ -31,8 +31,8 @@ Rows measured with more than one thread per fit are a column of their own ("AMD 
 table, the one the target is judged on) or ``simplenpkl``, the protocol simplenpkl-jmlr2011's
 Tables 3 and 7 timed SimpleNPKL at (its own pairs, B = 1, B = n on adult). Its default files
 are ``results_simplenpkl.jsonl`` (the Zen 3 and, for a few peer rows, the Zen 5) and
-``results_fit_time_zen5_simplenpkl.jsonl`` (the Zen 5, twenty-fourth session: small sets at
-20 repetitions, adult at 5), and its default methods the two SimpleNPKL ones: the papers
+``results_fit_time_zen5_simplenpkl.jsonl`` (the Zen 5, twenty-fourth session: 20
+repetitions of every data set), and its default methods the two SimpleNPKL ones: the papers
 timed nothing else at that protocol.
 """
 
