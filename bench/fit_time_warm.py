@@ -37,9 +37,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench._env import pin_threads  # noqa: E402
+from bench.paper.fit_time_machines import METHODS  # noqa: E402
 
-#: the fit-time runs' methods, in the harness's order within a task
-ORDER = ("KL-ADMM", "SimpleNPKL-linear", "SimpleNPKL-sqhinge")
+#: the fit-time runs' methods (bench/paper/README.md's commands pass them in this order, so
+#: each task fits them in it)
+ORDER = METHODS
 #: the pairs below 100x on the Zen 5 (bench/RESULTS.md, twenty-second to twenty-fourth sessions)
 DEFAULT_PAIRS = ("soybean:SimpleNPKL-linear", "iris:SimpleNPKL-linear",
                  "chessboard:SimpleNPKL-sqhinge", "dbl-spiral:KL-ADMM")
