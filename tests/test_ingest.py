@@ -150,3 +150,20 @@ def test_fit_reports_a_bad_feature_file_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "X.csv' holds NaN, inf or an empty cell in data row(s) [20]" in err
     assert "Traceback" not in err
+    # the file's fault, read while the run stored it: no advice about the run location
+    assert "failed in run" not in err and "writable" not in err and "resume" not in err
+
+
+def test_store_passes_a_bad_input_file_error_through(tmp_path):
+    """A feature file read lazily by write_features_chunks raises InputFileError (an
+    OSError): the store lets it through as it is instead of calling it a store failure."""
+    X = np.ones((6, 2))
+    X[4, 0] = np.nan
+    np.save(tmp_path / "X.npy", X)
+    with st.RunStore.create(str(tmp_path / "r"), config={}) as rs:
+        fc = FeatureChunks(tmp_path / "X.npy", chunk_rows=2)
+        with pytest.raises(InputFileError) as info:
+            rs.write_features_chunks(fc, n_features=fc.n_features, n_rows=fc.n_rows)
+        assert not isinstance(info.value, st.StoreError)
+        assert "data row(s) [4]" in str(info.value) and "failed in run" not in str(info.value)
+        assert not rs.stage_done("inputs")

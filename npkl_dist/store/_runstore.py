@@ -32,7 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._constraints import Constraints
-from .._errors import ValidationError, fmt_value
+from .._errors import NpklError, ValidationError, fmt_value
 from .._plan import SweepPlan
 from ._errors import StoreError, StoreVersionError, StoreWarning
 from ._objects import WriterLock, objects_for, utc_now
@@ -502,10 +502,14 @@ class RunStore:
 
     @contextmanager
     def _io(self, what: str, *, checkpoint: bool = False):
-        """Translate OSErrors (disk full, permission denied, ...) into StoreError."""
+        """Translate OSErrors (disk full, permission denied, ...) into StoreError.
+
+        The package's own errors pass unchanged: an ``InputFileError`` (an OSError too) raised
+        by a lazily read input file while it is written, e.g. a NaN in a feature row, is about
+        that file, not the run location, and must not come with advice to fix the store."""
         try:
             yield
-        except StoreError:
+        except NpklError:
             raise
         except OSError as exc:
             raise self._os_error(exc, what, checkpoint) from exc
