@@ -543,6 +543,7 @@ def _cmd_demo(args) -> int:
 
 def main(argv=None) -> int:
     from npkl_dist import NpklError
+    from npkl_dist.store import RunNotFoundError
 
     args = build_parser().parse_args(argv)
     commands = {"fit": _cmd_fit, "demo": _cmd_demo, "resume": _cmd_resume,
@@ -550,6 +551,13 @@ def main(argv=None) -> int:
                 "status": _cmd_status, "extend": _cmd_extend}
     try:
         return commands[args.command](args)
+    except RunNotFoundError as exc:  # the library's advice (RunStore.create) is for Python
+        sys.stderr.write(
+            f"npkl {args.command}: error: RUN: no run at {exc.url}; pass the run id or path "
+            f"that `npkl run` or `npkl fit --run` printed (an id is looked up under "
+            f"storage/runs/ of the working directory), or start a run with `npkl run "
+            f"CONFIG`\n")
+        return 2
     except NpklError as exc:
         sys.stderr.write(f"npkl {args.command}: error: {exc}\n")
         return 2

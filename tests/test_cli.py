@@ -334,3 +334,21 @@ def test_iterations_label_names_each_solvers_unit():
     assert iterations_label({"n_sweeps": 5, "method": "block"}) == "5 outer iterations"
     assert iterations_label({"n_sweeps": 5, "solver": "admm"}) == "5 iterations"
     assert iterations_label({"n_sweeps": 5, "solver": "simplenpkl"}) == "5 iterations"
+
+
+@pytest.mark.parametrize("argv", [
+    ["resume"], ["status"], ["export", "--out", "OUT"],
+    ["extend", "--features", "X", "--out", "OUT"],
+])
+def test_missing_run_is_named_in_the_clis_terms(tmp_path, capsys, argv):
+    """A run that does not exist: the argument, the path, and the fix a CLI user can take
+    (not the library's RunStore.create advice)."""
+    missing = str(tmp_path / "no-such-run")
+    args = [a.replace("OUT", str(tmp_path / "out")).replace("X", str(tmp_path / "X.npy"))
+            for a in argv]
+    np.save(tmp_path / "X.npy", np.ones((3, 2)))
+    code = main([args[0], missing, *args[1:]])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert f"npkl {args[0]}: error: RUN: no run at {missing}" in err
+    assert "npkl run CONFIG" in err and "RunStore.create" not in err

@@ -35,6 +35,7 @@ from npkl_dist.store import (  # noqa: E402
     StoreError,
     StoreLockedError,
     StoreVersionError,
+    RunNotFoundError,
     StoreWarning,
     resolve_run,
 )
@@ -172,6 +173,8 @@ class StoreConformance:
         with pytest.raises(StoreError, match="no run at") as info:
             RunStore.open(url + "-missing", storage_options=storage_options)
         assert "-missing" in str(info.value) and "RunStore.create" in str(info.value)
+        assert isinstance(info.value, RunNotFoundError)
+        assert info.value.url.endswith("-missing")
 
     @pytest.mark.parametrize("mode", ["r", "a"])
     @pytest.mark.parametrize("other", [1, 3])

@@ -7,7 +7,8 @@ store is opened: ``import npkl_dist.store`` works without them installed.
 Install the engine with ``pip install "npkl-dist[zarr]"``.
 """
 
-from ._errors import StoreError, StoreLockedError, StoreVersionError, StoreWarning
+from ._errors import (RunNotFoundError, StoreError, StoreLockedError, StoreVersionError,
+                      StoreWarning)
 from ._checkpointer import StoreCheckpointer
 from ._runstore import DEFAULT_RETENTION, DEFAULT_ROOT, FORMAT_VERSION, RunStore, resolve_run
 
@@ -18,6 +19,7 @@ __all__ = [
     "RunStore",
     "StoreCheckpointer",
     "StoreError",
+    "RunNotFoundError",
     "StoreLockedError",
     "StoreVersionError",
     "StoreWarning",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from .._errors import NpklError, NpklWarning
 
-__all__ = ["StoreError", "StoreLockedError", "StoreVersionError", "StoreWarning"]
+__all__ = ["StoreError", "RunNotFoundError", "StoreLockedError", "StoreVersionError",
+           "StoreWarning"]
 
 
 class StoreError(NpklError, OSError):
@@ -13,6 +14,20 @@ class StoreError(NpklError, OSError):
     Subclasses ``OSError`` so that ``except OSError`` keeps working; when the cause was an
     ``OSError`` (disk full, permission denied, ...) its ``errno`` is copied onto this error.
     """
+
+
+class RunNotFoundError(StoreError):
+    """There is no run at the URL (nothing to open, resume, export or extend).
+
+    Attributes
+    ----------
+    url : str
+        Where the run was looked for.
+    """
+
+    def __init__(self, message: str, url: str = ""):
+        super().__init__(message)
+        self.url = url
 
 
 class StoreLockedError(StoreError):

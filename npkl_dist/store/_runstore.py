@@ -34,7 +34,7 @@ import scipy.sparse as sp
 from .._constraints import Constraints
 from .._errors import NpklError, ValidationError, fmt_value
 from .._plan import SweepPlan
-from ._errors import StoreError, StoreVersionError, StoreWarning
+from ._errors import RunNotFoundError, StoreError, StoreVersionError, StoreWarning
 from ._objects import WriterLock, objects_for, utc_now
 
 __all__ = ["FORMAT_VERSION", "DEFAULT_ROOT", "RunStore", "resolve_run"]
@@ -356,11 +356,10 @@ class RunStore:
         self = cls(url, mode=mode, retention=retention, storage_options=storage_options)
         with self._io("opening the run"):
             if not self._objects.exists("zarr.json"):
-                raise StoreError(
+                raise RunNotFoundError(
                     f"no run at {self.url} (no zarr.json there): create it with "
                     f"RunStore.create(url, config=...), or check the run id and the store "
-                    f"root (resolve_run)"
-                )
+                    f"root (resolve_run)", url=self.url)
             attrs = self._read_root_attrs()
         version = attrs.get("format_version")
         if version is None:
@@ -1157,7 +1156,7 @@ class RunStore:
             a = self._V(ckpt_id)
             group = self._group("checkpoints")[ckpt_id]
             meta = dict(group.attrs)["checkpoint"]
-            n, r, rb = meta["n"], meta["r"], meta["row_block"]
+            n, rb = meta["n"], meta["row_block"]
             for key in _RESERVED_MANIFEST_KEYS:
                 if key in user and (key not in meta or user[key] != meta[key]):
                     raise ValidationError(
