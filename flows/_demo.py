@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -25,12 +24,13 @@ def run_demo(out_dir="demo_out", *, loss="square", seed=0, max_sweeps=500, metho
     from sklearn.preprocessing import StandardScaler
 
     from npkl_dist import clustering_metrics, kernel_kmeans
-    from npkl_dist._job import FitConfig, iterations_label, run_fit, write_outputs
+    from npkl_dist._job import (FitConfig, ensure_out_dir, iterations_label, run_fit,
+                                write_outputs)
 
     X, y = load_digits(return_X_y=True)
     X = StandardScaler().fit_transform(X)
     k = int(np.unique(y).size)
-    out = Path(out_dir)
+    out = ensure_out_dir(out_dir, "--out")
     print(f"digits: {X.shape[0]} points, {X.shape[1]} features, {k} classes", file=sys.stderr)
 
     base = kernel_kmeans(X, k, seed=seed)

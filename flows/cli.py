@@ -307,7 +307,10 @@ class _Progress:
 def _cmd_fit(args) -> int:
     """The pipeline's stages in this process (flows._fit), not Prefect."""
     from flows._fit import fit, fit_pipeline_config
+    from npkl_dist._job import ensure_out_dir
 
+    if args.out:
+        ensure_out_dir(args.out, "--out")  # before the fit, not after it
     summary, V, clusters = fit(lambda run: fit_pipeline_config(args, run), run=args.run,
                                quiet=args.quiet)
     if args.out:
@@ -423,6 +426,10 @@ def _cmd_run(args) -> int:
     from flows.pipeline import check_new_run, run_pipeline
 
     check_new_run(cfg)  # before Prefect starts: a clear error, no flow run
+    if cfg["output"]["files"] and cfg["output"]["out"]:
+        from npkl_dist._job import ensure_out_dir
+
+        ensure_out_dir(cfg["output"]["out"], "[output] out")
     _quiet_npkl_tracebacks()
     res = run_pipeline(cfg, quiet=args.quiet)
     _print_pipeline(res, args)
@@ -449,6 +456,7 @@ def _cmd_extend(args) -> int:
     from flows._stages import extend_points
     from npkl_dist import store as st
     from npkl_dist._io import read_features
+    from npkl_dist._job import ensure_out_dir
 
     so = _storage_options(args)
     with st.RunStore.open(st.resolve_run(args.run), mode="r", storage_options=so) as rs:
@@ -460,11 +468,8 @@ def _cmd_extend(args) -> int:
                 f"RUN: {rs.url} was written by an `npkl fit` older than its pipeline stages, "
                 f"which kept no kNN metadata; extend runs made with `npkl run CONFIG.toml` or "
                 f"a current `npkl fit --run`")
+        out = ensure_out_dir(args.out, "--out")
         V_new, lab = extend_points(rs, cfg, read_features(args.features))
-    from pathlib import Path
-
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     np_save = __import__("numpy").save
     np_save(out / "extended_embedding.npy", V_new)
     msg = f"wrote {out / 'extended_embedding.npy'} ({V_new.shape[0]} x {V_new.shape[1]})"
@@ -526,8 +531,9 @@ def _print_fit_resume(summary, args):
 
 
 def _cmd_export(args) -> int:
-    from npkl_dist._job import export_run
+    from npkl_dist._job import ensure_out_dir, export_run
 
+    ensure_out_dir(args.out, "--out")
     out = export_run(args.run, args.out, storage_options=_storage_options(args))
     print(f"wrote {out / 'embedding.npy'} and {out / 'clusters.npy'}")
     return 0

@@ -311,12 +311,29 @@ def run_fit(cfg: FitConfig, callback=None, executor=None
     return summary, result.V, clusters
 
 
+def ensure_out_dir(out_dir, name: str = "out") -> Path:
+    """Create the output directory ``out_dir`` (and its parents) and check that a file can
+    be written in it; a command calls this before its long work, so that a bad ``--out``
+    is refused at once instead of after the fit. ``name`` is the argument to name."""
+    import tempfile
+
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".npkl-write-check-"):
+            pass
+    except OSError as exc:
+        raise ValidationError(
+            f"{name}: cannot write to {str(out)!r} ({exc.strerror or exc}); choose a "
+            f"directory this process may create and write to") from None
+    return out
+
+
 def write_outputs(out_dir, V, clusters, summary=None):
     """``embedding.npy`` (n x r, original order), ``clusters.npy`` and ``summary.json``."""
     import json
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = ensure_out_dir(out_dir, "out_dir")
     np.save(out / "embedding.npy", V)
     if clusters is not None:
         np.save(out / "clusters.npy", clusters)
@@ -498,6 +515,7 @@ def export_run(run: str, out_dir, storage_options=None):
 
     store = st.RunStore.open(st.resolve_run(run), mode="r", storage_options=storage_options)
     try:
+        ensure_out_dir(out_dir, "out_dir")
         if not store.stage_done("results"):
             raise ValidationError(
                 f"run: {store.url} has no results yet (learning not finished); finish it with "

@@ -352,3 +352,73 @@ def test_missing_run_is_named_in_the_clis_terms(tmp_path, capsys, argv):
     assert code == 2 and "Traceback" not in err
     assert f"npkl {args[0]}: error: RUN: no run at {missing}" in err
     assert "npkl run CONFIG" in err and "RunStore.create" not in err
+
+
+@pytest.mark.parametrize("command", ["fit", "demo", "export", "extend"])
+def test_unwritable_out_is_refused_before_the_work(tmp_path, capsys, monkeypatch, command):
+    """--out under a regular file cannot be created: the command says so, naming --out, the
+    path and the fix, before it fits anything (a bad --out used to end a finished fit with
+    a traceback)."""
+    import flows._fit
+    import flows._stages
+    import npkl_dist._job
+
+    def must_not_run(*a, **k):
+        raise AssertionError("the work started before --out was checked")
+
+    monkeypatch.setattr(flows._fit, "run_fit_stages", must_not_run)
+    monkeypatch.setattr(npkl_dist._job, "run_fit", must_not_run)
+    monkeypatch.setattr(flows._stages, "extend_points", must_not_run)
+    (tmp_path / "file").write_text("x")
+    bad = tmp_path / "file" / "out"
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    np.save(tmp_path / "X.npy", X)
+    np.save(tmp_path / "y.npy", np.repeat([0, 1], 15))
+    run = tmp_path / "run"
+    if command in ("export", "extend"):  # a run to read from (extend reads its pipeline)
+        from npkl_dist import store as st
+
+        st.RunStore.create(str(run), config={"pipeline": {"input": {}}}).close()
+    argv = {
+        "fit": ["fit", "--features", str(tmp_path / "X.npy"), "--labels",
+                str(tmp_path / "y.npy"), "--out", str(bad), "--quiet"],
+        "demo": ["demo", "--out", str(bad)],
+        "export": ["export", str(run), "--out", str(bad)],
+        "extend": ["extend", str(run), "--features", str(tmp_path / "X.npy"), "--out",
+                   str(bad)],
+    }[command]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert f"--out: cannot write to {str(bad)!r}" in err and "choose a directory" in err
+    assert not bad.exists()
+
+
+def test_ensure_out_dir_creates_and_names_the_argument(tmp_path):
+    from npkl_dist import ValidationError
+    from npkl_dist._job import ensure_out_dir
+
+    d = ensure_out_dir(tmp_path / "a" / "b", "--out")
+    assert d.is_dir() and list(d.iterdir()) == []  # the write check leaves nothing behind
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ValidationError, match=r"^out_dir: cannot write to '.*f/x' \("):
+        ensure_out_dir(tmp_path / "f" / "x", "out_dir")
+
+
+def test_run_refuses_an_unwritable_output_out_before_the_flow(tmp_path, capsys, monkeypatch):
+    import flows.pipeline
+
+    def must_not_run(*a, **k):
+        raise AssertionError("the flow started before [output] out was checked")
+
+    monkeypatch.setattr(flows.pipeline, "run_pipeline", must_not_run)
+    (tmp_path / "file").write_text("x")
+    np.save(tmp_path / "X.npy", np.random.default_rng(0).normal(size=(30, 2)))
+    np.save(tmp_path / "y.npy", np.repeat([0, 1], 15))
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'run = "{tmp_path / "run"}"\n[input]\nfeatures = "X.npy"\n'
+                   f'labels = "y.npy"\n[output]\nout = "file/report"\n')
+    code = main(["run", str(cfg), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert f"[output] out: cannot write to {str(tmp_path / 'file' / 'report')!r}" in err
