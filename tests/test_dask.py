@@ -39,7 +39,7 @@ def clusters():
         if current.get("w") != w:
             close()
             current["client"] = distributed.Client(distributed.LocalCluster(
-                n_workers=w, threads_per_worker=1, processes=False, dashboard_address=None))
+                n_workers=w, threads_per_worker=1, processes=False, dashboard_address=":0"))
             current["w"] = w
         return current["client"]
 
@@ -195,7 +195,7 @@ def test_killed_worker_run_completes_identically(global_random_seed):
     p = make_problem(global_random_seed, "square", n=20_000, rank=16)
     ref = nk.fit_bcd(p, max_sweeps=25, tol=0.0, executor=InProcessExecutor(1))
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=None)
+                                       dashboard_address=":0")
     client = distributed.Client(cluster)
     try:
         ex = DaskExecutor(client, blocks=4)
@@ -225,7 +225,7 @@ def test_existing_scheduler_address(global_random_seed):
     p = make_problem(global_random_seed, "square", n=2500)
     ref = nk.fit_bcd(p, max_sweeps=3, tol=0.0, executor=InProcessExecutor(1))
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=":0") as cluster:
         ex = DaskExecutor(address=cluster.scheduler_address)
         try:
             assert ex.blocks == 2  # one block per worker

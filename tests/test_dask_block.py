@@ -42,7 +42,7 @@ def make_problem(seed, loss="square", n=3000, rank=6, frac=0.05, dtype="float64"
 def client():
     """A thread-based LocalCluster with 2 workers x 1 thread (fast to start)."""
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                       dashboard_address=None)
+                                       dashboard_address=":0")
     c = distributed.Client(cluster)
     yield c
     c.close()
@@ -256,7 +256,7 @@ def test_killed_worker_block_fit_completes_identically(global_random_seed):
 
     p = make_problem(global_random_seed, "square", n=20_000, rank=8, frac=0.01)
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=None)
+                                       dashboard_address=":0")
     c = distributed.Client(cluster)
     try:
         ex = DaskExecutor(c, blocks=4)
