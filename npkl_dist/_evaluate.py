@@ -29,7 +29,10 @@ def kernel_kmeans(V, n_clusters: int, *, seed=0, n_init: int = 10,
         constrained points), and k-means on V then lumps them together: on wine with the
         constraints drawn from half of the points, 0.55 and 0.50 pairwise accuracy
         (linear, squared hinge; 10 repetitions) against 0.96 normalised (bench/RESULTS.md,
-        "Clustering with the normalised kernel").
+        "Clustering with the normalised kernel"). Where nearly all points are free, the
+        rows can be so short that normalising alone does not separate them; a smaller gamma
+        (``select_gamma``, ``npkl fit --gamma cv``) does (bench/RESULTS.md, "SimpleNPKL with
+        most points in no constraint").
 
     Returns
     -------

@@ -912,7 +912,9 @@ def warn_short_free_rows(constraints, V, stacklevel: int = 2) -> None:
             f"learned kernel gives them rows {ratio:.2g} times as long as the constrained "
             f"points' (medians), so kernel k-means on V lumps them together; cluster with "
             f"the normalised kernel (npkl fit --normalize-kernel, [output] normalize_kernel, "
-            f"kernel_kmeans(V, k, normalize=True)), or fit with solver 'bcd'",
+            f"kernel_kmeans(V, k, normalize=True)) and choose gamma by cross-validation "
+            f"(npkl fit --gamma cv, select_gamma), since normalising alone does not always "
+            f"separate them; or fit with solver 'bcd'",
             ConstraintWarning,
             stacklevel=stacklevel + 1,
         )
