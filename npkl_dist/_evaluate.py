@@ -39,6 +39,15 @@ def kernel_kmeans(V, n_clusters: int, *, seed=0, n_init: int = 10,
     labels : ndarray of int64, shape (n_points,)
     """
     V = np.asarray(V)
+    if V.ndim != 2 or V.shape[0] < 1 or V.dtype.kind not in "fiu":
+        raise ValidationError(
+            f"V: expected a 2-D numeric array (n_points, rank), got {V.dtype} of shape "
+            f"{V.shape}; pass a fit's factor (result.V)")
+    if not np.all(np.isfinite(V)):
+        rows = np.flatnonzero(~np.all(np.isfinite(V), axis=1))
+        raise ValidationError(
+            f"V: holds NaN or inf in row(s) {rows[:10].tolist()}; cluster a finite factor "
+            f"(a fit that diverged or a corrupted file cannot be clustered)")
     if not isinstance(normalize, (bool, np.bool_)):
         raise ValidationError(f"normalize: expected True or False, got {fmt_value(normalize)}")
     if isinstance(n_clusters, bool) or not isinstance(n_clusters, (int, np.integer)) or not (

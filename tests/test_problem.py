@@ -463,6 +463,20 @@ def test_kernel_kmeans_bad_clusters(k, rng):
         kernel_kmeans(V, k)
 
 
+@pytest.mark.parametrize("V, match", [
+    (np.ones(5), r"V: expected a 2-D numeric array \(n_points, rank\), got float64 of shape "
+                 r"\(5,\)"),
+    (np.zeros((0, 2)), r"V: expected a 2-D .* shape \(0, 2\)"),
+    (np.array([["a", "b"]]), r"V: expected a 2-D numeric array"),
+    (np.array([[1.0, 2.0], [np.nan, 0.0], [0.0, np.inf]]), r"V: holds NaN or inf in row\(s\) "
+                                                           r"\[1, 2\]; cluster a finite"),
+])
+def test_kernel_kmeans_bad_factor(V, match):
+    """The factor is checked by name before scikit-learn sees it (its own messages name X)."""
+    with pytest.raises(ValidationError, match=match):
+        kernel_kmeans(V, 1)
+
+
 def test_kernel_kmeans_labels(rng):
     centres = np.array([[0, 0, 0], [10, 0, 0], [0, 10, 0]], float)
     truth = np.repeat([0, 1, 2], 15)
