@@ -534,8 +534,8 @@ def _cmd_export(args) -> int:
     from npkl_dist._job import ensure_out_dir, export_run
 
     ensure_out_dir(args.out, "--out")
-    out = export_run(args.run, args.out, storage_options=_storage_options(args))
-    print(f"wrote {out / 'embedding.npy'} and {out / 'clusters.npy'}")
+    written = export_run(args.run, args.out, storage_options=_storage_options(args))
+    print(f"wrote {', '.join(str(p) for p in written)}")
     return 0
 
 

@@ -329,17 +329,21 @@ def ensure_out_dir(out_dir, name: str = "out") -> Path:
     return out
 
 
-def write_outputs(out_dir, V, clusters, summary=None):
-    """``embedding.npy`` (n x r, original order), ``clusters.npy`` and ``summary.json``."""
+def write_outputs(out_dir, V, clusters, summary=None) -> list[Path]:
+    """``embedding.npy`` (n x r, original order), ``clusters.npy`` (where ``clusters`` is
+    given) and ``summary.json`` (where ``summary`` is). Returns the paths written."""
     import json
 
     out = ensure_out_dir(out_dir, "out_dir")
-    np.save(out / "embedding.npy", V)
+    written = [out / "embedding.npy"]
+    np.save(written[0], V)
     if clusters is not None:
-        np.save(out / "clusters.npy", clusters)
+        written.append(out / "clusters.npy")
+        np.save(written[-1], clusters)
     if summary is not None:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    return out
+        written.append(out / "summary.json")
+        written[-1].write_text(json.dumps(summary, indent=2))
+    return written
 
 
 def config_dict(cfg: FitConfig) -> dict:
@@ -509,8 +513,9 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
         store.close()
 
 
-def export_run(run: str, out_dir, storage_options=None):
-    """``embedding.npy`` (n x r, original order) and ``clusters.npy`` of a finished run."""
+def export_run(run: str, out_dir, storage_options=None) -> list[Path]:
+    """``embedding.npy`` (n x r, original order), ``clusters.npy`` (where the run clustered)
+    and ``summary.json`` of a finished run; returns the paths written."""
     from . import store as st
 
     store = st.RunStore.open(st.resolve_run(run), mode="r", storage_options=storage_options)

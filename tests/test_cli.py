@@ -422,3 +422,22 @@ def test_run_refuses_an_unwritable_output_out_before_the_flow(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert f"[output] out: cannot write to {str(tmp_path / 'file' / 'report')!r}" in err
+
+
+@pytest.mark.parametrize("clusters", [None, 2])
+def test_export_names_the_files_it_wrote(tmp_path, capsys, clusters):
+    """`npkl export` lists what it wrote: clusters.npy only where the run clustered (it
+    used to name clusters.npy always)."""
+    X = np.random.default_rng(0).normal(size=(40, 2))
+    np.save(tmp_path / "X.npy", X)
+    np.save(tmp_path / "y.npy", np.repeat([0, 1], 20))
+    run, out = tmp_path / "run", tmp_path / "out"
+    extra = [] if clusters is None else ["--clusters", str(clusters)]
+    assert main(["fit", "--features", str(tmp_path / "X.npy"), "--labels",
+                 str(tmp_path / "y.npy"), "--run", str(run), "--quiet", *extra]) == 0
+    capsys.readouterr()
+    assert main(["export", str(run), "--out", str(out)]) == 0
+    line = capsys.readouterr().out.strip()
+    names = ["embedding.npy"] + ([] if clusters is None else ["clusters.npy"]) + ["summary.json"]
+    assert line == "wrote " + ", ".join(str(out / n) for n in names)
+    assert sorted(p.name for p in out.iterdir()) == sorted(names)
