@@ -455,10 +455,16 @@ class DaskExecutor:
         futs = []
         with self.client.as_current():  # actor handles bind to the current client
             for k, spec in enumerate(specs):
-                futs.append(self.client.submit(cls or BlockActor, spec, *make_args(spec),
-                                               actor=True,
-                                               workers=[workers[k % len(workers)]],
-                                               allow_other_workers=True, pure=False))
+                w = workers[k % len(workers)]
+                # a block's arrays are scattered to its worker rather than embedded in the
+                # task: a task's arguments travel inside the graph through the scheduler
+                # (distributed warns "Sending large graph" from a few MiB; a block at
+                # n = 1e6 holds hundreds). Each argument is one scattered object.
+                data = self.client.scatter([spec, *make_args(spec)], workers=[w],
+                                           hash=False)
+                futs.append(self.client.submit(cls or BlockActor, *data, actor=True,
+                                               workers=[w], allow_other_workers=True,
+                                               pure=False))
             return [f.result() for f in futs]
 
     def _gather(self, make_futures):
