@@ -700,10 +700,13 @@ def _plots(d: Path, res: dict, summary: dict):
     Vs = V[keep] - V[keep].mean(axis=0)
     _, _, Wt = np.linalg.svd(Vs, full_matrices=False)
     Z = Vs @ Wt[:2].T  # top-2 kernel principal components of K = V V'
+    dims = Z.shape[1]
+    if dims < 2:  # a rank-1 kernel: its one component, on a line
+        Z = np.column_stack([Z[:, 0], np.zeros(Z.shape[0])])
     fig, ax = plt.subplots(figsize=(6, 5))
-    c = res["clusters"][keep] if "clusters" in res else None
-    ax.scatter(Z[:, 0], Z[:, 1], c=c, cmap="tab10", s=3)
-    ax.set_title(f"learned kernel, 2-D kernel PCA ({keep.size} of {V.shape[0]} points)")
+    colour = {"c": res["clusters"][keep], "cmap": "tab10"} if "clusters" in res else {}
+    ax.scatter(Z[:, 0], Z[:, 1], s=3, **colour)
+    ax.set_title(f"learned kernel, {dims}-D kernel PCA ({keep.size} of {V.shape[0]} points)")
     ax.set_xticks([])
     ax.set_yticks([])
     fig.tight_layout()

@@ -566,3 +566,37 @@ def test_knn_blocks_as_dask_tasks_equal_in_process(tmp_path, threshold, method, 
     np.testing.assert_array_equal(nb2["idx"], nb["idx"])
     np.testing.assert_array_equal(nb2["dist"], nb["dist"])
     assert (S2 != S).nnz == 0 and info2["sigma"] == info["sigma"]
+
+
+@pytest.mark.parametrize("rank, eval_labels", [(1, "y.npy"), (2, None)])
+def test_report_plots_a_rank_one_kernel_and_an_unclustered_run(tmp_path, rank, eval_labels):
+    """The report's embedding plot: a rank-1 kernel has one principal component (the stage
+    crashed taking the second), and a run without clusters is drawn in one colour (matplotlib
+    warned that the colour map was ignored)."""
+    from flows import _stages
+    from npkl_dist import store as st
+
+    _data(tmp_path, n=120, n_new=5)
+    inp = {"features": "X.npy", "labels": "y.npy"}
+    if eval_labels:
+        inp["eval_labels"] = eval_labels
+    raw = _raw(tmp_path, model={"rank": rank})
+    raw["input"] = inp
+    raw.pop("extend")
+    from flows._config import validate_config
+
+    cfg = validate_config(raw, base_dir=str(tmp_path))
+    rs = st.RunStore.create(st.resolve_run(cfg["run"]), config={"pipeline": cfg})
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ctx = _stages.Context(rs, cfg, quiet=True)
+            _stages.run_stages(ctx, only=[s for s in _stages.STAGES if s != "report"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the report itself warns about nothing
+            _stages.run_stages(ctx, only=["report"])
+        assert ("clusters" in rs.read_results()) == bool(eval_labels)
+    finally:
+        rs.close()
+    png = tmp_path / "report" / "embedding.png"
+    assert png.stat().st_size > 1000
