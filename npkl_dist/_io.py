@@ -65,13 +65,19 @@ def _looks_numeric(names):
 
 
 def read_features(path) -> np.ndarray:
-    """Feature rows, shape (n_samples, n_features), float64."""
+    """Feature rows, shape (n_samples, n_features), read whole (``npkl extend``'s new
+    points; a fit streams its table with :class:`FeatureChunks`). Checked as FeatureChunks
+    checks: at least one row, numeric columns, no NaN / inf / empty cell (the file and the
+    rows named)."""
     p = _path(path, "features")
     s = _suffix(p, "features", (".npy", ".csv", ".parquet"))
     if s == ".npy":
         X = np.load(p, allow_pickle=False)
     else:
         cols = _read_table(p, "features", header_required=False)
+        if not cols or len(next(iter(cols.values()))) == 0:  # a header alone parses as text
+            raise InputFileError(f"features: {str(p)!r} has no data rows; pass at least one "
+                                 f"point")
         bad = [k for k, v in cols.items() if v.dtype.kind not in "fiub"]
         if bad:
             raise InputFileError(
@@ -81,6 +87,18 @@ def read_features(path) -> np.ndarray:
     X = np.asarray(X)
     if X.ndim == 1:
         X = X.reshape(-1, 1)
+    if X.ndim != 2 or X.dtype.kind not in "fiub":
+        raise InputFileError(
+            f"features: {str(p)!r} holds a {X.ndim}-D {X.dtype} array; expected 2-D numeric "
+            f"rows (n_points, n_features)")
+    if X.shape[0] == 0:
+        raise InputFileError(f"features: {str(p)!r} has no data rows; pass at least one point")
+    finite = np.all(np.isfinite(X), axis=1)
+    if not finite.all():
+        rows = np.flatnonzero(~finite)[:10].tolist()
+        raise InputFileError(
+            f"features: {str(p)!r} holds NaN, inf or an empty cell in data row(s) {rows} "
+            f"(0-based, header not counted); impute or drop them")
     return X
 
 

@@ -167,3 +167,25 @@ def test_store_passes_a_bad_input_file_error_through(tmp_path):
         assert not isinstance(info.value, st.StoreError)
         assert "data row(s) [4]" in str(info.value) and "failed in run" not in str(info.value)
         assert not rs.stage_done("inputs")
+
+
+@pytest.mark.parametrize("name, content, needle", [
+    ("nan.npy", np.array([[1.0, 2.0], [np.nan, 1.0], [0.0, np.inf]]),
+     r"'.*nan.npy' holds NaN, inf or an empty cell in data row\(s\) \[1, 2\].*impute"),
+    ("empty.npy", np.zeros((0, 3)), r"'.*empty.npy' has no data rows; pass at least one"),
+    ("cube.npy", np.zeros((2, 2, 2)), r"'.*cube.npy' holds a 3-D float64 array; expected 2-D"),
+    ("header.csv", "a,b\n", r"'.*header.csv' has no data rows"),
+    ("hole.csv", "a,b\n1,2\n3,\n", r"'.*hole.csv' holds NaN, inf or an empty cell in data "
+                                   r"row\(s\) \[1\]"),
+])
+def test_read_features_checks_as_the_streamed_reader_does(tmp_path, name, content, needle):
+    """read_features (npkl extend's new points) names the file, the rows and the fix, as
+    FeatureChunks does for a fit: an empty table used to reach scikit-learn's
+    NearestNeighbors and a header-only CSV was called non-numeric."""
+    path = tmp_path / name
+    if isinstance(content, str):
+        path.write_text(content)
+    else:
+        np.save(path, content)
+    with pytest.raises(InputFileError, match=needle):
+        read_features(path)
