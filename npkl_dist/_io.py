@@ -36,24 +36,40 @@ def _suffix(p: Path, what, allowed):
     return s
 
 
-def _read_table(p: Path, what, header_required):
-    """Columns of a CSV / Parquet file as a dict name -> numpy array (in file order)."""
+def _read_table(p: Path, what, header_required, empty_is_unlabelled=False):
+    """Columns of a CSV / Parquet file as a dict name -> numpy array (in file order).
+
+    ``empty_is_unlabelled`` (labels): a CSV's blank lines are kept as rows (pyarrow skips
+    them by default, which would shift every later label onto the wrong point), and empty
+    cells become -1 in a numeric column and "" in a text one: both mean unlabelled."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
+    parse = pacsv.ParseOptions(ignore_empty_lines=not empty_is_unlabelled)
     try:
         if p.suffix.lower() == ".parquet":
             table = pq.read_table(p)
         else:
-            table = pacsv.read_csv(p)
+            table = pacsv.read_csv(p, parse_options=parse)
             if not header_required and _looks_numeric(table.column_names):
                 table = pacsv.read_csv(
-                    p, read_options=pacsv.ReadOptions(autogenerate_column_names=True)
-                )
+                    p, read_options=pacsv.ReadOptions(autogenerate_column_names=True),
+                    parse_options=parse)
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputFileError(f"{what}: cannot read {str(p)!r}: {exc}") from exc
-    return {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
+    out = {}
+    for name in table.column_names:
+        col = table.column(name)
+        if empty_is_unlabelled and col.null_count:
+            if pa.types.is_null(col.type):  # a column of empty cells only
+                col = pa.chunked_array([pa.array([-1] * len(col), pa.int64())])
+            else:
+                numeric = pa.types.is_integer(col.type) or pa.types.is_floating(col.type)
+                col = pc.fill_null(col, pa.scalar(-1 if numeric else "", col.type))
+        out[name] = col.to_numpy(zero_copy_only=False)
+    return out
 
 
 def _looks_numeric(names):
@@ -276,17 +292,30 @@ def read_constraints(path):
 
 
 def read_labels(path) -> np.ndarray:
-    """One integer label per point (negative = unknown), from .npy, .csv/.txt or .parquet."""
+    """One integer label per point (negative = unknown), from .npy, .csv/.txt or .parquet.
+
+    A CSV / Parquet column named ``label`` (else the first); a .txt file one label per line.
+    Class names (text) are coded as integers. Every line is a point: an empty line or cell
+    is an unlabelled point (-1), as is a negative number."""
     p = _path(path, "labels")
     s = _suffix(p, "labels", (".npy", ".csv", ".txt", ".parquet"))
     if s == ".npy":
         y = np.load(p, allow_pickle=False)
-    elif s == ".txt":
-        y = np.loadtxt(p)
+    elif s == ".txt":  # one label per line: numbers, or class names as in a CSV column
+        lines = [line.strip() for line in p.read_text().splitlines()]  # a line, a point
+        try:  # an empty line is an unlabelled point, as an empty cell is in a CSV
+            y = np.array([float(v) if v else -1.0 for v in lines])
+        except ValueError:
+            y = np.array(lines, dtype=str)
     else:
-        cols = _read_table(p, "labels", header_required=False)
+        cols = _read_table(p, "labels", header_required=False, empty_is_unlabelled=True)
         y = cols["label"] if "label" in cols else next(iter(cols.values()))
-    y = np.asarray(y).ravel()
+    y = np.asarray(y)
+    if y.ndim > 1 and sum(d > 1 for d in y.shape) > 1:
+        raise InputFileError(
+            f"labels: {str(p)!r} holds an array of shape {y.shape}; expected one label per "
+            f"point (a 1-D array or a single column)")
+    y = y.ravel()
     if y.dtype.kind == "f":
         if not np.all(np.isfinite(y)) or np.any(y != np.round(y)):
             raise InputFileError(

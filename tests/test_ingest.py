@@ -11,7 +11,7 @@ pytest.importorskip("zarr")
 
 from npkl_dist import InputFileError, ValidationError  # noqa: E402
 from npkl_dist import store as st  # noqa: E402
-from npkl_dist._io import FeatureChunks, read_features  # noqa: E402
+from npkl_dist._io import FeatureChunks, read_features, read_labels  # noqa: E402
 
 
 def _write(path, X, header=True):
@@ -189,3 +189,44 @@ def test_read_features_checks_as_the_streamed_reader_does(tmp_path, name, conten
         np.save(path, content)
     with pytest.raises(InputFileError, match=needle):
         read_features(path)
+
+
+@pytest.mark.parametrize("name, content, expected", [
+    ("a.npy", np.array([0, 1, -1]), [0, 1, -1]),
+    ("b.npy", np.array([0.0, 2.0, -1.0]), [0, 2, -1]),
+    ("col.npy", np.array([[0], [1], [1]]), [0, 1, 1]),
+    ("n.txt", "0\n-1\n\n1\n\n", [0, -1, -1, 1, -1]),  # a blank line: unlabelled, as in a CSV
+    ("names.txt", "cat\ndog\n\ncat\n", [1, 2, -1, 1]),  # class names (was a traceback)
+    ("h.csv", "label\n3\n1\n3\n", [3, 1, 3]),
+    ("names.csv", "label\ncat\n\ndog\n", [1, -1, 2]),
+])
+def test_read_labels_formats(tmp_path, name, content, expected):
+    path = tmp_path / name
+    if isinstance(content, str):
+        path.write_text(content)
+    else:
+        np.save(path, content)
+    got = read_labels(path)
+    assert got.dtype == np.int64 and got.tolist() == expected
+
+
+@pytest.mark.parametrize("name, content, needle", [
+    ("wide.npy", np.zeros((4, 2), np.int64), r"shape \(4, 2\); expected one label per point"),
+    ("frac.npy", np.array([0.0, 0.5]), r"holds non-integer values"),
+    ("nan.npy", np.array([0.0, np.nan]), r"holds non-integer values"),
+])
+def test_read_labels_refuses_what_is_not_one_label_per_point(tmp_path, name, content, needle):
+    np.save(tmp_path / name, content)
+    with pytest.raises(InputFileError, match=needle):
+        read_labels(tmp_path / name)
+
+
+@pytest.mark.parametrize("content, expected", [
+    ("label\n3\n\n1\n", [3, -1, 1]),  # pyarrow dropped the blank line: 1 moved up a point
+    ("label\ncat\n\ndog\n", [1, -1, 2]),
+    ("i,label\n0,3\n1,\n2,1\n", [3, -1, 1]),  # an empty cell in a numeric column
+    ("7\n\n", [7, -1]),  # no header
+])
+def test_csv_labels_keep_blank_lines_as_unlabelled_points(tmp_path, content, expected):
+    (tmp_path / "y.csv").write_text(content)
+    assert read_labels(tmp_path / "y.csv").tolist() == expected
