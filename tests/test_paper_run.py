@@ -340,6 +340,19 @@ def test_threads_times_workers_may_not_exceed_the_cores(tmp_path):
     assert not (tmp_path / "r.jsonl").exists()
 
 
+@pytest.mark.parametrize("reps", ["0", "-2", "two"])
+def test_reps_below_one_is_a_usage_error_not_a_report_rewrite(tmp_path, capsys, reps):
+    """--reps 0 ran nothing and rewrote the report (its date); now it names --report-only."""
+    report = tmp_path / "R.md"
+    with pytest.raises(SystemExit):
+        run.main(["--datasets", "chessboard", "--reps", reps, "--results",
+                  str(tmp_path / "r.jsonl"), "--report", str(report)])
+    err = capsys.readouterr().err
+    assert "argument --reps: expected an integer" in err
+    assert "--report-only" in err or reps == "two"
+    assert not report.exists() and not (tmp_path / "r.jsonl").exists()
+
+
 def test_a_results_file_keeps_one_thread_count(tmp_path):
     """Rows resume by (data set, method, repetition): a file measured with one thread per fit
     refuses --threads 2 (it would skip those repetitions and pool both counts), naming the

@@ -431,6 +431,19 @@ def load_results(results_path=DEFAULT_RESULTS):
     return [json.loads(x) for x in Path(results_path).read_text().splitlines() if x.strip()]
 
 
+def _reps(text):
+    """``--reps``: an integer >= 1 (0 ran nothing and rewrote the report)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected an integer >= 1, got {v}; to rewrite the report from the results "
+            f"without running anything, use --report-only")
+    return v
+
+
 def main(argv=None):
     from bench.paper import datasets as ds
 
@@ -446,7 +459,7 @@ def main(argv=None):
                     choices=NPKL_METHODS + EXTRA_METHODS + PEER_METHODS, metavar="METHOD",
                     help=f"methods (default: all but {', '.join(EXTRA_METHODS)}; with "
                          f"--protocol simplenpkl: {' '.join(SNPKL_PROTOCOL_METHODS)})")
-    ap.add_argument("--reps", type=int, default=20, help="repetitions (default: 20)")
+    ap.add_argument("--reps", type=_reps, default=20, help="repetitions (default: 20)")
     ap.add_argument("--workers", type=int, default=2, help="processes (default: 2)")
     ap.add_argument("--threads", type=int, default=1,
                     help="numba and BLAS threads per fit (default: 1); workers x threads "
