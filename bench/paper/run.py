@@ -312,6 +312,19 @@ def _done(results_path, protocol="kl-admm"):
     return done
 
 
+def _append(results_path, recs):
+    """Append one task's records to ``results_path``, opening it for this write only: a
+    handle held for the whole run kept writing to the old file once the path was replaced
+    (a `git stash`/`checkout` of the file, or another run's ``_rewrite``), and those rows
+    were lost. One write per task, flushed to disk."""
+    if not recs:
+        return
+    with open(results_path, "a") as fh:
+        fh.write("".join(json.dumps(rec) + "\n" for rec in recs))
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
 def _rewrite(results_path, drop):
     """Replace ``results_path`` atomically without the records for which ``drop(r)`` holds;
     every other line is kept byte for byte and in order. Returns the number removed."""
@@ -392,15 +405,14 @@ def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progre
 
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
                              initializer=_init_worker,
-                             initargs=(list(methods), protocol, threads, warm)) as pool, \
-            open(results_path, "a") as fh:
+                             initargs=(list(methods), protocol, threads, warm)) as pool:
         futures = {pool.submit(run_task, *t, protocol, threads): t for t in tasks}
         for q, fut in enumerate(as_completed(futures), 1):
-            for rec in fut.result():
+            recs = fut.result()
+            for rec in recs:
                 if warm:
                     rec["warm"] = True
-                fh.write(json.dumps(rec) + "\n")
-            fh.flush()
+            _append(results_path, recs)
             if progress:
                 name, rep, _ = futures[fut]
                 print(f"[{q}/{len(tasks)}] {name} rep {rep} done  "
