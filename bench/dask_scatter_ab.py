@@ -7,13 +7,15 @@ interpreter imports: run it once per tree with PYTHONPATH at a worktree of each 
 
     PYTHONPATH=<tree> python bench/dask_scatter_ab.py N
 """
-import sys, time, warnings, os
+import sys, time, warnings
 import numpy as np
 warnings.simplefilter("ignore")
 import npkl_dist as nk
 from npkl_dist.executors._dask import DaskExecutor
 import distributed
 if __name__ == "__main__":
+    if len(sys.argv) != 2 or not sys.argv[1].isdigit():
+        sys.exit(__doc__)
     print(nk.__file__)
     n = int(sys.argv[1])
     rng = np.random.default_rng(0)

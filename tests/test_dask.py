@@ -2,7 +2,6 @@
 
 import os
 import signal
-import threading
 import time
 
 import numpy as np
