@@ -9,6 +9,7 @@ Stopping: ||V(t) - V(t-1)||_F / ||V(t)||_F < tol, or ``max_sweeps``.
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -592,6 +593,27 @@ def _check_ladder(ladder):
     return tuple(float(e) for e in vals)
 
 
+def _small_fits_on_one_thread(fit):
+    """``fit`` (fit_bcd) inside its executor's ``fit_threads`` scope, where it has one (the
+    in-process executor: one thread for a small fit). The executor is resolved here as in
+    ``fit``."""
+
+    @functools.wraps(fit)
+    def wrapper(problem, *args, executor=None, **kwargs):
+        if executor is None:
+            from .executors import InProcessExecutor
+
+            executor = InProcessExecutor()
+        scope = getattr(executor, "fit_threads", None)
+        if scope is None:
+            return fit(problem, *args, executor=executor, **kwargs)
+        with scope(getattr(problem, "n_points", None)):
+            return fit(problem, *args, executor=executor, **kwargs)
+
+    return wrapper
+
+
+@_small_fits_on_one_thread
 def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             executor=None, relabel: str = "rcm", V0=None, callback=None, plan=None,
             resume=None, on_sweep=None, method: str = "auto", start: str = "auto",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numba
 import numpy as np
 
@@ -177,6 +179,20 @@ class InProcessExecutor:
         return ordered_total(chunked_sums(sm))
 
     # -- sessions: the executor owns the factor(s) for the length of a fit -----------------
+    @contextmanager
+    def fit_threads(self, n_points):
+        """numba's threads for a whole fit of ``n_points`` rows: one below
+        ``FIT_PARALLEL_MIN_N``, else unchanged (the kernels set their own counts)."""
+        if n_points is None or n_points >= FIT_PARALLEL_MIN_N or self.n_threads == 1:
+            yield
+            return
+        previous = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            yield
+        finally:
+            numba.set_num_threads(previous)
+
     def bcd_session(self, prep, plan, V):
         """A BCD fit's state on this executor; ``V`` (internal order) is updated in place."""
         return _BCDSession(self, prep, plan, V)
@@ -192,7 +208,8 @@ class InProcessExecutor:
         ``inner_maxiter``: the PCG steps of every outer iteration, if fixed (None: any)."""
         from .._blocksolve import BlockSession
 
-        return BlockSession(prep, layout, V, self.n_threads, precond=precond,
+        threads = self.n_threads if V.shape[0] >= FIT_PARALLEL_MIN_N else 1
+        return BlockSession(prep, layout, V, threads, precond=precond,
                             extrapolate=extrapolate, cache=cache, prefault=prefault,
                             inner_maxiter=inner_maxiter)
 
@@ -252,6 +269,13 @@ class _BCDSession:
 #: but 2-4.5x slower with another process on one core (a preempted thread holds up every
 #: barrier, twice an iteration): bench/RESULTS.md, 2026-11-29.
 ADMM_PARALLEL_MIN_N = 2 * CHUNK + 1
+
+#: A BCD fit of fewer rows runs on one thread (``InProcessExecutor.fit_threads``; the same
+#: values: every sum is blocked as on one thread). On the paper sets (47-569 rows) two threads
+#: gained nothing on an idle 2-core machine, and with its other core busy a 60-point hinge fit
+#: took 4.5 s on two against 1.2 s on one: each of its ~20 parallel calls an iteration waits
+#: for a preempted thread (bench/RESULTS.md, "Small fits on a busy machine").
+FIT_PARALLEL_MIN_N = ADMM_PARALLEL_MIN_N
 
 
 class _ADMMSession:
