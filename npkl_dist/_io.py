@@ -109,12 +109,19 @@ def read_features(path) -> np.ndarray:
             f"rows (n_points, n_features)")
     if X.shape[0] == 0:
         raise InputFileError(f"features: {str(p)!r} has no data rows; pass at least one point")
-    finite = np.all(np.isfinite(X), axis=1)
-    if not finite.all():
-        rows = np.flatnonzero(~finite)[:10].tolist()
+    return _finite_rows(X, str(p))
+
+
+def _finite_rows(X, path, start=0):
+    """X, after refusing NaN / inf / empty cells, naming the file and the data rows (counted
+    from ``start``): the check of both feature readers."""
+    bad = ~np.all(np.isfinite(X), axis=1)
+    if bad.any():
+        rows = (start + np.flatnonzero(bad)).tolist()
         raise InputFileError(
-            f"features: {str(p)!r} holds NaN, inf or an empty cell in data row(s) {rows} "
-            f"(0-based, header not counted); impute or drop them")
+            f"features: {path!r} holds NaN, inf or an empty cell in data row(s) "
+            f"{rows[:10]} (0-based, header not counted); impute or drop them before "
+            f"learning a kernel")
     return X
 
 
@@ -227,14 +234,7 @@ class FeatureChunks:
                 f"non-numeric ones, fill empty cells)") from None
 
     def _check(self, X, start):
-        bad = ~np.all(np.isfinite(X), axis=1)
-        if bad.any():
-            rows = (start + np.flatnonzero(bad)).tolist()
-            raise InputFileError(
-                f"features: {self.path!r} holds NaN, inf or an empty cell in data row(s) "
-                f"{rows[:10]} (0-based, header not counted); impute or drop them before "
-                f"learning a kernel")
-        return X
+        return _finite_rows(X, self.path, start)
 
 
 def _numeric_columns(path, schema):
