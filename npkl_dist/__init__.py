@@ -3,6 +3,14 @@
 The core (problem model, graph, numba kernels, solvers) imports neither dask, zarr nor prefect.
 """
 
+from pathlib import Path as _Path
+
+from . import _numba_cache
+
+# Before any kernel module is imported: numba caches each kernel under a stamp of all the
+# package's kernel sources, so a change to one module recompiles the kernels that inline it.
+_numba_cache.cover(_Path(__file__).resolve().parent)
+
 from ._bcd import FitResult, FitSetup, fit_bcd, fit_setup, initial_V
 from ._constraints import Constraints, sample_constraints
 from ._errors import (
