@@ -71,9 +71,11 @@ def _add_fit_options(p: argparse.ArgumentParser):
                           "pairs are sampled with the papers' protocol (0.6n must-link + 0.6n "
                           "cannot-link, seeded)")
     con.add_argument("--n-must", type=_nonneg_int, metavar="M",
-                     help="must-link pairs to sample from --labels (default round(0.6 n))")
+                     help="must-link pairs to sample from --labels (default round(0.6 n), or "
+                          "all the labels allow if fewer)")
     con.add_argument("--n-cannot", type=_nonneg_int, metavar="M",
-                     help="cannot-link pairs to sample from --labels (default round(0.6 n))")
+                     help="cannot-link pairs to sample from --labels (default round(0.6 n), or "
+                          "all the labels allow if fewer)")
     con.add_argument("--diagonal", action=argparse.BooleanOptionalAction, default=None,
                      help="also fit K_ii = 1 for every point (KL-ADMM's protocol; default: on "
                           "for --solver admm, off otherwise; bcd does not support it)")

@@ -8,6 +8,7 @@ flag (``diagonal``), never as self-pairs, so that the BCD problem stays well def
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -123,8 +124,6 @@ class Constraints:
         lo, hi, t = lo[keep], hi[keep], t[keep]
         _check_transitivity(lo, hi, t, n_points)
         if n_dup and warn:
-            import warnings
-
             warnings.warn(
                 f"constraints: merged {n_dup} duplicate pair(s); {lo.size} distinct pairs remain",
                 ConstraintWarning,
@@ -259,7 +258,9 @@ def sample_constraints(
         Class of each point; negative values mark unlabelled points, never sampled.
     n_must, n_cannot : int, optional
         Number of distinct pairs of each type; default ``round(0.6 * n_points)`` each
-        (bcdkl-tnnls2015 §IV-A, kl-admm-ijcai2013 §5).
+        (bcdkl-tnnls2015 §IV-A, kl-admm-ijcai2013 §5). Where few points are labelled, a
+        default larger than the distinct pairs the labels allow is lowered to all of them,
+        with a :class:`ConstraintWarning`; an explicit count larger than that is an error.
     seed : int or numpy Generator
     diagonal : bool
         Add KL-ADMM's ``(i, i) = 1`` targets.
@@ -276,6 +277,7 @@ def sample_constraints(
         )
     n = labels.shape[0]
     default = int(round(0.6 * n))
+    defaulted = {"n_must": n_must is None, "n_cannot": n_cannot is None}
     n_must = default if n_must is None else n_must
     n_cannot = default if n_cannot is None else n_cannot
     for name, val in (("n_must", n_must), ("n_cannot", n_cannot)):
@@ -288,12 +290,29 @@ def sample_constraints(
     within = counts * (counts - 1) // 2
     total_pairs = labelled.size * (labelled.size - 1) // 2
     avail = {"n_must": int(within.sum()), "n_cannot": int(total_pairs - within.sum())}
-    for name, val in (("n_must", n_must), ("n_cannot", n_cannot)):
-        if val > avail[name]:
-            raise ValidationError(
-                f"{name}: asked for {val} distinct pairs but the labels allow only "
-                f"{avail[name]}; lower {name} or label more points"
-            )
+    flag = {"n_must": "--n-must", "n_cannot": "--n-cannot"}
+    wanted = {"n_must": n_must, "n_cannot": n_cannot}
+    for name, val in wanted.items():
+        if val <= avail[name]:
+            continue
+        kind = "must-link" if name == "n_must" else "cannot-link"
+        if defaulted[name] and avail[name] > 0:
+            # the papers' 0.6 n assumes every point labelled; with a few labels, all the
+            # pairs they allow is what a user who gave no count wants
+            warnings.warn(
+                f"{name}: the default round(0.6 n) = {val} is more than the {avail[name]} "
+                f"distinct {kind} pairs that the {labelled.size} labelled points allow; "
+                f"sampling all {avail[name]}. Label more points for more pairs, or set the "
+                f"count ({name}=..., npkl fit {flag[name]}, [input] {name})",
+                ConstraintWarning, stacklevel=2)
+            wanted[name] = avail[name]
+            continue
+        raise ValidationError(
+            f"{name}: asked for {val} distinct {kind} pairs but the {labelled.size} labelled "
+            f"points allow only {avail[name]}; lower {name} (npkl fit {flag[name]}, [input] "
+            f"{name}) or label more points"
+        )
+    n_must, n_cannot = wanted["n_must"], wanted["n_cannot"]
 
     # members of every class laid end to end, so a within-class pair is two offsets
     flat = np.concatenate(members) if members else np.empty(0, np.int64)

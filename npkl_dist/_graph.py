@@ -53,7 +53,9 @@ class Graph:
         return laplacian(self.S, delta=delta, dtype=dtype)
 
 
-def _finish(S: sp.spmatrix, sigma=None, warn=True) -> Graph:
+def _finish(S: sp.spmatrix, sigma=None, warn=True, given=False) -> Graph:
+    """The Graph of the symmetric weights S; warns on several components or isolated points,
+    with advice for a kNN graph, or for a given edge list (``given``)."""
     S = sp.csr_matrix(S)
     S.setdiag(0)
     S.eliminate_zeros()
@@ -62,12 +64,18 @@ def _finish(S: sp.spmatrix, sigma=None, warn=True) -> Graph:
     deg = np.diff(S.indptr)
     n_iso = int(np.count_nonzero(deg == 0))
     if warn and (n_comp > 1 or n_iso):
+        if given:
+            advice = ("The edge list leaves them apart: add edges between the components, "
+                      "and to the isolated nodes (nodes up to n_points - 1 that no edge "
+                      "names, or that had only self-loops), or drop those nodes")
+        else:
+            advice = ("A larger knn joins nearby components; isolated points are usually "
+                      "outliers whose Gaussian weights underflow to 0 (far beyond sigma): "
+                      "remove them or use weighting='mutual'")
         warnings.warn(
             f"graph: {n_comp} connected components and {n_iso} isolated point(s); kernel "
             f"learning still runs (L stays positive definite through delta) but constraints "
-            f"cannot propagate between components. A larger knn joins nearby components; "
-            f"isolated points are usually outliers whose Gaussian weights underflow to 0 "
-            f"(far beyond sigma): remove them or use weighting='mutual'",
+            f"cannot propagate between components. {advice}",
             GraphWarning,
             stacklevel=3,
         )
@@ -244,7 +252,7 @@ def graph_from_edges(edges, n_points: int | None = None, *, warn=True) -> Graph:
     # a coo -> csr conversion would sum repeated edges; keep the largest weight instead
     A = _max_duplicates(i, j, w, n_points)
     S = A.maximum(A.T)
-    return _finish(S, None, warn=warn)
+    return _finish(S, None, warn=warn, given=True)
 
 
 def _n_points(n_points, top: int) -> int:

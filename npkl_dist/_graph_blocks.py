@@ -319,7 +319,7 @@ def graph_from_edge_batches(batches, n_points: int | None = None, *, warn=True) 
     lo, hi, w = (np.concatenate(c) for c in zip(*parts)) if parts else (
         np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
     A = _max_duplicates(lo, hi, w, n_points)
-    return _finish(A.maximum(A.T), None, warn=warn)
+    return _finish(A.maximum(A.T), None, warn=warn, given=True)
 
 
 def _dedup(i, j, w):

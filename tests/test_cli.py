@@ -168,6 +168,34 @@ def test_fit_from_edges(tmp_path, capsys):
         assert s["metrics"]["rand_accuracy"] > 0.9
 
 
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+@pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")  # two rings: two components
+def test_fit_with_a_few_labels_samples_the_pairs_they_allow(tmp_path, capsys):
+    # two rings of 100 nodes, every tenth node labelled: the labels allow 90 must-link and 100
+    # cannot-link pairs, fewer than the default 0.6 n = 120; without --n-must the fit takes
+    # them all (with a warning), with --n-must 120 it is refused, naming the option
+    n = 200
+    i = np.arange(100)
+    E = np.r_[np.column_stack([i, (i + 1) % 100]), np.column_stack([i, (i + 1) % 100]) + 100]
+    np.save(tmp_path / "E.npy", E)
+    y = np.repeat([0, 1], 100)
+    part = np.full(n, -1)
+    part[::10] = y[::10]
+    np.save(tmp_path / "y.npy", y)
+    np.save(tmp_path / "part.npy", part)
+    base = ["fit", "--edges", str(tmp_path / "E.npy"), "--labels", str(tmp_path / "part.npy"),
+            "--eval-labels", str(tmp_path / "y.npy"), "--max-sweeps", "100"]
+    with pytest.warns(nk.ConstraintWarning) as rec:
+        s = run_json(capsys, base + ["--out", str(tmp_path / "out")])
+    text = " ".join(str(w.message) for w in rec)
+    assert "sampling all 90" in text and "sampling all 100" in text
+    assert s["n_must"] == 90 and s["n_cannot"] == 100
+    assert s["metrics"]["rand_accuracy"] == 1.0
+    assert main(base + ["--n-must", "120", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "n_must: asked for 120" in err and "--n-must" in err
+
+
 @pytest.mark.parametrize(
     "argv, needle",
     [

@@ -493,6 +493,31 @@ def test_sample_default_too_many_for_tiny_classes():
         sample_constraints(np.arange(10), seed=0)
 
 
+def test_sample_default_lowered_to_the_pairs_few_labels_allow():
+    # 200 points, 10 labelled per class: 2 x C(10, 2) = 90 must-link and 100 cannot-link
+    # pairs exist, fewer than the default round(0.6 n) = 120 of each
+    labels = np.full(200, -1)
+    labels[:100:10], labels[100::10] = 0, 1
+    with pytest.warns(ConstraintWarning) as rec:
+        c = sample_constraints(labels, seed=0)
+    text = " ".join(str(w.message) for w in rec)
+    assert "n_must: the default round(0.6 n) = 120" in text and "sampling all 90" in text
+    assert "n_cannot: the default round(0.6 n) = 120" in text and "sampling all 100" in text
+    assert "--n-must" in text and "--n-cannot" in text
+    assert c.n_must == 90 and c.n_cannot == 100  # every pair the labels allow, once
+    _check_sample(c, labels)
+    # an explicit count is the user's: no lowering, an error naming the option
+    with pytest.raises(ValidationError, match="--n-must") as info:
+        sample_constraints(labels, 120, seed=0)
+    assert "20 labelled points allow only 90" in str(info.value)
+    # a default the labels allow is sampled as asked, without a warning
+    full = np.repeat([0, 1], 100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c = sample_constraints(full, seed=0)
+    assert c.n_must == c.n_cannot == 120
+
+
 @pytest.mark.parametrize("name", ["n_must", "n_cannot"])
 @pytest.mark.parametrize("bad", [-1, 2.0, True, "3"])
 def test_sample_bad_counts(name, bad):

@@ -334,10 +334,26 @@ def test_edges_match_dense_max_reference(data):
 
 
 def test_edges_isolated_nodes_warn_with_counts():
-    with pytest.warns(GraphWarning, match="3 connected components and 2 isolated"):
+    with pytest.warns(GraphWarning, match="3 connected components and 2 isolated") as rec:
         g = graph_from_edges(np.array([[0, 1], [1, 2], [3, 3]]), n_points=5)
     assert g.n_points == 5
     assert g.n_components == 3 and g.n_isolated == 2  # node 3 only had a self-loop
+    # the advice is for an edge list (there is no knn to raise)
+    text = str(rec[0].message)
+    assert "add edges between the components" in text and "knn" not in text
+
+
+def test_edge_batches_warning_advises_edges_and_knn_graph_advises_knn(rng):
+    from npkl_dist._graph_blocks import graph_from_edge_batches
+
+    i, j = np.array([0, 2]), np.array([1, 3])  # two components of two nodes
+    with pytest.warns(GraphWarning, match="2 connected components") as rec:
+        graph_from_edge_batches([(i, j, None, 0)], 4)
+    assert "add edges between the components" in str(rec[0].message)
+    with pytest.warns(GraphWarning) as rec:
+        knn_graph(two_blobs(rng), 5)
+    assert "A larger knn joins nearby components" in str(rec[0].message)
+    assert "add edges" not in str(rec[0].message)
 
 
 @pytest.mark.parametrize(
