@@ -307,6 +307,15 @@ def sample_constraints(
                 ConstraintWarning, stacklevel=2)
             wanted[name] = avail[name]
             continue
+        if avail[name] == 0:
+            why = ("no two share a class" if name == "n_must" else
+                   "fewer than two" if labelled.size < 2 else "all in one class")
+            raise ValidationError(
+                f"{name}: {'the default round(0.6 n) = ' if defaulted[name] else ''}{val} "
+                f"{kind} pairs wanted, but the {labelled.size} labelled "
+                f"{'point allows' if labelled.size == 1 else 'points allow'} none ({why}); label more points, or set {name}=0 (npkl fit {flag[name]} 0, "
+                f"[input] {name} = 0) to fit without {kind} pairs"
+            )
         raise ValidationError(
             f"{name}: asked for {val} distinct {kind} pairs but the {labelled.size} labelled "
             f"points allow only {avail[name]}; lower {name} (npkl fit {flag[name]}, [input] "

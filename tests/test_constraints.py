@@ -489,8 +489,21 @@ def test_sample_too_many_pairs(name):
 
 def test_sample_default_too_many_for_tiny_classes():
     # 10 singleton classes: no must-link pair exists, the default asks for 6
-    with pytest.raises(ValidationError, match="n_must"):
+    with pytest.raises(ValidationError, match="n_must") as info:
         sample_constraints(np.arange(10), seed=0)
+    assert "allow none (no two share a class)" in str(info.value)
+    assert "--n-must 0" in str(info.value)
+
+
+@pytest.mark.parametrize("labels, kwargs, why", [
+    (np.zeros(10, int), {}, "all in one class"),
+    (np.r_[0, -np.ones(9, int)], {"n_must": 0, "n_cannot": 3}, "fewer than two"),
+])
+def test_sample_no_cannot_link_pair_possible(labels, kwargs, why):
+    with pytest.raises(ValidationError, match="n_cannot") as info:
+        sample_constraints(labels, seed=0, **kwargs)
+    assert f"allow{'s' if (labels >= 0).sum() == 1 else ''} none ({why})" in str(info.value)
+    assert "--n-cannot 0" in str(info.value)
 
 
 def test_sample_default_lowered_to_the_pairs_few_labels_allow():
