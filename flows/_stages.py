@@ -497,7 +497,8 @@ def evaluate(ctx: Context) -> dict:
             snpkl = ctx.cfg["model"]["solver"] == "simplenpkl" and not unit  # warn only then
             labels = cluster_kernel(V, k, seed=ctx.cfg["model"]["seed"], normalize=unit,
                                     short_rows_of=ctx.store.read_inputs()["constraints"]
-                                    if snpkl else None)
+                                    if snpkl else None,
+                                    gamma_cv=ctx.cfg["model"]["gamma"] == "cv")
             ctx.store.write_results(clusters=labels)
             if y is not None:
                 lab = y >= 0

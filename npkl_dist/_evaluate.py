@@ -64,14 +64,16 @@ def kernel_kmeans(V, n_clusters: int, *, seed=0, n_init: int = 10,
 
 
 def cluster_kernel(V, n_clusters: int, *, seed=0, normalize: bool = False,
-                   short_rows_of=None) -> np.ndarray:
+                   short_rows_of=None, gamma_cv: bool = False) -> np.ndarray:
     """The downstream clustering of a fit (the job and the pipeline's evaluate stage):
     :func:`kernel_kmeans`, after :func:`~npkl_dist._simplenpkl.warn_short_free_rows` on the
-    constraints ``short_rows_of`` (SimpleNPKL's) when clustering without ``normalize``."""
+    constraints ``short_rows_of`` (SimpleNPKL's) when clustering without ``normalize``
+    (``gamma_cv``: gamma was chosen by cross-validation, which the warning then does not
+    advise)."""
     if short_rows_of is not None and not normalize:
         from ._simplenpkl import warn_short_free_rows
 
-        warn_short_free_rows(short_rows_of, V, stacklevel=3)
+        warn_short_free_rows(short_rows_of, V, stacklevel=3, gamma_cv=gamma_cv)
     return kernel_kmeans(V, n_clusters, seed=seed, normalize=normalize)
 
 

@@ -279,7 +279,8 @@ def run_fit(cfg: FitConfig, callback=None, executor=None
     t_c = time.perf_counter()
     if k is not None:
         clusters = cluster_kernel(result.V, k, seed=cfg.seed, normalize=cfg.normalize_kernel,
-                                  short_rows_of=cons if cfg.solver == "simplenpkl" else None)
+                                  short_rows_of=cons if cfg.solver == "simplenpkl" else None,
+                                  gamma_cv=_cv_gamma(cfg))
     t_cluster = time.perf_counter() - t_c
     summary = {
         "solver": cfg.solver,

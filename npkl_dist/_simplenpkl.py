@@ -889,11 +889,12 @@ FREE_SHARE_WARN = 0.2
 FREE_ROW_RATIO_WARN = 0.5
 
 
-def warn_short_free_rows(constraints, V, stacklevel: int = 2) -> None:
+def warn_short_free_rows(constraints, V, stacklevel: int = 2, gamma_cv: bool = False) -> None:
     """Before kernel k-means on a SimpleNPKL kernel V (n x r) without normalising: warn when
     many points are in no constraint and the kernel made their rows short, since k-means on
     V then puts them together whatever their neighbours (the job and the pipeline's evaluate
-    stage call it; a fit alone has no clustering to warn about)."""
+    stage call it; a fit alone has no clustering to warn about). ``gamma_cv``: gamma was
+    already chosen by cross-validation, so the advice leaves that step out."""
     c = constraints
     free = np.ones(np.shape(V)[0], dtype=bool)
     free[c.i] = False
@@ -912,9 +913,11 @@ def warn_short_free_rows(constraints, V, stacklevel: int = 2) -> None:
             f"learned kernel gives them rows {ratio:.2g} times as long as the constrained "
             f"points' (medians), so kernel k-means on V lumps them together; cluster with "
             f"the normalised kernel (npkl fit --normalize-kernel, [output] normalize_kernel, "
-            f"kernel_kmeans(V, k, normalize=True)) and choose gamma by cross-validation "
-            f"(npkl fit --gamma cv, select_gamma), since normalising alone does not always "
-            f"separate them; or fit with solver 'bcd'",
+            f"kernel_kmeans(V, k, normalize=True))"
+            + ("" if gamma_cv else
+               " and choose gamma by cross-validation (npkl fit --gamma cv, select_gamma), "
+               "since normalising alone does not always separate them")
+            + "; or fit with solver 'bcd'",
             ConstraintWarning,
             stacklevel=stacklevel + 1,
         )

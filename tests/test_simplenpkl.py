@@ -537,6 +537,31 @@ def test_short_rows_of_unconstrained_points_are_reported():
     with warnings.catch_warnings():
         warnings.simplefilter("error", nk.ConstraintWarning)
         run_fit(FitConfig(**cfg, normalize_kernel=True))
+    # gamma already chosen by cross-validation: the advice keeps the normalised kernel and
+    # no longer tells the user to do what they did
+    cons = nk.sample_constraints(part, seed=0)
+    V = nk.fit_simplenpkl(nk.NPKLProblem.build(L, cons, loss="linear")).V
+    for gamma_cv in (False, True):
+        with pytest.warns(nk.ConstraintWarning, match="normalize-kernel") as rec:
+            warn_short_free_rows(cons, V, gamma_cv=gamma_cv)
+        assert ("--gamma cv" in str(rec[0].message)) is not gamma_cv
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")  # iris's raw features: 2 parts
+def test_the_job_tells_the_short_rows_warning_whether_gamma_was_cross_validated(monkeypatch):
+    from sklearn.datasets import load_iris
+
+    from npkl_dist import _simplenpkl
+    from npkl_dist._job import FitConfig, run_fit
+
+    seen = []
+    monkeypatch.setattr(_simplenpkl, "warn_short_free_rows",
+                        lambda cons, V, stacklevel=2, gamma_cv=False: seen.append(gamma_cv))
+    X, y = load_iris(return_X_y=True)
+    for gamma in (1.0, "cv"):
+        run_fit(FitConfig(X=X, y_constraints=y, y_eval=y, solver="simplenpkl", loss="linear",
+                          gamma=gamma))
+    assert seen == [False, True]
 
 
 def test_short_rows_advice_works_where_normalising_alone_does_not():
