@@ -3,7 +3,7 @@
     npkl run CONFIG.toml          # the whole pipeline as one Prefect flow
     npkl status RUN               # stage, sweep, objective, time left (while it runs, too)
     npkl resume RUN               # after a crash: finished stages are skipped
-    npkl extend RUN --features NEW.npy --out DIR
+    npkl extend RUN --features NEW.npy --out DIR [--eval-labels Y_NEW.npy]
     npkl export RUN --out DIR
     npkl fit  --features X.npy --labels y.npy --clusters 10 --json --out out/
     npkl demo --out demo_out/
@@ -242,6 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
     extend.add_argument("--features", required=True, metavar="PATH",
                         help="new feature rows (.npy, .csv, .parquet), same columns as training")
     extend.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    extend.add_argument("--eval-labels", metavar="PATH",
+                        help="true classes of the new points (.npy/.csv/.txt, one per row, "
+                             "-1 = unknown): score their clusters (pairwise accuracy, ARI, "
+                             "NMI; printed and written to extended_metrics.json)")
     extend.add_argument("--storage-options", metavar="JSON", help=so_help)
     export = sub.add_parser("export", help="write a finished run's embedding and clusters",
                             description="Write embedding.npy (n x r, original point order), "
@@ -460,24 +464,53 @@ def _cmd_extend(args) -> int:
     from npkl_dist._io import read_features
     from npkl_dist._job import ensure_out_dir
 
+    import json
+
+    import numpy as np
+
+    from npkl_dist import ValidationError, clustering_metrics
+    from npkl_dist._io import read_labels
+
     so = _storage_options(args)
     with st.RunStore.open(st.resolve_run(args.run), mode="r", storage_options=so) as rs:
         cfg = rs.config.get("pipeline")
         if cfg is None:
-            from npkl_dist import ValidationError
-
             raise ValidationError(
                 f"RUN: {rs.url} was written by an `npkl fit` older than its pipeline stages, "
                 f"which kept no kNN metadata; extend runs made with `npkl run CONFIG.toml` or "
                 f"a current `npkl fit --run`")
+        X_new = read_features(args.features)
+        # the labels are checked before the work, so a bad file costs nothing
+        y_new = None if args.eval_labels is None else read_labels(args.eval_labels)
+        if y_new is not None and y_new.shape[0] != X_new.shape[0]:
+            raise ValidationError(
+                f"--eval-labels: {y_new.shape[0]} labels for {X_new.shape[0]} new points; give "
+                f"one label per row of --features (-1 for unknown)")
+        if y_new is not None and np.count_nonzero(y_new >= 0) < 2:
+            raise ValidationError(
+                f"--eval-labels: {np.count_nonzero(y_new >= 0)} of the {y_new.size} new points "
+                f"have a label; pairwise scores need at least two")
         out = ensure_out_dir(args.out, "--out")
-        V_new, lab = extend_points(rs, cfg, read_features(args.features))
-    np_save = __import__("numpy").save
-    np_save(out / "extended_embedding.npy", V_new)
+        V_new, lab = extend_points(rs, cfg, X_new)
+    if y_new is not None and lab is None:
+        raise ValidationError(
+            f"--eval-labels: the run has no clusters to score (it ran without [output] "
+            f"clusters or eval labels); rerun it with `npkl run` and [output] clusters = K, "
+            f"or score {out / 'extended_embedding.npy'} yourself")
+    np.save(out / "extended_embedding.npy", V_new)
     msg = f"wrote {out / 'extended_embedding.npy'} ({V_new.shape[0]} x {V_new.shape[1]})"
     if lab is not None:
-        np_save(out / "extended_clusters.npy", lab)
+        np.save(out / "extended_clusters.npy", lab)
         msg += f" and {out / 'extended_clusters.npy'}"
+    if y_new is not None:
+        known = y_new >= 0
+        metrics = clustering_metrics(y_new[known], lab[known])
+        (out / "extended_metrics.json").write_text(json.dumps(
+            {"n_points": int(y_new.size), "n_labelled": int(known.sum()), **metrics}, indent=2)
+            + "\n")
+        msg += (f" and {out / 'extended_metrics.json'}\nnew points ({int(known.sum())} "
+                f"labelled): pairwise accuracy {metrics['rand_accuracy']:.4f}, ARI "
+                f"{metrics['ari']:.4f}, NMI {metrics['nmi']:.4f}")
     print(msg)
     return 0
 

@@ -34,6 +34,7 @@ def _data(tmp_path, n=400, n_new=30, seed=0):
     np.save(tmp_path / "X.npy", X[pick[:n]])
     np.save(tmp_path / "y.npy", y[pick[:n]].astype(np.int64))
     np.save(tmp_path / "Xnew.npy", X[pick[n:]])
+    np.save(tmp_path / "ynew.npy", y[pick[n:]].astype(np.int64))
     return X[pick[:n]], y[pick[:n]], X[pick[n:]]
 
 
@@ -292,6 +293,22 @@ def test_status_and_extend_commands(tmp_path):
     p = _cli("extend", cfg["run"], "--features", tmp_path / "y.npy", "--out", tmp_path / "e2")
     assert p.returncode == 2 and "new points have 1 features, the run was trained on 64" in \
         p.stderr
+    # --eval-labels scores the new points' clusters, printed and written
+    p = _cli("extend", cfg["run"], "--features", tmp_path / "Xnew.npy", "--eval-labels",
+             tmp_path / "ynew.npy", "--out", tmp_path / "e3")
+    assert p.returncode == 0, p.stderr
+    from npkl_dist import clustering_metrics
+
+    want = clustering_metrics(np.load(tmp_path / "ynew.npy"),
+                              np.load(tmp_path / "e3" / "extended_clusters.npy"))
+    got = json.loads((tmp_path / "e3" / "extended_metrics.json").read_text())
+    assert got == {"n_points": 30, "n_labelled": 30, **want}
+    assert f"pairwise accuracy {want['rand_accuracy']:.4f}" in p.stdout
+    # labels that do not match the new rows: refused before anything is written
+    p = _cli("extend", cfg["run"], "--features", tmp_path / "Xnew.npy", "--eval-labels",
+             tmp_path / "y.npy", "--out", tmp_path / "e4")
+    assert p.returncode == 2 and "--eval-labels: 400 labels for 30 new points" in p.stderr
+    assert not (tmp_path / "e4").exists()
 
 
 def test_status_while_learning_reports_eta(tmp_path):
