@@ -12,6 +12,7 @@ eval_labels = "y.npy"
 knn = 5
 weighting = "gaussian"
 knn_method = "auto"
+scale = "none"                 # "standard": centre each feature column, divide by its std
 delta = 1e-3
 block = 65536                  # rows per kNN task (one row block of the store each)
 exact_max_points = 50000       # knn_method "auto": exact search up to here, pynndescent above
@@ -80,6 +81,7 @@ SECTIONS: dict[str, dict[str, tuple]] = {
         "knn": (_INT, 5, None, False),
         "weighting": (_STR, "gaussian", ("gaussian", "mutual"), False),
         "knn_method": (_STR, "auto", ("auto", "exact", "pynndescent"), False),
+        "scale": (_STR, "none", ("none", "standard"), False),
         "delta": (_FLOAT, 1e-3, None, False),
         "block": (_INT, 65536, None, False),
         "exact_max_points": (_INT, 50_000, None, False),
@@ -360,6 +362,7 @@ def fit_config(cfg: dict):
     names = {f.name for f in fields(FitConfig)}
     kw = {k: v for k, v in {**inp, **m}.items() if k in names}
     kw.update(knn=g["knn"], weighting=g["weighting"], knn_method=g["knn_method"],
+              scale=g["scale"],
               delta=g["delta"], clusters=cfg["output"]["clusters"],
               normalize_kernel=cfg["output"]["normalize_kernel"],
               threads=cfg["execution"]["threads"])

@@ -57,7 +57,7 @@ def fit_pipeline_config(args, run: str) -> dict:
         "run": run,
         "input": inp,
         "graph": {"knn": args.knn, "weighting": args.weighting,
-                  "knn_method": args.knn_method, "delta": args.delta},
+                  "knn_method": args.knn_method, "scale": args.scale, "delta": args.delta},
         "model": {k: getattr(args, k) for k in (
             "solver", "loss", "rank", "gamma", "bound", "diagonal", "max_sweeps", "tol",
             "dtype", "seed", "method", "start", "tol_objective", "tol_kkt", "capacity",

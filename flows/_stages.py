@@ -256,7 +256,8 @@ def build_graph(ctx: Context) -> dict:
     independent tasks (a rerun computes only missing blocks); or the edge list in batches."""
     if (info := ctx.done("graph")) is not None and "seconds" in info:
         return _skip("graph", info)
-    from npkl_dist._graph import SIGMA_NEIGHBOURS
+    from npkl_dist._graph import (SIGMA_NEIGHBOURS, apply_feature_scale, feature_scale,
+                                  warn_feature_scales)
     from npkl_dist._graph_blocks import (
         assemble_knn_graph,
         build_knn_index,
@@ -271,7 +272,13 @@ def build_graph(ctx: Context) -> dict:
     with measure(out):
         if inp["features"] is not None:
             X = ctx.store.read_inputs()["features"]  # the index holds every row anyway
-            ctx.cache["X"] = X
+            # the graph is built from the scaled columns ([graph] scale); the parameters go
+            # into the stage's record, so that extend scales new points alike
+            scale = feature_scale(X, g["scale"])
+            if scale is None:
+                warn_feature_scales(X)
+            X = apply_feature_scale(X, scale)
+            ctx.cache["X"] = X  # the features the graph was built from
             n, k, block = X.shape[0], g["knn"], g["block"]
             method = g["knn_method"]
             if method == "auto":
@@ -297,7 +304,7 @@ def build_graph(ctx: Context) -> dict:
             graph = assemble_knn_graph([(nb["idx"], nb["dist"])], k, weighting=g["weighting"])
             meta = {"source": "features", "knn": k, "weighting": g["weighting"],
                     "method": method, "sigma": graph.sigma, "n_blocks": len(spans),
-                    "blocks_reused": len(spans) - len(todo)}
+                    "blocks_reused": len(spans) - len(todo), "scale": scale}
         else:
             n_pts = ctx.store.stages()["ingest"]["info"]["n_points"]
             graph = graph_from_edge_batches(iter_edge_batches(inp["edges"]), n_pts)
@@ -513,10 +520,12 @@ def index_for(store, cfg, cache=None):
     """The kNN index of the training features (reused when this process built it)."""
     from npkl_dist._graph_blocks import build_knn_index
 
+    from npkl_dist._graph import apply_feature_scale
+
     if cache is not None and cache.get("index") is not None:
         return cache["index"]
-    X = store.read_inputs()["features"]
     info = store.stages()["graph"]["info"]
+    X = apply_feature_scale(store.read_inputs()["features"], info.get("scale"))
     return build_knn_index(X, cfg["graph"]["knn"], method=info.get("method", "auto"),
                            seed=cfg["model"]["seed"])
 
@@ -529,7 +538,7 @@ def extend_points(store, cfg, Q, *, cache=None):
     V_new : ndarray (m, r); labels_new : ndarray (m,) of int64 or None
     """
     from npkl_dist._extend import extend_embedding, extension_weights
-    from npkl_dist._graph import _check_features
+    from npkl_dist._graph import _check_features, apply_feature_scale
 
     stages = store.stages()
     ginfo = stages.get("graph", {}).get("info", {})
@@ -554,6 +563,7 @@ def extend_points(store, cfg, Q, *, cache=None):
             f"pass rows with the same {d} columns"
         )
     k = cfg["graph"]["knn"]
+    Q = apply_feature_scale(Q, ginfo.get("scale"))  # as the training rows ([graph] scale)
     if ginfo.get("method") == "exact":
         idx, dist = index_for(store, cfg, cache).query(Q, k)
     else:
@@ -562,7 +572,7 @@ def extend_points(store, cfg, Q, *, cache=None):
         from npkl_dist._extend import graph_knn
 
         X = cache["X"] if cache is not None and "X" in cache else \
-            store.read_inputs()["features"]
+            apply_feature_scale(store.read_inputs()["features"], ginfo.get("scale"))
         idx, dist = graph_knn(X, store.read_graph(), Q, k, seed=cfg["model"]["seed"])
     w = extension_weights(dist, sigma=ginfo.get("sigma"), weighting=ginfo.get("weighting",
                                                                               "gaussian"))
@@ -637,9 +647,12 @@ def summarise(store, cfg: dict) -> dict:
         "n_sweeps": learn_i.get("n_sweeps"), "converged": learn_i.get("converged"),
         "metrics": ev.get("metrics"), "n_clusters": ev.get("n_clusters"),
         "normalize_kernel": bool(ev.get("normalize_kernel", False)),
-        "graph": {k: info.get("graph", {}).get(k) for k in
-                  ("source", "knn", "weighting", "method", "sigma", "n_edges",
-                   "n_components", "n_isolated")},
+        "graph": {**{k: info.get("graph", {}).get(k) for k in
+                     ("source", "knn", "weighting", "method", "sigma", "n_edges",
+                      "n_components", "n_isolated")},
+                  # the scaling's kind (its parameters stay in the stage's record)
+                  "scale": None if info.get("graph", {}).get("source") != "features" else
+                  (info["graph"].get("scale") or {}).get("kind", "none")},
         "graph_seconds": info.get("graph", {}).get("seconds"),
         "cluster_seconds": ev.get("seconds"),
         "stages": {s: {"seconds": info.get(s, {}).get("seconds"),

@@ -106,6 +106,10 @@ def _add_fit_options(p: argparse.ArgumentParser):
                         "nearest neighbours) or binary mutual kNN (default: gaussian)")
     m.add_argument("--knn-method", choices=("auto", "exact", "pynndescent"), default="auto",
                    help="kNN search; auto = exact up to 50,000 points, pynndescent above")
+    m.add_argument("--scale", choices=("none", "standard"), default="none",
+                   help="feature columns before the kNN graph: standard = centred and divided "
+                        "by their standard deviation (for columns on different scales; "
+                        "`npkl extend` scales new points alike); default: none, as given")
     m.add_argument("--delta", type=float, default=1e-3,
                    help="delta of L = (1+delta) I - D^-1/2 S D^-1/2 (default: 1e-3)")
     m.add_argument("--max-sweeps", type=_positive_int, default=None,

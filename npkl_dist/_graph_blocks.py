@@ -31,6 +31,7 @@ from ._graph import (
     _max_duplicates,
     _n_points,
     graph_from_neighbours,
+    warn_feature_scales,
 )
 
 __all__ = [
@@ -191,6 +192,9 @@ def knn_graph_blocked(X, k: int = 5, *, weighting: str = "gaussian", method: str
     index : KnnIndex
         Kept for out-of-sample queries (:func:`npkl_dist.extend_embedding`).
     """
+    X = _check_features(X)
+    if warn:
+        warn_feature_scales(X, stacklevel=2)
     index = build_knn_index(X, k, method=method, seed=seed)
     spans = row_blocks(index.n_points, block)
     if mapper is None:

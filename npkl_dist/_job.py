@@ -16,7 +16,8 @@ from ._bcd import fit_bcd
 from ._constraints import Constraints, sample_constraints
 from ._errors import ValidationError
 from ._evaluate import cluster_kernel, clustering_metrics
-from ._graph import graph_from_edges, knn_graph
+from ._graph import (_check_features, apply_feature_scale, feature_scale, graph_from_edges,
+                     knn_graph)
 from ._io import read_constraints, read_edges, read_features, read_labels
 from ._problem import NPKLProblem
 
@@ -44,6 +45,7 @@ class FitConfig:
     knn: int = 5
     weighting: str = "gaussian"
     knn_method: str = "auto"
+    scale: str = "none"  # feature columns before the kNN graph: none | standard
     delta: float = 1e-3
     bound: float = 1.0
     capacity: float | None = None
@@ -102,7 +104,11 @@ def load_graph(cfg: FitConfig):
     if cfg.edges is not None:
         return graph_from_edges(read_edges(cfg.edges), cfg.n_points), None
     X = cfg.X if cfg.X is not None else read_features(cfg.features)
-    return knn_graph(X, cfg.knn, weighting=cfg.weighting, method=cfg.knn_method, seed=cfg.seed), X
+    # the graph from the scaled columns (cfg.scale); the features themselves as given
+    Xg = _check_features(X)
+    Xg = apply_feature_scale(Xg, feature_scale(Xg, cfg.scale))
+    return knn_graph(Xg, cfg.knn, weighting=cfg.weighting, method=cfg.knn_method,
+                     seed=cfg.seed), X
 
 
 def _learn(cfg: FitConfig, problem: NPKLProblem, executor, callback):
@@ -297,7 +303,8 @@ def run_fit(cfg: FitConfig, callback=None, executor=None
         "diagonal_targets": cons.diagonal,
         "graph": {"n_edges": int(graph.S.nnz // 2), "n_components": graph.n_components,
                   "n_isolated": graph.n_isolated, "sigma": graph.sigma, "knn": cfg.knn,
-                  "weighting": cfg.weighting if X is not None else "given"},
+                  "weighting": cfg.weighting if X is not None else "given",
+                  "scale": cfg.scale if X is not None else None},
         **result_summary(cfg.solver, result),
         "graph_seconds": t_graph,
         "cluster_seconds": t_cluster,

@@ -14,7 +14,7 @@ FIT_OPTIONS = [
     "--n-cannot", "--diagonal", "--no-diagonal", "--solver", "--loss", "--rank", "--gamma", "--bound", "--capacity", "--knn", "--weighting",
     "--knn-method", "--delta", "--max-sweeps", "--tol", "--dtype", "--seed", "--threads",
     "--clusters", "--eval-labels", "--out", "--json", "--quiet", "--run", "--executor",
-    "--workers", "--dask", "--blocks", "--checkpoint-every", "--method", "--start",
+    "--workers", "--dask", "--blocks", "--checkpoint-every", "--method", "--start", "--scale",
     "--tol-objective", "--tol-kkt", "--normalize-kernel", "--anderson",
 ]
 

@@ -445,3 +445,75 @@ def test_laplacian_bad_delta(delta, rng):
     S = sp.csr_matrix(random_similarity(rng, 6))
     with pytest.raises(ValidationError, match="delta: expected a finite number > 0"):
         laplacian(S, delta=delta)
+
+
+# ------------------------------------------------------------------ feature scaling
+def test_feature_scale_standard_matches_scikit_learn(rng, monkeypatch):
+    from sklearn.preprocessing import StandardScaler
+
+    from npkl_dist import _graph
+    from npkl_dist._graph import apply_feature_scale, feature_scale
+
+    X = rng.normal(size=(1000, 6)) * [1e-3, 1.0, 10.0, 1e3, 1.0, 0.0] + [0, 1e9, -5, 0, 3, 7]
+    monkeypatch.setattr(_graph, "_SCALE_ROWS", 97)  # several row blocks, a ragged last one
+    p = feature_scale(X, "standard")
+    ref = StandardScaler().fit(X)
+    assert p["kind"] == "standard"
+    np.testing.assert_allclose(p["mean"], ref.mean_, rtol=1e-12)
+    # column 1 sits at 1e9: the moments are taken about the first row, so its spread of
+    # about 1 is still found to ~1e-7 (a plain sum of squares would lose it entirely)
+    np.testing.assert_allclose(p["std"], np.sqrt(ref.var_), rtol=1e-6, atol=1e-12)
+    Z = apply_feature_scale(X, p)
+    np.testing.assert_allclose(Z[:, :5], ref.transform(X)[:, :5], rtol=1e-6, atol=1e-6)
+    assert np.all(Z[:, 5] == 0.0)  # a constant column is centred, not divided by 0
+    assert feature_scale(X, "none") is None and apply_feature_scale(X, None) is X
+
+
+def test_apply_feature_scale_dtypes_and_errors():
+    from npkl_dist._graph import apply_feature_scale, feature_scale
+
+    X = np.arange(12, dtype=np.int64).reshape(4, 3)
+    p = feature_scale(X, "standard")
+    assert apply_feature_scale(X, p).dtype == np.float64
+    assert apply_feature_scale(X.astype(np.float32), p).dtype == np.float32
+    with pytest.raises(ValidationError, match="2 columns, the scaling was fitted on 3"):
+        apply_feature_scale(X[:, :2], p)
+    with pytest.raises(ValidationError, match="scale: 'minmax' is not one of 'none', 'standard'"):
+        feature_scale(X, "minmax")
+
+
+def test_one_dominant_column_warns_with_the_fix():
+    from sklearn.datasets import load_digits, load_wine
+
+    from npkl_dist._graph import apply_feature_scale, feature_scale, warn_feature_scales
+
+    X, _ = load_wine(return_X_y=True)  # proline: hundreds of times the other columns' spread
+    with pytest.warns(GraphWarning, match="column 12 has a standard deviation 38[0-9] times") as r:
+        warn_feature_scales(X)
+    assert "--scale standard" in str(r[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GraphWarning)
+        warn_feature_scales(apply_feature_scale(X, feature_scale(X, "standard")))
+        warn_feature_scales(load_digits(return_X_y=True)[0])  # pixels (constant ones too)
+        knn_graph(X, 5, warn=False)
+    with pytest.warns(GraphWarning) as rec:
+        knn_graph(X, 5)
+    assert any("column 12" in str(w.message) for w in rec)
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+def test_the_job_builds_its_graph_from_the_scaled_columns():
+    from sklearn.datasets import load_wine
+
+    from npkl_dist._graph import apply_feature_scale, feature_scale
+    from npkl_dist._job import FitConfig, load_graph, run_fit
+
+    X, y = load_wine(return_X_y=True)
+    g, X_out = load_graph(FitConfig(X=X, y_constraints=y, scale="standard"))
+    ref = knn_graph(apply_feature_scale(X, feature_scale(X, "standard")), 5, warn=False)
+    assert X_out is X  # the features as given
+    assert (g.S != ref.S).nnz == 0 and g.sigma == ref.sigma
+    summary, _, _ = run_fit(FitConfig(X=X, y_constraints=y, y_eval=y, scale="standard"))
+    assert summary["graph"]["scale"] == "standard"
+    assert summary["metrics"]["rand_accuracy"] > 0.95  # 0.51 on the raw columns

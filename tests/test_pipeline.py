@@ -156,6 +156,67 @@ def _run_stages(cfg, create=True):
         rs.close()
 
 
+def test_scale_standard_runs_as_on_prestandardised_features(tmp_path):
+    """[graph] scale = "standard": the graph is built from the standardised columns, the
+    stored features stay as given, and new points are scaled with the training columns'
+    parameters, in the pipeline's extend stage and in `npkl extend` alike. The run equals,
+    bit for bit, one on features standardised beforehand with the same parameters."""
+    from npkl_dist import store as st
+    from npkl_dist._graph import apply_feature_scale, feature_scale
+
+    X, y, Xnew = _data(tmp_path)
+    cols = np.linspace(0.01, 1000.0, X.shape[1])  # columns on wildly different scales
+    raw, raw_new = X * cols + 5.0, Xnew * cols + 5.0
+    params = feature_scale(raw, "standard")
+    np.save(tmp_path / "raw.npy", raw)
+    np.save(tmp_path / "raw_new.npy", raw_new)
+    np.save(tmp_path / "pre.npy", apply_feature_scale(raw, params))
+    np.save(tmp_path / "pre_new.npy", apply_feature_scale(raw_new, params))
+    a = _cfg(tmp_path, run=str(tmp_path / "a"), graph={"scale": "standard"},
+             input={"features": "raw.npy"}, extend={"features": "raw_new.npy"})
+    b = _cfg(tmp_path, run=str(tmp_path / "b"), input={"features": "pre.npy"},
+             extend={"features": "pre_new.npy"}, output={"out": str(tmp_path / "report_b")})
+    _run_stages(a)
+    _run_stages(b)
+    with st.RunStore.open(a["run"], mode="r") as ra, st.RunStore.open(b["run"], mode="r") as rb:
+        A, B = ra.read_results(), rb.read_results()
+        assert np.array_equal(ra.read_inputs()["features"], raw)  # stored as given
+        ginfo = ra.stages()["graph"]["info"]
+    assert ginfo["scale"]["kind"] == "standard"
+    assert np.allclose(ginfo["scale"]["std"], raw.std(axis=0))
+    for key in ("embedding", "clusters", "extended_embedding", "extended_clusters"):
+        assert np.array_equal(A[key], B[key]), key
+    s = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert s["graph"]["scale"] == "standard"
+    # `npkl extend` in a new process (no cached index): the new rows scaled alike
+    p = _cli("extend", a["run"], "--features", tmp_path / "raw_new.npy", "--out",
+             tmp_path / "ext")
+    assert p.returncode == 0, p.stderr
+    assert np.array_equal(np.load(tmp_path / "ext" / "extended_embedding.npy"),
+                          A["extended_embedding"])
+
+
+def test_unscaled_columns_warn_in_the_graph_stage(tmp_path):
+    from flows import _stages
+    from npkl_dist import GraphWarning
+    from npkl_dist import store as st
+
+    X, y, Xnew = _data(tmp_path)
+    X = X.copy()
+    X[:, 3] = 1e4 * X[:, 3] + 1e3  # one column dwarfs the others
+    np.save(tmp_path / "X.npy", X)
+    cfg = _cfg(tmp_path)
+    rs = st.RunStore.create(st.resolve_run(cfg["run"]), config={"pipeline": cfg})
+    try:
+        with pytest.warns(GraphWarning) as rec:  # (its components are warned about too)
+            _stages.run_stages(_stages.Context(rs, cfg, quiet=True), only=["ingest", "graph"])
+    finally:
+        rs.close()
+    text = [str(w.message) for w in rec if "standard deviation" in str(w.message)]
+    assert len(text) == 1 and "column 3 has a standard deviation" in text[0]
+    assert "--scale standard" in text[0]
+
+
 def test_stages_cluster_with_the_normalised_kernel(tmp_path):
     """[output] normalize_kernel: the evaluate stage clusters the unit rows of V (the same
     labels as kernel_kmeans(V, k, normalize=True)), says so in the summary, and the extend
