@@ -274,7 +274,8 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
         warnings.warn(
             f"admm: stopped after max_iter={max_iter} with relative primal residual "
             f"{res.primal_trace[-1] / vnorm:.3g} and change {res.change_trace[-1]:.3g} "
-            f"(tol={tol:g}); raise max_iter to converge further"
+            f"(tol={tol:g}); raise max_iter (npkl fit --max-sweeps, [model] max_sweeps) to "
+            f"converge further"
             + ("" if anderson else ", or accelerate the iteration with anderson=5 "
                "(npkl fit --anderson 5)"),
             ConvergenceWarning,

@@ -1029,25 +1029,25 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
     block_hint = (method == "sweeps" and problem.loss != "linear"
                   and getattr(executor, "supports_block", False))
     if not result.converged:
-        hint = ", or try method='block'" if block_hint else ""
+        hint = ", or try method='block' (npkl fit --method block)" if block_hint else ""
         warnings.warn(
             f"bcd: stopped after max_sweeps={max_sweeps} with relative change "
             f"{result.change_trace[-1]:.3g} (tol={tol:g}), KKT residual {result.kkt:.3g}"
-            f"{'' if tol_kkt is None else f' (tol_kkt={tol_kkt:g})'}; raise max_sweeps to "
-            f"converge further{hint}",
+            f"{'' if tol_kkt is None else f' (tol_kkt={tol_kkt:g})'}; raise max_sweeps "
+            f"(npkl fit --max-sweeps, [model] max_sweeps) to converge further{hint}",
             ConvergenceWarning,
             stacklevel=2,
         )
     elif tol_kkt is None and tol > 0 and result.kkt > stall_bound(tol):
-        hint = (" or try method='block' (on the hinge it ends at an equal or lower objective)"
-                if block_hint else "")
+        hint = (" or try method='block' (npkl fit --method block; on the hinge it ends at an "
+                "equal or lower objective)" if block_hint else "")
         warnings.warn(
             f"bcd: stopped on the step-size rule (relative change < tol={tol:g}) with KKT "
             f"residual {result.kkt:.3g}, above {stall_bound(tol):.3g} ({STALL_KKT_FACTOR:g} x "
             f"tol, at least {STALL_KKT_MIN:g}): the fit stalled short of a stationary point "
             f"(coordinate steps can, at the hinge's kinks), and "
-            f"its objective may be well above the optimum; pass tol_kkt to also require a "
-            f"small residual{' (or hinge_kkt=True, the default)' if use_joint else ''}{hint}",
+            f"its objective may be well above the optimum; pass tol_kkt (npkl fit --tol-kkt) "
+            f"to also require a small residual{' (or hinge_kkt=True, the default)' if use_joint else ''}{hint}",
             ConvergenceWarning,
             stacklevel=2,
         )

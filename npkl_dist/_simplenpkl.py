@@ -1322,8 +1322,9 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
     res.converged = bool(res.duality_gap <= np.sqrt(tol) * scale)
     if not res.converged:
         hint = ("the capacity tr(K^2) <= B is slack at the solution, where Alg. 1 (whose "
-                "kernels all have tr(K^2) = B) stalls; lower B or raise max_iter"
-                if slack else "raise max_iter")
+                "kernels all have tr(K^2) = B) stalls; lower B (npkl fit --capacity) or raise "
+                "max_iter (npkl fit --max-sweeps)" if slack else
+                "raise max_iter (npkl fit --max-sweeps, [model] max_sweeps)")
         warnings.warn(
             f"simplenpkl: relative duality gap {res.duality_gap / scale:.3g} > sqrt(tol)="
             f"{np.sqrt(tol):.3g} after {res.n_sweeps} iteration(s) (B={B:g}); {hint}",

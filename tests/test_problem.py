@@ -332,7 +332,9 @@ def test_convergence_warning_suggests_block_solves_only_where_they_apply(problem
             fit_bcd(p, max_sweeps=2, tol=0.0, **kw)
         return str(rec[0].message)
 
-    assert message(problem, method="sweeps").endswith("or try method='block'")
+    text = message(problem, method="sweeps")
+    assert text.endswith("or try method='block' (npkl fit --method block)")
+    assert "raise max_sweeps (npkl fit --max-sweeps, [model] max_sweeps)" in text
     assert "method='block'" not in message(problem, method="block")
     lin = NPKLProblem.build(problem.L, problem.constraints, loss="linear", rank=problem.rank)
     assert "method='block'" not in message(lin, method="sweeps")
