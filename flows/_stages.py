@@ -693,18 +693,31 @@ def report(ctx: Context, timings: dict | None = None) -> dict:
     return _finish(ctx, "report", {**out, "dir": None if d is None else str(d.resolve())})
 
 
+def trace_labels(summary: dict) -> tuple[str, str]:
+    """(x-axis label, title) of objective.png: the solver's own unit (sweep, outer iteration
+    of block solves, iteration of KL-ADMM / SimpleNPKL) and its count."""
+    from npkl_dist._job import iterations_label
+
+    label = iterations_label(summary)  # "N sweeps", "N outer iterations", "N iterations"
+    return label.split(" ", 1)[1].removesuffix("s"), f"objective trace ({label})"
+
+
 def _plots(d: Path, res: dict, summary: dict):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import MaxNLocator
+
     trace = summary.get("objective_trace") or []
+    xlabel, title = trace_labels(summary)
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.plot(np.arange(1, len(trace) + 1), trace, marker=".")
-    ax.set_xlabel("sweep")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are whole
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("objective")
-    ax.set_title(f"objective trace ({summary.get('n_sweeps')} sweeps)")
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(d / "objective.png", dpi=100)
     plt.close(fig)

@@ -678,3 +678,17 @@ def test_report_plots_a_rank_one_kernel_and_an_unclustered_run(tmp_path, rank, e
         rs.close()
     png = tmp_path / "report" / "embedding.png"
     assert png.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("summary, xlabel, title", [
+    ({"solver": "bcd", "method": "sweeps", "n_sweeps": 40}, "sweep", "objective trace (40 sweeps)"),
+    ({"solver": "bcd", "method": "block", "n_sweeps": 12}, "outer iteration",
+     "objective trace (12 outer iterations)"),
+    ({"solver": "admm", "n_sweeps": 500}, "iteration", "objective trace (500 iterations)"),
+    ({"solver": "simplenpkl", "method": "sweeps", "n_sweeps": 3}, "iteration",
+     "objective trace (3 iterations)"),
+])
+def test_objective_plot_counts_in_the_solvers_own_unit(summary, xlabel, title):
+    from flows._stages import trace_labels
+
+    assert trace_labels(summary) == (xlabel, title)
