@@ -460,8 +460,9 @@ def test_feature_scale_standard_matches_scikit_learn(rng, monkeypatch):
     ref = StandardScaler().fit(X)
     assert p["kind"] == "standard"
     np.testing.assert_allclose(p["mean"], ref.mean_, rtol=1e-12)
-    # column 1 sits at 1e9: the moments are taken about the first row, so its spread of
-    # about 1 is still found to ~1e-7 (a plain sum of squares would lose it entirely)
+    # column 1 sits at 1e9: each block's deviations are taken about its own mean and merged
+    # exactly, so its spread of about 1 is still found to ~1e-7 (a plain sum of squares
+    # would lose it entirely)
     np.testing.assert_allclose(p["std"], np.sqrt(ref.var_), rtol=1e-6, atol=1e-12)
     Z = apply_feature_scale(X, p)
     np.testing.assert_allclose(Z[:, :5], ref.transform(X)[:, :5], rtol=1e-6, atol=1e-6)
