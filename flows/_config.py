@@ -362,7 +362,7 @@ def fit_config(cfg: dict):
     names = {f.name for f in fields(FitConfig)}
     kw = {k: v for k, v in {**inp, **m}.items() if k in names}
     kw.update(knn=g["knn"], weighting=g["weighting"], knn_method=g["knn_method"],
-              scale=g["scale"],
+              scale=g.get("scale", "none"),  # runs stored before [graph] scale
               delta=g["delta"], clusters=cfg["output"]["clusters"],
               normalize_kernel=cfg["output"]["normalize_kernel"],
               threads=cfg["execution"]["threads"])

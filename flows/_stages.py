@@ -274,7 +274,7 @@ def build_graph(ctx: Context) -> dict:
             X = ctx.store.read_inputs()["features"]  # the index holds every row anyway
             # the graph is built from the scaled columns ([graph] scale); the parameters go
             # into the stage's record, so that extend scales new points alike
-            scale = feature_scale(X, g["scale"])
+            scale = feature_scale(X, g.get("scale", "none"))  # (runs stored before it)
             if scale is None:
                 warn_feature_scales(X)
             X = apply_feature_scale(X, scale)

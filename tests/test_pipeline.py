@@ -692,3 +692,16 @@ def test_objective_plot_counts_in_the_solvers_own_unit(summary, xlabel, title):
     from flows._stages import trace_labels
 
     assert trace_labels(summary) == (xlabel, title)
+
+
+def test_a_run_configured_before_graph_scale_existed_still_runs(tmp_path):
+    """A run's stored configuration from before [graph] scale has no such key: its stages
+    (a resume, a later extend) run as unscaled."""
+    from flows._config import fit_config
+
+    _data(tmp_path)
+    cfg = _cfg(tmp_path)
+    del cfg["graph"]["scale"]
+    assert fit_config(cfg).scale == "none"
+    res = _run_stages(cfg)
+    assert res["graph"]["scale"] is None and res["extend"]["n_new"] == 30
