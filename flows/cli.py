@@ -463,17 +463,15 @@ def _cmd_status(args) -> int:
 
 
 def _cmd_extend(args) -> int:
-    from flows._stages import extend_points
-    from npkl_dist import store as st
-    from npkl_dist._io import read_features
-    from npkl_dist._job import ensure_out_dir
-
     import json
 
     import numpy as np
 
+    from flows._stages import extend_points
     from npkl_dist import ValidationError, clustering_metrics
-    from npkl_dist._io import read_labels
+    from npkl_dist import store as st
+    from npkl_dist._io import read_features, read_labels
+    from npkl_dist._job import ensure_out_dir
 
     so = _storage_options(args)
     with st.RunStore.open(st.resolve_run(args.run), mode="r", storage_options=so) as rs:
@@ -494,13 +492,14 @@ def _cmd_extend(args) -> int:
             raise ValidationError(
                 f"--eval-labels: {np.count_nonzero(y_new >= 0)} of the {y_new.size} new points "
                 f"have a label; pairwise scores need at least two")
+        if y_new is not None and \
+                rs.stages().get("evaluate", {}).get("info", {}).get("n_clusters") is None:
+            raise ValidationError(
+                f"--eval-labels: run {rs.url} has no clusters to score (it ran without "
+                f"[output] clusters or eval labels); leave --eval-labels out to embed the new "
+                f"points, or rerun with [output] clusters = K (npkl fit --clusters K)")
         out = ensure_out_dir(args.out, "--out")
         V_new, lab = extend_points(rs, cfg, X_new)
-    if y_new is not None and lab is None:
-        raise ValidationError(
-            f"--eval-labels: the run has no clusters to score (it ran without [output] "
-            f"clusters or eval labels); rerun it with `npkl run` and [output] clusters = K, "
-            f"or score {out / 'extended_embedding.npy'} yourself")
     np.save(out / "extended_embedding.npy", V_new)
     msg = f"wrote {out / 'extended_embedding.npy'} ({V_new.shape[0]} x {V_new.shape[1]})"
     if lab is not None:

@@ -705,3 +705,17 @@ def test_a_run_configured_before_graph_scale_existed_still_runs(tmp_path):
     assert fit_config(cfg).scale == "none"
     res = _run_stages(cfg)
     assert res["graph"]["scale"] is None and res["extend"]["n_new"] == 30
+
+
+def test_extend_eval_labels_needs_a_clustered_run(tmp_path):
+    _data(tmp_path)
+    cfg = _cfg(tmp_path, input={"eval_labels": None}, extend={"features": None})
+    res = _run_stages(cfg)
+    assert res["evaluate"]["n_clusters"] is None
+    p = _cli("extend", cfg["run"], "--features", tmp_path / "Xnew.npy", "--eval-labels",
+             tmp_path / "ynew.npy", "--out", tmp_path / "ext")
+    assert p.returncode == 2 and "has no clusters to score" in p.stderr
+    assert "leave --eval-labels out" in p.stderr and not (tmp_path / "ext").exists()
+    p = _cli("extend", cfg["run"], "--features", tmp_path / "Xnew.npy", "--out", tmp_path / "ext")
+    assert p.returncode == 0, p.stderr
+    assert sorted(f.name for f in (tmp_path / "ext").iterdir()) == ["extended_embedding.npy"]
