@@ -516,17 +516,23 @@ def evaluate(ctx: Context) -> dict:
 
 
 # ------------------------------------------------------------------------------ extend
-def index_for(store, cfg, cache=None):
-    """The kNN index of the training features (reused when this process built it)."""
-    from npkl_dist._graph_blocks import build_knn_index
-
+def graph_features(store, ginfo, cache=None):
+    """The features the kNN graph was built from: the stored ones scaled as its record says
+    ([graph] scale), or those the graph stage of this process left in ``cache``."""
     from npkl_dist._graph import apply_feature_scale
+
+    if cache is not None and "X" in cache:
+        return cache["X"]
+    return apply_feature_scale(store.read_inputs()["features"], ginfo.get("scale"))
+
+
+def index_for(X, ginfo, cfg, cache=None):
+    """The kNN index of the graph's features ``X`` (reused when this process built it)."""
+    from npkl_dist._graph_blocks import build_knn_index
 
     if cache is not None and cache.get("index") is not None:
         return cache["index"]
-    info = store.stages()["graph"]["info"]
-    X = apply_feature_scale(store.read_inputs()["features"], info.get("scale"))
-    return build_knn_index(X, cfg["graph"]["knn"], method=info.get("method", "auto"),
+    return build_knn_index(X, cfg["graph"]["knn"], method=ginfo.get("method", "auto"),
                            seed=cfg["model"]["seed"])
 
 
@@ -555,8 +561,8 @@ def extend_points(store, cfg, Q, *, cache=None):
         )
     V = res["embedding"]
     Q = _check_features(Q)
-    d = store.read_inputs()["features"].shape[1] if cache is None or "X" not in cache \
-        else cache["X"].shape[1]
+    X = graph_features(store, ginfo, cache)  # read once: the width check and the search
+    d = X.shape[1]
     if Q.shape[1] != d:
         raise ValidationError(
             f"features: new points have {Q.shape[1]} features, the run was trained on {d}; "
@@ -565,14 +571,12 @@ def extend_points(store, cfg, Q, *, cache=None):
     k = cfg["graph"]["knn"]
     Q = apply_feature_scale(Q, ginfo.get("scale"))  # as the training rows ([graph] scale)
     if ginfo.get("method") == "exact":
-        idx, dist = index_for(store, cfg, cache).query(Q, k)
+        idx, dist = index_for(X, ginfo, cfg, cache).query(Q, k)
     else:
         # large n: best-first search on the training graph (pynndescent's own query would
         # compile a search closure per index and prepare a search graph: minutes at 1e6)
         from npkl_dist._extend import graph_knn
 
-        X = cache["X"] if cache is not None and "X" in cache else \
-            apply_feature_scale(store.read_inputs()["features"], ginfo.get("scale"))
         idx, dist = graph_knn(X, store.read_graph(), Q, k, seed=cfg["model"]["seed"])
     w = extension_weights(dist, sigma=ginfo.get("sigma"), weighting=ginfo.get("weighting",
                                                                               "gaussian"))

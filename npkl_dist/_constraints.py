@@ -310,11 +310,12 @@ def sample_constraints(
         if avail[name] == 0:
             why = ("no two share a class" if name == "n_must" else
                    "fewer than two" if labelled.size < 2 else "all in one class")
+            allow = "point allows" if labelled.size == 1 else "points allow"
             raise ValidationError(
                 f"{name}: {'the default round(0.6 n) = ' if defaulted[name] else ''}{val} "
-                f"{kind} pairs wanted, but the {labelled.size} labelled "
-                f"{'point allows' if labelled.size == 1 else 'points allow'} none ({why}); label more points, or set {name}=0 (npkl fit {flag[name]} 0, "
-                f"[input] {name} = 0) to fit without {kind} pairs"
+                f"{kind} pairs wanted, but the {labelled.size} labelled {allow} none ({why}); "
+                f"label more points, or set {name}=0 (npkl fit {flag[name]} 0, [input] "
+                f"{name} = 0) to fit without {kind} pairs"
             )
         raise ValidationError(
             f"{name}: asked for {val} distinct {kind} pairs but the {labelled.size} labelled "

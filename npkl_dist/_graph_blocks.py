@@ -192,10 +192,9 @@ def knn_graph_blocked(X, k: int = 5, *, weighting: str = "gaussian", method: str
     index : KnnIndex
         Kept for out-of-sample queries (:func:`npkl_dist.extend_embedding`).
     """
-    X = _check_features(X)
+    index = build_knn_index(X, k, method=method, seed=seed)  # checks X
     if warn:
-        warn_feature_scales(X, stacklevel=2)
-    index = build_knn_index(X, k, method=method, seed=seed)
+        warn_feature_scales(np.asarray(X), stacklevel=2)
     spans = row_blocks(index.n_points, block)
     if mapper is None:
         out = []

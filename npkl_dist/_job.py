@@ -105,8 +105,10 @@ def load_graph(cfg: FitConfig):
         return graph_from_edges(read_edges(cfg.edges), cfg.n_points), None
     X = cfg.X if cfg.X is not None else read_features(cfg.features)
     # the graph from the scaled columns (cfg.scale); the features themselves as given
-    Xg = _check_features(X)
-    Xg = apply_feature_scale(Xg, feature_scale(Xg, cfg.scale))
+    Xg = X
+    if cfg.scale != "none":  # (knn_graph checks X; scaling must see checked columns)
+        Xg = _check_features(X)
+        Xg = apply_feature_scale(Xg, feature_scale(Xg, cfg.scale))
     return knn_graph(Xg, cfg.knn, weighting=cfg.weighting, method=cfg.knn_method,
                      seed=cfg.seed), X
 

@@ -444,16 +444,17 @@ def load_results(results_path=DEFAULT_RESULTS):
 
 
 def _reps(text):
-    """``--reps``: an integer >= 1 (0 ran nothing and rewrote the report)."""
+    """``--reps``: the CLI's positive integer (0 ran nothing and rewrote the report)."""
+    from flows.cli import _positive_int
+
     try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if v < 1:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError as exc:
+        if "integer >= 1" not in str(exc):
+            raise
         raise argparse.ArgumentTypeError(
-            f"expected an integer >= 1, got {v}; to rewrite the report from the results "
-            f"without running anything, use --report-only")
-    return v
+            f"{exc}; to rewrite the report from the results without running anything, use "
+            f"--report-only") from None
 
 
 def main(argv=None):
