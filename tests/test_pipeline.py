@@ -370,6 +370,13 @@ def test_status_and_extend_commands(tmp_path):
              tmp_path / "y.npy", "--out", tmp_path / "e4")
     assert p.returncode == 2 and "--eval-labels: 400 labels for 30 new points" in p.stderr
     assert not (tmp_path / "e4").exists()
+    one = np.full(30, -1)
+    one[0] = 2
+    np.save(tmp_path / "one.npy", one)
+    p = _cli("extend", cfg["run"], "--features", tmp_path / "Xnew.npy", "--eval-labels",
+             tmp_path / "one.npy", "--out", tmp_path / "e5")
+    assert p.returncode == 2 and "1 of the 30 new points have a label" in p.stderr
+    assert not (tmp_path / "e5").exists()
 
 
 def test_status_while_learning_reports_eta(tmp_path):
