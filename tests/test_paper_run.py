@@ -566,3 +566,65 @@ def test_rows_reach_the_results_file_even_if_it_is_replaced_during_the_run(tmp_p
     assert rows[0]["rep"] == 9  # the earlier row, kept
     assert sorted((r["dataset"], r["rep"]) for r in rows[1:]) == [  # as they completed
         ("chessboard", 0), ("chessboard", 1), ("soybean", 0), ("soybean", 1)]
+
+
+def _git(root, *args):
+    import subprocess
+
+    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
+                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+
+
+def test_code_version_is_head_and_says_when_the_code_differs_from_it(tmp_path):
+    """A row records the commit of the code that computed it, "+dirty" where the package or
+    the harness has uncommitted changes; the harness's own output (results, figures), other
+    files and untracked files do not count; outside a git checkout there is none."""
+    import shutil
+
+    from bench.paper import report
+
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    assert report.code_version(tmp_path) is None  # not a checkout
+    for rel in ("npkl_dist/core.py", "bench/paper/run.py", "bench/paper/results.jsonl",
+                "README.md"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-q", "-m", "one")
+    head = report.code_version.__wrapped__(tmp_path)
+    assert len(head) == 12 and all(c in "0123456789abcdef" for c in head)
+
+    def version():
+        return report.code_version.__wrapped__(tmp_path)
+
+    (tmp_path / "bench/paper/results.jsonl").write_text("x\ny\n")  # the harness's output
+    (tmp_path / "README.md").write_text("y\n")
+    (tmp_path / "npkl_dist/new.py").write_text("y\n")  # untracked
+    assert version() == head
+    (tmp_path / "npkl_dist/core.py").write_text("y\n")
+    assert version() == head + "+dirty"
+    _git(tmp_path, "checkout", "-q", "--", "npkl_dist/core.py")
+    (tmp_path / "bench/paper/run.py").write_text("y\n")
+    assert version() == head + "+dirty"
+    _git(tmp_path, "commit", "-q", "-am", "two")
+    assert version() not in (head, None) and not version().endswith("+dirty")
+
+
+def test_rows_name_the_code_that_computed_them(tmp_path, monkeypatch):
+    """run_task stamps each row with the code version; the report counts rows per version,
+    rows from before the field under their own name."""
+    from bench.paper import report
+
+    monkeypatch.setattr(report, "code_version", lambda: "0123456789ab")
+    recs = run.run_task("chessboard", 0, ["k-means"])
+    assert recs[0]["commit"] == "0123456789ab"
+    monkeypatch.setattr(report, "code_version", lambda: None)  # no checkout: no field
+    assert "commit" not in run.run_task("chessboard", 0, ["k-means"])[0]
+    rows = [dict(_rec("iris", "k-means", r), commit="0123456789ab") for r in range(3)]
+    rows += [_rec("iris", "k-means", 3), dict(_rec("iris", "BCD-linear", 0), error="x")]
+    out = _report_only(tmp_path, rows, ["iris"])
+    assert ("Rows computed by code at: 0123456789ab (3 rows); unrecorded (rows before "
+            "2026-11-30) (1 rows)") in out

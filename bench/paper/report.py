@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import platform
 import re
+import subprocess
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -76,6 +78,52 @@ def machine(cpuinfo="/proc/cpuinfo"):
         ident.append("AVX-512")
     cpu = f"{cpu} ({', '.join(ident)})" if ident else cpu
     return f"{cpu}, {os.cpu_count()} cores"
+
+
+#: what a row's code is: the package and the harness (the results and figures the harness
+#: writes there are output, not code)
+CODE_PATHS = ("npkl_dist", "bench/paper", ":(exclude)bench/paper/*.jsonl",
+              ":(exclude)bench/paper/*.png")
+
+
+@functools.lru_cache(maxsize=None)
+def code_version(root=HERE.parent.parent):
+    """The code that computes a row, as the row records it: HEAD's short commit hash, with
+    "+dirty" where the package or the harness (``CODE_PATHS``) has uncommitted changes; None
+    outside a git checkout (or without git). A row computed before a solver change then says
+    so: the table's BCD rows had been computed by code several commits older than the
+    sweeps that a fresh run executes (bench/RESULTS.md, 2026-11-30)."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
+                              text=True, timeout=30, check=True).stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short=12", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "") if head else None
+
+
+def commit_counts(records):
+    """code version (``code_version``; "unrecorded (...)" for rows from before the field)
+    -> number of finished result rows it computed."""
+    out = defaultdict(int)
+    for r in records:
+        if "error" not in r:
+            out[r.get("commit", "unrecorded (rows before 2026-11-30)")] += 1
+    return dict(out)
+
+
+def _code_line(commits):
+    """The report's sentence on the code versions behind its rows."""
+    if not commits:
+        return ""
+    ranked = sorted(commits.items(), key=lambda x: -x[1])
+    shown = "; ".join(f"{c} ({k} rows)" for c, k in ranked[:6])
+    more = f"; {len(ranked) - 6} more" if len(ranked) > 6 else ""
+    return (f"Rows computed by code at: {shown}{more} (`git log` names each commit; a row "
+            "from older code than a solver change is recomputed with `--fresh-methods`). ")
 
 
 def _machine():
@@ -200,7 +248,7 @@ def figure(agg, names, methods, path, paper=None, title=None):
     plt.close(fig)
 
 
-def markdown(agg, names, methods, wall_seconds, reps, command, machines=None):
+def markdown(agg, names, methods, wall_seconds, reps, command, machines=None, commits=None):
     pub = _published()
     machines = machines or {}
     if machines:
@@ -211,6 +259,7 @@ def markdown(agg, names, methods, wall_seconds, reps, command, machines=None):
               "time is marked ‡ and the fit-time comparison names the machines. ")
     else:
         measured = ""
+    measured += _code_line(commits)
     lines = [
         BEGIN,
         "## Replication of the papers' clustering tables",
@@ -435,7 +484,8 @@ def dataset_sections(agg, names, methods, pub, paper=None, normalized=False):
     return lines
 
 
-def markdown_simplenpkl(agg, names, methods, wall_seconds, reps, command, machines=None):
+def markdown_simplenpkl(agg, names, methods, wall_seconds, reps, command, machines=None,
+                        commits=None):
     """The section of ``npkl bench paper --protocol simplenpkl``: simplenpkl-jmlr2011's own
     protocol, against its Tables 2, 3 and 7 only."""
     from bench.paper import protocols
@@ -450,6 +500,7 @@ def markdown_simplenpkl(agg, names, methods, wall_seconds, reps, command, machin
         "",
         f"Report written on: {_machine()}. Date: {time.strftime('%Y-%m-%d')}. "
         + (f"Rows measured on: {measured}. " if measured else "")
+        + _code_line(commits)
         + f"Latest invocation: `{command}` "
         + ("(tables only, nothing run)." if wall_seconds is None else
            f"({reps} repetitions, {wall_seconds:.0f} s)."),
@@ -609,7 +660,7 @@ def write_report(records, names, methods, report_path, *, wall_seconds, reps, co
         figure(agg, names, methods, Path(figure_path or HERE / "accuracy_vs_time.png"))
         write, begin, end = markdown, BEGIN, END
     section = write(agg, names, methods, wall_seconds, reps, command,
-                    machines=machine_counts(records))
+                    machines=machine_counts(records), commits=commit_counts(records))
     report_path = Path(report_path)
     text = report_path.read_text() if report_path.exists() else "# Benchmark results\n"
     if begin in text and end in text:

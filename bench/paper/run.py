@@ -243,11 +243,14 @@ def run_task(name, rep, methods, protocol="kl-admm", threads=1):
     seed = rep
     ex = InProcessExecutor(threads)
     records = []
-    from bench.paper.report import machine
+    from bench.paper.report import code_version, machine
 
     here = machine()
+    code = code_version()
     for method in methods:
         rec = {"dataset": name, "method": method, "rep": rep, "n": n, "machine": here}
+        if code is not None:
+            rec["commit"] = code
         if threads != 1:
             rec["threads"] = threads
         if protocol != "kl-admm":
