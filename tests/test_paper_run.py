@@ -628,3 +628,32 @@ def test_rows_name_the_code_that_computed_them(tmp_path, monkeypatch):
     out = _report_only(tmp_path, rows, ["iris"])
     assert ("Rows computed by code at: 0123456789ab (3 rows); unrecorded (rows before "
             "2026-11-30) (1 rows)") in out
+
+
+def test_a_data_set_that_is_not_installed_stops_the_run_before_any_work(tmp_path,
+                                                                          monkeypatch, capsys):
+    """Every selected data set is loaded before the workers start: a missing one is an
+    error naming it, the reason and the fix (--install), and no task runs (it had stopped
+    the run minutes in, with a worker's traceback, at its first task)."""
+    from bench.paper import datasets
+
+    real = datasets.load
+
+    def load(name, **kw):
+        if name == "glass":
+            raise datasets.DatasetUnavailable("cannot read Glass.rda: pyreadr is not installed")
+        return real(name, **kw)
+
+    monkeypatch.setattr(datasets, "load", load)
+    ran = []
+    monkeypatch.setattr(run, "run", lambda *a, **k: ran.append(a))
+    results, report = tmp_path / "results.jsonl", tmp_path / "RESULTS.md"
+    with pytest.raises(SystemExit) as exc:
+        run.main(["--datasets", "iris", "glass", "--reps", "1", "--methods", "k-means",
+                  "--results", str(results), "--report", str(report)])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "data set(s) not installed: glass: cannot read Glass.rda: pyreadr" in err
+    assert "--install" in err and "iris" not in err.split("not installed:")[1]
+    assert not ran and not results.exists() and not report.exists()
+    assert run.unavailable_datasets(["iris", "chessboard"]) == {}

@@ -66,6 +66,23 @@ def _is_adult(name):
     return name.startswith("adult") or name.startswith("a") and name[1:-1].isdigit()
 
 
+def unavailable_datasets(names):
+    """{data set: why} for those of ``names`` that cannot be loaded here (a missing Debian
+    package or reader; ``datasets.DatasetUnavailable``'s message names the fix). The harness
+    checks every selected data set before it starts: the workers load them only when their
+    tasks come up, and a missing one stopped the whole run there, minutes in, with a worker's
+    traceback."""
+    from bench.paper import datasets
+
+    out = {}
+    for name in names:
+        try:
+            datasets.load(name)
+        except datasets.DatasetUnavailable as exc:
+            out[name] = str(exc)
+    return out
+
+
 def prepare_data(name):
     from bench.paper import datasets
 
@@ -546,6 +563,13 @@ def main(argv=None):
         removed = discard_failed(args.results, names, args.retry_failed, args.protocol)
         print(f"discarded {removed} failed results of {', '.join(args.retry_failed)} on "
               f"{', '.join(names)}", file=sys.stderr)
+    if not args.report_only:
+        missing = unavailable_datasets(names)
+        if missing:
+            ap.error("data set(s) not installed: " + "; ".join(
+                f"{name}: {why}" for name, why in missing.items())
+                + ". Add --install (or run `python -m bench.paper.datasets --install`), or "
+                  "leave them out of --datasets")
     t0 = time.perf_counter()
     if not args.report_only:
         run(names, args.reps, args.methods, args.results, args.workers,
