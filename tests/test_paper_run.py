@@ -653,7 +653,7 @@ def test_a_data_set_that_is_not_installed_stops_the_run_before_any_work(tmp_path
                   "--results", str(results), "--report", str(report)])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "data set(s) not installed: glass: cannot read Glass.rda: pyreadr" in err
-    assert "--install" in err and "iris" not in err.split("not installed:")[1]
+    assert "data set(s) not installed:\n  glass: cannot read Glass.rda: pyreadr" in err
+    assert "Add --install" in err and "iris" not in err.split("not installed:")[1]
     assert not ran and not results.exists() and not report.exists()
     assert run.unavailable_datasets(["iris", "chessboard"]) == {}

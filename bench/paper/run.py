@@ -79,7 +79,8 @@ def unavailable_datasets(names):
         try:
             datasets.load(name)
         except datasets.DatasetUnavailable as exc:
-            out[name] = str(exc)
+            # the harness's own advice (--install) follows the list, once
+            out[name] = str(exc).split(f" Or install everything with `{datasets.INSTALL_HINT}`")[0]
     return out
 
 
@@ -566,10 +567,9 @@ def main(argv=None):
     if not args.report_only:
         missing = unavailable_datasets(names)
         if missing:
-            ap.error("data set(s) not installed: " + "; ".join(
-                f"{name}: {why}" for name, why in missing.items())
-                + ". Add --install (or run `python -m bench.paper.datasets --install`), or "
-                  "leave them out of --datasets")
+            ap.error("data set(s) not installed:\n" + "".join(
+                f"  {name}: {why}\n" for name, why in missing.items())
+                + "Add --install (it installs all of them), or leave them out of --datasets")
     t0 = time.perf_counter()
     if not args.report_only:
         run(names, args.reps, args.methods, args.results, args.workers,
