@@ -57,7 +57,7 @@ def run(dataset, reps, methods, restarts, out=sys.stdout):
                 f"{r} restarts {row[r][0]:.1f}% (inertia {row[r][1]:.1f})" for r in restarts)
                 + f"; true partition inertia {row['true']:.1f}", file=sys.stderr, flush=True)
     lo, hi = restarts[0], restarts[-1]
-    print(f"| method | reps | " + " | ".join(f"accuracy, {r} restarts (%)" for r in restarts)
+    print("| method | reps | " + " | ".join(f"accuracy, {r} restarts (%)" for r in restarts)
           + f" | {hi} restarts found lower inertia | true partition below the {lo}-restart "
           f"one |", file=out)
     print("|---|---:|" + "---|" * len(restarts) + "---:|---:|", file=out)
