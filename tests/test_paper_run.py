@@ -633,8 +633,9 @@ def test_rows_name_the_code_that_computed_them(tmp_path, monkeypatch):
 def test_a_data_set_that_is_not_installed_stops_the_run_before_any_work(tmp_path,
                                                                           monkeypatch, capsys):
     """Every selected data set is loaded before the workers start: a missing one is an
-    error naming it, the reason and the fix (--install), and no task runs (it had stopped
-    the run minutes in, with a worker's traceback, at its first task)."""
+    error naming it, the reason and the fix (--install), no task runs (it had stopped the
+    run minutes in, with a worker's traceback, at its first task), and --fresh or
+    --fresh-methods discard nothing."""
     from bench.paper import datasets
 
     real = datasets.load
@@ -648,12 +649,17 @@ def test_a_data_set_that_is_not_installed_stops_the_run_before_any_work(tmp_path
     ran = []
     monkeypatch.setattr(run, "run", lambda *a, **k: ran.append(a))
     results, report = tmp_path / "results.jsonl", tmp_path / "RESULTS.md"
-    with pytest.raises(SystemExit) as exc:
-        run.main(["--datasets", "iris", "glass", "--reps", "1", "--methods", "k-means",
-                  "--results", str(results), "--report", str(report)])
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
-    assert "data set(s) not installed:\n  glass: cannot read Glass.rda: pyreadr" in err
-    assert "Add --install" in err and "iris" not in err.split("not installed:")[1]
-    assert not ran and not results.exists() and not report.exists()
+    earlier = [_rec("glass", "k-means", 0), _rec("iris", "k-means", 0)]
+    _write(results, earlier)
+    for fresh in ([], ["--fresh"], ["--fresh-methods", "k-means"]):
+        with pytest.raises(SystemExit) as exc:
+            run.main(["--datasets", "iris", "glass", "--reps", "1", "--methods", "k-means",
+                      "--results", str(results), "--report", str(report)] + fresh)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "data set(s) not installed:\n  glass: cannot read Glass.rda: pyreadr" in err
+        assert "Add --install" in err and "iris" not in err.split("not installed:")[1]
+        # nothing ran, and the earlier results are still there (the check comes first)
+        assert not ran and not report.exists()
+        assert [json.loads(x) for x in results.read_text().splitlines()] == earlier
     assert run.unavailable_datasets(["iris", "chessboard"]) == {}

@@ -80,7 +80,8 @@ def unavailable_datasets(names):
             datasets.load(name)
         except datasets.DatasetUnavailable as exc:
             # the harness's own advice (--install) follows the list, once
-            out[name] = str(exc).split(f" Or install everything with `{datasets.INSTALL_HINT}`")[0]
+            hint = f" Or install everything with `{datasets.INSTALL_HINT}`"
+            out[name] = str(exc).split(hint)[0]
     return out
 
 
@@ -548,6 +549,12 @@ def main(argv=None):
     unknown = [x for x in names if x not in ds.DATASETS]
     if unknown:
         ap.error(f"unknown data set(s) {unknown}; choose from {', '.join(ds.DATASETS)}")
+    if not args.report_only:  # before anything is discarded (--fresh, --fresh-methods)
+        missing = unavailable_datasets(names)
+        if missing:
+            ap.error("data set(s) not installed:\n" + "".join(
+                f"  {name}: {why}\n" for name, why in missing.items())
+                + "Add --install (it installs all of them), or leave them out of --datasets")
     if args.fresh and args.results.exists():
         args.results.unlink()
     try:
@@ -564,12 +571,6 @@ def main(argv=None):
         removed = discard_failed(args.results, names, args.retry_failed, args.protocol)
         print(f"discarded {removed} failed results of {', '.join(args.retry_failed)} on "
               f"{', '.join(names)}", file=sys.stderr)
-    if not args.report_only:
-        missing = unavailable_datasets(names)
-        if missing:
-            ap.error("data set(s) not installed:\n" + "".join(
-                f"  {name}: {why}\n" for name, why in missing.items())
-                + "Add --install (it installs all of them), or leave them out of --datasets")
     t0 = time.perf_counter()
     if not args.report_only:
         run(names, args.reps, args.methods, args.results, args.workers,
