@@ -56,7 +56,13 @@ __all__ = [
 
 
 class DatasetUnavailable(RuntimeError):
-    """A data set's source files or reader are not installed; the message names the fix."""
+    """A data set's source files or reader are not installed; the message names the fix.
+    ``reason``: the message without the closing advice to install everything (for callers
+    that give their own, as ``npkl bench paper``'s check of its data sets does)."""
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = message if reason is None else reason
 
 
 INSTALL_HINT = "python -m bench.paper.datasets --install"
@@ -291,9 +297,8 @@ def missing_requirements() -> dict[str, str]:
 
 def _unavailable(piece: str, what: str) -> DatasetUnavailable:
     fix = missing_requirements().get(piece, "")
-    return DatasetUnavailable(
-        f"{what}: {piece} is not installed. Fix: {fix or piece}. "
-        f"Or install everything with `{INSTALL_HINT}`.")
+    reason = f"{what}: {piece} is not installed. Fix: {fix or piece}."
+    return DatasetUnavailable(f"{reason} Or install everything with `{INSTALL_HINT}`.", reason)
 
 
 # --------------------------------------------------------------------------------------------

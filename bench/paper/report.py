@@ -108,10 +108,15 @@ def code_version(root=HERE.parent.parent):
 def commit_counts(records):
     """code version (``code_version``; "unrecorded (...)" for rows from before the field)
     -> number of finished result rows it computed."""
+    return _row_counts(records, lambda r: r.get("commit", "unrecorded (rows before 2026-11-30)"))
+
+
+def _row_counts(records, key):
+    """key(row) -> number of finished result rows (those without an error)."""
     out = defaultdict(int)
     for r in records:
         if "error" not in r:
-            out[r.get("commit", "unrecorded (rows before 2026-11-30)")] += 1
+            out[key(r)] += 1
     return dict(out)
 
 
@@ -155,11 +160,7 @@ def short_machine(m):
 
 def machine_counts(records):
     """machine -> number of finished result rows it measured."""
-    out = defaultdict(int)
-    for r in records:
-        if "error" not in r:
-            out[row_machine(r)] += 1
-    return dict(out)
+    return _row_counts(records, row_machine)
 
 
 def aggregate(records):
