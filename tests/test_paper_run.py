@@ -630,6 +630,24 @@ def test_rows_name_the_code_that_computed_them(tmp_path, monkeypatch):
             "2026-11-30) (1 rows)") in out
 
 
+def test_the_report_says_per_method_where_its_rows_come_from(tmp_path):
+    """The header's table gives each method's rows, machines and code versions with their
+    counts (failed rows not counted), most rows first, methods in the harness's order."""
+    xeon = "Intel(R) Xeon(R) Processor, 2 cores"
+    zen5 = "AMD EPYC (family 26, model 2, AVX-512), 2 cores"
+    rows = [dict(_rec("iris", "KL-ADMM", r), machine=zen5, commit="0123456789ab")
+            for r in range(3)]
+    rows += [dict(_rec("iris", "KL-ADMM", 3), machine=xeon)]
+    rows += [dict(_rec("iris", "k-means", r), machine=xeon) for r in range(2)]
+    rows += [dict(_rec("iris", "k-means", 2), machine=zen5, error="x")]
+    out = _report_only(tmp_path, rows, ["iris"])
+    table = out[out.index("| method | rows | measured on (rows) | code (rows) |"):]
+    assert table.index("| KL-ADMM | 4 | AMD EPYC 26/2 (3); Intel Xeon (1) | "
+                       "0123456789ab (3); unrecorded (1) |") < table.index(
+        "| k-means | 2 | Intel Xeon (2) | unrecorded (2) |")
+    assert 'bench/paper/README.md, "History of the committed rows"' in out
+
+
 def test_a_data_set_that_is_not_installed_stops_the_run_before_any_work(tmp_path,
                                                                           monkeypatch, capsys):
     """Every selected data set is loaded before the workers start: a missing one is an

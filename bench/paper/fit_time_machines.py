@@ -1,9 +1,10 @@
 """The fit-time comparison of the replication, machine by machine.
 
 Issue 3 asks for fit times at least 100x below the papers' CPU times, "measured on this kind
-of machine". The sessions' machines differ: an Intel Xeon with AVX-512 measured most rows of
-``bench/paper/results.jsonl``; the AMD EPYC (Zen 3, AVX2) that CI runs on now is 1.1-2.7x
-slower on the same code. ``npkl bench paper``'s own table pools whatever machines measured a
+of machine". The sessions' machines differ: the AMD EPYC Zen 5 (AVX-512) measured the
+solver rows of ``bench/paper/results.jsonl`` (since 2026-11-30; an Intel Xeon with AVX-512
+most of them before); the AMD EPYC Zen 3 (AVX2) of earlier sessions is 1.1-2.7x slower on
+the same code. ``npkl bench paper``'s own table pools whatever machines measured a
 pair; this one splits the rows of one or more results files by the machine that measured
 them and prints, for every (data set, method) pair with a published CPU time, the median fit
 time and the ratio on each machine, the count of pairs at or above 100x per machine, and the
@@ -13,7 +14,8 @@ Usage::
 
     python -m bench.paper.fit_time_machines [--protocol P] [--results FILE ...] [--methods ...]
 
-Default: ``bench/paper/results.jsonl`` (mostly the Intel Xeon) and the AMD EPYC files. The
+Default: ``bench/paper/results.jsonl`` (the Zen 5 for every solver row but adult-a6a's BCD
+repetitions 4-19, from the Intel Xeon) and the AMD EPYC files. The
 virtual machines of these sessions all call their CPU "AMD EPYC", but two kinds stood behind
 the name, and rows now record the CPU's family and model (``report.machine``):
 
@@ -30,7 +32,8 @@ Rows measured with more than one thread per fit are a column of their own ("AMD 
 ``--protocol`` picks the protocol whose rows are compared: ``kl-admm`` (default; the main
 table, the one the target is judged on) or ``simplenpkl``, the protocol simplenpkl-jmlr2011's
 Tables 3 and 7 timed SimpleNPKL at (its own pairs, B = 1, B = n on adult). Its default files
-are ``results_simplenpkl.jsonl`` (the Zen 3 and, for a few peer rows, the Zen 5) and
+are ``results_simplenpkl.jsonl`` (the Zen 5 for its small sets and adult SimpleNPKL rows,
+two worker processes) and
 ``results_fit_time_zen5_simplenpkl.jsonl`` (the Zen 5, twenty-fourth session: 20
 repetitions of every data set), and its default methods the two SimpleNPKL ones: the papers
 timed nothing else at that protocol.

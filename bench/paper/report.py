@@ -131,6 +131,33 @@ def _code_line(commits):
             "from older code than a solver change is recomputed with `--fresh-methods`). ")
 
 
+def provenance_table(records, methods):
+    """Markdown table: per method (in ``methods``' order, then any others), its finished
+    rows, the machines that measured them and the code versions that computed them, each
+    with its row count, most rows first."""
+    by = defaultdict(list)
+    for r in records:
+        if "error" not in r:
+            by[r["method"]].append(r)
+    if not by:
+        return []
+    order = [m for m in methods if m in by] + sorted(set(by) - set(methods))
+
+    def counts(rows, key):
+        c = defaultdict(int)
+        for r in rows:
+            c[key(r)] += 1
+        return "; ".join(f"{k} ({v})" for k, v in sorted(c.items(), key=lambda x: (-x[1], x[0])))
+
+    lines = ["| method | rows | measured on (rows) | code (rows) |", "|---|---:|---|---|"]
+    for m in order:
+        rows = by[m]
+        lines.append(f"| {label(m)} | {len(rows)} | "
+                     f"{counts(rows, lambda r: short_machine(row_machine(r)))} | "
+                     f"{counts(rows, lambda r: r.get('commit', 'unrecorded'))} |")
+    return lines
+
+
 def _machine():
     return f"{machine()}, Python {platform.python_version()}"
 
@@ -249,15 +276,16 @@ def figure(agg, names, methods, path, paper=None, title=None):
     plt.close(fig)
 
 
-def markdown(agg, names, methods, wall_seconds, reps, command, machines=None, commits=None):
+def markdown(agg, names, methods, wall_seconds, reps, command, machines=None, commits=None,
+             records=None):
+    """The replication section; ``records`` (the rows behind ``agg``) give its table of
+    where each method's rows come from."""
     pub = _published()
     machines = machines or {}
     if machines:
         measured = ("Rows measured on: " + "; ".join(
             f"{m} ({c} rows)" for m, c in sorted(machines.items(), key=lambda x: -x[1]))
-            + ". Fit times from different machines are not comparable one to one: where the "
-              "repetitions of a method on a data set ran on more than one machine its fit "
-              "time is marked ‡ and the fit-time comparison names the machines. ")
+            + ". ")
     else:
         measured = ""
     measured += _code_line(commits)
@@ -267,184 +295,31 @@ def markdown(agg, names, methods, wall_seconds, reps, command, machines=None, co
         "",
         f"Report written on: {_machine()}. Date: {time.strftime('%Y-%m-%d')}. "
         + measured
-        + 
-        f"Latest invocation: `{command}` "
+        + f"Latest invocation: `{command}` "
         + ("(tables only, nothing run). " if wall_seconds is None else
            f"({reps} repetitions, {wall_seconds:.0f} s). ")
-        + f"The "
-        f"tables cover every result in `bench/paper/results.jsonl` (finished tasks are cached "
-        f"there and skipped on re-runs; `--fresh` recomputes everything). Run time of the "
-        f"nine small data sets at 20 repetitions, every default method (the \"γ by CV\" "
-        f"ones included), 2 processes, from a fresh clone after `make install`: 417 s, of "
-        f"which 397 s of tasks and the rest `--install`'s packages and ITML environment "
-        f"(`npkl bench paper --install --datasets {SMALL} --reps 20`, the otherwise idle Zen "
-        f"5, 2026-11-30, commit b589e79; it took 469 s + 1370 s in earlier sessions' code). "
-        f"That run reproduced 2,481 of its 2,520 rows here to the last digit of the accuracy "
-        f"and the iteration count, and the 13 failed COP-KMeans repetitions; the other 26 "
-        f"are soybean's KL-ADMM, KL-ADMM (γ by CV) and one SimpleNPKL-sqhinge rows "
-        f"measured on the Intel Xeon, with the same accuracies and iteration counts 1-5 "
-        f"apart: soybean's categorical features tie many distances, and which of two tied "
-        f"points is a neighbour follows the rounding of the BLAS kernel that computes the "
-        f"distances (here OpenBLAS's Haswell and SkylakeX kernels give two different soybean "
-        f"graphs; with OPENBLAS_CORETYPE=SkylakeX this machine gives the Xeon's rows to the last "
-        f"digit, repetitions 0, 1 and 13 checked; sonar's and breast cancer's graphs differ "
-        f"between the two kernels in the last bits of some weights only, and their rows "
-        f"matched). So that every method sees the same soybean graph, those four methods' "
-        f"soybean rows were then re-run here (`--datasets soybean --methods KL-ADMM "
-        f"KL-ADMM-cv SimpleNPKL-linear SimpleNPKL-sqhinge --fresh-methods …`, 4 s). The "
-        f"BCD-hinge rows were re-run with joint moves "
-        f"(`--datasets {SMALL} adult-a1a --reps 20 --methods BCD-hinge --fresh-methods "
-        f"BCD-hinge --workers 1`: 1266 s) and adult-a2a … a6a "
-        f"with one process (`--workers 1`, `nice -n 10`) while another benchmark used the "
-        f"other core: the machine was shared, so fit times are upper bounds. On the nine "
-        f"small sets they were re-run again after the row QP's phase-1 cap went from "
-        f"10,000 to 100 sweeps (commit 30a7175; `--datasets {SMALL} --reps 20 --methods "
-        f"BCD-hinge --fresh-methods BCD-hinge --workers 1`: about 2 minutes on the Zen 5, "
-        f"2026-11-30, with a `nice`d peer fit on the other core): all 180 repetitions "
-        f"cluster as before, to the last digit of the Rand accuracy; then adult-a1a "
-        f"(`--datasets adult-a1a`, the same options: 107 s, 5.3 s a fit against 27.0 s in the "
-        f"older rows): 17 of 20 repetitions as before, 3 higher by 0.11-0.23 points. KL-ADMM, "
-        f"KL-ADMM (γ by CV) and both SimpleNPKL rows were re-run after the compiled ADMM "
-        f"loop and the fast SimpleNPKL eigensolver, with one BLAS thread per task "
-        f"(`--methods KL-ADMM KL-ADMM-cv SimpleNPKL-linear SimpleNPKL-sqhinge --fresh-methods "
-        f"…` on the nine small sets and adult-a1a at 20 repetitions, adult-a2a at 8, adult-a4a "
-        f"at 1); adult-a5a and a6a have 2 repetitions of the methods that cost minutes "
-        f"there (`--datasets adult-a3a adult-a5a adult-a6a --reps 2 --methods BCD-linear "
-        f"KL-ADMM SimpleNPKL-linear KL-ADMM-cv BCD-linear-cv k-means spectral`). adult-a3a "
-        f"has 20 repetitions of every method (`npkl bench paper --datasets adult-a3a --reps "
-        f"20 --workers 2`: 3678 s on the otherwise idle machine, 2026-11-23; repetition 0 of "
-        f"BCD-hinge and SimpleNPKL-sqhinge ran with `--workers 1` while another benchmark "
-        f"used the other core). adult-a4a has 20 repetitions of every method (`npkl bench "
-        f"paper --datasets adult-a4a --reps 20 --workers 2`, in parts on the otherwise idle "
-        f"machine, 2026-11-23: 1562 s for repetitions 1-4; 559 s for 5-9 without the peers, "
-        f"then 879 s for the peers' 5-9 after installing them; 2582 s for 10-19, with "
-        f"SimpleNPKL-sqhinge already on L-BFGS-B). adult-a5a has 20 repetitions of every "
-        f"method (`nice -n 10 npkl bench paper --datasets adult-a5a --reps 20`, 2026-11-23: "
-        f"repetitions 2-3 with `--workers 1`, about 15 min per repetition, while other "
-        f"benchmarks and tests used the other core; repetitions 4-19 with `--workers 2`, "
-        f"about 18 min per pair of repetitions, with short test runs and profiles now and "
-        f"then beside them; so its fit times are upper bounds). adult-a6a has 20 repetitions of every "
-        f"method (0-1 as described above; 2-3 with `nice -n 10 npkl bench paper --datasets "
-        f"adult-a6a --reps 4 --workers 2` on the otherwise idle machine, 2026-11-23: 2264 s "
-        f"for the pair; 4-5 with `nice -n 10 npkl bench paper --datasets adult-a6a --reps 8 "
-        f"--workers 2` (stopped after the pair) on the Intel Xeon machine, about 48 min for the "
-        f"pair while profiles of the block solver ran beside it, so their fit times are upper "
-        f"bounds; 6-7 with `nice -n 10 npkl bench paper --datasets adult-a6a --reps 10 "
-        f"--workers 2` (stopped after the pair) on the Intel Xeon machine, 2026-11-23: 2811 s "
-        f"for the pair while a fresh-clone CI run and block-solver tests ran beside it, so "
-        f"their fit times are upper bounds too; 8-9 with the same command on the Intel Xeon "
-        f"machine, 2026-11-23/24: about 48 min for the pair while a fresh-clone CI run and "
-        f"block-solver tests and benchmarks ran beside it, so their fit times are upper "
-        f"bounds as well; 10-11 with `nice -n 10 npkl bench paper --datasets adult-a6a --reps "
-        f"12 --workers 2` on the Intel Xeon machine, 2026-11-24: 106 min for the pair while "
-        f"block-solver experiments at normal priority and a fresh-clone CI run took the "
-        f"cores, so their fit times are strongly inflated upper bounds: KL-ADMM's mean over "
-        f"the repetitions rose from 18.9 s at 10 to 34.6 s at 12; 12-13 with `nice -n 10 npkl "
-        f"bench paper --datasets adult-a6a --reps 14 --workers 2` on the Intel Xeon machine, "
-        f"2026-11-24: 2473 s for the pair while a fresh-clone CI run took the cores for its "
-        f"first 13 minutes, so their fit times are upper bounds; 14-15 with `--reps 16`, "
-        f"2026-11-24: 2726 s for the pair while a one-thread measurement at n = 1e6 "
-        f"(`bench/block_tail.py schur`) ran beside it for 20 minutes, so their fit times are "
-        f"upper bounds; 16-17 with `--reps 18`, 2026-11-24: 2318 s for the pair while a "
-        f"fresh-clone CI run took the cores for 12 minutes, so upper bounds too; 18-19 with "
-        f"`--reps 20`, 2026-11-24: 1983 s for the pair on the otherwise idle machine). "
-        f"SimpleNPKL-sqhinge maximises the dual "
-        f"by L-BFGS-B since 2026-11-23 (`fit_simplenpkl(dual='lbfgs')`, the default; same dual, kernel steps and stopping "
-        f"rules as Alg. 1) and was re-run with it (`npkl bench paper --reps 20 --methods "
-        f"SimpleNPKL-sqhinge --datasets {SMALL} adult-a1a adult-a2a adult-a3a`: 159 s on 2 "
-        f"processes; `--reps 5 --datasets adult-a4a`; `--reps 2 --datasets adult-a5a "
-        f"adult-a6a`). The earlier rows, computed with the paper's Alg. 1, are kept as "
-        f"\"SimpleNPKL-sqhinge (Alg. 1)\" (`--methods SimpleNPKL-sqhinge-alg1`, not run by "
-        f"default) and are not in the fit-time comparison. KL-ADMM (fixed γ) was re-run on "
-        f"every data set after the unrolled row products and back-substitutions (commits "
-        f"8214d88, 8fbf06c: iterates bitwise unchanged, so its accuracies equal the earlier "
-        f"rows to the last digit) with `npkl bench paper --methods KL-ADMM --fresh-methods "
-        f"KL-ADMM --reps 20 --workers 2`: 202 s on the otherwise idle Intel Xeon machine, "
-        f"2026-11-24. Its earlier rows up to adult-a5a had run on the AMD EPYC machine; the "
-        f"code's own share of the change, measured on one machine, is 1.07-1.22x "
-        f"(bench/RESULTS.md, \"bench_row_products\"). Both SimpleNPKL rows were re-run "
-        f"on every data set but adult-a6a after the dense-eigh limit moved from 200 to "
-        f"240 points (glass and sonar now solve densely) with `npkl bench paper --methods "
-        f"SimpleNPKL-linear SimpleNPKL-sqhinge --fresh-methods SimpleNPKL-linear "
-        f"SimpleNPKL-sqhinge --datasets {SMALL} adult-a1a adult-a2a adult-a3a adult-a4a "
-        f"adult-a5a --reps 20 --workers 2`: 1408 s on the otherwise idle Intel Xeon "
-        f"machine, 2026-11-24. On this machine the ARPACK-bound adult fits are 1.3-1.9x "
-        f"slower than the earlier rows from the AMD EPYC machine (adult-a4a squared hinge: "
-        f"36.5 s against 19.6 s), while the small sets and KL-ADMM are faster; adult-a6a keeps "
-        f"its earlier SimpleNPKL rows (no published time to compare with). After the "
-        f"Lanczos basis went from 2k + 1 to 1.5k + 1 vectors, the data sets that solve by "
-        f"ARPACK (more than 240 points) were re-run: `npkl bench paper --methods "
-        f"SimpleNPKL-linear SimpleNPKL-sqhinge --fresh-methods SimpleNPKL-linear "
-        f"SimpleNPKL-sqhinge --datasets heart breast-cancer adult-a1a adult-a2a adult-a3a "
-        f"adult-a4a adult-a5a --reps 20 --workers 2`: 1321 s on the otherwise idle Intel Xeon "
-        f"machine, 2026-11-24 (accuracies unchanged to the digit). KL-ADMM (fixed γ) was "
-        f"re-run on every data set after its half-step and objective moved to fused "
-        f"multiply-adds, per-row norms and reciprocal pivots (commit fcd58fe; the iterates "
-        f"change in the last bits, the accuracies did not change in any printed digit; "
-        f"1.18-1.23x on one machine, bench/RESULTS.md \"bench_row_products\") with `npkl "
-        f"bench paper --methods KL-ADMM --fresh-methods KL-ADMM --reps 20 --workers 2`: 173 s "
-        f"on the otherwise idle Intel Xeon machine, 2026-11-24. KL-ADMM (γ by CV) was re-run "
-        f"with the same arithmetic on every data set (`npkl bench paper --methods KL-ADMM-cv "
-        f"--fresh-methods KL-ADMM-cv --datasets chessboard dbl-spiral glass heart iris sonar "
-        f"soybean wine breast-cancer adult-a1a adult-a2a adult-a3a adult-a4a adult-a5a --reps "
-        f"20 --workers 2`: 1079 s; then `--datasets adult-a6a`: 847 s; both on the "
-        f"otherwise idle Intel Xeon machine, 2026-11-24): the accuracies did not change in any "
-        f"printed digit. Both SimpleNPKL rows were re-run on the data sets of at most 400 "
-        f"points after the fast path's dense solve became LAPACK dsyevr for the top rank "
-        f"eigenpairs only and its limit moved from 240 to 400 points (commit 16fdb45; heart "
-        f"now solves densely): `npkl bench paper --methods SimpleNPKL-linear "
-        f"SimpleNPKL-sqhinge --fresh-methods SimpleNPKL-linear SimpleNPKL-sqhinge --datasets "
-        f"chessboard dbl-spiral glass heart iris sonar soybean wine --reps 20 --workers 2`: "
-        f"9 s on the otherwise idle Intel Xeon machine, 2026-11-24; the accuracies did not "
-        f"change in any printed digit. The same command was run again after the dense path "
-        f"assembled A(α) directly and kept numpy's eigh below 128 points (commit 1d4bc6a; the "
-        f"matrices are bitwise those of the sparse assembly): 10 s, accuracies unchanged. "
-        f"After the sparse eigensolves moved from ARPACK to Lanczos with partial "
-        f"reorthogonalisation (npkl_dist._lanczos) and the dense limit from 560 to 350 points, "
-        f"the data sets that solve sparsely were re-run: `npkl bench paper --methods "
-        f"SimpleNPKL-linear SimpleNPKL-sqhinge --fresh-methods SimpleNPKL-linear "
-        f"SimpleNPKL-sqhinge --datasets breast-cancer adult-a1a adult-a2a adult-a3a adult-a4a "
-        f"adult-a5a --reps 20 --workers 2`: 629 s on the otherwise idle Intel Xeon machine, "
-        f"2026-11-25 (with ARPACK: 1321 s for these rows and heart's); the accuracies did "
-        f"not change in any printed digit. After the subspace refinement's Lipschitz "
-        f"estimate was made independent of the eigenvectors' signs, both SimpleNPKL rows "
-        f"were re-run on every data set but adult-a6a (`--datasets soybean chessboard "
-        f"dbl-spiral iris wine sonar glass heart breast-cancer adult-a1a adult-a2a adult-a3a "
-        f"adult-a4a adult-a5a`, same options): 776 s on the Intel Xeon machine, 2026-11-25, "
-        f"accuracies unchanged in every printed digit (a run just before it was discarded: "
-        f"unchanged code such as glass's dense linear fit took 4x its usual time in 4 of 20 "
-        f"repetitions; bench/RESULTS.md). After A went to Lanczos's upper form (compiled "
-        f"assembly), the Lanczos steps' inner products were vectorised and fused with the "
-        f"updates, the eigenvectors came out C-ordered and the dense limit moved from 350 to "
-        f"160 points, the same command was run on the otherwise idle Intel Xeon machine, "
-        f"2026-11-25 evening: once before the fused updates and the 160-point limit (497 s), "
-        f"then twice after them (468 s, 473 s); accuracies unchanged in every printed digit "
-        f"in each. After the Lanczos convergence checks were rescheduled (commit 1d76be9), "
-        f"the data sets that solve sparsely (more than 160 points) were re-run (`--datasets "
-        f"wine sonar glass heart breast-cancer adult-a1a adult-a2a adult-a3a adult-a4a "
-        f"adult-a5a`, 444 s): its SimpleNPKL-linear rows are shown for those sets, the last of "
-        f"the three runs before for soybean, chessboard, dbl-spiral and iris. After the "
-        f"squared hinge's dual moved to the direct L-BFGS-B driver (npkl_dist._lbfgsb, commit "
-        f"c99ff34: scipy's compiled routine without `minimize`'s per-call set-up), "
-        f"SimpleNPKL-sqhinge was re-run on every data set but adult-a6a, the invocation "
-        f"above, on the otherwise idle Intel Xeon machine, 2026-11-25: the iteration counts "
-        f"and the accuracies of all 300 repetitions are identical to the run before. "
-        f"On 2026-11-30 a fresh clone's run of the small sets found the BCD-linear, "
-        f"BCD-square, BCD-sqhinge and BCD-linear (γ by CV) rows computed by code older than "
-        f"the current sweeps (glass BCD-linear, repetition 0: 208 sweeps, the row 245; the "
-        f"peers, KL-ADMM and both SimpleNPKL rows matched to the last digit). Those four "
-        f"methods, and BCD-hinge on adult-a2a … a5a, were re-run on the otherwise idle Zen "
-        f"5 at commit f186b53, each row now naming its code (`commit`): `--datasets {SMALL} "
-        f"--reps 20 --methods BCD-linear BCD-square BCD-sqhinge BCD-linear-cv --fresh-methods "
-        f"…` (95 s), `--datasets adult-a1a adult-a2a adult-a3a adult-a4a adult-a5a --methods "
-        f"… BCD-hinge --fresh-methods …` (3274 s), and on adult-a6a the four repetitions "
-        f"(0-3) the older code had computed (its other 16, from the Intel Xeon, match the "
-        f"current code's sweeps: repetition 4 checked for BCD-linear, -square and -hinge), "
-        f"`--datasets adult-a6a --reps 4` after removing those rows (631 s). 29 of the 1,240 "
-        f"re-run repetitions cluster differently (glass squared hinge 12, glass square 7, "
-        f"hinge on adult-a3a 3, a6a 3 and a2a 2, iris squared hinge 1, glass linear 1); no "
-        f"mean of the small sets or adult-a1a … a5a moved by more than 0.25 points. The fits are 1-11x faster than the older rows "
-        f"(BCD-linear (γ by CV) 5-11x on the small sets and adult-a1a).",
+        + "The tables cover every result in `bench/paper/results.jsonl` (finished tasks are "
+        "cached there and skipped on re-runs; `--fresh` recomputes everything).",
+        "",
+        f"**Run time.** The nine small data sets at 20 repetitions, every default method (the "
+        f"\"γ by CV\" ones included), 2 processes, from a fresh clone after `make install`: "
+        f"417 s, of which 397 s of tasks and the rest `--install`'s packages and ITML "
+        f"environment (`npkl bench paper --install --datasets {SMALL} --reps 20`, the "
+        f"otherwise idle Zen 5, 2026-11-30, commit b589e79). That run reproduced the committed "
+        f"rows to the last digit of the accuracy and the iteration count, except soybean rows "
+        f"measured on the Intel Xeon: soybean's kNN graph follows the BLAS kernel's rounding "
+        f"of tied distances (bench/paper/README.md), and those rows have since been re-run "
+        f"here. The whole table's estimate is the last table of this section.",
+        "",
+        "**Where the rows come from.** Per method, the machines that measured its rows and "
+        "the code that computed them (`commit`; rows from before 2026-11-30 have none). Fit "
+        "times from different machines are not comparable one to one: where the repetitions "
+        "of a method on a data set ran on more than one machine its fit time is marked ‡ and "
+        "the fit-time comparison names the machines. How each run was made, and which fit "
+        "times are upper bounds because the machine was shared: bench/paper/README.md, "
+        "\"History of the committed rows\".",
+        "",
+        *provenance_table(records or [], methods),
         "",
         "Pairwise (Rand) accuracy in %, mean ± std over repetitions; fit time in seconds "
         "(kernel learning, or the peer's whole fit; for the \"γ by CV\" methods the "
@@ -690,8 +565,9 @@ def write_report(records, names, methods, report_path, *, wall_seconds, reps, co
     else:
         figure(agg, names, methods, Path(figure_path or HERE / "accuracy_vs_time.png"))
         write, begin, end = markdown, BEGIN, END
+    extra = {} if protocol == "simplenpkl" else {"records": records}
     section = write(agg, names, methods, wall_seconds, reps, command,
-                    machines=machine_counts(records), commits=commit_counts(records))
+                    machines=machine_counts(records), commits=commit_counts(records), **extra)
     report_path = Path(report_path)
     text = report_path.read_text() if report_path.exists() else "# Benchmark results\n"
     if begin in text and end in text:
