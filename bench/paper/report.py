@@ -144,9 +144,7 @@ def provenance_table(records, methods):
     order = [m for m in methods if m in by] + sorted(set(by) - set(methods))
 
     def counts(rows, key):
-        c = defaultdict(int)
-        for r in rows:
-            c[key(r)] += 1
+        c = _row_counts(rows, key)
         return "; ".join(f"{k} ({v})" for k, v in sorted(c.items(), key=lambda x: (-x[1], x[0])))
 
     lines = ["| method | rows | measured on (rows) | code (rows) |", "|---|---:|---|---|"]
