@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 import time
 
 __all__ = ["main", "build_parser"]
@@ -585,11 +586,39 @@ def _cmd_demo(args) -> int:
     return 0
 
 
+def _cli_warnings(command):
+    """Format npkl's own warnings (``NpklWarning``: convergence, graph, constraints) as
+    ``npkl COMMAND: warning (ConvergenceWarning): message``, without the Python file, line
+    and source line of the library call that raised them, which mean nothing to a
+    command-line user; every other warning keeps Python's format. Only the format changes
+    (``warnings.formatwarning``): filters apply and ``catch_warnings(record=True)`` records
+    as before. Returns the previous formatter, for ``main`` to restore."""
+    from npkl_dist import NpklWarning
+
+    default = warnings.formatwarning
+
+    def fmt(message, category, filename, lineno, line=None):
+        if not issubclass(category, NpklWarning):
+            return default(message, category, filename, lineno, line)
+        return f"npkl {command}: warning ({category.__name__}): {message}\n"
+
+    warnings.formatwarning = fmt
+    return default
+
+
 def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    previous = _cli_warnings(args.command)
+    try:
+        return _run(args)
+    finally:
+        warnings.formatwarning = previous
+
+
+def _run(args) -> int:
     from npkl_dist import NpklError
     from npkl_dist.store import RunNotFoundError
 
-    args = build_parser().parse_args(argv)
     commands = {"fit": _cmd_fit, "demo": _cmd_demo, "resume": _cmd_resume,
                 "export": _cmd_export, "bench": _cmd_bench, "run": _cmd_run,
                 "status": _cmd_status, "extend": _cmd_extend}

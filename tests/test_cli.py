@@ -469,3 +469,49 @@ def test_export_names_the_files_it_wrote(tmp_path, capsys, clusters):
     names = ["embedding.npy"] + ([] if clusters is None else ["clusters.npy"]) + ["summary.json"]
     assert line == "wrote " + ", ".join(str(out / n) for n in names)
     assert sorted(p.name for p in out.iterdir()) == sorted(names)
+
+
+def test_npkl_warnings_print_in_the_clis_terms(iris_files, tmp_path):
+    """Through the installed command, as a user sees it (pytest records warnings in-process,
+    so their printed form only shows in a process of its own)."""
+    import subprocess
+    import sys
+
+    d, _, _ = iris_files
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from flows.cli import main; sys.exit(main())",
+         "fit", "--features", str(d / "X.npy"), "--labels", str(d / "y.npy"), "--solver",
+         "admm", "--max-sweeps", "3", "--quiet", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    # one line per warning, named by the command; no library file, line or source line
+    lines = [t for t in proc.stderr.splitlines() if "ConvergenceWarning" in t]
+    assert len(lines) == 1 and lines[0].startswith(
+        "npkl fit: warning (ConvergenceWarning): admm: stopped after max_iter=3"), proc.stderr
+    assert ".py:" not in proc.stderr and "return fit(" not in proc.stderr, proc.stderr
+
+
+def test_cli_warning_format_and_its_restoration(iris_files, capsys):
+    import warnings
+
+    before = warnings.formatwarning
+    d, _, _ = iris_files
+    with warnings.catch_warnings(record=True) as rec:  # recording is unaffected
+        warnings.simplefilter("always")
+        code = main(["fit", "--features", str(d / "X.npy"), "--labels", str(d / "y.npy"),
+                     "--solver", "admm", "--max-sweeps", "3", "--quiet"])
+        assert warnings.formatwarning is before  # restored when main returns
+    assert code == 0
+    assert any(issubclass(w.category, nk.ConvergenceWarning) for w in rec)
+
+    from flows.cli import _cli_warnings
+
+    previous = _cli_warnings("fit")
+    try:
+        ours = warnings.formatwarning("m1", nk.ConvergenceWarning, "/x/_bcd.py", 7, "src")
+        other = warnings.formatwarning("m2", UserWarning, "/x/y.py", 7, "src")
+    finally:
+        warnings.formatwarning = previous
+    assert ours == "npkl fit: warning (ConvergenceWarning): m1\n"
+    assert other == previous("m2", UserWarning, "/x/y.py", 7, "src")
+    assert "/x/y.py:7: UserWarning: m2" in other
