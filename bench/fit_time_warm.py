@@ -55,23 +55,32 @@ def parse_pair(text):
     return name, method
 
 
+def harness_fit(name, rep, executor):
+    """(fit, y, k) for repetition ``rep`` of data set ``name``: ``fit(method)`` is the
+    harness's fit of that method on the repetition's inputs (``task_inputs``,
+    ``learn_kernel``), returning V; y the labels, k the number of classes."""
+    from bench.paper.run import learn_kernel, task_inputs
+
+    X, y, meta, L, cons, cons_diag = task_inputs(name, rep)
+    n, k = X.shape[0], int(np.unique(y).size)
+
+    def fit(m):
+        return learn_kernel(m, L, cons, cons_diag, n=n, k=k, adult=False, seed=rep,
+                            executor=executor, rec={})
+
+    return fit, y, k
+
+
 def time_pair(name, method, reps, runs):
     """(warm medians, in-context medians) per repetition, seconds."""
     import npkl_dist as nk
-    from bench.paper.run import learn_kernel, task_inputs
     from npkl_dist.executors import InProcessExecutor
 
     ex = InProcessExecutor(1)
     before = ORDER[(ORDER.index(method) - 1) % len(ORDER)]
     warm, ctx = [], []
     for rep in range(reps):
-        X, y, meta, L, cons, cons_diag = task_inputs(name, rep)
-        n, k = X.shape[0], int(np.unique(y).size)
-
-        def fit(m):
-            return learn_kernel(m, L, cons, cons_diag, n=n, k=k, adult=False, seed=rep,
-                                executor=ex, rec={})
-
+        fit, y, k = harness_fit(name, rep, ex)
         V_ref = fit(method)
         for _ in range(4):
             fit(method)

@@ -116,3 +116,20 @@ def prefect_server(tmp_path_factory):
     except subprocess.TimeoutExpired:
         proc.kill()
     log.close()
+
+
+@pytest.fixture
+def learn_kernel_calls(monkeypatch):
+    """The methods ``bench.paper.run.learn_kernel`` is called with, in order, while the test
+    runs (the real fit still runs): for the benchmarks that time the harness's own fits."""
+    from bench.paper import run
+
+    calls = []
+    real = run.learn_kernel
+
+    def spy(method, *args, **kwargs):
+        calls.append(method)
+        return real(method, *args, **kwargs)
+
+    monkeypatch.setattr(run, "learn_kernel", spy)
+    return calls

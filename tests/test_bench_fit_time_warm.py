@@ -34,18 +34,10 @@ def test_prints_both_ratios_against_the_published_time(capsys):
         assert float(cells[8]) == pytest.approx(ctx / warm, abs=0.01, rel=0.01)
 
 
-def test_time_pair_times_the_harness_fit_after_the_method_before_it(monkeypatch):
+def test_time_pair_times_the_harness_fit_after_the_method_before_it(learn_kernel_calls):
     from bench import fit_time_warm as ftw
-    from bench.paper import run
 
-    calls = []
-    real = run.learn_kernel
-
-    def spy(method, *args, **kwargs):
-        calls.append(method)
-        return real(method, *args, **kwargs)
-
-    monkeypatch.setattr(run, "learn_kernel", spy)
+    calls = learn_kernel_calls
     warm, ctx = ftw.time_pair("chessboard", "SimpleNPKL-linear", reps=1, runs=2)
     assert len(warm) == len(ctx) == 1
     # 1 reference + 4 untimed + 2 warm fits, then (KL-ADMM, the fit) twice: the harness's order

@@ -681,3 +681,11 @@ def test_a_data_set_that_is_not_installed_stops_the_run_before_any_work(tmp_path
         assert not ran and not report.exists()
         assert [json.loads(x) for x in results.read_text().splitlines()] == earlier
     assert run.unavailable_datasets(["iris", "chessboard"]) == {}
+
+
+def test_progress_says_how_long_is_left():
+    from bench.paper.run import progress_times
+
+    assert progress_times(12.0, 2, 5) == "12s elapsed, about 18s left"
+    assert progress_times(30.4, 5, 5) == "30s elapsed"  # nothing left to estimate
+    assert progress_times(0.0, 0, 5) == "0s elapsed"

@@ -436,7 +436,17 @@ def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progre
             if progress:
                 name, rep, _ = futures[fut]
                 print(f"[{q}/{len(tasks)}] {name} rep {rep} done  "
-                      f"({time.perf_counter() - t0:.0f}s elapsed)", file=sys.stderr)
+                      f"({progress_times(time.perf_counter() - t0, q, len(tasks))})",
+                      file=sys.stderr)
+
+
+def progress_times(elapsed, done, total):
+    """"12s elapsed, about 30s left": the time left at the rate of the tasks done so far
+    (tasks of one data set cost about the same; the estimate settles as they finish)."""
+    text = f"{elapsed:.0f}s elapsed"
+    if 0 < done < total:
+        text += f", about {elapsed / done * (total - done):.0f}s left"
+    return text
 
 
 def discard(results_path, datasets, methods, protocol=None, failed_only=False):
