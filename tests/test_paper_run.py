@@ -689,3 +689,8 @@ def test_progress_says_how_long_is_left():
     assert progress_times(12.0, 2, 5) == "12s elapsed, about 18s left"
     assert progress_times(30.4, 5, 5) == "30s elapsed"  # nothing left to estimate
     assert progress_times(0.0, 0, 5) == "0s elapsed"
+    # two workers: the first task took all 286 s (the other ran beside it); 15 left, 2 at a
+    # time, is 2145 s, not 15 x 286
+    assert progress_times(286.0, 1, 16, workers=2) == "286s elapsed, about 2145s left"
+    assert progress_times(289.0, 2, 16, workers=2) == "289s elapsed, about 2023s left"
+    assert progress_times(1445.0, 10, 16, workers=2) == "1445s elapsed, about 867s left"

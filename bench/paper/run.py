@@ -436,16 +436,19 @@ def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progre
             if progress:
                 name, rep, _ = futures[fut]
                 print(f"[{q}/{len(tasks)}] {name} rep {rep} done  "
-                      f"({progress_times(time.perf_counter() - t0, q, len(tasks))})",
+                      f"({progress_times(time.perf_counter() - t0, q, len(tasks), workers)})",
                       file=sys.stderr)
 
 
-def progress_times(elapsed, done, total):
-    """"12s elapsed, about 30s left": the time left at the rate of the tasks done so far
-    (tasks of one data set cost about the same; the estimate settles as they finish)."""
+def progress_times(elapsed, done, total, workers=1):
+    """"12s elapsed, about 30s left": the tasks left at the time per task so far, ``workers``
+    at a time (tasks of one data set cost about the same; the estimate settles as they
+    finish). Until ``workers`` tasks are done, the first ones finished side by side, so a
+    task took the whole elapsed time, not a share of it."""
     text = f"{elapsed:.0f}s elapsed"
     if 0 < done < total:
-        text += f", about {elapsed / done * (total - done):.0f}s left"
+        per_task = elapsed * min(done, workers) / done
+        text += f", about {per_task * (total - done) / workers:.0f}s left"
     return text
 
 
