@@ -38,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench._env import pin_threads  # noqa: E402
-from bench.fit_time_warm import ORDER, harness_fit, parse_pair  # noqa: E402
+from bench.fit_time_warm import ORDER, harness_fit, parse_pair, previous_method  # noqa: E402
 
 
 def ways(fit, method, before, k, seed, y, big):
@@ -63,7 +63,7 @@ def time_ways(name, method, reps, runs):
     from npkl_dist.executors import InProcessExecutor
 
     ex = InProcessExecutor(1)
-    before = ORDER[(ORDER.index(method) - 1) % len(ORDER)]
+    before = previous_method(method)
     big = np.random.default_rng(0).random(4_000_000)  # 32 MB
     out = {}
     for rep in range(reps):

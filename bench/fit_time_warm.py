@@ -55,6 +55,12 @@ def parse_pair(text):
     return name, method
 
 
+def previous_method(method):
+    """The method fitted before ``method`` in each task of the fit-time runs (``ORDER``,
+    cyclically: the first one follows the task's last)."""
+    return ORDER[(ORDER.index(method) - 1) % len(ORDER)]
+
+
 def harness_fit(name, rep, executor):
     """(fit, y, k) for repetition ``rep`` of data set ``name``: ``fit(method)`` is the
     harness's fit of that method on the repetition's inputs (``task_inputs``,
@@ -77,7 +83,7 @@ def time_pair(name, method, reps, runs):
     from npkl_dist.executors import InProcessExecutor
 
     ex = InProcessExecutor(1)
-    before = ORDER[(ORDER.index(method) - 1) % len(ORDER)]
+    before = previous_method(method)
     warm, ctx = [], []
     for rep in range(reps):
         fit, y, k = harness_fit(name, rep, ex)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import warnings
 import time
+import warnings
 
 __all__ = ["main", "build_parser"]
 
