@@ -35,3 +35,17 @@ def test_each_way_runs_its_work_before_the_timed_fit(learn_kernel_calls):
     assert calls.count("KL-ADMM") == 1 + 2 + 2
     # 5 untimed warm fits, 7 ways x 2 timed fits, 2 untimed ones before "sleep, then the fit"
     assert calls.count("SimpleNPKL-linear") == 5 + 7 * 2 + 2
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--pair", "iris:BCD-linear"], "pair='iris:BCD-linear' must be DATASET:METHOD"),
+    (["--reps", "0"], "fit_time_context: --reps=0 must be >= 1"),
+    (["--runs", "0"], "fit_time_context: --runs=0 must be >= 1"),
+])
+def test_bad_arguments_name_the_argument(argv, message):
+    import re
+
+    from bench import fit_time_context as ftc
+
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        ftc.main(argv)
