@@ -38,7 +38,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from bench._env import pin_threads  # noqa: E402
-from bench.fit_time_warm import ORDER, harness_fit, parse_pair, previous_method  # noqa: E402
+from bench.fit_time_warm import (  # noqa: E402
+    ORDER, check_counts, harness_fit, parse_pair, previous_method)
 
 
 def ways(fit, method, before, k, seed, y, big):
@@ -88,9 +89,7 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=15, help="timed fits per repetition and way")
     args = ap.parse_args(argv)
     name, method = parse_pair(args.pair)
-    for flag in ("reps", "runs"):
-        if getattr(args, flag) < 1:
-            raise SystemExit(f"fit_time_context: --{flag}={getattr(args, flag)} must be >= 1")
+    check_counts("fit_time_context", args)
     print(pin_threads(1))
     from bench.paper.run import warm_up
 

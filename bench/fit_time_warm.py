@@ -61,6 +61,13 @@ def previous_method(method):
     return ORDER[(ORDER.index(method) - 1) % len(ORDER)]
 
 
+def check_counts(prog, args, flags=("reps", "runs")):
+    """SystemExit naming the first of ``flags`` (parsed ``args``) below 1, as ``prog`` says."""
+    for flag in flags:
+        if getattr(args, flag) < 1:
+            raise SystemExit(f"{prog}: --{flag}={getattr(args, flag)} must be >= 1")
+
+
 def harness_fit(name, rep, executor):
     """(fit, y, k) for repetition ``rep`` of data set ``name``: ``fit(method)`` is the
     harness's fit of that method on the repetition's inputs (``task_inputs``,
@@ -117,9 +124,7 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=15, help="timed fits per repetition and way")
     args = ap.parse_args(argv)
     pairs = [parse_pair(p) for p in args.pairs]
-    for flag in ("reps", "runs"):
-        if getattr(args, flag) < 1:
-            raise SystemExit(f"fit_time_warm: --{flag}={getattr(args, flag)} must be >= 1")
+    check_counts("fit_time_warm", args)
     print(pin_threads(1))
     from bench.paper.published import published_value
     from bench.paper.run import warm_up
