@@ -14,13 +14,16 @@ Usage::
 
     python -m bench.paper.fit_time_machines [--protocol P] [--results FILE ...] [--methods ...]
 
-Default: ``bench/paper/results.jsonl`` (the Zen 5 for every solver row but adult-a6a's BCD
-repetitions 4-19, from the Intel Xeon) and the AMD EPYC files. The
+Default: ``bench/paper/results.jsonl`` (the Zen 5 for every solver row; the peers' adult-a6a
+repetitions 10-19 are the Intel Xeon's) and the AMD EPYC files. The
 virtual machines of these sessions all call their CPU "AMD EPYC", but two kinds stood behind
 the name, and rows now record the CPU's family and model (``report.machine``):
 
-- ``results_fit_time_amd.jsonl`` and ``results_fit_time_amd_2threads.jsonl``: the Zen 3
-  (family 25, model 1, AVX2), 2026-11-29, eighteenth to twenty-first sessions;
+- ``results_fit_time_amd.jsonl``: the Zen 3 (family 25, model 1, AVX2), one thread per fit,
+  the code of f0a4087 (2026-11-30, thirty-first session, on an instance about 1.2x slower
+  than the earlier sessions' Zen 3 on the same code);
+- ``results_fit_time_amd_2threads.jsonl``: the Zen 3, 2026-11-29, eighteenth to twenty-first
+  sessions;
 - ``results_fit_time_zen5.jsonl`` and ``results_fit_time_zen5_2threads.jsonl``: the Zen 5
   (family 26, model 2, AVX-512), 2026-11-29, twenty-second session.
 
