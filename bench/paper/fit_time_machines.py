@@ -3,8 +3,8 @@
 Issue 3 asks for fit times at least 100x below the papers' CPU times, "measured on this kind
 of machine". The sessions' machines differ: the AMD EPYC Zen 5 (AVX-512) measured the
 solver rows of ``bench/paper/results.jsonl`` (since 2026-11-30; an Intel Xeon with AVX-512
-most of them before); the AMD EPYC Zen 3 (AVX2) of earlier sessions is 1.1-2.7x slower on
-the same code. ``npkl bench paper``'s own table pools whatever machines measured a
+most of them before); the AMD EPYC Zen 3 (AVX2) is 1.7-3.1x slower on the same
+code (one thread per fit, 2026-11-30). ``npkl bench paper``'s own table pools whatever machines measured a
 pair; this one splits the rows of one or more results files by the machine that measured
 them and prints, for every (data set, method) pair with a published CPU time, the median fit
 time and the ratio on each machine, the count of pairs at or above 100x per machine, and the
@@ -19,11 +19,9 @@ repetitions 10-19 are the Intel Xeon's) and the AMD EPYC files. The
 virtual machines of these sessions all call their CPU "AMD EPYC", but two kinds stood behind
 the name, and rows now record the CPU's family and model (``report.machine``):
 
-- ``results_fit_time_amd.jsonl``: the Zen 3 (family 25, model 1, AVX2), one thread per fit,
-  the code of f0a4087 (2026-11-30, thirty-first session, on an instance about 1.2x slower
-  than the earlier sessions' Zen 3 on the same code);
-- ``results_fit_time_amd_2threads.jsonl``: the Zen 3, 2026-11-29, eighteenth to twenty-first
-  sessions;
+- ``results_fit_time_amd.jsonl`` and ``results_fit_time_amd_2threads.jsonl``: the Zen 3
+  (family 25, model 1, AVX2), the code of f0a4087 (2026-11-30, thirty-first session, on an
+  instance about 1.2x slower than the earlier sessions' Zen 3 on the same code);
 - ``results_fit_time_zen5.jsonl`` and ``results_fit_time_zen5_2threads.jsonl``: the Zen 5
   (family 26, model 2, AVX-512), 2026-11-29, twenty-second session.
 
