@@ -1,14 +1,14 @@
 """The fit-time comparison of the replication, machine by machine.
 
 Issue 3 asks for fit times at least 100x below the papers' CPU times, "measured on this kind
-of machine". The sessions' machines differ: the AMD EPYC Zen 5 (AVX-512) measured the
-solver rows of ``bench/paper/results.jsonl`` (since 2026-11-30; an Intel Xeon with AVX-512
-most of them before); the AMD EPYC Zen 3 (AVX2) is 1.7-3.1x slower on the same
-code (one thread per fit, 2026-11-30). ``npkl bench paper``'s own table pools whatever machines measured a
-pair; this one splits the rows of one or more results files by the machine that measured
-them and prints, for every (data set, method) pair with a published CPU time, the median fit
-time and the ratio on each machine, the count of pairs at or above 100x per machine, and the
-ratio of the machines' medians.
+of machine". The sessions' machines differ: the AMD EPYC Zen 5 (AVX-512) measured the solver
+rows of ``bench/paper/results.jsonl`` (since 2026-11-30; an Intel Xeon with AVX-512 most of
+them before); the AMD EPYC Zen 3 (AVX2) is 1.7-3.1x slower on the same code (one thread per
+fit, 2026-11-30). ``npkl bench paper``'s own table pools whatever machines measured a pair;
+this one splits the rows of one or more results files by the machine that measured them and
+prints, for every (data set, method) pair with a published CPU time, the median fit time and
+the ratio on each machine, the count of pairs at or above 100x per machine, and the ratio of
+the machines' medians.
 
 Usage::
 
