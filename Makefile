@@ -41,8 +41,14 @@ system-deps:
 demo: $(STAMP)
 	$(VENV)/bin/npkl demo --out demo_out
 
+# The default suite runs on TEST_WORKERS processes (pytest-xdist), each test file whole on one
+# process; numba compiles on both cores at once. On a 2-core Zen 3 with numba's cache empty it
+# took 771 s this way against 1340 s on one process (bench/RESULTS.md, "Test suite").
+# `make test TEST_WORKERS=0` runs it on one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) system-deps
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-heavy: $(STAMP)
 	$(PY) -m pytest -m heavy
