@@ -27,7 +27,8 @@ install: $(STAMP)
 
 system-deps:
 	@missing=""; for p in $(DEB_TEST_PACKAGES); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" \
+	    || missing="$$missing $$p"; \
 	done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -47,13 +48,21 @@ demo: $(STAMP)
 # `make test TEST_WORKERS=0` runs it on one process.
 TEST_WORKERS ?= 2
 
-test: $(STAMP) system-deps
+# metric-learn's ITML (a peer of bench/paper) in its own environment: metric-learn 0.7.0
+# needs an older scikit-learn (bench/paper/peers.py); tests/test_paper_peers.py runs it.
+ITML_STAMP := bench/.venv-itml/.installed
+
+$(ITML_STAMP): | $(STAMP)
+	@echo "creating bench/.venv-itml (metric-learn's ITML for the paper harness' peers)"
+	$(PY) -c "from bench.paper import peers; peers.ensure_itml_env()"
+
+test: $(STAMP) system-deps $(ITML_STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-heavy: $(STAMP)
 	$(PY) -m pytest -m heavy
 
-test-all: $(STAMP) system-deps
+test-all: $(STAMP) system-deps $(ITML_STAMP)
 	$(PY) -m pytest -m "heavy or not heavy"
 
 bench: $(STAMP)
@@ -64,4 +73,4 @@ bench-pipeline: $(STAMP)
 	$(PY) bench/bench_pipeline.py --n 1000000 --d 16 --knn 10 --rank 32 --constrained 0.01
 
 clean:
-	rm -rf $(VENV) demo_out build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) bench/.venv-itml demo_out build *.egg-info .pytest_cache .hypothesis

@@ -117,3 +117,30 @@ def test_itml_fails_on_a_cannot_link_between_identical_points_and_runs_without_i
     assert fit(pairs, labels).returncode == 0
     got, info = peers.run_peer("ITML+k-means", X, 2, cons, 0)
     assert info == {"dropped_pairs": 1} and got.shape == (40,)
+
+
+def test_ensure_itml_env_finishes_an_install_that_died(tmp_path, monkeypatch):
+    """A python without the completion mark gets pip again; a completed one is left alone."""
+    calls = []
+
+    def fake_run(cmd, check):
+        calls.append(cmd)
+        if cmd[1:3] == ["-m", "venv"]:
+            (tmp_path / "itml" / "bin").mkdir(parents=True)
+            (tmp_path / "itml" / "bin" / "python").touch()
+        elif "install" in cmd and len(calls) == 2:
+            raise RuntimeError("pip died")   # the first install dies half-way
+
+    monkeypatch.setattr(peers, "ITML_VENV", tmp_path / "itml")
+    monkeypatch.setattr(peers.subprocess, "run", fake_run)
+    with pytest.raises(RuntimeError, match="pip died"):
+        peers.ensure_itml_env()
+    assert not (tmp_path / "itml" / ".installed").exists()
+    py = peers.ensure_itml_env()                       # the venv is there: only pip again
+    assert py == tmp_path / "itml" / "bin" / "python"
+    assert [c[1:4] for c in calls] == [["-m", "venv", str(tmp_path / "itml")],
+                                       ["-m", "pip", "install"], ["-m", "pip", "install"]]
+    assert calls[-1][-len(peers.ITML_REQUIREMENTS):] == peers.ITML_REQUIREMENTS
+    assert (tmp_path / "itml" / ".installed").exists()
+    peers.ensure_itml_env()
+    assert len(calls) == 3

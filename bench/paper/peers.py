@@ -121,11 +121,18 @@ def ensure_asc():
 
 
 def ensure_itml_env():
+    """Create ``ITML_VENV`` with ``ITML_REQUIREMENTS`` unless a completed install is there.
+
+    Completion is marked by a file written after pip succeeds, so an install that died
+    half-way is finished by the next call instead of leaving a python without metric-learn."""
     py = ITML_VENV / "bin" / "python"
-    if not py.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(ITML_VENV)], check=True)
+    done = ITML_VENV / ".installed"
+    if not done.exists():
+        if not py.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(ITML_VENV)], check=True)
         subprocess.run([str(py), "-m", "pip", "install", "--quiet", *ITML_REQUIREMENTS],
                        check=True)
+        done.write_text(" ".join(ITML_REQUIREMENTS) + "\n")
     return py
 
 
