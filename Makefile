@@ -9,11 +9,6 @@ STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
 .PHONY: demo test test-heavy test-all bench bench-pipeline install system-deps clean
 
-# Debian packages the default suite reads: liblinear-tools ships heart_scale, which
-# tests/test_paper_protocols.py checks against svm-scale. Installed when root and missing;
-# otherwise the command to run is printed and that one test skips.
-DEB_TEST_PACKAGES := liblinear-tools
-
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
@@ -25,19 +20,13 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
-system-deps:
-	@missing=""; for p in $(DEB_TEST_PACKAGES); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" \
-	    || missing="$$missing $$p"; \
-	done; \
-	if [ -z "$$missing" ]; then exit 0; fi; \
-	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing Debian packages:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	else \
-	  echo "note: Debian packages missing:$$missing; run: sudo apt-get install -y$$missing" \
-	       "(tests that read them will skip)"; \
-	fi
+# The Debian package the default suite reads: liblinear-tools ships heart_scale, which
+# tests/test_paper_protocols.py checks against svm-scale. bench/paper/datasets.py's installer
+# runs apt-get when root and the file is missing; otherwise it prints the command and that one
+# test skips.
+system-deps: $(STAMP)
+	@$(PY) -c "from bench.paper import datasets; \
+	datasets.ensure_installed(only={'liblinear-tools'}, pip=False)"
 
 demo: $(STAMP)
 	$(VENV)/bin/npkl demo --out demo_out

@@ -694,3 +694,28 @@ def test_progress_says_how_long_is_left():
     assert progress_times(286.0, 1, 16, workers=2) == "286s elapsed, about 2145s left"
     assert progress_times(289.0, 2, 16, workers=2) == "289s elapsed, about 2023s left"
     assert progress_times(1445.0, 10, 16, workers=2) == "1445s elapsed, about 867s left"
+
+
+@pytest.mark.parametrize("root", [True, False])
+def test_ensure_installed_only_touches_the_pieces_named(monkeypatch, root):
+    """`make system-deps` installs liblinear-tools alone: r-cran-mlbench and the PyPI
+    pieces stay out of the commands, and the report covers only the piece named."""
+    import io
+
+    from bench.paper import datasets
+
+    missing = {"r-cran-mlbench": "fix m", "liblinear-tools": "fix l", "pyreadr": "fix p"}
+    monkeypatch.setattr(datasets, "missing_requirements", lambda: dict(missing))
+    monkeypatch.setattr(datasets, "_is_root", lambda: root)
+    monkeypatch.setattr(datasets.shutil, "which", lambda name: "/usr/bin/" + name)
+    out = io.StringIO()
+    still = datasets.ensure_installed(only={"liblinear-tools"}, pip=False, dry_run=True,
+                                      out=out)
+    text = out.getvalue()
+    assert still == {}
+    if root:
+        assert "$ apt-get install -y liblinear-tools\n" in text
+    else:
+        assert "(not root) run: sudo apt-get update && sudo apt-get install -y liblinear-tools\n" \
+            in text
+    assert "mlbench" not in text and "pip" not in text and "all data-set sources" not in text

