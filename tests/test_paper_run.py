@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 run = pytest.importorskip("bench.paper.run")
+report_mod = pytest.importorskip("bench.paper.report")
 
 
 def _rec(dataset, method, rep, acc=0.5):
@@ -719,3 +720,23 @@ def test_ensure_installed_only_touches_the_pieces_named(monkeypatch, root):
         assert "(not root) run: sudo apt-get update && sudo apt-get install -y liblinear-tools\n" \
             in text
     assert "mlbench" not in text and "pip" not in text and "all data-set sources" not in text
+
+
+@pytest.mark.parametrize("protocol", ["kl-admm", "simplenpkl"])
+def test_a_report_elsewhere_gets_its_figure_beside_it_not_over_the_committed_one(
+        tmp_path, monkeypatch, protocol):
+    """``--report /tmp/x.md`` without ``--figure`` used to rewrite the committed PNG with the
+    trial run's subset of the data; the figure now goes beside that report."""
+    committed = run.PROTOCOL_FILES[protocol][1]
+    assert run.default_figure_for(run.DEFAULT_REPORT, committed) == committed
+    assert run.default_figure_for(run.ROOT / "bench" / ".." / "bench" / "RESULTS.md",
+                                  committed) == committed
+    drawn = []
+    monkeypatch.setattr(report_mod, "figure", lambda agg, names, methods, path, **kw:
+                        drawn.append(Path(path)))
+    path, report = tmp_path / "results.jsonl", tmp_path / "trial.md"
+    _write(path, [dict(_rec("iris", "k-means", r), protocol=protocol) for r in range(2)])
+    assert run.main(["--protocol", protocol, "--datasets", "iris", "--results", str(path),
+                     "--report", str(report), "--report-only"]) == 0
+    assert drawn == [tmp_path / committed.name]
+    assert report.exists()

