@@ -740,3 +740,22 @@ def test_a_report_elsewhere_gets_its_figure_beside_it_not_over_the_committed_one
                      "--report", str(report), "--report-only"]) == 0
     assert drawn == [tmp_path / committed.name]
     assert report.exists()
+
+
+def test_results_elsewhere_get_their_report_and_figure_beside_them(tmp_path, monkeypatch):
+    """``--results /tmp/x.jsonl`` without ``--report`` used to rewrite bench/RESULTS.md's
+    tables from that file's subset; the report (and so the figure) now goes beside it."""
+    default_results = run.PROTOCOL_FILES["kl-admm"][0]
+    assert run.default_report_for(None, default_results) == run.DEFAULT_REPORT
+    assert run.default_report_for(default_results, default_results) == run.DEFAULT_REPORT
+    assert run.default_report_for(tmp_path / "x.md", default_results) == tmp_path / "x.md.report.md"
+    drawn = []
+    monkeypatch.setattr(report_mod, "figure", lambda agg, names, methods, path, **kw:
+                        drawn.append(Path(path)))
+    committed = run.DEFAULT_REPORT.read_bytes()
+    path = tmp_path / "trial.jsonl"
+    _write(path, [_rec("iris", "k-means", r) for r in range(2)])
+    assert run.main(["--datasets", "iris", "--results", str(path), "--report-only"]) == 0
+    assert "| k-means |" in (tmp_path / "trial.md").read_text()
+    assert drawn == [tmp_path / "accuracy_vs_time.png"]
+    assert run.DEFAULT_REPORT.read_bytes() == committed

