@@ -722,18 +722,24 @@ def test_ensure_installed_only_touches_the_pieces_named(monkeypatch, root):
     assert "mlbench" not in text and "pip" not in text and "all data-set sources" not in text
 
 
+@pytest.fixture
+def drawn(monkeypatch):
+    """The paths the report's figure is drawn to (nothing is drawn)."""
+    paths = []
+    monkeypatch.setattr(report_mod, "figure", lambda agg, names, methods, path, **kw:
+                        paths.append(Path(path)))
+    return paths
+
+
 @pytest.mark.parametrize("protocol", ["kl-admm", "simplenpkl"])
 def test_a_report_elsewhere_gets_its_figure_beside_it_not_over_the_committed_one(
-        tmp_path, monkeypatch, protocol):
+        tmp_path, drawn, protocol):
     """``--report /tmp/x.md`` without ``--figure`` used to rewrite the committed PNG with the
     trial run's subset of the data; the figure now goes beside that report."""
     committed = run.PROTOCOL_FILES[protocol][1]
     assert run.default_figure_for(run.DEFAULT_REPORT, committed) == committed
     assert run.default_figure_for(run.ROOT / "bench" / ".." / "bench" / "RESULTS.md",
                                   committed) == committed
-    drawn = []
-    monkeypatch.setattr(report_mod, "figure", lambda agg, names, methods, path, **kw:
-                        drawn.append(Path(path)))
     path, report = tmp_path / "results.jsonl", tmp_path / "trial.md"
     _write(path, [dict(_rec("iris", "k-means", r), protocol=protocol) for r in range(2)])
     assert run.main(["--protocol", protocol, "--datasets", "iris", "--results", str(path),
@@ -742,16 +748,13 @@ def test_a_report_elsewhere_gets_its_figure_beside_it_not_over_the_committed_one
     assert report.exists()
 
 
-def test_results_elsewhere_get_their_report_and_figure_beside_them(tmp_path, monkeypatch):
+def test_results_elsewhere_get_their_report_and_figure_beside_them(tmp_path, drawn):
     """``--results /tmp/x.jsonl`` without ``--report`` used to rewrite bench/RESULTS.md's
     tables from that file's subset; the report (and so the figure) now goes beside it."""
     default_results = run.PROTOCOL_FILES["kl-admm"][0]
     assert run.default_report_for(None, default_results) == run.DEFAULT_REPORT
     assert run.default_report_for(default_results, default_results) == run.DEFAULT_REPORT
     assert run.default_report_for(tmp_path / "x.md", default_results) == tmp_path / "x.md.report.md"
-    drawn = []
-    monkeypatch.setattr(report_mod, "figure", lambda agg, names, methods, path, **kw:
-                        drawn.append(Path(path)))
     committed = run.DEFAULT_REPORT.read_bytes()
     path = tmp_path / "trial.jsonl"
     _write(path, [_rec("iris", "k-means", r) for r in range(2)])
