@@ -762,3 +762,17 @@ def test_results_elsewhere_get_their_report_and_figure_beside_them(tmp_path, dra
     assert "| k-means |" in (tmp_path / "trial.md").read_text()
     assert drawn == [tmp_path / "accuracy_vs_time.png"]
     assert run.DEFAULT_REPORT.read_bytes() == committed
+
+
+@pytest.mark.parametrize("protocol", ["kl-admm", "simplenpkl"])
+def test_write_report_without_a_figure_draws_the_protocols_committed_one(tmp_path, drawn,
+                                                                           protocol):
+    """Called without ``figure_path`` (as a script would), the report draws the protocol's
+    figure, the same file the CLI defaults to: one table of defaults (``report.FIGURES``)."""
+    assert run.PROTOCOL_FILES[protocol][1] == report_mod.FIGURES[protocol]
+    rows = [dict(_rec("iris", "k-means", r), protocol=protocol) for r in range(2)]
+    report_mod.write_report(rows, ["iris"], ["k-means"], tmp_path / "r.md", wall_seconds=1.0,
+                            reps=2, command="test", protocol=protocol)
+    assert drawn == [report_mod.HERE / ("accuracy_vs_time.png" if protocol == "kl-admm"
+                                        else "accuracy_vs_time_simplenpkl.png")]
+    assert "| k-means |" in (tmp_path / "r.md").read_text()

@@ -13,6 +13,11 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+
+#: protocol -> the committed accuracy-vs-time figure (``write_report``'s default; the CLI's
+#: ``run.PROTOCOL_FILES`` pairs it with the protocol's results file)
+FIGURES = {"kl-admm": HERE / "accuracy_vs_time.png",
+           "simplenpkl": HERE / "accuracy_vs_time_simplenpkl.png"}
 BEGIN = "<!-- paper-replication:begin -->"
 END = "<!-- paper-replication:end -->"
 #: the section of ``--protocol simplenpkl``
@@ -544,8 +549,8 @@ def write_report(records, names, methods, report_path, *, wall_seconds, reps, co
                  figure_path=None, protocol="kl-admm"):
     """Rewrite the replication section of ``report_path`` from *all* recorded results (every
     data set and method in the results file, not only this invocation's), and the figure
-    (default ``bench/paper/accuracy_vs_time.png``). ``protocol="simplenpkl"``: its own
-    section (``BEGIN_SNPKL``) instead."""
+    (default: the protocol's ``FIGURES``). ``protocol="simplenpkl"``: its own section
+    (``BEGIN_SNPKL``) instead."""
     from bench.paper.datasets import DATASETS
 
     present = {r["dataset"] for r in records}
@@ -553,15 +558,14 @@ def write_report(records, names, methods, report_path, *, wall_seconds, reps, co
     seen = {r["method"] for r in records}
     methods = [m for m in methods if m in seen] + sorted(seen - set(methods))
     agg = aggregate(records)
+    figure_path = Path(figure_path or FIGURES[protocol])
     if protocol == "simplenpkl":
-        figure(agg, names, methods,
-               Path(figure_path or HERE / "accuracy_vs_time_simplenpkl.png"),
-               paper="simplenpkl",
+        figure(agg, names, methods, figure_path, paper="simplenpkl",
                title="Pairwise accuracy vs fit time at simplenpkl-jmlr2011's protocol "
                      "(dashed: its best published, band: its std)")
         write, begin, end = markdown_simplenpkl, BEGIN_SNPKL, END_SNPKL
     else:
-        figure(agg, names, methods, Path(figure_path or HERE / "accuracy_vs_time.png"))
+        figure(agg, names, methods, figure_path)
         write, begin, end = markdown, BEGIN, END
     extra = {} if protocol == "simplenpkl" else {"records": records}
     section = write(agg, names, methods, wall_seconds, reps, command,

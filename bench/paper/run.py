@@ -38,14 +38,15 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.paper.report import FIGURES
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 DEFAULT_RESULTS = HERE / "results.jsonl"
 DEFAULT_REPORT = ROOT / "bench" / "RESULTS.md"
 #: --protocol -> (results file, figure) by default
-PROTOCOL_FILES = {"kl-admm": (DEFAULT_RESULTS, HERE / "accuracy_vs_time.png"),
-                  "simplenpkl": (HERE / "results_simplenpkl.jsonl",
-                                 HERE / "accuracy_vs_time_simplenpkl.png")}
+PROTOCOL_FILES = {"kl-admm": (DEFAULT_RESULTS, FIGURES["kl-admm"]),
+                  "simplenpkl": (HERE / "results_simplenpkl.jsonl", FIGURES["simplenpkl"])}
 
 NPKL_METHODS = ["BCD-hinge", "BCD-sqhinge", "BCD-square", "BCD-linear", "KL-ADMM",
                 "SimpleNPKL-linear", "SimpleNPKL-sqhinge", "BCD-linear-cv", "KL-ADMM-cv"]
