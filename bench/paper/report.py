@@ -18,6 +18,7 @@ HERE = Path(__file__).resolve().parent
 #: ``run.PROTOCOL_FILES`` pairs it with the protocol's results file)
 FIGURES = {"kl-admm": HERE / "accuracy_vs_time.png",
            "simplenpkl": HERE / "accuracy_vs_time_simplenpkl.png"}
+
 BEGIN = "<!-- paper-replication:begin -->"
 END = "<!-- paper-replication:end -->"
 #: the section of ``--protocol simplenpkl``
