@@ -56,6 +56,10 @@ def _sym_row_product(A, i, m, vk, p):
 
 @njit(nogil=True, cache=True)
 def trd_v4(A, d, e, tau):
+    """Householder tridiagonalisation of the symmetric (n, n) C-ordered A, lower triangle
+    read and overwritten: Q' A Q = T, d (n,) its diagonal, e (n - 1,) its subdiagonal,
+    Q = H_0 ... H_{n-3} with H_k = I - tau_k v_k v_k' on rows k + 1.., v_k stored in row k's
+    upper part (A[k, k + 1] = 1). OUT: d, e, tau, A."""
     n = A.shape[0]
     p = np.zeros(n)
     w = np.zeros(n)
@@ -137,8 +141,8 @@ def trd_v4(A, d, e, tau):
             acc = _v4_zero()
             j = m2
             while j + 4 <= i:
-                a = _v4_sub(_v4_load(A, i, j),
-                            _v4_add(_v4_mul(v_vi, _v4_load1(w, j)), _v4_mul(v_wi, _v4_load(A, k, j))))
+                a = _v4_sub(_v4_load(A, i, j), _v4_add(_v4_mul(v_vi, _v4_load1(w, j)),
+                                                       _v4_mul(v_wi, _v4_load(A, k, j))))
                 _v4_store(A, i, j, a)
                 acc = _v4_fma(a, _v4_load(A, m, j), acc)
                 _v4_store1(p, j, _v4_fma(a, v_vni, _v4_load1(p, j)))
@@ -161,6 +165,7 @@ def trd_v4(A, d, e, tau):
 
 @njit(nogil=True, cache=True)
 def back_v4(A, tau, Z):
+    """Z (n, k) C-ordered IN/OUT: Z <- Q Z with Q the reflectors of ``trd_v4`` (A, tau)."""
     n, kk = Z.shape
     s = np.empty(kk)
     q4 = kk - kk % 4
@@ -234,7 +239,8 @@ def main(argv=None):
         med = _medians(A, M, d, e, tau, Zt, c, lw, k, n, args.runs)
         rows.append((n, k, err, res, *med))
     print("\n| n | k | eigenvalue error / max |w| | residual / max |w| | compiled reduction (us) "
-          "| dsytrd (us) | ratio | compiled back-transformation (us) | dormqr (us) | ratio |")
+          "| dsytrd (us) | compiled / dsytrd | compiled back-transformation (us) | dormqr (us) "
+          "| compiled / dormqr |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n, k, err, res, tr, ts, tb, tq in rows:
         print(f"| {n} | {k} | {err:.1e} | {res:.1e} | {1e6 * tr:.1f} | {1e6 * ts:.1f} | "
