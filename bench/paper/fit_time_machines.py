@@ -14,8 +14,8 @@ Usage::
 
     python -m bench.paper.fit_time_machines [--protocol P] [--results FILE ...] [--methods ...]
 
-Default: ``bench/paper/results.jsonl`` (the Zen 5 for every solver row; the peers' adult-a6a
-repetitions 10-19 are the Intel Xeon's) and the AMD EPYC files. The
+Default: ``bench/paper/results.jsonl`` (the Zen 5 for every row since 2026-12-01 but
+SimpleNPKL-sqhinge (Alg. 1)'s, the Zen 3's) and the AMD EPYC files. The
 virtual machines of these sessions all call their CPU "AMD EPYC", but two kinds stood behind
 the name, and rows now record the CPU's family and model (``report.machine``):
 
