@@ -234,8 +234,8 @@ def main(argv=None):
         trd_v4(M, d, e, tau)
         Zt = np.ascontiguousarray(eigh_tridiagonal(d, e, select="i",
                                                    select_range=(n - k, n - 1))[1])
-        c = lapack.dsytrd(A.copy().T, lower=1, lwork=n * _dsytrd_block(n), overwrite_a=1)
         lw = n * _dsytrd_block(n)
+        c = lapack.dsytrd(A.copy().T, lower=1, lwork=lw, overwrite_a=1)
         med = _medians(A, M, d, e, tau, Zt, c, lw, k, n, args.runs)
         rows.append((n, k, err, res, *med))
     print("\n| n | k | eigenvalue error / max |w| | residual / max |w| | compiled reduction (us) "
