@@ -630,7 +630,7 @@ _LEARN_FIELDS = (
     "objective_seconds", "fit_seconds", "method", "start", "kkt", "kkt_trace",
     "cg_iterations", "primal_residual_trace", "dual_residual_trace", "rho_trace", "B",
     "dual_trace", "duality_gap", "polished", "n_eigsolves", "executor", "checkpoints_written",
-    "gamma_selection", "joint_moves",
+    "gamma_selection", "joint_moves", "numerical_rank", "descent_curvature",
 )
 
 

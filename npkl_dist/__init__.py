@@ -32,6 +32,8 @@ from ._problem import LOSSES, RANK_CAP, NPKLProblem, default_rank
 from ._admm import ADMMResult, admm_objective, fit_admm
 from ._simplenpkl import SimpleNPKLResult, fit_simplenpkl, simplenpkl_objective
 from ._select import GammaSelection, select_gamma
+from ._rank import numerical_rank
+from ._synthetic import planted_partition
 
 __version__ = "0.1.0"
 
@@ -44,5 +46,6 @@ __all__ = [
     "graph_from_edges", "initial_V", "kernel_kmeans", "knn_graph", "laplacian", "make_plan",
     "objective", "objective_dense", "prepare", "sample_constraints", "__version__",
     "ADMMResult", "admm_objective", "fit_admm", "SimpleNPKLResult", "fit_simplenpkl",
-    "simplenpkl_objective", "GammaSelection", "select_gamma",
+    "simplenpkl_objective", "GammaSelection", "select_gamma", "numerical_rank",
+    "planted_partition",
 ]

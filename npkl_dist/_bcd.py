@@ -21,6 +21,7 @@ from ._errors import ConvergenceWarning, ValidationError, fmt_value
 from ._kernels import take_rows
 from ._plan import SCHEMES, make_plan, prepare, relabel_order
 from ._problem import NPKLProblem
+from ._rank import complete_rank, descent_certificate, numerical_rank
 
 __all__ = ["FitResult", "FitSetup", "fit_bcd", "fit_setup", "initial_V", "choose_method",
            "METHODS", "STARTS"]
@@ -143,6 +144,12 @@ class FitResult:
         Colours (steps) of a sweep.
     method : {'sweeps', 'block'}
     start : str
+    numerical_rank : int
+        Singular values of V above ``_rank.RANK_RTOL`` times the largest.
+    descent_curvature : float
+        Where ``numerical_rank`` is below half the rank: the smallest Rayleigh quotient u'Su
+        found for S = grad_K f (``_rank.descent_certificate``); negative proves that V is a
+        rank-deficient saddle, not the optimum (a ConvergenceWarning says so). NaN otherwise.
     """
 
     V: np.ndarray
@@ -163,6 +170,8 @@ class FitResult:
     solver: str = "bcd"
     method: str = "sweeps"
     start: str = "random"
+    numerical_rank: int = -1
+    descent_curvature: float = float("nan")
 
     @property
     def n_sweeps(self) -> int:
@@ -195,11 +204,37 @@ def initial_V(problem: NPKLProblem, rng: np.random.Generator, start: str = "rand
         its preconditioner; needs at least one unconstrained point.
 
     For the linear loss rows are projected on the ball ||v_i|| <= b.
+
+    Every start has numerical rank ``problem.rank``: one of lower rank (a coarse level with
+    fewer aggregates than the rank, 'propagate' with fewer constrained points) is completed
+    by :func:`~npkl_dist._rank.complete_rank`, since no fit leaves its start's column span.
     """
     if start not in STARTS or start == "auto":
         raise ValidationError(
             f"start: {start!r} is not one of {', '.join(STARTS[1:])} ('auto' is resolved by "
             f"fit_bcd from its method)")
+    return full_rank_start(_initial_V(problem, rng, start, L_precond), problem)
+
+
+def full_rank_start(V: np.ndarray, problem: NPKLProblem) -> np.ndarray:
+    """V completed to numerical rank ``problem.rank`` (:func:`~npkl_dist._rank.complete_rank`;
+    V itself where it has it), rows projected back on the linear loss's ball."""
+    V, added = complete_rank(V, completion_seed(problem))
+    if added and problem.loss == "linear":
+        norms = np.linalg.norm(V, axis=1)
+        over = norms > problem.bound
+        V[over] *= (problem.bound / norms[over])[:, None].astype(V.dtype)
+    return V
+
+
+def completion_seed(problem: NPKLProblem) -> np.random.SeedSequence:
+    """The seed of :func:`~npkl_dist._rank.complete_rank` for a start of ``problem``: its own
+    stream, so that a start of full rank leaves ``problem.seed``'s draws as they were."""
+    return np.random.SeedSequence([int(problem.seed), 72])
+
+
+def _initial_V(problem: NPKLProblem, rng: np.random.Generator, start: str,
+               L_precond=None) -> np.ndarray:
     n, r = problem.n_points, problem.rank
     if start == "coarse-free":  # draws nothing from rng
         from .executors import InProcessExecutor
@@ -849,6 +884,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         result.converged = bool(state.get("converged", False))
         first = int(state["sweep"]) + 1
     else:
+        library_start = V0 is None
         if V0 is None and start == "coarse":  # in the internal order, from the prepared L
             V = _internal_coarse_start(problem, prep, cache)
         elif V0 is None and start == "coarse-free":
@@ -872,6 +908,8 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
                 if not np.all(np.isfinite(V0)):
                     raise ValidationError("V0: holds NaN or inf; pass a finite start")
             V = take_rows(V0, layout.order, problem.dtype)
+        if library_start:  # no start of ours may cap the rank (npkl_dist._rank)
+            V = full_rank_start(V, problem)
         result = None
         first = 1
     if prefault is not None:  # another start than 'coarse-free', or a resumed fit
@@ -1052,9 +1090,35 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             stacklevel=2,
         )
     result.V = take_rows(V, layout.rank_of, out=out_V)  # undo the relabelling
+    check_rank(result, problem, "bcd")
     result.objective = result.objective_trace[-1] if result.objective_trace else result.objective_initial
     result.fit_seconds = time.perf_counter() - t_start
     return result
+
+
+#: A fit whose numerical rank is below this fraction of its rank checks whether it is a
+#: rank-deficient saddle (``_rank.descent_certificate``, one Lanczos run on S).
+RANK_CHECK_FRACTION = 0.5
+
+
+def check_rank(result, problem: NPKLProblem, solver: str) -> None:
+    """Sets ``result.numerical_rank`` and, where it is below ``RANK_CHECK_FRACTION`` of the
+    rank, ``result.descent_curvature``; warns where that proves V is not optimal."""
+    from ._rank import CERTIFICATE_TOL
+
+    result.numerical_rank = numerical_rank(result.V)
+    if result.numerical_rank >= RANK_CHECK_FRACTION * problem.rank or problem.loss == "linear":
+        return
+    lam, _ = descent_certificate(problem, result.V)
+    result.descent_curvature = lam
+    if lam < -CERTIFICATE_TOL:
+        warnings.warn(
+            f"{solver}: the learned V has numerical rank {result.numerical_rank} of "
+            f"rank={problem.rank} and is not optimal: the kernel's gradient has curvature "
+            f"{lam:.3g} < 0 along a direction outside V's span, which no row update can "
+            f"reach (a rank-deficient start traps the fit in its span); refit from "
+            f"start='random' (npkl fit --start random) or report this start as a bug",
+            ConvergenceWarning, stacklevel=3)
 
 
 def _joint_step(session, prep, result, sweep, obj, ladder=None):

@@ -67,6 +67,10 @@ MIN_ROW_NORM = 0.1
 #: L_UU) where at least this fraction of the points is in no pair, else 'coarse'.
 FREE_MIN_FRACTION = 0.5
 
+#: The coarse-free start's level has at least this many times the rank's rows (as
+#: :func:`coarse_basis` stops coarsening before a level of fewer than 2 rank rows).
+LEVEL_MIN_FACTOR = 2
+
 #: Damped Jacobi steps that improve the finest level's candidate (pyamg: 4 symmetric
 #: Gauss-Seidel sweeps).
 CANDIDATE_STEPS = 8
@@ -284,13 +288,28 @@ def free_basis(hierarchy, rank: int, dense_max: int = DENSE_MAX) -> CoarseBasis:
     coarsest level."""
     from ._aggregation import _single_entry_columns
 
+    k = basis_level([lev.A.shape[0] for lev in hierarchy.levels], rank)
     aggs, ts = [], []
-    for lev in hierarchy.levels[:-1]:
+    for lev in hierarchy.levels[:k]:
         agg, t = _single_entry_columns(sp.csr_matrix(lev.P))
         aggs.append(agg)
         ts.append(t)
-    w, X = bottom_eigenpairs(sp.csr_matrix(hierarchy.levels[-1].A), rank, dense_max)
+    w, X = bottom_eigenpairs(sp.csr_matrix(hierarchy.levels[k].A), rank, dense_max)
     return CoarseBasis(aggs, ts, w, X, int(rank))
+
+
+def basis_level(sizes, rank: int) -> int:
+    """The level of a hierarchy (``sizes``: its levels' row counts, finest first) whose
+    eigenvectors the coarse-free start prolongates: the coarsest with at least
+    ``LEVEL_MIN_FACTOR`` x rank rows (the finest if none has). A level of m rows gives at
+    most m independent columns, and the fit never leaves the start's column span
+    (``npkl_dist._rank``): the coarsest level of the preconditioner's hierarchy had one row
+    on a planted-partition graph (99,013 -> 1,870 -> 1 rows), and the fit ended at rank 1."""
+    k = 0
+    for i, m in enumerate(sizes):
+        if m >= LEVEL_MIN_FACTOR * int(rank):
+            k = i
+    return k
 
 
 @njit(parallel=True, cache=True, nogil=True)

@@ -20,6 +20,7 @@ from ._graph import (_check_features, apply_feature_scale, feature_scale, graph_
                      knn_graph)
 from ._io import read_constraints, read_edges, read_features, read_labels
 from ._problem import NPKLProblem
+from ._rank import numerical_rank
 
 __all__ = ["FitConfig", "run_fit", "SOLVERS"]
 
@@ -195,7 +196,12 @@ def result_summary(solver: str, result) -> dict:
         "sweep_seconds": [float(x) for x in result.sweep_seconds],
         "objective_seconds": [float(x) for x in result.objective_seconds],
         "fit_seconds": float(result.fit_seconds),
+        "numerical_rank": int(numerical_rank(result.V)
+                              if getattr(result, "numerical_rank", -1) < 0
+                              else result.numerical_rank),
     }
+    if np.isfinite(getattr(result, "descent_curvature", float("nan"))):
+        out["descent_curvature"] = float(result.descent_curvature)
     out.update(_bcd_summary(result))
     if solver == "admm":
         out["primal_residual_trace"] = result.primal_trace
