@@ -197,7 +197,7 @@ def initial_V(problem: NPKLProblem, rng: np.random.Generator, start: str = "rand
         that of a mean row norm 0.1 (V = 0 is a saddle no step leaves).
 
     start='coarse-free': the r bottom eigenvectors of L_UU's Galerkin operator on the coarsest
-        level of the block solver's own AMG hierarchy (U: the points in no pair), prolongated,
+        level with at least 2r rows of the block solver's own AMG hierarchy (U: the points in no pair), prolongated,
         the constrained rows filled by one Jacobi step on L V = 0 from the others, scaled as
         'coarse'. Computed in the internal order of a default block fit (reverse
         Cuthill-McKee, constrained rows last), where a block fit shares the hierarchy with

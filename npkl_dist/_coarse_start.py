@@ -37,8 +37,9 @@ original order. Both are the same construction; the vectors differ.
 ``start='coarse-free'`` (:func:`free_basis`, :func:`free_start`; block fits' default where at
 least ``FREE_MIN_FRACTION`` of the points are in no pair) takes the hierarchy the block
 solver builds anyway for its preconditioner: the plain-aggregation hierarchy of L_UU, the
-unconstrained block (``_blocksolve.free_hierarchy``). Its coarsest level's r bottom
-eigenvectors, prolongated, give E_U; the constrained rows get one Jacobi step on L E = 0
+unconstrained block (``_blocksolve.free_hierarchy``). The r bottom eigenvectors of its
+coarsest level with at least 2r rows (:func:`basis_level`), prolongated, give E_U (a level of
+fewer rows would cap the fit's rank: docs/decisions/rank-deficient-starts.md); the constrained rows get one Jacobi step on L E = 0
 from them, e_i = -(L_CU E_U)_i / l_ii; the scale is the coarse start's. The fit builds the
 hierarchy once for both. At n = 1e6 (1% constrained) the fit needed the same 18 outer
 iterations as from 'coarse' (90 aggregates on the coarsest level of 990,000 rows), and the
@@ -284,8 +285,8 @@ def bottom_eigenpairs(A: sp.csr_matrix, rank: int, dense_max: int = DENSE_MAX):
 def free_basis(hierarchy, rank: int, dense_max: int = DENSE_MAX) -> CoarseBasis:
     """The basis of ``start='coarse-free'`` from the plain-aggregation hierarchy of L_UU (the
     block solver's default preconditioner's, ``_blocksolve.free_hierarchy``): its tentative
-    prolongators (orthonormal columns, one entry per row) and the bottom eigenpairs of its
-    coarsest level."""
+    prolongators (orthonormal columns, one entry per row) down to the level
+    :func:`basis_level` picks, and the bottom eigenpairs of that level's operator."""
     from ._aggregation import _single_entry_columns
 
     k = basis_level([lev.A.shape[0] for lev in hierarchy.levels], rank)

@@ -1,0 +1,230 @@
+"""Benchmark: kernel learning on a social graph against what a user would pick instead (issue 72).
+
+Problem: a planted partition (``npkl_dist.planted_partition``, igraph's SBM, seeded): n nodes in
+``--groups`` equal groups, mean degree ``--degree``, a fraction ``--mix`` of each node's edges
+leaving its group; ``--labelled`` of the nodes labelled (seeded), the papers' sampling
+protocol for the pairs (``sample_constraints``: 0.6n cannot-link, and every must-link pair the
+labels allow up to 0.6n), square loss, gamma 1, the default rank (128), delta 1e-3.
+
+In one run, one process, on the same graph and labels:
+
+* ``default``: ``fit_bcd`` as ``npkl fit`` runs it (method and start 'auto'),
+* ``random``: the same fit from the paper's random start (``--random-seeds`` of them; the
+  best objective of all fits is the reference optimum f*),
+* ``propagation``: harmonic label propagation with the same L (one-hot labels of the
+  labelled nodes, L_UU F_U = -L_UL Y_L by pyamg-preconditioned CG, argmax),
+* ``spectral``: no labels at all, the bottom ``groups`` eigenvectors of the normalised
+  adjacency (scipy ``eigsh``) and k-means,
+
+each with its wall time (the fits': ``fit_bcd``'s call, set-up and start included), ARI and
+NMI against the planted groups (the fits: kernel k-means on the rows of V, ``groups``
+clusters), the fits' objective, relative gap to f*, outer iterations and numerical rank, and
+the time at which each fit's objective trace first came within ``--gap`` of f*. The fits
+are also clustered with the cosine-normalised kernel (``npkl fit --normalize-kernel``: k-means
+on unit rows of V), whose ARI is ``ari_normalized``.
+
+Writes a JSON (machine, commit, command, arguments, rows) to ``--json`` (default
+bench/results/social_graph_<n>.json) and prints a table::
+
+    python bench/social_graph.py --n 100000
+    python bench/social_graph.py --n 1000000 --degree 20 --random-seeds   # no random fit
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+import npkl_dist as nk
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        return out + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def machine() -> str:
+    try:
+        from bench.paper.report import machine as m
+    except ImportError:  # run as a script
+        sys.path.insert(0, str(ROOT))
+        from bench.paper.report import machine as m
+    return m()
+
+
+def problem(n, groups, degree, mix, labelled, seed):
+    t = time.perf_counter()
+    edges, y = nk.planted_partition(n, groups, degree, mix, seed=seed)
+    gen = time.perf_counter() - t
+    g = nk.graph_from_edges(edges, len(y), warn=False)
+    rng = np.random.default_rng(seed)
+    part = np.full(len(y), -1)
+    lab = rng.random(len(y)) < labelled
+    part[lab] = y[lab]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nk.ConstraintWarning)
+        cons = nk.sample_constraints(part, seed=seed)
+    L = g.laplacian(1e-3)
+    info = {"n_points": len(y), "n_edges": len(edges), "generate_seconds": gen,
+            "n_labelled": int(lab.sum()), "n_constraints": cons.m,
+            "n_components": int(g.n_components)}
+    return edges, y, part, L, cons, info
+
+
+def fit_row(name, p, y, groups, **kw):
+    t = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nk.ConvergenceWarning)
+        r = nk.fit_bcd(p, **kw)
+    wall = time.perf_counter() - t
+    m = nk.clustering_metrics(y, nk.kernel_kmeans(r.V, groups, seed=0))
+    mn = nk.clustering_metrics(y, nk.kernel_kmeans(r.V, groups, seed=0, normalize=True))
+    # the objective after each outer iteration, against the fit's clock (set-up, then the
+    # iterations and their evaluations)
+    clock = r.setup_seconds + np.cumsum(np.asarray(r.sweep_seconds)
+                                        + np.asarray(r.objective_seconds))
+    return {"method": name, "seconds": wall, "objective": r.objective,
+            "iterations": r.n_sweeps, "numerical_rank": r.numerical_rank,
+            "start": r.start, "fit_method": r.method, "kkt": r.kkt,
+            "ari": m["ari"], "nmi": m["nmi"], "ari_normalized": mn["ari"],
+            "nmi_normalized": mn["nmi"], "setup_seconds": r.setup_seconds,
+            "trace": [float(x) for x in r.objective_trace], "clock": clock.tolist()}
+
+
+def propagation(L, part, y, groups):
+    """Harmonic label propagation on L: F_U = -L_UU^-1 L_UL Y_L, one-hot Y, argmax."""
+    import pyamg
+    import scipy.sparse as sp
+
+    t = time.perf_counter()
+    L = sp.csr_matrix(L)
+    lab = part >= 0
+    U = np.flatnonzero(~lab)
+    Lu = L[U][:, U].tocsr()
+    Y = np.zeros((int(lab.sum()), groups))
+    Y[np.arange(Y.shape[0]), part[lab]] = 1.0
+    B = -(L[U][:, np.flatnonzero(lab)] @ Y)
+    ml = pyamg.smoothed_aggregation_solver(Lu, symmetry="hermitian")
+    F = np.column_stack([ml.solve(B[:, c], tol=1e-6, accel="cg") for c in range(groups)])
+    pred = part.copy()
+    pred[U] = np.argmax(F, axis=1)
+    wall = time.perf_counter() - t
+    m = nk.clustering_metrics(y, pred)
+    return {"method": "propagation", "seconds": wall, "ari": m["ari"], "nmi": m["nmi"],
+            "accuracy_unlabelled": float(np.mean(pred[U] == y[U]))}
+
+
+def spectral(edges, n, y, groups, seed):
+    """Unsupervised: bottom eigenvectors of the normalised adjacency, rows normalised,
+    k-means (no labels)."""
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import eigsh
+    from sklearn.cluster import KMeans
+
+    t = time.perf_counter()
+    A = sp.coo_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(n, n))
+    A = (A + A.T).tocsr()
+    d = np.asarray(A.sum(axis=1)).ravel()
+    s = 1.0 / np.sqrt(np.maximum(d, 1e-12))
+    An = sp.diags(s) @ A @ sp.diags(s)
+    w, X = eigsh(An, k=groups, which="LA", v0=np.ones(n), tol=1e-6)
+    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+    pred = KMeans(groups, n_init=10, random_state=seed).fit_predict(X)
+    wall = time.perf_counter() - t
+    m = nk.clustering_metrics(y, pred)
+    return {"method": "spectral", "seconds": wall, "ari": m["ari"], "nmi": m["nmi"]}
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--groups", type=int, default=50)
+    ap.add_argument("--degree", type=float, default=20.0)
+    ap.add_argument("--mix", type=float, default=0.3)
+    ap.add_argument("--labelled", type=float, default=0.01)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--random-seeds", type=int, nargs="*", default=[0],
+                    help="seeds of the random-start fits (none: skip them)")
+    ap.add_argument("--skip", nargs="*", default=[], choices=["default", "propagation",
+                                                               "spectral"])
+    ap.add_argument("--gap", type=float, default=1e-3)
+    ap.add_argument("--max-sweeps", type=int, default=1000)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+
+    edges, y, part, L, cons, info = problem(args.n, args.groups, args.degree, args.mix,
+                                            args.labelled, args.seed)
+    print(f"# {machine()}, commit {commit()}", flush=True)
+    print(f"# planted partition: {info}", flush=True)
+    rows = []
+    base = dict(loss="square", gamma=1.0)
+    if "default" not in args.skip:
+        p = nk.NPKLProblem.build(L, cons, seed=args.seed, **base)
+        rows.append(fit_row("default", p, y, args.groups, max_sweeps=args.max_sweeps))
+        print(_line(rows[-1]), flush=True)
+    for s in args.random_seeds:
+        p = nk.NPKLProblem.build(L, cons, seed=s, **base)
+        rows.append(fit_row(f"random (seed {s})", p, y, args.groups, start="random",
+                            max_sweeps=args.max_sweeps))
+        print(_line(rows[-1]), flush=True)
+    if "propagation" not in args.skip:
+        rows.append(propagation(L, part, y, args.groups))
+        print(_line(rows[-1]), flush=True)
+    if "spectral" not in args.skip:
+        rows.append(spectral(edges, len(y), y, args.groups, args.seed))
+        print(_line(rows[-1]), flush=True)
+    fits = [r for r in rows if "objective" in r]
+    if fits:
+        f_star = min(r["objective"] for r in fits)
+        for r in fits:
+            r["gap"] = (r["objective"] - f_star) / abs(f_star)
+            tr = np.asarray(r["trace"])
+            hit = np.flatnonzero(tr <= f_star * (1 + args.gap))
+            r["seconds_to_gap"] = (float(r["clock"][hit[0]]) if hit.size else None)
+    out = {"benchmark": "social_graph", "machine": machine(), "commit": commit(),
+           "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "command": "python bench/social_graph.py " + shlex.join(argv or sys.argv[1:]),
+           "args": vars(args), "problem": info, "rows": rows}
+    path = Path(args.json or ROOT / "bench" / "results" / f"social_graph_{args.n}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"\n{'method':<20} {'seconds':>9} {'to gap':>9} {'objective':>12} {'gap':>9} "
+          f"{'its':>5} {'rank':>5} {'ARI':>6} {'NMI':>6} {'ARI-n':>6}")
+    for r in rows:
+        tg = r.get("seconds_to_gap")
+        print(f"{r['method']:<20} {r['seconds']:9.1f} "
+              f"{'' if tg is None else f'{tg:9.1f}':>9} "
+              f"{r.get('objective', float('nan')):12.1f} {r.get('gap', float('nan')):9.2e} "
+              f"{r.get('iterations', ''):>5} {r.get('numerical_rank', ''):>5} "
+              f"{r['ari']:6.3f} {r['nmi']:6.3f} {r.get('ari_normalized', float('nan')):6.3f}")
+    print(f"wrote {path}")
+    return out
+
+
+def _line(r):
+    extra = "".join(f" {k}={r[k]}" for k in ("objective", "iterations", "numerical_rank",
+                                             "start") if k in r)
+    return f"{r['method']}: {r['seconds']:.1f} s, ARI {r['ari']:.3f}, NMI {r['nmi']:.3f}{extra}"
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    main()
