@@ -193,6 +193,9 @@ def test_rank_trap_is_reported(planted_graph):
     assert r.descent_curvature < -_rank.CERTIFICATE_TOL
 
 
+_BEST = {}
+
+
 @pytest.mark.heavy
 @pytest.mark.parametrize("loss", ["square", "squared_hinge", "hinge"])
 @pytest.mark.parametrize("start", ["auto", "coarse", "coarse-free"])
@@ -201,8 +204,12 @@ def test_block_starts_reach_the_optimum_on_a_planted_partition(loss, start, plan
     three random starts run to convergence."""
     L, cons, _ = planted_graph
     p = nk.NPKLProblem.build(L, cons, loss=loss, gamma=1.0)
-    r = nk.fit_bcd(p, start=start)
-    best = best_of_random(p, [0, 1, 2])
+    with warnings.catch_warnings():  # a hinge fit may stop on its iteration cap
+        warnings.simplefilter("ignore", nk.ConvergenceWarning)
+        r = nk.fit_bcd(p, start=start)
+        if loss not in _BEST:  # one reference per loss for the three starts
+            _BEST[loss] = best_of_random(p, [0, 1, 2])
+    best = _BEST[loss]
     assert r.objective <= best.objective * (1 + 1e-3)
     assert r.numerical_rank >= best.numerical_rank - 1
 
