@@ -37,7 +37,6 @@ import datetime as _dt
 import json
 import os
 import shlex
-import subprocess
 import sys
 import time
 import warnings
@@ -48,26 +47,9 @@ import numpy as np
 import npkl_dist as nk
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        return out + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def machine() -> str:
-    try:
-        from bench.paper.report import machine as m
-    except ImportError:  # run as a script
-        sys.path.insert(0, str(ROOT))
-        from bench.paper.report import machine as m
-    return m()
+if str(ROOT) not in sys.path:  # run as a script
+    sys.path.insert(0, str(ROOT))
+from bench.paper.report import code_version, machine  # noqa: E402
 
 
 def problem(n, groups, degree, mix, labelled, seed):
@@ -172,7 +154,7 @@ def main(argv=None) -> dict:
 
     edges, y, part, L, cons, info = problem(args.n, args.groups, args.degree, args.mix,
                                             args.labelled, args.seed)
-    print(f"# {machine()}, commit {commit()}", flush=True)
+    print(f"# {machine()}, commit {code_version()}", flush=True)
     print(f"# planted partition: {info}", flush=True)
     rows = []
     base = dict(loss="square", gamma=1.0)
@@ -199,7 +181,7 @@ def main(argv=None) -> dict:
             tr = np.asarray(r["trace"])
             hit = np.flatnonzero(tr <= f_star * (1 + args.gap))
             r["seconds_to_gap"] = (float(r["clock"][hit[0]]) if hit.size else None)
-    out = {"benchmark": "social_graph", "machine": machine(), "commit": commit(),
+    out = {"benchmark": "social_graph", "machine": machine(), "commit": code_version(),
            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "command": "python bench/social_graph.py " + shlex.join(argv or sys.argv[1:]),
            "args": vars(args), "problem": info, "rows": rows}

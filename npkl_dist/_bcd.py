@@ -21,7 +21,7 @@ from ._errors import ConvergenceWarning, ValidationError, fmt_value
 from ._kernels import take_rows
 from ._plan import SCHEMES, make_plan, prepare, relabel_order
 from ._problem import NPKLProblem
-from ._rank import complete_rank, descent_certificate, numerical_rank
+from ._rank import CERTIFICATE_TOL, complete_rank, descent_certificate, numerical_rank
 
 __all__ = ["FitResult", "FitSetup", "fit_bcd", "fit_setup", "initial_V", "choose_method",
            "METHODS", "STARTS"]
@@ -1104,8 +1104,6 @@ RANK_CHECK_FRACTION = 0.5
 def check_rank(result, problem: NPKLProblem, solver: str) -> None:
     """Sets ``result.numerical_rank`` and, where it is below ``RANK_CHECK_FRACTION`` of the
     rank, ``result.descent_curvature``; warns where that proves V is not optimal."""
-    from ._rank import CERTIFICATE_TOL
-
     result.numerical_rank = numerical_rank(result.V)
     if result.numerical_rank >= RANK_CHECK_FRACTION * problem.rank or problem.loss == "linear":
         return

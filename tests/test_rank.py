@@ -135,6 +135,10 @@ def test_planted_partition_is_seeded_and_planted():
     assert 11 < 2 * len(e1) / 2000 < 13
     with pytest.raises(nk.ValidationError, match="n_groups"):
         nk.planted_partition(10, 6)
+    with pytest.raises(nk.ValidationError, match="mix"):
+        nk.planted_partition(100, 2, mix=1.5)
+    with pytest.raises(nk.ValidationError, match="degree"):
+        nk.planted_partition(100, 10, degree=50)
 
 
 @pytest.mark.parametrize("start", STARTS[1:])
