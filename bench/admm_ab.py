@@ -7,8 +7,8 @@ alternating in one process; the factors must be bitwise equal.
 For each data set, the harness's repetition-0 inputs (``bench.paper.run.task_inputs``: the
 kNN graph, the Laplacian, the constraints with diagonal targets) and its KL-ADMM options
 (IterMax 500, 100 on adult; tol 1e-4; one-thread in-process executor), one BLAS and one
-numba thread, as ``npkl bench paper`` runs its tasks (``--threads T``: T of each and a
-T-thread executor on both sides, as ``npkl bench paper --threads T``). The timed span is the harness's: the
+numba thread, as ``python -m bench.paper`` runs its tasks (``--threads T``: T of each and a
+T-thread executor on both sides, as ``python -m bench.paper --threads T``). The timed span is the harness's: the
 problem's build and ``fit_admm``. ``--base``'s ``npkl_dist`` is unpacked as ``npkl_old``
 (``bench.package_ab.old_package``). Each round fits both, in alternating order; a round
 repeats a fit until it has run for at least ``--min-seconds`` and keeps the median.

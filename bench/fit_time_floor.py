@@ -3,7 +3,7 @@
 Issue 3 asks for fit times at least 100x below the papers' CPU times. For every (data set,
 method) pair of ``bench/paper/results.jsonl`` whose median fit misses that (or every pair
 with ``--all``), this times, on the harness's repetition-0 inputs with one BLAS and one numba
-thread (as ``npkl bench paper`` runs its tasks), the part of the fit no implementation of the
+thread (as ``python -m bench.paper`` runs its tasks), the part of the fit no implementation of the
 same method can drop, and sets it against the budget = published CPU seconds / 100:
 
 * ``SimpleNPKL-linear`` is one top-rank eigendecomposition of A(gamma) (Prop. 1). Timed with

@@ -3,7 +3,7 @@ repeated) and as the harness times it (right after the work a harness task does 
 
 ``python bench/fit_time_warm.py [--pairs DATASET:METHOD ...] [--reps 20] [--runs 15]``
 
-Issue 3's target is a fit time at least 100x below the paper's CPU time. ``npkl bench paper``
+Issue 3's target is a fit time at least 100x below the paper's CPU time. ``python -m bench.paper``
 times each fit once, in its task, after the methods before it: for the fit-time runs
 (``--methods KL-ADMM SimpleNPKL-linear SimpleNPKL-sqhinge``) that is the previous method's fit,
 kernel k-means on it and the clustering metrics. The sub-millisecond fits pay for caches the

@@ -258,36 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("run", metavar="RUN", help="run id, path or store URL")
     export.add_argument("--out", required=True, metavar="DIR", help="output directory")
     export.add_argument("--storage-options", metavar="JSON", help=so_help)
-    bench = sub.add_parser(
-        "bench", help="benchmarks from a checkout: `paper`, `sweep` or `pipeline`",
-        description="Run a benchmark under bench/ (needs a source checkout). "
-                    "`npkl bench NAME --help` lists its options.")
-    bench.add_argument("name", choices=("paper", "sweep", "pipeline"), help="which benchmark")
-    bench.add_argument("args", nargs=argparse.REMAINDER, help="options of that benchmark")
     return parser
-
-
-def _cmd_bench(args) -> int:
-    import runpy
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent
-    if not (root / "bench").is_dir():
-        from npkl_dist import InputFileError
-
-        raise InputFileError(
-            f"bench: no bench/ directory next to {root / 'flows'}; benchmarks run from a "
-            f"source checkout (git clone, then `make install`)"
-        )
-    sys.path.insert(0, str(root))
-    if args.name == "paper":
-        from bench.paper.run import main as paper_main
-
-        return paper_main(args.args)
-    script = {"sweep": "bench_sweep.py", "pipeline": "bench_pipeline.py"}[args.name]
-    sys.argv = [f"bench/{script}", *args.args]
-    runpy.run_path(str(root / "bench" / script), run_name="__main__")
-    return 0
 
 
 class _Progress:
@@ -620,7 +591,7 @@ def _run(args) -> int:
     from npkl_dist.store import RunNotFoundError
 
     commands = {"fit": _cmd_fit, "demo": _cmd_demo, "resume": _cmd_resume,
-                "export": _cmd_export, "bench": _cmd_bench, "run": _cmd_run,
+                "export": _cmd_export, "run": _cmd_run,
                 "status": _cmd_status, "extend": _cmd_extend}
     try:
         return commands[args.command](args)

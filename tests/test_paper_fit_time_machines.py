@@ -69,7 +69,7 @@ def test_main_refuses_files_without_rows(tmp_path, capsys):
 
 
 def test_rows_with_threads_per_fit_are_a_machine_of_their_own(tmp_path):
-    """``npkl bench paper --threads 2`` rows: the same CPU, another column, never pooled
+    """``python -m bench.paper --threads 2`` rows: the same CPU, another column, never pooled
     with its one-thread rows."""
     rows = [_row("iris", "KL-ADMM", 0.04, SLOW), _row("iris", "KL-ADMM", 0.05, SLOW),
             _row("iris", "KL-ADMM", 0.01, SLOW, threads=2),

@@ -86,7 +86,7 @@ def test_run_peer_returns_labels_and_what_the_peer_reports(monkeypatch):
 
 def test_itml_fails_on_a_cannot_link_between_identical_points_and_runs_without_it():
     """metric-learn's own behaviour, the reason for ``itml_pairs`` (needs the ITML
-    environment, ``npkl bench paper --install``)."""
+    environment, ``python -m bench.paper --install``)."""
     import subprocess
     import tempfile
     from pathlib import Path

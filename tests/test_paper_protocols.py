@@ -1,5 +1,5 @@
 """simplenpkl-jmlr2011's own protocol in the replication harness (bench/paper/protocols.py,
-``npkl bench paper --protocol simplenpkl``)."""
+``python -m bench.paper --protocol simplenpkl``)."""
 
 from __future__ import annotations
 

@@ -137,7 +137,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if not args.results.exists():
         raise SystemExit(f"admm_iterations: --results={str(args.results)!r} does not exist; "
-                         f"run `npkl bench paper` first or pass a results file")
+                         f"run `python -m bench.paper` first or pass a results file")
     if not 0 < args.max_spread < 1:
         raise SystemExit(f"admm_iterations: --max-spread={args.max_spread} must be in (0, 1)")
     rows = compare(ours(load_results(args.results)), max_spread=args.max_spread)

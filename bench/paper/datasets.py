@@ -58,7 +58,7 @@ __all__ = [
 class DatasetUnavailable(RuntimeError):
     """A data set's source files or reader are not installed; the message names the fix.
     ``reason``: the message without the closing advice to install everything (for callers
-    that give their own, as ``npkl bench paper``'s check of its data sets does)."""
+    that give their own, as ``python -m bench.paper``'s check of its data sets does)."""
 
     def __init__(self, message: str, reason: str | None = None):
         super().__init__(message)

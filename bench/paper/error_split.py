@@ -20,7 +20,7 @@ Usage::
         [--protocol simplenpkl]
 
 Each (repetition, method) prints one JSON line as it finishes, then a markdown table sums
-them per method. Fits run with one BLAS and one numba thread, as in ``npkl bench paper``.
+them per method. Fits run with one BLAS and one numba thread, as in ``python -m bench.paper``.
 """
 
 from __future__ import annotations

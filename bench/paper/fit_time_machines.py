@@ -4,7 +4,7 @@ Issue 3 asks for fit times at least 100x below the papers' CPU times, "measured 
 of machine". The sessions' machines differ: the AMD EPYC Zen 5 (AVX-512) measured the solver
 rows of ``bench/paper/results.jsonl`` (since 2026-11-30; an Intel Xeon with AVX-512 most of
 them before); the AMD EPYC Zen 3 (AVX2) is 1.7-3.1x slower on the same code (one thread per
-fit, 2026-11-30). ``npkl bench paper``'s own table pools whatever machines measured a pair;
+fit, 2026-11-30). ``python -m bench.paper``'s own table pools whatever machines measured a pair;
 this one splits the rows of one or more results files by the machine that measured them and
 prints, for every (data set, method) pair with a published CPU time, the median fit time and
 the ratio on each machine, the count of pairs at or above 100x per machine, and the ratio of
@@ -25,7 +25,7 @@ the name, and rows now record the CPU's family and model (``report.machine``):
 - ``results_fit_time_zen5.jsonl`` and ``results_fit_time_zen5_2threads.jsonl``: the Zen 5
   (family 26, model 2, AVX-512), 2026-11-29, twenty-second session.
 
-The ``_2threads`` files hold both cores per fit, one fit at a time (``npkl bench paper
+The ``_2threads`` files hold both cores per fit, one fit at a time (``python -m bench.paper
 --workers 1 --threads 2``, as ``npkl fit`` runs by default); the others one thread per fit.
 Rows measured with more than one thread per fit are a column of their own ("AMD EPYC 26/2
 (2 threads)").

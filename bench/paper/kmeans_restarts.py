@@ -2,7 +2,7 @@
 
 ``python -m bench.paper.kmeans_restarts --dataset adult-a5a --reps 20 --methods SimpleNPKL-linear``
 
-For each repetition the kernel is learned exactly as in ``npkl bench paper`` (same graph,
+For each repetition the kernel is learned exactly as in ``python -m bench.paper`` (same graph,
 constraints, γ and seed: :func:`bench.paper.run.learn_kernel`); then kernel k-means (k-means
 on the factor V, which is k-means in the feature space of K = V V') is run with the
 harness's 10 restarts and with more. Reported per method: mean ± std of the pairwise (Rand)

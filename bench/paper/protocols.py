@@ -1,4 +1,4 @@
-"""The papers' two experimental protocols, as ``npkl bench paper --protocol`` runs them.
+"""The papers' two experimental protocols, as ``python -m bench.paper --protocol`` runs them.
 
 ``kl-admm`` (the default; bcdkl-tnnls2015 §IV-A, kl-admm-ijcai2013 §4): 0.6n must-link +
 0.6n cannot-link random pairs (``npkl_dist.sample_constraints``), SimpleNPKL's capacity

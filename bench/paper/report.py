@@ -168,7 +168,7 @@ def _machine():
 
 def row_machine(r):
     """The machine that measured a row, with its threads per fit where more than one
-    (``npkl bench paper --threads``): a fit's time depends on both."""
+    (``python -m bench.paper --threads``): a fit's time depends on both."""
     m = r.get("machine", LEGACY_MACHINE)
     threads = int(r.get("threads", 1))
     return m if threads == 1 else f"{m}, {threads} threads per fit"
@@ -308,7 +308,7 @@ def markdown(agg, names, methods, wall_seconds, reps, command, machines=None, co
         f"**Run time.** The nine small data sets at 20 repetitions, every default method (the "
         f"\"γ by CV\" ones included), 2 processes, from a fresh clone after `make install`: "
         f"417 s, of which 397 s of tasks and the rest `--install`'s packages and ITML "
-        f"environment (`npkl bench paper --install --datasets {SMALL} --reps 20`, the "
+        f"environment (`python -m bench.paper --install --datasets {SMALL} --reps 20`, the "
         f"otherwise idle Zen 5, 2026-11-30, commit b589e79). That run reproduced the committed "
         f"rows to the last digit of the accuracy and the iteration count, except soybean rows "
         f"measured on the Intel Xeon: soybean's kNN graph follows the BLAS kernel's rounding "
@@ -396,7 +396,7 @@ def dataset_sections(agg, names, methods, pub, paper=None, normalized=False):
 
 def markdown_simplenpkl(agg, names, methods, wall_seconds, reps, command, machines=None,
                         commits=None):
-    """The section of ``npkl bench paper --protocol simplenpkl``: simplenpkl-jmlr2011's own
+    """The section of ``python -m bench.paper --protocol simplenpkl``: simplenpkl-jmlr2011's own
     protocol, against its Tables 2, 3 and 7 only."""
     from bench.paper import protocols
 
@@ -512,7 +512,7 @@ def speed_table(agg, names, methods, pub, paper=None):
 
 
 def runtime_table(agg, names, methods, reps=20, workers=2):
-    """What ``npkl bench paper --reps 20`` costs from a clean checkout, estimated from the
+    """What ``python -m bench.paper --reps 20`` costs from a clean checkout, estimated from the
     recorded fit times: per data set, the sum over methods of the mean fit time (one
     repetition, every method), times ``reps`` / ``workers``. Graph building, constraint
     sampling and kernel k-means are not included (seconds per data set); failed methods
@@ -538,7 +538,7 @@ def runtime_table(agg, names, methods, reps=20, workers=2):
         return []
     return ["### Run time of the whole table", "",
             f"Estimated from the fit times above: one repetition of every method, and "
-            f"{reps} repetitions on {workers} processes (`npkl bench paper --reps {reps}`; "
+            f"{reps} repetitions on {workers} processes (`python -m bench.paper --reps {reps}`; "
             f"graph building and k-means not included). Methods never run on a data set are "
             f"listed and not counted, so those rows are lower bounds. **Whole table: about "
             f"{total / 3600:.1f} h.**", "",

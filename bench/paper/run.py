@@ -1,4 +1,4 @@
-"""Replication of the papers' clustering tables: ``npkl bench paper [--datasets ...] [--reps N]``.
+"""Replication of the papers' clustering tables: ``python -m bench.paper [--datasets ...] [--reps N]``.
 
 Protocol (bcdkl-tnnls2015 §IV-A, kl-admm-ijcai2013 §4): features scaled to [-1, 1] per column
 (LIBSVM's svm-scale, the form the papers downloaded) except the synthetic sets; kNN graph with
@@ -516,7 +516,7 @@ def default_figure_for(report, default_figure):
 def main(argv=None):
     from bench.paper import datasets as ds
 
-    ap = argparse.ArgumentParser(prog="npkl bench paper", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.paper", description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", nargs="+", default=None, metavar="NAME",
                     help=f"data sets (default: all): {', '.join(ds.DATASETS)}")
     ap.add_argument("--protocol", choices=("kl-admm", "simplenpkl"), default="kl-admm",
@@ -624,7 +624,7 @@ def main(argv=None):
                  NPKL_METHODS + EXTRA_METHODS + PEER_METHODS, args.report,
                  wall_seconds=None if args.report_only else time.perf_counter() - t0,
                  reps=args.reps,
-                 command="npkl bench paper " + " ".join(argv or sys.argv[1:]),
+                 command="python -m bench.paper " + " ".join(argv or sys.argv[1:]),
                  figure_path=args.figure, protocol=args.protocol)
     print(f"wrote {args.report} and {args.figure}", file=sys.stderr)
     return 0
