@@ -380,6 +380,91 @@ def gram_rows(A, p, div, H):
             H[u, s] = H[s, u]
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _transpose_rows(A, p, AT):
+    """AT[c, s] = A[s, c] for the first p rows of A."""
+    r = A.shape[1]
+    for s in range(p):
+        for c in range(r):
+            AT[c, s] = A[s, c]
+
+
+@njit(nogil=True, cache=True, inline="always")
+def gram_upper(A, AT, p, H):
+    """H[s, u] = A_s . A_u for u >= s (the upper triangle), from AT = A[:p].T (both
+    C-contiguous). Built as rank-one row updates over c in 4-lane fused multiply-adds,
+    contiguous in u, rather than p^2 / 2 dot products that are each a chain of dependent
+    adds. Each row starts at the 4-block holding its diagonal, so a few entries left of
+    the diagonal get values too: the lower triangle is workspace, never read."""
+    r = A.shape[1]
+    for s in range(p):
+        u0 = s - s % 4
+        p4 = p - (p - u0) % 4
+        for u in range(u0, p):
+            H[s, u] = 0.0
+        r4 = r - r % 4
+        for c in range(0, r4, 4):  # four columns per pass over the row of H
+            a0 = np.float64(A[s, c])
+            a1 = np.float64(A[s, c + 1])
+            a2 = np.float64(A[s, c + 2])
+            a3 = np.float64(A[s, c + 3])
+            v0 = _v4_splat(a0)
+            v1 = _v4_splat(a1)
+            v2 = _v4_splat(a2)
+            v3 = _v4_splat(a3)
+            for u in range(u0, p4, 4):
+                h = _v4_fma(v0, _v4_load(AT, c, u), _v4_load(H, s, u))
+                h = _v4_fma(v1, _v4_load(AT, c + 1, u), h)
+                h = _v4_fma(v2, _v4_load(AT, c + 2, u), h)
+                _v4_store(H, s, u, _v4_fma(v3, _v4_load(AT, c + 3, u), h))
+            for u in range(p4, p):
+                H[s, u] = _fma(a3, AT[c + 3, u], _fma(a2, AT[c + 2, u], _fma(
+                    a1, AT[c + 1, u], _fma(a0, AT[c, u], H[s, u]))))
+        for c in range(r4, r):
+            a = np.float64(A[s, c])
+            av = _v4_splat(a)
+            for u in range(u0, p4, 4):
+                _v4_store(H, s, u, _v4_fma(av, _v4_load(AT, c, u), _v4_load(H, s, u)))
+            for u in range(p4, p):
+                H[s, u] = _fma(a, AT[c, u], H[s, u])
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _cholesky_upper_solve(M, y, p):
+    """Solve M x = y in place (y <- x) for SPD M[:p, :p] given by its upper triangle (C-
+    contiguous), overwritten by U with M = U'U. Right-looking: every update is a row axpy
+    in 4-lane fused multiply-adds (from the 4-block holding the diagonal; the lower
+    triangle is workspace). Returns False when M is not numerically positive definite."""
+    for j in range(p):
+        s = M[j, j]
+        if not s > 0.0:
+            return False
+        d = np.sqrt(s)
+        M[j, j] = d
+        for k in range(j + 1, p):
+            M[j, k] /= d
+        for i in range(j + 1, p):
+            f = -M[j, i]
+            fv = _v4_splat(f)
+            k0 = i - i % 4
+            p4 = p - (p - k0) % 4
+            for k in range(k0, p4, 4):
+                _v4_store(M, i, k, _v4_fma(fv, _v4_load(M, j, k), _v4_load(M, i, k)))
+            for k in range(p4, p):
+                M[i, k] = _fma(f, M[j, k], M[i, k])
+    for i in range(p):  # U' z = y
+        zi = y[i] / M[i, i]
+        y[i] = zi
+        for k in range(i + 1, p):
+            y[k] -= M[i, k] * zi
+    for i in range(p - 1, -1, -1):  # U x = z
+        s = y[i]
+        for k in range(i + 1, p):
+            s -= M[i, k] * y[k]
+        y[i] = s / M[i, i]
+    return True
+
+
 @njit(nogil=True, cache=True)
 def box_qp(H, q, upper, p, alpha, grad, work_M, work_y, free):
     """Exact solution of  min 1/2 a'Ha - q'a  s.t. 0 <= a <= upper  (p small, H PSD).
@@ -463,8 +548,8 @@ def update_column(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gam
     """Exact minimiser of the column-i subproblem given the other columns of V.
 
     out : (r,) float64 OUT. Returns nothing; V is not modified.
-    Workspaces: g (r,), A (pmax, r), H, M (pmax, pmax), qv, alpha, grad, wy (pmax,),
-    free (pmax,) int64.
+    Workspaces: g (r,), A (pmax, r), H, M (max(pmax, r), pmax), qv, alpha, grad, wy
+    (pmax,), free (pmax,) int64.
     """
     r = V.shape[1]
     Lii = diag[i]
@@ -507,14 +592,12 @@ def update_column(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gam
         for s in range(p):
             for c in range(r):
                 out[c] += gamma * A[s, c]
-        gram_rows(A, p, 1.0, M)
+        _transpose_rows(A, p, H)
+        gram_upper(A, H, p, M)
         for s in range(p):
-            acc = 0.0
-            for c in range(r):
-                acc += A[s, c] * out[c]
-            qv[s] = acc
+            qv[s] = _dot_row_vec(A, s, out, r, _madd)
             M[s, s] += Lii / gamma
-        _cholesky_solve(M, qv, p)
+        _cholesky_upper_solve(M, qv, p)
         for s in range(p):
             qs = qv[s]
             for c in range(r):
@@ -523,7 +606,13 @@ def update_column(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gam
             out[c] = out[c] / Lii
         return
     # hinge (0) / squared hinge (1): dual box QP
-    gram_rows(A, p, 2.0 * Lii, H)
+    _transpose_rows(A, p, M)
+    gram_upper(A, M, p, H)
+    div = 2.0 * Lii
+    for s in range(p):
+        for u in range(s, p):
+            H[s, u] = H[s, u] / div
+            H[u, s] = H[s, u]
     for s in range(p):
         ag = 0.0
         for c in range(r):
@@ -607,8 +696,8 @@ def sweep_rows(rows, start, stop, base, indptr, indices, data, diag, cptr, cidx,
     out = np.empty(r)
     g = np.empty(r)
     A = np.empty((pm, r))
-    H = np.empty((pm, pm))
-    M = np.empty((pm, pm))
+    H = np.empty((max(pm, r), pm))  # also A[:p].T for the square loss
+    M = np.empty((max(pm, r), pm))  # also A[:p].T for the hinge losses
     qv = np.empty(pm)
     alpha = np.empty(pm)
     grad = np.empty(pm)
