@@ -24,16 +24,14 @@ Usage::
     python bench/auto_real.py --datasets digits adult-a1a adult-a2a --losses square
     python bench/auto_real.py --datasets digits --losses square squared_hinge --runs 3
 
-Appends a markdown section to bench/RESULTS.md (``--out``).
+Prints the table and writes it, stamped with the machine and the commit, to
+``bench/results/auto_real.json`` (``--json``).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import os
-import platform
-import shlex
 import sys
 import time
 import warnings
@@ -46,9 +44,7 @@ from npkl_dist import ConvergenceWarning, NPKLProblem, fit_bcd
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.block_figure import curve, time_at_gap  # noqa: E402
-from bench.paper.report import machine  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 METHODS = ("sweeps", "block")
 
 
@@ -116,62 +112,53 @@ def _ratio(a, b):
     return "-" if a is None or b is None else f"{a / b:.1f}x"
 
 
-def _t(x):
-    return "-" if x is None else f"{x:.3f}"
-
-
 def write(args, rows, wall):
-    cmd = "python bench/auto_real.py " + shlex.join(sys.argv[1:])
-    lines = [
-        "",
-        f"## auto_real — {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        "",
-        f"- machine: {machine()}",
-        f"- software: python {platform.python_version()}, numpy {np.__version__}, "
-        f"npkl_dist {npkl_dist.__version__}",
-        f"- command: `{cmd}`",
-        f"- threads: {args.threads}; medians of {args.runs} runs; benchmark wall time "
-        f"{wall:.0f} s",
-        "- times in seconds from the call of fit_bcd; 'iters only' leaves out the per-iteration "
-        "objective evaluations of a traced fit; ratio = sweeps / block (> 1: block faster); "
-        "'default fit': trace=False, tol=1e-5, at most "
-        f"{args.max_default} iterations",
-        "",
-        "| data set | n | pairs | rank | loss | auto | gap | sweeps: its | sweeps: s (iters only) "
-        "| block: its | block: s (iters only) | ratio (iters only) |",
-        "|:---|---:|---:|---:|:---|:---|---:|---:|---:|---:|---:|---:|",
-    ]
+    """Print the table and write bench/results/auto_real.json (``--json``): one row per data
+    set, loss and gap, and one per data set and loss for the default fit (gap 'default')."""
+    from bench import _results
+
+    shown = []
     for r in rows:
         o = r["out"]
+        head = {k: r[k] for k in ("name", "n", "pairs", "rank", "loss", "auto")}
         for g in args.gaps:
-            lines.append(
-                f"| {r['name']} | {r['n']:,} | {r['pairs']:,} | {r['rank']} | {r['loss']} | "
-                f"{r['auto']} | {g:g} | {o[('sweeps', g, 'iters')] or '-'} | "
-                f"{_t(o[('sweeps', g, 't')])} ({_t(o[('sweeps', g, 't_steps')])}) | "
-                f"{o[('block', g, 'iters')] or '-'} | "
-                f"{_t(o[('block', g, 't')])} ({_t(o[('block', g, 't_steps')])}) | "
-                f"{_ratio(o[('sweeps', g, 't')], o[('block', g, 't')])} "
-                f"({_ratio(o[('sweeps', g, 't_steps')], o[('block', g, 't_steps')])}) |")
-    lines += [
-        "",
-        "The untraced fit with the default stopping rule (trace=False, tol=1e-5: what a fit "
-        "that stops on the step size alone costs):",
-        "",
-        "| data set | loss | sweeps: its | s | converged | gap at stop | block: its | s "
-        "| converged | gap at stop | ratio |",
-        "|:---|:---|---:|---:|:---|---:|---:|---:|:---|---:|---:|",
-    ]
-    for r in rows:
-        s, b = r["out"][("sweeps", "default")], r["out"][("block", "default")]
-        lines.append(
-            f"| {r['name']} | {r['loss']} | {s['iters']} | {s['seconds']:.3f} | "
-            f"{'yes' if s['converged'] else 'no'} | {s['gap']:.1e} | {b['iters']} | "
-            f"{b['seconds']:.3f} | {'yes' if b['converged'] else 'no'} | {b['gap']:.1e} | "
-            f"{_ratio(s['seconds'], b['seconds'])} |")
-    text = "\n".join(lines) + "\n"
-    with open(args.out, "a") as fh:
-        fh.write(text)
-    print(text)
+            shown.append({
+                **head, "gap": f"{g:g}",
+                "sweeps_iters": o[("sweeps", g, "iters")], "sweeps_s": o[("sweeps", g, "t")],
+                "sweeps_s_steps": o[("sweeps", g, "t_steps")],
+                "block_iters": o[("block", g, "iters")], "block_s": o[("block", g, "t")],
+                "block_s_steps": o[("block", g, "t_steps")],
+                "ratio": _ratio(o[("sweeps", g, "t")], o[("block", g, "t")]),
+                "ratio_steps": _ratio(o[("sweeps", g, "t_steps")], o[("block", g, "t_steps")])})
+        s, b = o[("sweeps", "default")], o[("block", "default")]
+        shown.append({
+            **head, "gap": "default stop",
+            "sweeps_iters": s["iters"], "sweeps_s": s["seconds"],
+            "sweeps_converged": s["converged"], "sweeps_gap_at_stop": s["gap"],
+            "block_iters": b["iters"], "block_s": b["seconds"],
+            "block_converged": b["converged"], "block_gap_at_stop": b["gap"],
+            "ratio": _ratio(s["seconds"], b["seconds"])})
+    columns = [("name", "data set"), ("n", "n"), ("pairs", "pairs"), ("loss", "loss"),
+               ("auto", "auto"), ("gap", "gap"), ("sweeps_iters", "sweeps: its"),
+               ("sweeps_s", "sweeps: s"), ("block_iters", "block: its"),
+               ("block_s", "block: s"), ("ratio", "sweeps / block")]
+    for r in shown:
+        print(" | ".join("-" if r.get(k) is None else str(r[k]) for k, _ in columns))
+    _results.write(
+        "auto_real", title="Plain sweeps against block solves on real data at the papers' "
+                           "protocol",
+        measures="seconds from the call of fit_bcd to relative objective gaps (traced fits; "
+                 "median of the runs), and the untraced fit with the default stopping rule "
+                 "(trace=False, tol=1e-5), for method='block'",
+        reference="method='sweeps' (plain BCD sweeps) on the same problem in the same run; "
+                  "f* from a long block reference run (KKT < 1e-9)",
+        command=_results.command("bench/auto_real.py", args.argv),
+        args={k: v for k, v in vars(args).items() if k != "argv"}, path=args.json,
+        columns=columns, rows=shown,
+        notes=[f"{args.threads} thread(s); medians of {args.runs} runs; 'default stop': "
+               f"trace=False, tol=1e-5, at most {args.max_default} iterations (the rows keep "
+               f"the gap each stops at)"],
+        extra={"wall_seconds": wall})
 
 
 def main(argv=None):
@@ -187,8 +174,10 @@ def main(argv=None):
     ap.add_argument("--max-default", type=int, default=5000)
     ap.add_argument("--ref-iters", type=int, default=3000)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
+    ap.add_argument("--json", default=None,
+                    help="results file (default: bench/results/auto_real.json)")
     args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     for name, value in (("--runs", args.runs), ("--max-iters", args.max_iters),
                         ("--max-default", args.max_default), ("--ref-iters", args.ref_iters)):
         if value < 1:
@@ -210,7 +199,7 @@ def main(argv=None):
         L, cons = inputs(name)
         for loss in args.losses:
             P = NPKLProblem.build(L, cons, loss=loss, gamma=1.0, seed=0)
-            auto = npkl_dist._bcd.choose_method(P, ex)
+            auto = npkl_dist.solvers.bcd._setup.choose_method(P, ex)
             t1 = time.perf_counter()
             out = measure(P, ex, args.gaps, args.runs, args.max_iters, args.ref_iters,
                           args.max_default)

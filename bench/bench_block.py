@@ -21,19 +21,19 @@ Usage::
     python bench/bench_block.py --n 1000000 --fractions 0.01 --losses square \
         --max-sweeps 600
     python bench/bench_block.py --n 100000 --fractions 0.001 0.01 0.1 protocol \
-        --losses square --figure bench/block_convergence_1e5.png
+        --losses square --figure bench/results/block_convergence_1e5.png
 
-Appends a markdown section to bench/RESULTS.md (``--out``).
+Prints the table and writes it, stamped with the machine and the commit, to
+``bench/results/block_<n>.json`` (``--json``); ``python -m bench.performance`` renders it on
+docs/performance.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
 import platform
-import shlex
 import sys
 import time
 import warnings
@@ -42,10 +42,6 @@ import numpy as np
 
 import npkl_dist
 
-try:
-    from bench.block_figure import curve, figure, frac_label, time_at_gap
-except ImportError:  # run as a script: bench/ itself is on sys.path
-    from block_figure import curve, figure, frac_label, time_at_gap
 import npkl_dist.executors
 from npkl_dist import (
     Constraints,
@@ -59,6 +55,9 @@ from npkl_dist import (
 )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+if os.path.dirname(HERE) not in sys.path:  # run as a script
+    sys.path.insert(0, os.path.dirname(HERE))
+from bench.block_figure import curve, figure, frac_label, time_at_gap  # noqa: E402
 CACHE = os.path.join(HERE, ".cache")
 
 
@@ -131,12 +130,14 @@ def main(argv=None):
                     help="skip the reference run and take this f* (from an earlier run's "
                          "reference, cited in the notes; one case only)")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
+    ap.add_argument("--json", default=None,
+                    help="results file (default: bench/results/block_<n>.json)")
     ap.add_argument("--figure", default=None,
                     help="PNG of the relative gap against wall time per case; the curves' "
                          "data go to the same path with .json (redraw or merge with "
                          "bench/block_figure.py)")
     args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.figure and not args.figure.endswith(".png"):
         ap.error(f"--figure: expected a path ending in .png, got {args.figure!r}")
     warnings.simplefilter("ignore", ConvergenceWarning)
@@ -155,7 +156,7 @@ def main(argv=None):
             n_con = np.unique(np.r_[C.i, C.j]).size
             for loss in args.losses:
                 P = NPKLProblem.build(L, C, loss=loss, gamma=1.0, rank=args.rank, seed=0)
-                auto = npkl_dist._bcd.choose_method(P, ex)
+                auto = npkl_dist.solvers.bcd._setup.choose_method(P, ex)
                 say = lambda m: print(f"[n={n} frac={frac} {loss}] {m}", flush=True)  # noqa
                 if args.f_star is None:
                     ref = fit_bcd(P, method="block", max_sweeps=args.ref_iters, tol=1.0,
@@ -198,8 +199,10 @@ def main(argv=None):
     write(args, rows, notes, time.perf_counter() - t_all)
     if args.figure:
         with open(args.figure[:-4] + ".json", "w") as fh:
-            json.dump({"command": f"python bench/bench_block.py {shlex.join(sys.argv[1:])}",
-                       "machine": _cpu(), "gap": args.gap, "cases": cases}, fh)
+            from bench import _results
+
+            json.dump({"command": _results.command("bench/bench_block.py", args.argv),
+                       **_results.stamps(), "gap": args.gap, "cases": cases}, fh)
         print(figure(cases, args.figure, gap=args.gap))
 
 
@@ -236,54 +239,50 @@ def _fmt_t(t):
 
 
 def write(args, rows, notes, wall):
-    lines = [
-        "",
-        f"## bench_block — {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        "",
-        f"- machine: {_cpu()}, {os.cpu_count()} cores",
-        f"- software: python {platform.python_version()}, numpy {np.__version__}, "
-        f"npkl_dist {npkl_dist.__version__}",
-        f"- command: `python bench/bench_block.py {shlex.join(sys.argv[1:])}`",
-        f"- problem: 10-cluster Gaussian mixture in 8-D, kNN k=10, Gaussian weights, "
-        f"delta=1e-3, r={args.rank}, gamma=1; "
-        + "; ".join(notes),
-        f"- gap criterion: (f - f*)/f* <= {args.gap:g}; f* = lowest objective of "
-        + (f"a long block reference run (KKT < 1e-8 or {args.ref_iters} outer iterations)"
-           if args.f_star is None else f"--f-star {args.f_star!r} (an earlier run's reference)")
-        + f" and of the runs below; times from the call of fit_bcd (set-up, AMG, start, iterations, "
-        f"objective evaluations); sweep-eq = time / median plain sweep of the same case",
-        f"- plain sweeps capped at {args.max_sweeps}; '-' = gap not reached (then the "
-        f"speed-up is a lower bound: sweeps' total time / block time)",
-        "- speed-up, iterations only: the same ratio without the objective evaluations after "
-        "each sweep / outer iteration (a traced fit's, the default; about twice a plain "
-        "sweep's cost; for the block method partly a by-product of its CG, up to half an "
-        "outer iteration with most points constrained), i.e. between fits that stop on the "
-        "step size (trace=False; block fits skip the evaluations too since 2026-11-26)",
-        f"- benchmark wall time: {wall:.0f} s",
-        "",
-        "| n | constrained | pairs | loss | auto | sweeps: iters | sweeps: s | block: outer "
-        "(CG its) | block: s | block sweep-eq | speed-up | speed-up, iterations only | "
-        "Rand sweeps / block | ARI sweeps / block |",
-        "|---:|:---|---:|:---|:---|---:|---:|---:|---:|---:|---:|---:|:---|:---|",
-    ]
+    """Print the table and write bench/results/block_<n>.json (``--json``)."""
+    from bench import _results
+
+    shown = []
     for r in rows:
-        frac = frac_label(r["frac"])
-        sp = _speedup(r["swp_t"], r["swp_total"], r["blk_t"])
-        sp2 = _speedup(r["swp_t_steps"], r["swp_steps_total"], r["blk_t_steps"])
-        sw_it = (str(r["swp_iters"]) if r["swp_iters"] is not None
-                 else f">{r['swp_n']} (gap {r['swp_gap_end']:.1e})")
-        sw_t = _fmt_t(r["swp_t"]) if r["swp_t"] is not None else f">{r['swp_total']:.1f}"
-        eq = "-" if r["blk_t"] is None else f"{r['blk_t'] / r['t_sweep']:.0f}"
-        lines.append(
-            f"| {r['n']:,} | {frac} ({r['n_con']:,} pts) | {r['pairs']:,} | {r['loss']} | "
-            f"{r['auto']} | {sw_it} | {sw_t} | {r['blk_iters'] or '-'} ({r['blk_cg']}) | "
-            f"{_fmt_t(r['blk_t'])} | {eq} | {sp} | {sp2} | {r['acc_s'][0]:.4f} / {r['acc_b'][0]:.4f} "
-            f"| {r['acc_s'][1]:.3f} / {r['acc_b'][1]:.3f} |")
-    lines.append("")
-    text = "\n".join(lines)
-    print(text)
-    with open(args.out, "a") as fh:
-        fh.write(text + "\n")
+        shown.append({
+            **r, "constrained": f"{frac_label(r['frac'])} ({r['n_con']:,} pts)",
+            "sweeps_iters": (str(r["swp_iters"]) if r["swp_iters"] is not None
+                             else f">{r['swp_n']} (gap {r['swp_gap_end']:.1e})"),
+            "sweeps_s": (_fmt_t(r["swp_t"]) if r["swp_t"] is not None
+                         else f">{r['swp_total']:.1f}"),
+            "block_outer": f"{r['blk_iters'] or '-'} ({r['blk_cg']})",
+            "block_s": _fmt_t(r["blk_t"]),
+            "sweep_eq": "-" if r["blk_t"] is None else f"{r['blk_t'] / r['t_sweep']:.0f}",
+            "speedup": _speedup(r["swp_t"], r["swp_total"], r["blk_t"]),
+            "speedup_steps": _speedup(r["swp_t_steps"], r["swp_steps_total"],
+                                      r["blk_t_steps"]),
+            "rand": f"{r['acc_s'][0]:.4f} / {r['acc_b'][0]:.4f}"})
+    columns = [("n", "n"), ("constrained", "constrained"), ("loss", "loss"),
+               ("auto", "auto"), ("sweeps_iters", "sweeps: iters"), ("sweeps_s", "sweeps: s"),
+               ("block_outer", "block: outer (CG its)"), ("block_s", "block: s"),
+               ("sweep_eq", "block in sweeps' time"), ("speedup", "speed-up"),
+               ("speedup_steps", "speed-up, iterations only"),
+               ("rand", "Rand sweeps / block")]
+    for r in shown:
+        print(" | ".join(str(r[k]) for k, _ in columns))
+    name = "block_" + "_".join(f"{n:g}" for n in args.n)
+    _results.write(
+        name, title=f"Block solves against plain sweeps, time to a {args.gap:g} gap",
+        measures="seconds from the call of fit_bcd (set-up, AMG, start, iterations, objective "
+                 "evaluations) until the objective is within the gap of f*, default block "
+                 "solves",
+        reference="plain BCD sweeps (bcdkl-tnnls2015 Alg. 1) on the same problem in the same "
+                  "run; f* = the lowest objective of a long block reference run "
+                  "(KKT < 1e-8) and of both runs",
+        command=_results.command("bench/bench_block.py", args.argv),
+        args={k: v for k, v in vars(args).items() if k != "argv"}, path=args.json,
+        columns=columns, rows=shown,
+        notes=[f"problem: 10-cluster Gaussian mixture in 8-D, kNN k=10, Gaussian weights, "
+               f"delta=1e-3, r={args.rank}, gamma=1; " + "; ".join(notes),
+               f"plain sweeps capped at {args.max_sweeps}; '-' = gap not reached (the "
+               f"speed-up is then a lower bound); 'iterations only' leaves out the objective "
+               f"evaluations after each sweep / outer iteration"],
+        extra={"wall_seconds": wall})
 
 
 if __name__ == "__main__":

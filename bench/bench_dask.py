@@ -6,13 +6,13 @@ Seconds per BCD sweep in-process (numba, 2 threads) vs the Dask executor on a Lo
 with 1 and 2 worker processes (1 thread each, 2 blocks per worker), measured in the same run
 on the same problem as bench_sweep.py (uniform points in the unit square, 9-NN, 2% of points
 constrained); halo bytes per colour step as a share of V; peak resident memory per worker;
-time and size of one V checkpoint written to a local run store.
+time and size of one V checkpoint written to a local run store. Writes the table, stamped with
+the machine and the commit, to ``bench/results/dask.json`` (``--json``).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import shutil
 import sys
@@ -24,14 +24,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 
 def main(argv=None):
     import distributed
 
     import npkl_dist as nk
-    from bench_sweep import disjoint_pairs, knn_affinity, machine_info
+    from bench.bench_sweep import disjoint_pairs, knn_affinity, machine_info
     from npkl_dist.executors import InProcessExecutor
     from npkl_dist.executors._dask import DaskExecutor
     from npkl_dist.store import RunStore, StoreCheckpointer
@@ -42,7 +41,8 @@ def main(argv=None):
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--sweeps", type=int, default=3)
     ap.add_argument("--blocks-per-worker", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS.md")
+    ap.add_argument("--json", default=None,
+                    help="results file (default: bench/results/dask.json)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     S = knn_affinity(args.n, 9, 2, 0)
@@ -109,24 +109,29 @@ def main(argv=None):
         finally:
             client.close()
             cluster.close()
-    info = machine_info()
-    lines = [
-        "", f"## bench_dask — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", "",
-        f"- machine: {info.get('cpu', '?')}, {os.cpu_count()} cores",
-        f"- command: `python bench/bench_dask.py --n {args.n} --rank {args.rank} "
-        f"--dtype {args.dtype} --sweeps {args.sweeps} --blocks-per-worker {args.blocks_per_worker}`",
-        f"- problem: n = {args.n:,}, r = {args.rank}, {args.dtype}, {plan.n_colours} colours, "
-        f"V = {V0.nbytes / 2**20:.0f} MiB; median of {args.sweeps} sweeps after a warm-up",
-        "", "| executor | seconds per sweep | / in-process | halo per colour step (share of V) "
-        "| peak RSS per worker |", "|---|---:|---:|---|---|",
-    ]
-    for name, t, ratio, halo, mem in rows:
-        lines.append(f"| {name} | {t:.3f} | {'' if ratio is None else f'{ratio:.2f}'} | "
-                     f"{halo} | {mem} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    with open(args.out, "a") as fh:
-        fh.write(text)
+    from bench import _results
+
+    table = [{"executor": name, "seconds": t, "ratio": ratio, "halo": halo, "memory": mem}
+             for name, t, ratio, halo, mem in rows]
+    for r in table:
+        print(r)
+    _results.write(
+        "dask", title="Plain sweeps on the Dask executor, and run-store checkpoints",
+        measures="seconds per plain BCD sweep on a Dask LocalCluster (1 and 2 worker "
+                 "processes, 1 thread each), halo bytes per colour step, peak RSS per worker, "
+                 "and one V checkpoint written to a local run store",
+        reference="the in-process executor with 2 threads on the same problem in the same run",
+        command=_results.command("bench/bench_dask.py", argv),
+        args=vars(args), path=args.json,
+        columns=[("executor", "executor"), ("seconds", "seconds"),
+                 ("ratio", "/ in-process"), ("halo", "halo per colour step (share of V)"),
+                 ("memory", "peak RSS per worker")],
+        rows=table,
+        notes=[f"problem: bench_sweep.py's (uniform points in the unit square, 9-NN, 2% of the "
+               f"points constrained), n = {args.n:,}, r = {args.rank}, {args.dtype}, "
+               f"{plan.n_colours} colours, V = {V0.nbytes / 2**20:.0f} MiB; median of "
+               f"{args.sweeps} sweeps after a warm-up"],
+        extra={"software": machine_info()})
 
 
 if __name__ == "__main__":

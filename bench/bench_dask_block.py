@@ -15,16 +15,14 @@ threads, Dask LocalCluster (processes) with 1 worker x 1 thread (one block) and 
 1 thread (two blocks). Medians over --repeats runs; a warm-up fit per cluster compiles the
 serial kernels first.
 
-Appends a markdown section to bench/RESULTS.md (``--out``).
+Prints the table and writes it, stamped with the machine and the commit, to
+``bench/results/dask_block.json`` (``--json``).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import os
-import platform
-import shlex
 import sys
 import time
 import warnings
@@ -33,15 +31,14 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
 
 
 def main(argv=None):
     import distributed
 
     import npkl_dist
-    from bench_block import (_cpu, _stopper, constraints_for, graph_for, iters_to_gap,
-                             time_to_gap)
+    from bench.bench_block import (_stopper, constraints_for, graph_for, iters_to_gap,
+                                   time_to_gap)
     from npkl_dist import ConvergenceWarning, NPKLProblem, fit_bcd
     from npkl_dist.executors import InProcessExecutor
     from npkl_dist.executors._dask import DaskExecutor
@@ -55,8 +52,10 @@ def main(argv=None):
     ap.add_argument("--max-outer", type=int, default=400)
     ap.add_argument("--ref-iters", type=int, default=600)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
+    ap.add_argument("--json", default=None,
+                    help="results file (default: bench/results/dask_block.json)")
     args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     warnings.simplefilter("ignore", ConvergenceWarning)
     t_all = time.perf_counter()
     S, y, _ = graph_for(args.n)
@@ -70,7 +69,7 @@ def main(argv=None):
     runs = {}
 
     def measure(name, ex, n_workers=None):
-        assert npkl_dist._bcd.choose_method(P, ex) == "block"
+        assert npkl_dist.solvers.bcd._setup.choose_method(P, ex) == "block"
         out = []
         for _ in range(args.repeats):
             res = fit_bcd(P, method="block", max_sweeps=args.max_outer, tol=0, executor=ex,
@@ -99,56 +98,49 @@ def main(argv=None):
                     f"({workers} block{'s' * (workers > 1)}; cluster start {t_cluster:.1f} s)",
                     ex)
     f_star = min([ref.objective] + [min(r.objective_trace) for rs in runs.values() for r in rs])
-    write(args, ref, f_star, runs, time.perf_counter() - t_all, time_to_gap, iters_to_gap,
-          _cpu, npkl_dist)
+    write(args, ref, f_star, runs, time.perf_counter() - t_all, time_to_gap, iters_to_gap)
 
 
-def write(args, ref, f_star, runs, wall, time_to_gap, iters_to_gap, _cpu, npkl_dist):
-    base = None
-    lines = [
-        "",
-        f"## bench_dask_block — block solves in-process vs Dask — "
-        f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        "",
-        f"- machine: {_cpu()}, {os.cpu_count()} cores",
-        f"- software: python {platform.python_version()}, numpy {np.__version__}, "
-        f"npkl_dist {npkl_dist.__version__}",
-        f"- command: `flock /tmp/npkl-bench.lock python bench/bench_dask_block.py "
-        f"{shlex.join(sys.argv[1:])}`",
-        f"- problem: bench_block.py's mixture (8-D, 10 clusters), kNN k=10, delta=1e-3, "
-        f"n={args.n:,}, r={args.rank}, {args.frac} of the points paired at random, loss "
-        f"{args.loss}, gamma=1; method='block', default precond (Dask: block-Jacobi with "
-        f"a local plain-aggregation AMG per block)",
-        f"- gap: (f - f*)/f* <= {args.gap:g}, f* = {f_star:.10g} (in-process reference run: "
-        f"{ref.n_sweeps} outer iterations, KKT {ref.kkt:.1e}); time from the call of "
-        f"fit_bcd to the outer iteration reaching the gap (set-up included, cluster start "
-        f"not); medians of {args.repeats} runs",
-        f"- benchmark wall time: {wall:.0f} s",
-        "",
-        "| configuration | outer iterations to gap | set-up s | s to gap (median) | "
-        "runs (s) | vs in-process 2 threads |",
-        "|:---|---:|---:|---:|:---|---:|",
-    ]
-    rows = []
+def write(args, ref, f_star, runs, wall, time_to_gap, iters_to_gap):
+    """Print the table and write bench/results/dask_block.json (``--json``)."""
+    from bench import _results
+
+    rows, base = [], None
     for name, rs in runs.items():
         ts = [time_to_gap(r, f_star, args.gap) for r in rs]
         its = [iters_to_gap(r, f_star, args.gap) for r in rs]
         ok = [t for t in ts if t is not None]
         med = float(np.median(ok)) if ok else None
-        rows.append((name, its, float(np.median([r.setup_seconds for r in rs])), med, ts))
+        rows.append({"configuration": name,
+                     "outer": "/".join(str(i) if i else "-" for i in its),
+                     "setup": float(np.median([r.setup_seconds for r in rs])),
+                     "seconds": med, "runs": ts})
         if name.startswith("in-process, 2"):
             base = med
-    for name, its, setup, med, ts in rows:
-        ratio = "-" if med is None or base is None else f"{med / base:.2f}x"
-        lines.append(
-            f"| {name} | {'/'.join(str(i) if i else '-' for i in its)} | {setup:.1f} | "
-            f"{'-' if med is None else f'{med:.1f}'} | "
-            f"{', '.join('-' if t is None else f'{t:.1f}' for t in ts)} | {ratio} |")
-    lines.append("")
-    text = "\n".join(lines)
-    print(text)
-    with open(args.out, "a") as fh:
-        fh.write(text + "\n")
+    for r in rows:
+        r["ratio"] = (None if r["seconds"] is None or base is None
+                      else f"{r['seconds'] / base:.2f}x")
+        print(r, flush=True)
+    _results.write(
+        "dask_block", title="Block solves in-process and on the Dask executor",
+        measures=f"seconds from the call of fit_bcd(method='block') to the outer iteration "
+                 f"reaching the {args.gap:g} gap (set-up included, cluster start not), on a "
+                 f"Dask LocalCluster of 1 and 2 worker processes; medians of {args.repeats} "
+                 f"runs",
+        reference="the in-process executor with 1 and 2 threads on the same problem in the "
+                  "same run",
+        command=_results.command("bench/bench_dask_block.py", args.argv),
+        args={k: v for k, v in vars(args).items() if k != "argv"}, path=args.json,
+        columns=[("configuration", "configuration"), ("outer", "outer iterations to gap"),
+                 ("setup", "set-up s"), ("seconds", "s to gap (median)"),
+                 ("ratio", "vs in-process 2 threads")],
+        rows=rows,
+        notes=[f"problem: bench_block.py's mixture (8-D, 10 clusters), kNN k=10, delta=1e-3, "
+               f"n={args.n:,}, r={args.rank}, {args.frac} of the points paired at random, "
+               f"loss {args.loss}, gamma=1; f* = {f_star:.10g} (in-process reference: "
+               f"{ref.n_sweeps} outer iterations, KKT {ref.kkt:.1e}); Dask: block-Jacobi "
+               f"with a local AMG per block"],
+        extra={"f_star": f_star, "wall_seconds": wall})
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ PREFECT_API_URL is set) with the in-process executor.
 Reported: per stage the wall seconds and the process's peak resident memory during the
 stage; total = wall time from before ``import prefect`` to the flow's return; orchestration
 overhead = total - sum of stage seconds (Prefect import and start-up, task bookkeeping,
-opening the run store). One JSON line on stdout; ``--record`` appends a table to
-bench/RESULTS.md.
+opening the run store). One JSON line on stdout, and the table, stamped with the machine and
+the commit, in ``bench/results/pipeline_<n>.json`` (``--json``).
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def main(argv=None):
     p.add_argument("--dtype", default="float64")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", help="where data and the run go (default: a temp dir)")
-    p.add_argument("--record", action="store_true", help="append the result to RESULTS.md")
+    p.add_argument("--json", default=None,
+                   help="results file (default: bench/results/pipeline_<n>.json; '' for none)")
     args = p.parse_args(argv)
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="npkl-bench-pipeline-"))
@@ -125,35 +126,42 @@ def main(argv=None):
                    f"{platform.python_version()}",
     }
     print(json.dumps(out))
-    if args.record:
-        _record(out, " ".join(["python bench/bench_pipeline.py", *(argv or sys.argv[1:])]))
+    if args.json != "":
+        _record(out, list(sys.argv[1:] if argv is None else argv), args.json or None)
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
-def _record(o, command):
-    lines = [
-        "", f"### Pipeline, n = {o['n']:,} (d = {o['d']}, k = {o['knn']}, r = {o['rank']}, "
-            f"{o['constrained_points']:,} points constrained, {o['pairs']:,} pairs)", "",
-        f"`{command}` — {o['machine']}; {o['n_sweeps']} sweeps ({o['dtype']}), "
-        f"{o['new_points']:,} points extended.", "",
-        "| stage | wall s | peak RSS MB |", "|---|---:|---:|",
-    ]
-    for k, v in o["stages"].items():
-        lines.append(f"| {k} | {v['seconds']:.1f} | {v['peak_rss_mb']:.0f} |")
-    lines += [
-        f"| **sum of stages** | {o['stage_seconds']:.1f} | |",
-        f"| **total (import prefect → flow returns)** | {o['total_seconds']:.1f} | |",
-        f"| **orchestration overhead** | {o['overhead_seconds']:.1f} "
-        f"({100 * o['overhead_fraction']:.1f}%) | |", "",
-    ]
-    if o.get("metrics"):
-        m = o["metrics"]
-        lines.append(f"Pairwise accuracy {m['rand_accuracy']:.4f}, ARI {m['ari']:.4f}, "
-                     f"NMI {m['nmi']:.4f}.")
-    with open(ROOT / "bench" / "RESULTS.md", "a") as f:
-        f.write("\n".join(lines) + "\n")
+def _record(o, argv, path):
+    """Write bench/results/pipeline_<n>.json (``--json``): one row per stage and the totals."""
+    sys.path.insert(0, str(ROOT))
+    from bench import _results
+
+    rows = [{"stage": k, "seconds": v["seconds"], "peak_rss_mb": v["peak_rss_mb"]}
+            for k, v in o["stages"].items()]
+    rows += [{"stage": "sum of stages", "seconds": o["stage_seconds"]},
+             {"stage": "total (import prefect -> flow returns)", "seconds": o["total_seconds"]},
+             {"stage": "orchestration overhead", "seconds": o["overhead_seconds"],
+              "share": f"{100 * o['overhead_fraction']:.1f}%"}]
+    m = o.get("metrics") or {}
+    _results.write(
+        f"pipeline_{o['n']}", title=f"The whole pipeline on {o['n']:,} synthetic points",
+        measures="wall seconds and peak resident memory of each stage of `npkl run`'s Prefect "
+                 "flow (in-process executor), and the flow's total from before `import "
+                 "prefect` to its return",
+        reference="the sum of the stages' own seconds in the same run: the difference is the "
+                  "orchestration overhead (Prefect import and start-up, task bookkeeping, "
+                  "opening the run store)",
+        command=_results.command("bench/bench_pipeline.py", argv), args=o, path=path,
+        columns=[("stage", "stage"), ("seconds", "wall s"), ("peak_rss_mb", "peak RSS MB"),
+                 ("share", "share of total")],
+        rows=rows,
+        notes=[f"d = {o['d']}, k = {o['knn']}, r = {o['rank']}, "
+               f"{o['constrained_points']:,} points constrained, {o['pairs']:,} pairs, "
+               f"{o['n_sweeps']} sweeps ({o['dtype']}), {o['new_points']:,} points extended",
+               *([f"pairwise accuracy {m['rand_accuracy']:.4f}, ARI {m['ari']:.4f}, NMI "
+                  f"{m['nmi']:.4f}"] if m else [])])
 
 
 if __name__ == "__main__":

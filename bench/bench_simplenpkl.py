@@ -25,16 +25,14 @@ Usage::
     python bench/bench_simplenpkl.py --compare dual --datasets adult-a1a adult-a4a \
         --losses squared_hinge --runs 3
 
-Appends a markdown section to bench/RESULTS.md (``--out``; ``--no-write`` to skip).
+Prints the table and writes it, stamped with the machine and the commit, to
+``bench/results/simplenpkl_<compare>.json`` (``--json``; ``--json ''`` for none).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import os
-import platform
-import shlex
 import sys
 import time
 import warnings
@@ -45,10 +43,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import npkl_dist  # noqa: E402
-from bench.bench_block import _cpu  # noqa: E402
 from bench.paper.run import prepare_data  # noqa: E402
 from npkl_dist import ConvergenceWarning  # noqa: E402
-from npkl_dist._simplenpkl import fit_simplenpkl  # noqa: E402
+from npkl_dist.solvers.simplenpkl._fit import fit_simplenpkl  # noqa: E402
 
 #: simplenpkl-jmlr2011 Table 7, CPU seconds (LL = linear, SHL = squared hinge)
 PUBLISHED = {"adult-a1a": {"linear": 8.5, "squared_hinge": 322.9},
@@ -96,9 +93,11 @@ def main(argv=None):
     ap.add_argument("--dual", choices=["lbfgs", "alg1"], default="lbfgs",
                     help="dual solver of both sides with --compare eigensolver")
     ap.add_argument("--kmeans-seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
-    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--json", default=None,
+                    help="results file (default: bench/results/simplenpkl_<compare>.json; "
+                         "'' for none)")
     args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     t_wall = time.perf_counter()
     cfg = dict(zip(("ref", "fast"), configs(args.compare, args.dual)))
     rows = []
@@ -135,56 +134,46 @@ def main(argv=None):
             rows.append(row)
             print(row, flush=True)
     wall = time.perf_counter() - t_wall
-    text = table(args, rows, wall)
-    print(text)
-    if not args.no_write:
-        with open(args.out, "a") as fh:
-            fh.write(text)
+    if args.json != "":
+        write(args, rows, wall)
 
 
-def table(args, rows, wall):
-    lines = [
-        "",
-        f"## bench_simplenpkl — {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
-        "",
-        f"- machine: {_cpu()}, {os.cpu_count()} cores",
-        f"- software: python {platform.python_version()}, numpy {np.__version__}, "
-        f"npkl_dist {npkl_dist.__version__}",
-        f"- command: `flock /tmp/npkl-bench.lock python bench/bench_simplenpkl.py "
-        f"{shlex.join(sys.argv[1:])}`",
-        "- problem: bench/paper/run.py repetition 0 (kNN k=50, delta=1e-3, 0.6n + 0.6n "
-        "pairs, Pataki rank, gamma=1, B=100n); seconds = median wall time of "
-        f"fit_simplenpkl over {args.runs} runs per solver, alternating reference/fast in one "
-        "process; " + ("ref = dual='alg1' (the paper's Alg. 1), fast = dual='lbfgs' (L-BFGS-B "
-                       "on the same dual), both eigensolver='fast'" if args.compare == "dual"
-                       else "ref = eigensolver='arpack' (eigsh at every step, default BLAS "
-                       f"threads), fast = eigensolver='fast', both dual='{args.dual}'"),
-        f"- Rand = kernel k-means accuracy on K = V V', mean over seeds "
-        f"{' '.join(map(str, args.kmeans_seeds))}; published = MATLAB seconds, "
-        "simplenpkl-jmlr2011 Table 7",
-        f"- benchmark wall time: {wall:.0f} s",
-        "",
-        "| data set | n | pairs | rank | loss | iters | eigsolves ref / fast | ref s | fast s "
-        "| ref / fast | published s | published / fast | objective ref | objective fast "
-        "| rel. diff | gap ref / fast | Rand ref / fast |",
-        "|:---|---:|---:|---:|:---|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|:---|:---|",
-    ]
+def write(args, rows, wall):
+    """Print the table and write bench/results/simplenpkl_<compare>.json (``--json``)."""
+    from bench import _results
+
     for r in rows:
         pub = r["published"]
-        rel = abs(r["obj_fast"] - r["obj_ref"]) / max(abs(r["obj_ref"]), 1e-300)
-        pub_s = "-" if pub is None else f"{pub:g}"
-        pub_x = "-" if pub is None else f"{pub / r['t_fast']:.0f}x"
-        lines.append(
-            f"| {r['name']} | {r['n']:,} | {r['m']:,} | {r['rank']} | {r['loss']} | "
-            f"{r['iters']}" + ("" if r["iters"] == r["iters_fast"] else f" / {r['iters_fast']}")
-            + f" | {r['solves'][0]} / {r['solves'][1]} | {r['t_ref']:.3f} | "
-            f"{r['t_fast']:.3f} | {r['t_ref'] / r['t_fast']:.2f}x | "
-            f"{pub_s} | {pub_x} | {r['obj_ref']:.10g} | "
-            f"{r['obj_fast']:.10g} | {rel:.1e} | {r['gap_ref']:.4g} / {r['gap_fast']:.4g} | "
-            f"{np.mean(r['rand_ref']):.4f} / {np.mean(r['rand_fast']):.4f} |"
-        )
-    lines.append("")
-    return "\n".join(lines)
+        r["ratio"] = f"{r['t_ref'] / r['t_fast']:.2f}x"
+        r["pub_ratio"] = None if pub is None else f"{pub / r['t_fast']:.0f}x"
+        r["rel_diff"] = abs(r["obj_fast"] - r["obj_ref"]) / max(abs(r["obj_ref"]), 1e-300)
+        r["rand"] = f"{np.mean(r['rand_ref']):.4f} / {np.mean(r['rand_fast']):.4f}"
+    columns = [("name", "data set"), ("n", "n"), ("m", "pairs"), ("rank", "rank"),
+               ("loss", "loss"), ("iters", "iterations"), ("t_ref", "reference s"),
+               ("t_fast", "fast s"), ("ratio", "reference / fast"),
+               ("published", "published s"), ("pub_ratio", "published / fast"),
+               ("rel_diff", "objective rel. diff"), ("rand", "Rand reference / fast")]
+    for r in rows:
+        print(" | ".join(str(r[k]) for k, _ in columns))
+    if args.compare == "dual":
+        title = "SimpleNPKL: L-BFGS-B on the dual against the paper's Alg. 1"
+        ref = ("dual='alg1' (simplenpkl-jmlr2011 Alg. 1) in the same run, both "
+               "eigensolver='fast'; and simplenpkl-jmlr2011 Table 7's MATLAB seconds")
+    else:
+        title = "SimpleNPKL: the fast eigensolver paths against ARPACK at every step"
+        ref = ("eigensolver='arpack' (eigsh at every kernel step) in the same run, both "
+               f"dual='{args.dual}'; and simplenpkl-jmlr2011 Table 7's MATLAB seconds")
+    _results.write(
+        f"simplenpkl_{args.compare}", title=title,
+        measures="median wall seconds of fit_simplenpkl (graph and constraints built once, "
+                 "outside the timing), reference and fast alternating in one process",
+        reference=ref, command=_results.command("bench/bench_simplenpkl.py", args.argv),
+        args={k: v for k, v in vars(args).items() if k != "argv"}, path=args.json or None,
+        columns=columns, rows=rows,
+        notes=["problem: bench/paper/run.py repetition 0 (kNN k=50, delta=1e-3, 0.6n + 0.6n "
+               "pairs, Pataki rank, gamma=1, B=100n); Rand = kernel k-means on K = V V', mean "
+               f"over seeds {' '.join(map(str, args.kmeans_seeds))}"],
+        extra={"wall_seconds": wall})
 
 
 if __name__ == "__main__":

@@ -20,13 +20,14 @@ Usage::
     .venv/bin/python bench/bench_sweep.py --n 100000 1000000 --rank 16 64 128 \
         --dtype float32 float64
 
-Prints a markdown table and appends it (with machine, date and command) to ``--out``.
+Prints a table and writes it, stamped with the machine and the commit, to
+``bench/results/sweep.json`` (``--json``); ``python -m bench.performance`` renders it on
+docs/performance.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import os
 import platform
 import shlex
@@ -43,7 +44,10 @@ import npkl_dist
 from npkl_dist import Constraints, NPKLProblem, laplacian, make_plan, prepare
 from npkl_dist.executors import InProcessExecutor
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:  # run as a script
+    sys.path.insert(0, ROOT)
+
 
 #: The issue's criterion point: (n, r, dtype) and the allowed sweep/SpMM ratio.
 CRITERION = (1_000_000, 64, "float64")
@@ -342,8 +346,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-single-thread", action="store_true",
                     help="skip the extra T=1 run at the criterion point")
-    ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"),
-                    help="markdown file the table is appended to ('' for none)")
+    ap.add_argument("--json", default=None,
+                    help="results file (default: bench/results/sweep.json; '' for none)")
     args = ap.parse_args(argv)
 
     t_start = time.perf_counter()
@@ -395,42 +399,29 @@ def main(argv=None):
         print(verdict)
     print(f"benchmark wall time {elapsed:.0f} s")
 
-    if args.out:
-        stamp = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-        block = [
-            f"## bench_sweep — {stamp}",
-            "",
-            f"- machine: {info['cpu']}, {info['cores']} cores, {info['ram']} RAM, "
-            f"L3 {info['l3']}",
-            f"- software: python {info['python']}, numpy {info['numpy']}, numba "
-            f"{info['numba']}, scipy {info['scipy']}, npkl_dist {info['npkl_dist']}",
-            f"- command: `{cmd}`",
-            f"- graph: uniform points in [0,1]^{args.dim}, exact {args.k}-NN symmetrised "
-            f"(union), Gaussian weights, laplacian(delta=1e-3); "
-            f"{args.constrained:.0%} of points in disjoint random must/cannot pairs; "
-            f"loss {args.loss}; relabel rcm",
-            f"- timing: median of {args.repeats} rounds after one warm-up, each round running "
-            f"the default ('blocks') sweep, the reference colour-scheme sweep, SpMM and the "
-            f"objective once (interleaved, so load bursts from other "
-            f"processes hit all alike); SpMM = numba prange "
-            f"`Y = D V + Loff V` on the sweep's internal-order CSR, same r, dtype, threads; "
-            f"scipy `L @ V` for context (single-threaded); 'other load' = CPU cores used by "
-            f"other processes during the timed block (the machine is shared; each case first "
-            f"waits up to {args.max_wait:.0f} s for it to go quiet)",
-            f"- benchmark wall time: {elapsed:.0f} s",
-            "",
-            *lines,
-            "",
-        ]
-        if verdict:
-            block += [f"**{verdict}**", ""]
-        block += ["Plan details:", ""] + [f"- {s}" for s in notes] + [""]
-        new = not os.path.exists(args.out)
-        with open(args.out, "a") as f:
-            if new:
-                f.write("# Sweep benchmark results\n\n")
-            f.write("\n".join(block) + "\n")
-        print(f"appended to {args.out}")
+    if args.json != "":
+        from bench import _results
+
+        _results.write(
+            "sweep", title="Seconds per BCD sweep against the SpMM floor",
+            measures="seconds per plain BCD sweep (the default 'blocks' scheme, and the "
+                     "reference colour scheme), median of the rounds",
+            reference="a compiled SpMM Y = D V + Loff V on the same CSR, r, dtype and threads, "
+                      "timed in the same rounds (the memory-traffic floor); criterion: "
+                      f"sweep/SpMM <= {CRITERION_RATIO} at n = {CRITERION[0]:,}, "
+                      f"r = {CRITERION[1]}, {CRITERION[2]}",
+            command=cmd, args=vars(args), path=args.json or None,
+            columns=[("n", "n"), ("r", "r"), ("dtype", "dtype"), ("threads", "threads"),
+                     ("sweep", "sweep s"), ("spmm", "SpMM s"), ("ratio", "sweep/SpMM"),
+                     ("sweep_colours", "colour-scheme sweep s"),
+                     ("ratio_colours", "colour-scheme/SpMM"), ("foreign", "other load")],
+            rows=rows,
+            notes=[f"graph: uniform points in [0,1]^{args.dim}, exact {args.k}-NN symmetrised, "
+                   f"Gaussian weights, delta = 1e-3; {args.constrained:.0%} of the points in "
+                   f"disjoint random pairs; loss {args.loss}; median of {args.repeats} "
+                   f"interleaved rounds after one warm-up",
+                   *([verdict] if verdict else [])],
+            extra={"software": info, "plans": notes, "wall_seconds": elapsed})
     return rows
 
 

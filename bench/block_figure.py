@@ -4,8 +4,8 @@ vs block solves, one panel per case (n, constrained fraction, loss).
 ``bench/bench_block.py --figure PATH.png`` writes the figure and its data (``PATH.json``);
 this module redraws a figure from one or more such JSON files::
 
-    python bench/block_figure.py bench/block_convergence_1e5.json \
-        bench/block_convergence_1e6.json --out bench/block_convergence.png
+    python bench/block_figure.py bench/results/block_convergence_1e5.json \
+        bench/results/block_convergence_1e6.json --out /tmp/block_convergence.png
 
 Each curve starts at the fit's set-up (relabelling, colouring, AMG hierarchy, start): the
 first point is the objective after the first sweep or outer iteration, at the time the fit

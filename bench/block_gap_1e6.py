@@ -5,11 +5,12 @@
 The problem is bench_block.py's (10-cluster mixture in 8-D, kNN k = 10, delta = 1e-3, square
 loss, r = 16, gamma = 1, 1% of the points paired at random). The default solver
 (``method='auto'``) runs until its objective is within the gap of f*, the lowest objective
-of bench_block's long reference run at this size (2214.258, bench/RESULTS.md), or of a
+of bench_block's long reference run at this size (2214.258, 2026-11-28), or of a
 reference run made here with ``--f-star 0``. Then a few plain sweeps give the time of one
 sweep: sweep-equivalents = the solver's time to the gap / the median plain sweep.
 Repeats ``--runs`` times, timing the plain sweeps after every fit (the VM's speed drifts
-within a run), and prints every run and the medians.
+within a run), prints every run and the medians, and writes them, stamped with the machine
+and the commit, to ``bench/results/block_gap_<n>.json`` (``--json``).
 
 ``--dtype float32``: V, L and the work arrays in single precision (the sums stay in float64);
 the plain sweeps then run in float32 too.
@@ -61,7 +62,11 @@ def main(argv=None):
                          "starts' medians and their ratio")
     ap.add_argument("--precond", default=None, help="block preconditioner (default: the "
                     "library's)")
+    ap.add_argument("--json", default=None,
+                    help="results file (default: bench/results/block_gap_<n>[_reuse_setup]"
+                         "[_float32].json; '' for none; --alternate writes none)")
     args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     warnings.simplefilter("ignore")
     S, y, _ = graph_for(args.n)
     L = npkl_dist.laplacian(S, 1e-3)
@@ -113,6 +118,35 @@ def main(argv=None):
           f"{wall / t_sweep:.0f} sweep-equivalents (the whole block fit / one sweep); "
           f"{(wall - swp.setup_seconds) / t_sweep:.0f} counted from the end of the sweep "
           f"fit's set-up (the sweeps a sweep fit started at the same time would have made)")
+    if args.json == "":
+        return
+    from bench import _results
+
+    rows = [{"run": k + 1, "seconds": r[0], "setup": r[1], "outer": r[2], "outer_median": r[3],
+             "gap": r[4], "plain_sweep": t, "sweep_eq": f"{r[0] / t:.0f}"}
+            for k, (r, t) in enumerate(zip(runs, sweeps))]
+    rows.append({"run": "median", "seconds": wall,
+                 "setup": float(np.median([r[1] for r in runs])),
+                 "outer": int(np.median([r[2] for r in runs])),
+                 "outer_median": float(np.median([r[3] for r in runs])),
+                 "plain_sweep": t_sweep, "sweep_eq": f"{wall / t_sweep:.0f}"})
+    name = f"block_gap_{args.n:g}" + ("_reuse_setup" if args.reuse_setup else "") + (
+        f"_{args.dtype}" if args.dtype != "float64" else "")
+    _results.write(
+        name, title=f"The default solver to a {args.gap:g} gap at n = {args.n:,}, 1% "
+                    f"constrained" + (" (shared fit_setup)" if args.reuse_setup else ""),
+        measures="wall seconds of fit_bcd(method='auto') (set-up and start included) until "
+                 "the objective is within the gap of f*, and its outer iterations",
+        reference="plain BCD sweeps timed after every fit in the same run: 'sweep-equivalents' "
+                  "= the fit's time / the median plain sweep",
+        command=_results.command("bench/block_gap_1e6.py", args.argv),
+        args={k: v for k, v in vars(args).items() if k != "argv"}, path=args.json,
+        columns=[("run", "run"), ("seconds", "s to gap"), ("setup", "set-up s"),
+                 ("outer", "outer iterations"), ("plain_sweep", "plain sweep s"),
+                 ("sweep_eq", "sweep-equivalents")],
+        rows=rows,
+        notes=[f"bench_block.py's problem (10-cluster mixture in 8-D, kNN k = 10, square loss, "
+               f"r = 16, {args.dtype}); f* = {f_star:.8g}"])
 
 
 def alternate(args, P, ex, f_star, kw):

@@ -23,8 +23,8 @@ the time at which each fit's objective trace first came within ``--gap`` of f*. 
 are also clustered with the cosine-normalised kernel (``npkl fit --normalize-kernel``: k-means
 on unit rows of V), whose ARI is ``ari_normalized``.
 
-Writes a JSON (machine, commit, command, arguments, rows) to ``--json`` (default
-bench/results/social_graph_<n>.json) and prints a table::
+Writes a JSON (bench/_results.py: machine, commit, command, arguments, rows) to ``--json``
+(default bench/results/social_graph_<n>.json) and prints a table::
 
     python bench/social_graph.py --n 100000
     python bench/social_graph.py --n 1000000 --degree 20 --random-seeds   # no random fit
@@ -33,10 +33,8 @@ bench/results/social_graph_<n>.json) and prints a table::
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import os
-import shlex
 import sys
 import time
 import warnings
@@ -49,7 +47,23 @@ import npkl_dist as nk
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(ROOT))
-from bench.paper.report import code_version, machine  # noqa: E402
+from bench.paper.report import code_version, machine  # noqa: E402  (the header line)
+
+
+#: What bench/results/social_graph_<n>.json says about itself (bench/_results.py).
+DESCRIPTION = dict(
+    title="Kernel learning on a planted-partition social graph",
+    measures="wall seconds (fit_bcd's call, set-up and start included), seconds to the gap, "
+             "objective, outer iterations and numerical rank of the default fit; ARI of kernel "
+             "k-means on V and on the cosine-normalised V against the planted groups",
+    reference="in the same run on the same graph and labels: the fit from the paper's random "
+              "start, harmonic label propagation on the same L, and unsupervised spectral "
+              "embedding + k-means",
+    columns=[("method", "method"), ("seconds", "seconds"), ("seconds_to_gap", "s to gap"),
+             ("gap", "gap to f*"), ("iterations", "outer its"),
+             ("numerical_rank", "numerical rank"), ("ari", "ARI"),
+             ("ari_normalized", "ARI (normalised)"), ("nmi", "NMI")],
+    notes=["f* = the best objective of the fits; the gap column is relative to it"])
 
 
 def problem(n, groups, degree, mix, labelled, seed):
@@ -151,6 +165,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--max-sweeps", type=int, default=1000)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
 
     edges, y, part, L, cons, info = problem(args.n, args.groups, args.degree, args.mix,
                                             args.labelled, args.seed)
@@ -181,13 +196,13 @@ def main(argv=None) -> dict:
             tr = np.asarray(r["trace"])
             hit = np.flatnonzero(tr <= f_star * (1 + args.gap))
             r["seconds_to_gap"] = (float(r["clock"][hit[0]]) if hit.size else None)
-    out = {"benchmark": "social_graph", "machine": machine(), "commit": code_version(),
-           "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "command": "python bench/social_graph.py " + shlex.join(argv or sys.argv[1:]),
-           "args": vars(args), "problem": info, "rows": rows}
-    path = Path(args.json or ROOT / "bench" / "results" / f"social_graph_{args.n}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1) + "\n")
+    from bench import _results
+
+    path = _results.write(
+        f"social_graph_{args.n}", path=args.json, rows=rows,
+        args={k: v for k, v in vars(args).items() if k != "argv"}, extra={"problem": info},
+        command=_results.command("bench/social_graph.py", args.argv), **DESCRIPTION)
+    out = json.loads(path.read_text())
     print(f"\n{'method':<20} {'seconds':>9} {'to gap':>9} {'objective':>12} {'gap':>9} "
           f"{'its':>5} {'rank':>5} {'ARI':>6} {'NMI':>6} {'ARI-n':>6}")
     for r in rows:
@@ -197,7 +212,6 @@ def main(argv=None) -> dict:
               f"{r.get('objective', float('nan')):12.1f} {r.get('gap', float('nan')):9.2e} "
               f"{r.get('iterations', ''):>5} {r.get('numerical_rank', ''):>5} "
               f"{r['ari']:6.3f} {r['nmi']:6.3f} {r.get('ari_normalized', float('nan')):6.3f}")
-    print(f"wrote {path}")
     return out
 
 

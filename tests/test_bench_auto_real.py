@@ -1,8 +1,9 @@
 """bench/auto_real.py (sweeps vs block solves on real data): its measurements agree with
-the fits' own traces, its table says what it measured, and bad options are refused."""
+the fits' own traces, its JSON says what it measured, and bad options are refused."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -58,13 +59,24 @@ def test_measure_agrees_with_the_fits():
 def test_table_reports_the_measurements(tmp_path, monkeypatch, capsys):
     P = _problem()
     monkeypatch.setattr(auto_real, "inputs", lambda name: (P.L, P.constraints))
-    out = tmp_path / "r.md"
+    out = tmp_path / "r.json"
     assert auto_real.main(["--datasets", "iris", "--gaps", "1e-3", "--runs", "1",
-                           "--max-iters", "2000", "--max-default", "2000", "--out",
+                           "--max-iters", "2000", "--max-default", "2000", "--json",
                            str(out)]) == 0
-    text = out.read_text()
-    assert "## auto_real" in text and "| iris | 180 |" in text
-    assert "The untraced fit with the default stopping rule" in text
+    got = json.loads(out.read_text())
+    assert got["benchmark"] == "auto_real" and got["machine"] and "commit" in got
+    assert "--json" in got["command"]
+    rows = got["rows"]
+    assert [(r["name"], r["n"], r["gap"]) for r in rows] == [("iris", 180, "0.001"),
+                                                             ("iris", 180, "default stop")]
+    # the untraced fit with the default stopping rule, both methods, with the gap it stops at
+    default = rows[1]
+    for m in auto_real.METHODS:
+        assert default[f"{m}_iters"] > 0 and default[f"{m}_s"] > 0
+        assert isinstance(default[f"{m}_converged"], bool)
+        assert default[f"{m}_gap_at_stop"] >= -1e-12
+    keys = [c[0] for c in got["columns"]]
+    assert all(k in rows[0] for k in keys)
 
 
 @pytest.mark.parametrize("argv, name", [(["--runs", "0"], "--runs"),

@@ -291,7 +291,7 @@ def test_warm_up_fits_each_npkl_method_once_untimed(monkeypatch, capsys):
     reported and skipped, not raised (the pool's initializer must not die)."""
     import numba
 
-    from npkl_dist._kernels import CHUNK
+    from npkl_dist.linalg._rowops import CHUNK
 
     calls = []
 
@@ -441,7 +441,7 @@ def test_admm_stops_where_its_traces_first_meet_its_rule():
     of one run to a cap, the relative rule stops exactly where a fit with that rule stops (what
     judging a stopping rule on one run's traces relies on; docs/decisions/kl-admm.md)."""
     import npkl_dist as nk
-    from npkl_dist._admm import fit_admm
+    from npkl_dist.solvers.admm._fit import fit_admm
     from npkl_dist._errors import ConvergenceWarning
 
     _, _, _, L, _, cons_diag = run.task_inputs("chessboard", 0)  # generated: no install
@@ -670,7 +670,7 @@ def test_a_report_elsewhere_gets_its_figure_beside_it_not_over_the_committed_one
     trial run's subset of the data; the figure now goes beside that report."""
     committed = run.PROTOCOL_FILES[protocol][1]
     assert run.default_figure_for(run.DEFAULT_REPORT, committed) == committed
-    assert run.default_figure_for(run.ROOT / "bench" / ".." / "bench" / "RESULTS.md",
+    assert run.default_figure_for(run.ROOT / "docs" / ".." / "docs" / "replication.md",
                                   committed) == committed
     path, report = tmp_path / "results.jsonl", tmp_path / "trial.md"
     _write(path, [dict(_rec("iris", "k-means", r), protocol=protocol) for r in range(2)])
@@ -681,7 +681,7 @@ def test_a_report_elsewhere_gets_its_figure_beside_it_not_over_the_committed_one
 
 
 def test_results_elsewhere_get_their_report_and_figure_beside_them(tmp_path, drawn):
-    """``--results /tmp/x.jsonl`` without ``--report`` used to rewrite bench/RESULTS.md's
+    """``--results /tmp/x.jsonl`` without ``--report`` used to rewrite the committed report's
     tables from that file's subset; the report (and so the figure) now goes beside it."""
     default_results = run.PROTOCOL_FILES["kl-admm"][0]
     assert run.default_report_for(None, default_results) == run.DEFAULT_REPORT

@@ -131,7 +131,7 @@ def run(name, form, reps, ratios=(0.7,)):
     import npkl_dist as nk
     from bench.paper import peers, protocols
     from bench.paper.run import bcd_options
-    from npkl_dist._simplenpkl import fit_simplenpkl
+    from npkl_dist.solvers.simplenpkl._fit import fit_simplenpkl
 
     X, y = features(name, form)
     k = int(np.unique(y).size)

@@ -43,7 +43,7 @@ from bench.paper.report import FIGURES
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 DEFAULT_RESULTS = HERE / "results.jsonl"
-DEFAULT_REPORT = ROOT / "bench" / "RESULTS.md"
+DEFAULT_REPORT = ROOT / "docs" / "replication.md"
 #: --protocol -> (results file, figure) by default
 PROTOCOL_FILES = {"kl-admm": (DEFAULT_RESULTS, FIGURES["kl-admm"]),
                   "simplenpkl": (HERE / "results_simplenpkl.jsonl", FIGURES["simplenpkl"])}
@@ -136,7 +136,7 @@ def bcd_options(adult, executor=None):
     requires a small joint KKT residual for the hinge. kink_ladder: the joint move of the
     exact kink set, as every recorded row ran (the default tries a ladder of kink tolerances
     since 2026-11-27)."""
-    from npkl_dist._joint import KINK_RTOL
+    from npkl_dist.solvers.bcd._joint import KINK_RTOL
 
     return {"max_sweeps": 800 if adult else 1000, "tol": 1e-5, "executor": executor,
             "trace": False, "method": "sweeps", "hinge_kkt": False,
@@ -151,7 +151,7 @@ def learn_kernel(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec
     from bench.paper.protocols import capacity
     import npkl_dist as nk
     from bench.paper import peers
-    from npkl_dist._admm import fit_admm
+    from npkl_dist.solvers.admm._fit import fit_admm
 
     base = CV_METHODS.get(method, method)
     if base in BCD_LOSS:
@@ -166,7 +166,7 @@ def learn_kernel(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec
         res = fit_admm(p, **opts)
     elif method.startswith("SimpleNPKL"):
         try:
-            from npkl_dist._simplenpkl import fit_simplenpkl
+            from npkl_dist.solvers.simplenpkl._fit import fit_simplenpkl
         except ImportError as exc:
             raise peers.PeerUnavailable("SimpleNPKL not available") from exc
         loss = "linear" if method.endswith("linear") else "squared_hinge"
@@ -203,7 +203,7 @@ def warm_up(methods, protocol="kl-admm", threads=1):
     environment). Returns the methods warmed; a failure is reported on stderr and skipped
     (the timed fit then records it)."""
     import npkl_dist as nk
-    from npkl_dist._kernels import CHUNK
+    from npkl_dist.linalg._rowops import CHUNK
     from npkl_dist.executors import InProcessExecutor
 
     todo = []
@@ -493,7 +493,7 @@ def _reps(text):
 
 
 def default_report_for(results, default_results):
-    """The report ``--report`` means when it is not given: bench/RESULTS.md for the
+    """The report ``--report`` means when it is not given: docs/replication.md for the
     protocol's committed results file (or none given), else ``results`` with the suffix
     .md (a trial run's results must not rewrite the committed tables with their subset)."""
     if results is None or Path(results).resolve() == Path(default_results).resolve():
@@ -559,7 +559,7 @@ def main(argv=None):
                          "(active-semi-supervised-clustering) and the ITML environment")
     ap.add_argument("--report", type=Path, default=None,
                     help="markdown file whose replication section is rewritten (default: "
-                         "bench/RESULTS.md; with a --results other than the protocol's "
+                         "docs/replication.md; with a --results other than the protocol's "
                          "committed file, a .md of the same name beside it, so a trial run "
                          "never rewrites the committed tables)")
     ap.add_argument("--report-only", action="store_true",
@@ -569,7 +569,7 @@ def main(argv=None):
                     help="PNG of accuracy vs fit time, rewritten (default: "
                          "bench/paper/accuracy_vs_time.png, accuracy_vs_time_simplenpkl.png "
                          "for --protocol simplenpkl; with a --report other than "
-                         "bench/RESULTS.md, a PNG of that name beside the report, so a trial "
+                         "docs/replication.md, a PNG of that name beside the report, so a trial "
                          "run never overwrites the committed figure)")
     args = ap.parse_args(argv)
     default_results, default_figure = PROTOCOL_FILES[args.protocol]
