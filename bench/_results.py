@@ -35,22 +35,46 @@ def stamps() -> dict:
     ``python``."""
     from bench.paper.report import code_version, machine
 
-    return {"machine": machine(), "commit": code_version(),
-            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "python": platform.python_version()}
+    return {
+        "machine": machine(),
+        "commit": code_version(),
+        "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": platform.python_version(),
+    }
 
 
-def write(name: str, *, title: str, measures: str, reference: str, command: str,
-          columns, rows, notes=(), args=None, path=None, extra=None) -> Path:
+def write(
+    name: str,
+    *,
+    title: str,
+    measures: str,
+    reference: str,
+    command: str,
+    columns,
+    rows,
+    notes=(),
+    args=None,
+    path=None,
+    extra=None,
+) -> Path:
     """Write ``bench/results/<name>.json`` (or ``path``) atomically and return its path.
 
     ``columns``: [(key, header), ...], the keys of ``rows`` shown on the performance page, in
     order; ``rows``: list of dicts (JSON values); ``notes``: short lines printed under the
     table; ``args``: the parsed options (a dict); ``extra``: more fields kept in the file but
     not rendered."""
-    out = {"benchmark": name, "title": title, "measures": measures, "reference": reference,
-           "command": command, **stamps(), "args": args or {},
-           "columns": [list(c) for c in columns], "rows": list(rows), "notes": list(notes)}
+    out = {
+        "benchmark": name,
+        "title": title,
+        "measures": measures,
+        "reference": reference,
+        "command": command,
+        **stamps(),
+        "args": args or {},
+        "columns": [list(c) for c in columns],
+        "rows": list(rows),
+        "notes": list(notes),
+    }
     if extra:
         out.update(extra)
     path = Path(path) if path is not None else RESULTS / f"{name}.json"

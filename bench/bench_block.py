@@ -265,7 +265,7 @@ def write(args, rows, notes, wall):
                ("rand", "Rand sweeps / block")]
     for r in shown:
         print(" | ".join(str(r[k]) for k, _ in columns))
-    name = "block_" + "_".join(f"{n:g}" for n in args.n)
+    name = "block_" + "_".join(str(n) for n in args.n)
     _results.write(
         name, title=f"Block solves against plain sweeps, time to a {args.gap:g} gap",
         measures="seconds from the call of fit_bcd (set-up, AMG, start, iterations, objective "

@@ -130,7 +130,7 @@ def main(argv=None):
                  "outer": int(np.median([r[2] for r in runs])),
                  "outer_median": float(np.median([r[3] for r in runs])),
                  "plain_sweep": t_sweep, "sweep_eq": f"{wall / t_sweep:.0f}"})
-    name = f"block_gap_{args.n:g}" + ("_reuse_setup" if args.reuse_setup else "") + (
+    name = f"block_gap_{args.n}" + ("_reuse_setup" if args.reuse_setup else "") + (
         f"_{args.dtype}" if args.dtype != "float64" else "")
     _results.write(
         name, title=f"The default solver to a {args.gap:g} gap at n = {args.n:,}, 1% "

@@ -56,9 +56,8 @@ DESCRIPTION = dict(
     measures="wall seconds (fit_bcd's call, set-up and start included), seconds to the gap, "
              "objective, outer iterations and numerical rank of the default fit; ARI of kernel "
              "k-means on V and on the cosine-normalised V against the planted groups",
-    reference="in the same run on the same graph and labels: the fit from the paper's random "
-              "start, harmonic label propagation on the same L, and unsupervised spectral "
-              "embedding + k-means",
+    reference="the fit from the paper's random start, harmonic label propagation on the same "
+              "L, and unsupervised spectral embedding + k-means, on the same graph and labels",
     columns=[("method", "method"), ("seconds", "seconds"), ("seconds_to_gap", "s to gap"),
              ("gap", "gap to f*"), ("iterations", "outer its"),
              ("numerical_rank", "numerical rank"), ("ari", "ARI"),
