@@ -156,8 +156,9 @@ def itml_pairs(X, cons):
     onto such a constraint divides by v'Av = 0: metric-learn 0.7.0 then fills A with NaN and
     fails in ``components_from_metric`` ("The input metric should be symmetric"). Every
     ITML failure in the harness's results (16 repetitions on adult, both protocols) had
-    such a pair, and no successful repetition had one (bench/RESULTS.md). A must-link pair
-    of identical points is kept: its projection is a no-op (step min(lambda, inf) = 0)."""
+    such a pair, and no successful repetition had one
+    (docs/decisions/paper-replication-notes.md). A must-link pair of identical points is
+    kept: its projection is a no-op (step min(lambda, inf) = 0)."""
     i, j, t = cons.i, cons.j, cons.t
     X = np.asarray(X)
     identical = np.all(X[i] == X[j], axis=1)

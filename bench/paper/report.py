@@ -46,7 +46,7 @@ def gamma_counts(records):
 
 #: Every row recorded before rows carried a ``machine`` field (2026-11-23, 15:00 UTC) was
 #: measured on this machine (the CPU and core count every benchmark section of
-#: bench/RESULTS.md up to then names).
+#: the benchmark notes of that time name; docs/decisions/paper-replication-notes.md).
 LEGACY_MACHINE = "AMD EPYC, 2 cores"
 
 
@@ -98,7 +98,7 @@ def code_version(root=HERE.parent.parent):
     "+dirty" where the package or the harness (``CODE_PATHS``) has uncommitted changes; None
     outside a git checkout (or without git). A row computed before a solver change then says
     so: the table's BCD rows had been computed by code several commits older than the
-    sweeps that a fresh run executes (bench/RESULTS.md, 2026-11-30)."""
+    sweeps that a fresh run executes (docs/decisions/paper-replication-notes.md)."""
     def git(*args):
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True,
                               text=True, timeout=30, check=True).stdout.strip()
@@ -434,8 +434,8 @@ def markdown_simplenpkl(agg, names, methods, wall_seconds, reps, command, machin
         lines += ["Constraint pairs per repetition (median): " + ", ".join(counts) + ".", ""]
     lines += ["Accuracy: kernel k-means on K, the papers' rule and the one every verdict "
               "uses; beside it, kernel k-means on the cosine-normalised kernel (`kernel_kmeans"
-              "(V, k, normalize=True)`, bench/RESULTS.md \"Clustering with the normalised "
-              "kernel\"): at this protocol many points are in no constraint, and SimpleNPKL "
+              "(V, k, normalize=True)`, docs/decisions/normalised-kernel-clustering.md): at "
+              "this protocol many points are in no constraint, and SimpleNPKL "
               "gives them short rows of V.", ""]
     lines += dataset_sections(agg, names, methods, pub, paper="simplenpkl", normalized=True)
     lines += speed_table(agg, names, methods, pub, paper="simplenpkl")
@@ -467,8 +467,8 @@ def speed_table(agg, names, methods, pub, paper=None):
     """Our median fit time against the CPU time the paper reports for the same method and
     data set (``published_value(..., quantity='cpu')``), one row per pair that has both.
 
-    The verdict uses the median over repetitions, the statistic every timing in
-    bench/RESULTS.md uses: a repetition's fit time also holds whatever else the machine did
+    The verdict uses the median over repetitions, the statistic every timing of the
+    benchmarks uses: a repetition's fit time also holds whatever else the machine did
     meanwhile, and, in rows measured without the harness's warm-up (``run.warm_up``; rows
     without ``"warm": true``), the first fit in each worker process pays numba's loading of
     its compiled kernels (0.3-0.4 s, chessboard's KL-ADMM repetitions 0 and 1 against
@@ -497,9 +497,8 @@ def speed_table(agg, names, methods, pub, paper=None):
             f"of each worker process, which loads numba's compiled kernels). Met on {met} of "
             f"{len(rows)} (on {met_mean} by the mean)."
             + ("" if met == len(rows) else
-               " Where the misses' time goes, and what it cannot go below: `python "
-               "bench/fit_time_floor.py` (bench/RESULTS.md, \"Fit-time floors of the pairs "
-               "below 100x\")."),
+               " Where the misses' time goes, and what it cannot go below: "
+               "docs/decisions/small-fit-times.md."),
             "",
             "This table pools the machines that measured a pair. Machine by machine, with the "
             "rows kept in files of their own (such as each machine's runs on the current "
