@@ -54,12 +54,16 @@ test-heavy: $(STAMP)
 test-all: $(STAMP) system-deps $(ITML_STAMP)
 	$(PY) -m pytest -m "heavy or not heavy"
 
+# benchmarks write stamped JSON under bench/results/ (bench/README.md); docs/performance.md
+# is regenerated from it
 bench: $(STAMP)
 	$(PY) bench/bench_sweep.py --n 100000 1000000 --rank 16 64 128 --dtype float32 float64
+	$(PY) -m bench.performance
 
-# the whole pipeline on 1e6 synthetic points (bench/RESULTS.md)
+# the whole pipeline on 1e6 synthetic points
 bench-pipeline: $(STAMP)
 	$(PY) bench/bench_pipeline.py --n 1000000 --d 16 --knn 10 --rank 32 --constrained 0.01
+	$(PY) -m bench.performance
 
 clean:
 	rm -rf $(VENV) bench/.venv-itml demo_out build *.egg-info .pytest_cache .hypothesis
