@@ -71,6 +71,15 @@ def inputs(name):
     return digits_problem_inputs() if name == "digits" else paper_problem_inputs(name)
 
 
+def _stop_at(f_ref, gap):
+    """A fit callback that stops the fit once its objective is within ``gap`` of f_ref."""
+
+    def cb(sweep, f, change, seconds):
+        return (f - f_ref) / abs(f_ref) <= gap
+
+    return cb
+
+
 def measure(P, ex, gaps, runs, max_iters, ref_iters, max_default):
     """Medians over ``runs`` of each method's time to each gap and of its default fit."""
     # tol=1.0: the step-size rule always holds, so the KKT residual decides
@@ -80,8 +89,7 @@ def measure(P, ex, gaps, runs, max_iters, ref_iters, max_default):
     default = {m: [] for m in METHODS}
     for _ in range(runs):
         for m in METHODS:
-            stop = min(gaps) * 0.5
-            cb = (lambda k, f, ch, s: (f - ref.objective) / abs(ref.objective) <= stop)
+            cb = _stop_at(ref.objective, min(gaps) * 0.5)
             traced[m].append(fit_bcd(P, method=m, max_sweeps=max_iters, tol=0.0,
                                      executor=ex, callback=cb))
             default[m].append(fit_bcd(P, method=m, max_sweeps=max_default, tol=1e-5,

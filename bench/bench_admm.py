@@ -32,8 +32,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import npkl_dist as nk  # noqa: E402
-from npkl_dist.solvers.admm._fit import fit_admm  # noqa: E402
 from npkl_dist.executors import InProcessExecutor  # noqa: E402
+from npkl_dist.solvers.admm._fit import fit_admm  # noqa: E402
 
 
 def case(name):

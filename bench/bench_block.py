@@ -41,7 +41,6 @@ import warnings
 import numpy as np
 
 import npkl_dist
-
 import npkl_dist.executors
 from npkl_dist import (
     Constraints,
@@ -58,6 +57,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if os.path.dirname(HERE) not in sys.path:  # run as a script
     sys.path.insert(0, os.path.dirname(HERE))
 from bench.block_figure import curve, figure, frac_label, time_at_gap  # noqa: E402
+
 CACHE = os.path.join(HERE, ".cache")
 
 

@@ -86,7 +86,8 @@ def main(argv=None):
             share = per_step / V0.nbytes
             rss = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
             peak = max(rss.values()) / 1024  # MiB (ru_maxrss is KiB on Linux)
-            rows.append((f"dask, {workers} worker(s) x 1 thread, {args.blocks_per_worker * workers} blocks", t,
+            blocks = args.blocks_per_worker * workers
+            rows.append((f"dask, {workers} worker(s) x 1 thread, {blocks} blocks", t,
                          t / t_in, f"{100 * share.max():.2f}% max, {100 * share.mean():.2f}% mean",
                          f"{peak:.0f} MiB"))
             print(rows[-1], file=sys.stderr)

@@ -37,8 +37,7 @@ def main(argv=None):
     import distributed
 
     import npkl_dist
-    from bench.bench_block import (_stopper, constraints_for, graph_for, iters_to_gap,
-                                   time_to_gap)
+    from bench.bench_block import _stopper, constraints_for, graph_for, iters_to_gap, time_to_gap
     from npkl_dist import ConvergenceWarning, NPKLProblem, fit_bcd
     from npkl_dist.executors import InProcessExecutor
     from npkl_dist.executors._dask import DaskExecutor

@@ -281,9 +281,12 @@ def bench_one(case, r, dtype, n_threads, repeats, seed, max_wait=300.0, attempts
     for f in fns.values():
         f()  # warm-up (and numba compile for this dtype)
     obj()
-    Y = np.empty_like(V)
-    run_spmm = with_threads(n_threads, lambda: spmm(prep.indptr, prep.indices, prep.data,
-                                                      prep.diag, V, Y))
+    out = np.empty_like(V)
+
+    def product():
+        spmm(prep.indptr, prep.indices, prep.data, prep.diag, V, out)
+
+    run_spmm = with_threads(n_threads, product)
     run_spmm()
     fns.update(spmm=run_spmm, objective=obj)
     res, foreign = interleaved(fns, repeats, max_wait, attempts, warm=False)
@@ -297,13 +300,12 @@ def bench_one(case, r, dtype, n_threads, repeats, seed, max_wait=300.0, attempts
     # correctness of the reference against scipy (internal order)
     Lp = problem.L[plan.order][:, plan.order].tocsr()
     ref = Lp @ V
-    err = float(np.max(np.abs(ref - Y)) / max(1.0, float(np.max(np.abs(ref)))))
+    err = float(np.max(np.abs(ref - out)) / max(1.0, float(np.max(np.abs(ref)))))
     tol = 1e-4 if dtype == "float32" else 1e-10
     if err > tol:
         raise RuntimeError(f"spmm reference disagrees with scipy: rel err {err:.2e}")
     del ref
     t_scipy, _ = median_time(lambda: Lp @ V, max(1, min(repeats, 3)))
-    del Y
     return {
         "n": case.n, "r": r, "dtype": dtype, "threads": n_threads,
         "deg": case.mean_degree, "blocks": plan.n_blocks, "steps": plan.n_colours,

@@ -105,9 +105,9 @@ def main(argv=None):
         swp = fit_bcd(P, method="sweeps", max_sweeps=args.sweeps, tol=0, executor=ex,
                       trace=False)
         sweeps.append(float(np.median(swp.sweep_seconds)))
-        print(f"{res.method}: {res.n_sweeps} outer, {wall:.2f} s (set-up {res.setup_seconds:.2f} s,"
-              f" median outer {np.median(res.sweep_seconds):.3f} s), gap {gap:.1e}; plain sweep "
-              f"{sweeps[-1]:.3f} s", flush=True)
+        print(f"{res.method}: {res.n_sweeps} outer, {wall:.2f} s (set-up "
+              f"{res.setup_seconds:.2f} s, median outer {np.median(res.sweep_seconds):.3f} s), "
+              f"gap {gap:.1e}; plain sweep {sweeps[-1]:.3f} s", flush=True)
     t_sweep = float(np.median(sweeps))
     wall = float(np.median([r[0] for r in runs]))
     print(f"plain sweep median {t_sweep:.3f} s (medians of {args.sweeps} sweeps after each fit; "

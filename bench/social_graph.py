@@ -49,7 +49,6 @@ if str(ROOT) not in sys.path:  # run as a script
     sys.path.insert(0, str(ROOT))
 from bench.paper.report import code_version, machine  # noqa: E402  (the header line)
 
-
 #: What bench/results/social_graph_<n>.json says about itself (bench/_results.py).
 DESCRIPTION = dict(
     title="Kernel learning on a planted-partition social graph",

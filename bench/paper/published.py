@@ -75,11 +75,13 @@ class Table:
 # Parsing helpers: cells are transcribed as the paper prints them
 # --------------------------------------------------------------------------------------------
 
-_NUM = re.compile(r"^\s*(\*\*)?\s*(-?[\d,]+(?:\.\d+)?)\s*(?:±\s*([\d,]+(?:\.\d+)?))?\s*(\*\*)?\s*$")
+_NUM = re.compile(
+    r"^\s*(\*\*)?\s*(-?[\d,]+(?:\.\d+)?)\s*(?:±\s*([\d,]+(?:\.\d+)?))?\s*(\*\*)?\s*$")
 
 
 def _c(text: str) -> Cell:
-    """'91.28±4.17' -> Cell(91.28, 4.17); '**97.4±0.0**' -> bold; '-' -> NOT_RUN; '8.5' -> no std."""
+    """'91.28±4.17' -> Cell(91.28, 4.17); '**97.4±0.0**' -> bold; '-' -> NOT_RUN; '8.5' -> no
+    std."""
     if text.strip() == "-":
         return NOT_RUN
     m = _NUM.match(text)

@@ -92,7 +92,7 @@ CODE_PATHS = ("npkl_dist", "bench/paper", ":(exclude)bench/paper/*.jsonl",
               ":(exclude)bench/paper/*.png")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def code_version(root=HERE.parent.parent):
     """The code that computes a row, as the row records it: HEAD's short commit hash, with
     "+dirty" where the package or the harness (``CODE_PATHS``) has uncommitted changes; None

@@ -1,4 +1,5 @@
-"""Replication of the papers' clustering tables: ``python -m bench.paper [--datasets ...] [--reps N]``.
+"""Replication of the papers' clustering tables: ``python -m bench.paper [--datasets ...]
+[--reps N]``.
 
 Protocol (bcdkl-tnnls2015 §IV-A, kl-admm-ijcai2013 §4): features scaled to [-1, 1] per column
 (LIBSVM's svm-scale, the form the papers downloaded) except the synthetic sets; kNN graph with
@@ -148,9 +149,9 @@ def learn_kernel(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec
     """Fit one npkl method (a key of BCD_LOSS or CV_METHODS, KL-ADMM or a SimpleNPKL
     variant) under the protocol; returns its factor V. Iterations (and, for the "-cv"
     methods, the γ selection) are recorded in ``rec``."""
-    from bench.paper.protocols import capacity
     import npkl_dist as nk
     from bench.paper import peers
+    from bench.paper.protocols import capacity
     from npkl_dist.solvers.admm._fit import fit_admm
 
     base = CV_METHODS.get(method, method)
@@ -203,8 +204,8 @@ def warm_up(methods, protocol="kl-admm", threads=1):
     environment). Returns the methods warmed; a failure is reported on stderr and skipped
     (the timed fit then records it)."""
     import npkl_dist as nk
-    from npkl_dist.linalg._rowops import CHUNK
     from npkl_dist.executors import InProcessExecutor
+    from npkl_dist.linalg._rowops import CHUNK
 
     todo = []
     for m in methods:
@@ -516,7 +517,8 @@ def default_figure_for(report, default_figure):
 def main(argv=None):
     from bench.paper import datasets as ds
 
-    ap = argparse.ArgumentParser(prog="python -m bench.paper", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.paper",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", nargs="+", default=None, metavar="NAME",
                     help=f"data sets (default: all): {', '.join(ds.DATASETS)}")
     ap.add_argument("--protocol", choices=("kl-admm", "simplenpkl"), default="kl-admm",
