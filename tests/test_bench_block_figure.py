@@ -112,8 +112,8 @@ def test_figure_without_cases_names_the_argument(tmp_path):
 
 def test_figure_option_names_the_argument(capsys, tmp_path):
     with pytest.raises(SystemExit):  # before any benchmark work
-        bench_block.main(["--n", "100", "--out", str(tmp_path / "r.md"),
+        bench_block.main(["--n", "100", "--json", str(tmp_path / "r.json"),
                           "--figure", str(tmp_path / "curves.jpg")])
     err = capsys.readouterr().err
     assert "--figure: expected a path ending in .png" in err and "curves.jpg" in err
-    assert not (tmp_path / "r.md").exists()
+    assert not (tmp_path / "r.json").exists()
