@@ -56,4 +56,5 @@ def test_run_on_a_small_set_prints_rows_and_a_table():
         assert 0 <= sum(r[f"wrong {g}"] for g in es.GROUPS) <= 150
     lines = buf.getvalue().splitlines()
     assert json.loads(lines[0])["method"] == "k-means"
-    assert lines[2].startswith("| method | reps |") and lines[-1].startswith("| SimpleNPKL-linear | 1 |")
+    assert lines[2].startswith("| method | reps |")
+    assert lines[-1].startswith("| SimpleNPKL-linear | 1 |")

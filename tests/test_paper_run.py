@@ -192,7 +192,8 @@ def test_rows_name_the_machine_that_measured_them(tmp_path):
             "AMD EPYC, 2 cores (1 rows).") in out
     assert "| KL-ADMM | 50.00 ± 0.00 | 0.03 ± 0.014 ‡ | 2 |" in out
     assert "| k-means | 50.00 ± 0.00 | 0.1 ± 0 | 2 |" in out  # one machine: no mark
-    assert "| iris | KL-ADMM | 0.03 | 0.03 | 3.44 | 115x | yes | 2 | AMD EPYC + Intel Xeon |" in out
+    assert ("| iris | KL-ADMM | 0.03 | 0.03 | 3.44 | 115x | yes | 2 | AMD EPYC + Intel Xeon |"
+            in out)
 
 
 def test_run_task_records_the_machine(monkeypatch):
@@ -441,8 +442,8 @@ def test_admm_stops_where_its_traces_first_meet_its_rule():
     of one run to a cap, the relative rule stops exactly where a fit with that rule stops (what
     judging a stopping rule on one run's traces relies on; docs/decisions/kl-admm.md)."""
     import npkl_dist as nk
-    from npkl_dist.solvers.admm._fit import fit_admm
     from npkl_dist._errors import ConvergenceWarning
+    from npkl_dist.solvers.admm._fit import fit_admm
 
     _, _, _, L, _, cons_diag = run.task_inputs("chessboard", 0)  # generated: no install
     problem = lambda: nk.NPKLProblem.build(L, cons_diag, loss="square", seed=0)  # noqa: E731
@@ -686,7 +687,8 @@ def test_results_elsewhere_get_their_report_and_figure_beside_them(tmp_path, dra
     default_results = run.PROTOCOL_FILES["kl-admm"][0]
     assert run.default_report_for(None, default_results) == run.DEFAULT_REPORT
     assert run.default_report_for(default_results, default_results) == run.DEFAULT_REPORT
-    assert run.default_report_for(tmp_path / "x.md", default_results) == tmp_path / "x.md.report.md"
+    assert (run.default_report_for(tmp_path / "x.md", default_results)
+            == tmp_path / "x.md.report.md")
     committed = run.DEFAULT_REPORT.read_bytes()
     path = tmp_path / "trial.jsonl"
     _write(path, [_rec("iris", "k-means", r) for r in range(2)])
