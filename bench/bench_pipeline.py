@@ -94,8 +94,8 @@ def main(argv=None):
     import warnings
 
     t0 = time.perf_counter()
-    from flows._config import validate_config
-    from flows.pipeline import run_pipeline
+    from npkl_flows._config import validate_config
+    from npkl_flows.pipeline import run_pipeline
 
     t_import = time.perf_counter() - t0
     with warnings.catch_warnings():

@@ -55,9 +55,14 @@ from __future__ import annotations
 import difflib
 import os
 from dataclasses import fields
+from datetime import datetime, timezone
 from pathlib import Path
 
+import tomllib
+
 from npkl_dist import ValidationError
+from npkl_dist.graph._io import read_features, read_labels
+from npkl_dist.job._job import FitConfig, default_max_iterations
 
 __all__ = ["SECTIONS", "load_config", "validate_config", "with_defaults", "fit_config",
            "run_options"]
@@ -298,7 +303,6 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
 def _default_cap(model: dict) -> None:
     """max_sweeps not given: the configured solver's own iteration cap."""
     if model.get("max_sweeps") is None:
-        from npkl_dist._job import default_max_iterations
 
         model["max_sweeps"] = default_max_iterations(model["solver"])
 
@@ -316,7 +320,6 @@ def with_defaults(cfg: dict) -> dict:
 def read_input(path: str, what: str):
     """Read a configured input file, or ``dataset:NAME`` (scikit-learn's bundled data sets,
     features standardised) for ``what`` in features / labels."""
-    from npkl_dist._io import read_features, read_labels
 
     if path.startswith("dataset:"):
         import numpy as np
@@ -332,7 +335,6 @@ def read_input(path: str, what: str):
 def expand_run(run: str, flow_run_name: str | None = None) -> str:
     """``{date}`` (UTC, YYYYmmdd-HHMMSS) and ``{flow_run}`` in a run name: scheduled
     deployments get a new run each time."""
-    from datetime import datetime, timezone
 
     if "{" not in run:
         return run
@@ -342,7 +344,6 @@ def expand_run(run: str, flow_run_name: str | None = None) -> str:
 
 def load_config(path) -> dict:
     """Read and validate a TOML configuration file."""
-    import tomllib
 
     p = Path(path)
     if not p.is_file():
@@ -356,7 +357,6 @@ def load_config(path) -> dict:
 
 def fit_config(cfg: dict):
     """The library's FitConfig for a validated pipeline configuration."""
-    from npkl_dist._job import FitConfig
 
     inp, g, m = cfg["input"], cfg["graph"], cfg["model"]
     names = {f.name for f in fields(FitConfig)}

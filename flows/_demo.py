@@ -7,6 +7,15 @@ import sys
 
 import numpy as np
 
+from npkl_dist import clustering_metrics, kernel_kmeans
+from npkl_dist.job._job import (
+    FitConfig,
+    ensure_out_dir,
+    iterations_label,
+    run_fit,
+    write_outputs,
+)
+
 
 def _kernel_pca_2d(V):
     """Top-2 kernel principal components of K = V V' (centred), from V alone."""
@@ -23,9 +32,6 @@ def run_demo(out_dir="demo_out", *, loss="square", seed=0, max_sweeps=500, metho
     from sklearn.datasets import load_digits
     from sklearn.preprocessing import StandardScaler
 
-    from npkl_dist import clustering_metrics, kernel_kmeans
-    from npkl_dist._job import (FitConfig, ensure_out_dir, iterations_label, run_fit,
-                                write_outputs)
 
     X, y = load_digits(return_X_y=True)
     X = StandardScaler().fit_transform(X)

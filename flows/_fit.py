@@ -2,7 +2,7 @@
 
 `npkl fit` is the one-shot form of a pipeline: its options become a pipeline configuration
 (:func:`fit_pipeline_config`) and the same stage functions as ``npkl run`` (ingest, graph,
-plan, learn, evaluate, extend, report; :mod:`flows._stages`) run here over a run store. No
+plan, learn, evaluate, extend, report; :mod:`npkl_flows._stages`) run here over a run store. No
 Prefect: a flow run costs ≈ 10 s of start-up (a temporary server), more than a whole fit of
 a few thousand points, and a fit has nothing to schedule or watch remotely. ``npkl run``
 wraps the very same functions in Prefect tasks and pays that cost once per run.
@@ -21,6 +21,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+from npkl_dist import (
+    InputFileError,
+    ValidationError,
+)
+from npkl_dist import store as st
+from npkl_dist.job._job import config_dict
+
+from . import _stages
+from ._config import fit_config, validate_config
+
 __all__ = ["fit_pipeline_config", "run_fit_stages", "FIT_COMMAND"]
 
 #: the run store's config["command"] of a run made by ``npkl fit --run``
@@ -29,7 +39,6 @@ FIT_COMMAND = "fit"
 
 def _check_sources(args):
     """The fit's input rules, in the command line's terms (before anything is read)."""
-    from npkl_dist import InputFileError, ValidationError
 
     if (args.features is None) == (args.edges is None):
         raise ValidationError(
@@ -48,7 +57,6 @@ def _check_sources(args):
 
 def fit_pipeline_config(args, run: str) -> dict:
     """The validated pipeline configuration of ``npkl fit`` options ``args`` (argparse)."""
-    from ._config import validate_config
 
     _check_sources(args)
     inp = {k: getattr(args, k) for k in ("features", "edges", "n_points", "constraints",
@@ -93,14 +101,10 @@ def run_fit_stages(cfg: dict, *, resume: bool = False, keep: bool = True, quiet:
     Returns
     -------
     summary : dict
-        The ``npkl fit --json`` object (:func:`flows._stages.summarise`).
+        The ``npkl fit --json`` object (:func:`npkl_flows._stages.summarise`).
     V : ndarray (n, r), original point order; clusters : ndarray or None
     """
-    from npkl_dist import store as st
-    from npkl_dist._job import config_dict
 
-    from . import _stages
-    from ._config import fit_config
 
     url = st.resolve_run(cfg["run"], root=cfg["storage"]["root"])
     so = storage_options or cfg["storage"]["options"]
@@ -108,7 +112,8 @@ def run_fit_stages(cfg: dict, *, resume: bool = False, keep: bool = True, quiet:
         store = st.RunStore.open(url, mode="a", storage_options=so)
     else:
         if keep:
-            from .pipeline import check_new_run
+            # lazy: the pipeline module imports Prefect, which `npkl fit --run` does not use
+            from npkl_flows.pipeline import check_new_run
 
             check_new_run(cfg)
         store = st.RunStore.create(url, config={

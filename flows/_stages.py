@@ -6,21 +6,74 @@ peak memory, and returns a small JSON-able dict. A stage already recorded is ski
 re-run of the same run id after a crash does only the missing work; the learn stage
 continues from the newest complete checkpoint (bitwise identical to an uninterrupted run).
 
-`flows.pipeline` wraps these in Prefect tasks; `bench/bench_pipeline.py` and the tests can
+`npkl_flows.pipeline` wraps these in Prefect tasks; `bench/bench_pipeline.py` and the tests can
 call them directly. Heavy arrays never leave the store and the process: stages pass run URLs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from npkl_dist import ValidationError
+from npkl_dist import (
+    NPKLProblem,
+    ValidationError,
+    clustering_metrics,
+    fit_admm,
+    fit_bcd,
+    fit_simplenpkl,
+    make_plan,
+)
+from npkl_dist import store as st
+from npkl_dist.evaluate import cluster_kernel, nearest_centre
+from npkl_dist.graph._blocks import (
+    assemble_knn_graph,
+    build_knn_index,
+    graph_from_edge_batches,
+    iter_edge_batches,
+    knn_rows,
+    row_blocks,
+)
+from npkl_dist.graph._graph import (
+    SIGMA_NEIGHBOURS,
+    _check_features,
+    apply_feature_scale,
+    feature_scale,
+    laplacian,
+    warn_feature_scales,
+)
+from npkl_dist.graph._io import FeatureChunks
+from npkl_dist.job._extend import extend_embedding, extension_weights, graph_knn
+from npkl_dist.job._job import (
+    _row_block,
+    _select_gamma,
+    iterations_label,
+    load_constraints,
+    make_executor,
+    result_summary,
+    write_outputs,
+)
+from npkl_dist.job._recovery import MemoryCheckpointer, fit_with_recovery
+from npkl_dist.solvers.admm._fit import admm_checkpoint_width
+from npkl_dist.solvers.bcd._fit import checkpoint_width
+from npkl_dist.solvers.bcd._setup import choose_method
+from npkl_dist.store._rows import (
+    create_row_arrays,
+    read_row_arrays,
+    row_blocks_present,
+    write_row_block,
+)
+
+from ._config import fit_config, read_input, run_options, with_defaults
+from ._progress import Bar, progress_enabled
 
 __all__ = ["STAGES", "Context", "measure", "ingest", "build_graph", "colour", "learn",
            "evaluate", "extend", "report", "code_version", "config_hash"]
@@ -43,7 +96,6 @@ def code_version() -> str:
 
 
 def config_hash(cfg: dict) -> str:
-    import json
 
     return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -86,7 +138,7 @@ class Context:
     ----------
     store : RunStore (writer)
     cfg : dict
-        The validated pipeline configuration (:mod:`flows._config`).
+        The validated pipeline configuration (:mod:`npkl_flows._config`).
     quiet : bool
         No progress bars.
     client : distributed.Client or None
@@ -100,7 +152,6 @@ class Context:
 
     def __init__(self, store, cfg: dict, *, quiet: bool = False, client=None, log=None,
                  throwaway: bool = False):
-        from ._config import with_defaults
 
         self.store, self.cfg, self.quiet, self.client = store, with_defaults(cfg), quiet, client
         self.throwaway = throwaway
@@ -108,7 +159,6 @@ class Context:
         self.log = log or (lambda msg: None)
 
     def bar(self, label, total):
-        from ._progress import Bar, progress_enabled
 
         return Bar(label, total, enabled=progress_enabled(self.quiet))
 
@@ -141,7 +191,6 @@ def _skip(name, info):
 
 # ------------------------------------------------------------------------------ ingest
 def _edge_count_points(path):
-    from npkl_dist._graph_blocks import iter_edge_batches
 
     top = 0
     for i, j, _, _ in iter_edge_batches(path):
@@ -154,15 +203,12 @@ def _ingest_features(store, source: str, chunk_rows: int | None = None) -> int:
     """Stream a feature table into the store in row chunks (never whole in this process);
     ``dataset:NAME`` (a small bundled table) is cut into the same chunks. Returns n."""
     if source.startswith("dataset:"):
-        from npkl_dist._graph import _check_features
 
-        from ._config import read_input
 
         X = _check_features(read_input(source, "features"))
         step = chunk_rows or X.shape[0]
         chunks = (X[a: a + step] for a in range(0, X.shape[0], step))
         return store.write_features_chunks(chunks, n_features=X.shape[1], n_rows=X.shape[0])
-    from npkl_dist._io import FeatureChunks
 
     fc = FeatureChunks(source, chunk_rows)
     return store.write_features_chunks(fc, n_features=fc.n_features, n_rows=fc.n_rows)
@@ -172,11 +218,8 @@ def ingest(ctx: Context) -> dict:
     """Features (chunked by rows), constraints (given or sampled) and labels into the store."""
     if (info := ctx.done("ingest")) is not None:
         return _skip("ingest", info)
-    import dataclasses
 
-    from npkl_dist._job import load_constraints
 
-    from ._config import fit_config, read_input
 
     cfg, fc = ctx.cfg, fit_config(ctx.cfg)
     out: dict = {}
@@ -212,8 +255,6 @@ KNN_GROUP = "graph_knn"
 def knn_block_to_store(index, store, start: int, stop: int) -> int:
     """One task (driver or Dask worker): neighbours of rows [start, stop) written into the
     run store as one row block of ``graph_knn/idx`` and ``graph_knn/dist``."""
-    from npkl_dist._graph_blocks import knn_rows
-    from npkl_dist.store._rows import write_row_block
 
     idx, dist = knn_rows(index, start, stop)
     write_row_block(store, f"{KNN_GROUP}/idx", start, idx)
@@ -256,16 +297,6 @@ def build_graph(ctx: Context) -> dict:
     independent tasks (a rerun computes only missing blocks); or the edge list in batches."""
     if (info := ctx.done("graph")) is not None and "seconds" in info:
         return _skip("graph", info)
-    from npkl_dist._graph import (SIGMA_NEIGHBOURS, apply_feature_scale, feature_scale,
-                                  warn_feature_scales)
-    from npkl_dist._graph_blocks import (
-        assemble_knn_graph,
-        build_knn_index,
-        graph_from_edge_batches,
-        iter_edge_batches,
-        row_blocks,
-    )
-    from npkl_dist.store._rows import create_row_arrays, read_row_arrays, row_blocks_present
 
     g, inp = ctx.cfg["graph"], ctx.cfg["input"]
     out: dict = {}
@@ -319,8 +350,6 @@ def build_graph(ctx: Context) -> dict:
 def _problem(ctx: Context):
     if "problem" in ctx.cache:
         return ctx.cache["problem"]
-    from npkl_dist import NPKLProblem
-    from npkl_dist._graph import laplacian
 
     m, g = ctx.cfg["model"], ctx.cfg["graph"]
     inputs = ctx.store.read_inputs()
@@ -340,8 +369,6 @@ def colour(ctx: Context) -> dict:
     """Relabelling and colouring of the conflict graph (the sweep plan)."""
     if (info := ctx.done("plan")) is not None and "seconds" in info:
         return _skip("plan", info)
-    from npkl_dist import make_plan
-    from npkl_dist._job import _row_block
 
     out: dict = {}
     with measure(out):
@@ -362,11 +389,8 @@ def _gamma(ctx: Context, problem, executor):
     m = ctx.cfg["model"]
     if m["gamma"] != "cv":
         return problem, None
-    from dataclasses import replace
 
-    from npkl_dist._job import _select_gamma
 
-    from ._config import fit_config
 
     if (info := ctx.done("gamma")) is None:
         ctx.log("learn: choosing gamma by cross-validation on held-out constraints")
@@ -394,13 +418,7 @@ def learn(ctx: Context) -> dict:
     (an eigensolver iteration) does not, so a resumed run repeats its learning."""
     if (info := ctx.done("learn")) is not None:
         return _skip("learn", info)
-    from npkl_dist import store as st
-    from npkl_dist._admm import admm_checkpoint_width
-    from npkl_dist._bcd import checkpoint_width, choose_method
-    from npkl_dist._job import _row_block, make_executor, result_summary
-    from npkl_dist._recovery import MemoryCheckpointer, fit_with_recovery
 
-    from ._config import run_options
 
     m = ctx.cfg["model"]
     out: dict = {}
@@ -441,18 +459,15 @@ def learn(ctx: Context) -> dict:
                       callback=bar.sweep_callback(), log=ctx.log)
         try:
             if m["solver"] == "simplenpkl":
-                from npkl_dist import fit_simplenpkl
 
                 result = fit_simplenpkl(problem, B=m["capacity"], max_iter=m["max_sweeps"],
                                         tol=m["tol"], callback=common["callback"])
             elif m["solver"] == "admm":
-                from npkl_dist import fit_admm
 
                 result = fit_with_recovery(fit_admm, problem, checkpointer=ck, resume=latest,
                                            max_iter=m["max_sweeps"], anderson=m["anderson"],
                                            **common)
             else:
-                from npkl_dist import fit_bcd
 
                 result = fit_with_recovery(fit_bcd, problem, checkpointer=ck, resume=latest,
                                            max_sweeps=m["max_sweeps"], method=method,
@@ -486,8 +501,6 @@ def evaluate(ctx: Context) -> dict:
     """Kernel k-means on V (k-means on its rows) and, with ground truth, the metrics."""
     if (info := ctx.done("evaluate")) is not None:
         return _skip("evaluate", info)
-    from npkl_dist import clustering_metrics
-    from npkl_dist._evaluate import cluster_kernel
 
     out: dict = {}
     with measure(out):
@@ -519,7 +532,6 @@ def evaluate(ctx: Context) -> dict:
 def graph_features(store, ginfo, cache=None):
     """The features the kNN graph was built from: the stored ones scaled as its record says
     ([graph] scale), or those the graph stage of this process left in ``cache``."""
-    from npkl_dist._graph import apply_feature_scale
 
     if cache is not None and "X" in cache:
         return cache["X"]
@@ -528,7 +540,6 @@ def graph_features(store, ginfo, cache=None):
 
 def index_for(X, ginfo, cfg, cache=None):
     """The kNN index of the graph's features ``X`` (reused when this process built it)."""
-    from npkl_dist._graph_blocks import build_knn_index
 
     if cache is not None and cache.get("index") is not None:
         return cache["index"]
@@ -543,8 +554,6 @@ def extend_points(store, cfg, Q, *, cache=None):
     -------
     V_new : ndarray (m, r); labels_new : ndarray (m,) of int64 or None
     """
-    from npkl_dist._extend import extend_embedding, extension_weights
-    from npkl_dist._graph import _check_features, apply_feature_scale
 
     stages = store.stages()
     ginfo = stages.get("graph", {}).get("info", {})
@@ -575,7 +584,6 @@ def extend_points(store, cfg, Q, *, cache=None):
     else:
         # large n: best-first search on the training graph (pynndescent's own query would
         # compile a search closure per index and prepare a search graph: minutes at 1e6)
-        from npkl_dist._extend import graph_knn
 
         idx, dist = graph_knn(X, store.read_graph(), Q, k, seed=cfg["model"]["seed"])
     w = extension_weights(dist, sigma=ginfo.get("sigma"), weighting=ginfo.get("weighting",
@@ -583,7 +591,6 @@ def extend_points(store, cfg, Q, *, cache=None):
     V_new = extend_embedding(V, store.read_degrees(), idx, w, delta=cfg["graph"]["delta"])
     labels_new = None
     if "clusters" in res:
-        from npkl_dist._evaluate import nearest_centre
 
         labels_new = nearest_centre(V, res["clusters"], V_new,
                                     normalize=bool(cfg["output"].get("normalize_kernel", False)))
@@ -599,7 +606,6 @@ def extend(ctx: Context) -> dict:
     with measure(out):
         n_new = 0
         if path is not None:
-            from ._config import read_input
 
             Q = read_input(path, "features")
             V_new, lab = extend_points(ctx.store, ctx.cfg, Q, cache=ctx.cache)
@@ -623,7 +629,7 @@ def report_dir(cfg: dict, url: str) -> Path | None:
 
 
 #: fields of the learn stage's record copied into the summary (the ``npkl fit --json``
-#: contract: npkl_dist._job.run_fit's summary has the same keys)
+#: contract: npkl_dist.job._job.run_fit's summary has the same keys)
 _LEARN_FIELDS = (
     "solver", "loss", "gamma", "rank", "dtype", "seed", "objective", "objective_initial",
     "objective_trace", "change_trace", "n_sweeps", "converged", "n_colours", "sweep_seconds",
@@ -670,9 +676,7 @@ def summarise(store, cfg: dict) -> dict:
 def report(ctx: Context, timings: dict | None = None) -> dict:
     """summary.json (also stored as the run's ``summary`` result), objective.png and
     embedding.png (2-D kernel PCA of V, coloured by cluster), embedding.npy, clusters.npy."""
-    import json
 
-    from npkl_dist._job import write_outputs
 
     if (info := ctx.done("report")) is not None:
         return _skip("report", info)
@@ -700,7 +704,6 @@ def report(ctx: Context, timings: dict | None = None) -> dict:
 def trace_labels(summary: dict) -> tuple[str, str]:
     """(x-axis label, title) of objective.png: the solver's own unit (sweep, outer iteration
     of block solves, iteration of KL-ADMM / SimpleNPKL) and its count."""
-    from npkl_dist._job import iterations_label
 
     label = iterations_label(summary)  # "N sweeps", "N outer iterations", "N iterations"
     return label.split(" ", 1)[1].removesuffix("s"), f"objective trace ({label})"
@@ -711,7 +714,6 @@ def _plots(d: Path, res: dict, summary: dict):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     from matplotlib.ticker import MaxNLocator
 
     trace = summary.get("objective_trace") or []

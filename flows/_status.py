@@ -10,6 +10,9 @@ import json
 import socket
 from datetime import datetime
 
+from npkl_dist import store as st
+from npkl_dist.store._objects import WriterLock, _pid_alive
+
 from ._stages import STAGES
 
 __all__ = ["run_status", "format_status"]
@@ -35,8 +38,6 @@ def _manifest(store, ckpt_id):
 
 def run_status(url: str, storage_options=None) -> dict:
     """A JSON-able description of a run: stage, sweep, objective, time left, lock holder."""
-    from npkl_dist import store as st
-    from npkl_dist.store._objects import WriterLock, _pid_alive
 
     store = st.RunStore.open(url, mode="r", storage_options=storage_options)
     try:

@@ -13,9 +13,35 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 import time
 import warnings
+
+from npkl_flows._config import load_config, validate_config
+from npkl_flows._demo import run_demo
+from npkl_flows._fit import fit, fit_pipeline_config, run_fit_stages
+from npkl_flows._stages import extend_points
+from npkl_flows._status import format_status, run_status
+
+from npkl_dist import (
+    LOSSES,
+    NpklError,
+    NpklWarning,
+    ValidationError,
+    clustering_metrics,
+)
+from npkl_dist import store as st
+from npkl_dist.graph._io import read_features, read_labels
+from npkl_dist.job._job import (
+    SOLVERS,
+    ensure_out_dir,
+    export_run,
+    iterations_label,
+    run_fit_in_store,
+)
+from npkl_dist.store import RunNotFoundError
 
 __all__ = ["main", "build_parser"]
 
@@ -51,8 +77,6 @@ def _gamma(text):
 
 
 def _add_fit_options(p: argparse.ArgumentParser):
-    from npkl_dist import LOSSES
-    from npkl_dist._job import SOLVERS
 
     src = p.add_argument_group("input (exactly one)")
     src.add_argument("--features", metavar="PATH",
@@ -287,9 +311,7 @@ class _Progress:
 
 
 def _cmd_fit(args) -> int:
-    """The pipeline's stages in this process (flows._fit), not Prefect."""
-    from flows._fit import fit, fit_pipeline_config
-    from npkl_dist._job import ensure_out_dir
+    """The pipeline's stages in this process (npkl_flows._fit), not Prefect."""
 
     if args.out:
         ensure_out_dir(args.out, "--out")  # before the fit, not after it
@@ -303,7 +325,6 @@ def _cmd_fit(args) -> int:
     if args.json:
         sys.stdout.write(json.dumps(summary) + "\n")
     elif not args.quiet:
-        from npkl_dist._job import iterations_label
 
         line = (f"objective {summary['objective']:.6g} after {iterations_label(summary)} "
                 f"({summary['fit_seconds']:.2f}s), rank {summary['rank']}")
@@ -319,7 +340,6 @@ def _storage_options(args):
     raw = getattr(args, "storage_options", None)
     if not raw:
         return None
-    from npkl_dist import ValidationError
 
     try:
         so = json.loads(raw)
@@ -342,7 +362,6 @@ EPHEMERAL_STARTUP_TIMEOUT = 90
 def _prefect_env():
     """Quiet Prefect's own INFO logs, and give its ephemeral server time to start, unless
     the user configured them."""
-    import os
 
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -354,9 +373,7 @@ def _quiet_npkl_tracebacks():
     """Our own errors end the command with one line naming the fix (exit status 2); drop
     Prefect's tracebacks of them from the terminal (other exceptions keep theirs, and the
     Prefect API still receives every log)."""
-    import logging
 
-    from npkl_dist import NpklError
 
     class DropNpklTracebacks(logging.Filter):
         def filter(self, record):
@@ -381,7 +398,6 @@ def _print_pipeline(res, args):
             f"{info.get('seconds', 0):.1f}s, peak {info.get('peak_rss_mb', 0):.0f} MB"
         print(f"  {name:<9} {how}")
     learn = st.get("learn", {})
-    from npkl_dist._job import iterations_label
 
     line = f"run {res['run']}: objective {learn.get('objective', float('nan')):.6g} after " \
            f"{iterations_label(learn)}"
@@ -394,7 +410,6 @@ def _print_pipeline(res, args):
 
 
 def _cmd_run(args) -> int:
-    from flows._config import load_config, validate_config
 
     cfg = load_config(args.config)
     if args.run or args.dask:
@@ -405,11 +420,11 @@ def _cmd_run(args) -> int:
             raw["execution"] = {**cfg["execution"], "dask": args.dask}
         cfg = validate_config(raw, source=args.config)
     _prefect_env()
-    from flows.pipeline import check_new_run, run_pipeline
+    # lazy: importing the pipeline imports Prefect, which must see _prefect_env()'s settings
+    from npkl_flows.pipeline import check_new_run, run_pipeline
 
     check_new_run(cfg)  # before Prefect starts: a clear error, no flow run
     if cfg["output"]["files"] and cfg["output"]["out"]:
-        from npkl_dist._job import ensure_out_dir
 
         ensure_out_dir(cfg["output"]["out"], "[output] out")
     _quiet_npkl_tracebacks()
@@ -419,15 +434,12 @@ def _cmd_run(args) -> int:
 
 
 def _stored_config(run, so):
-    from npkl_dist import store as st
 
     with st.RunStore.open(st.resolve_run(run), mode="r", storage_options=so) as rs:
         return rs.config
 
 
 def _cmd_status(args) -> int:
-    from flows._status import format_status, run_status
-    from npkl_dist import store as st
 
     s = run_status(st.resolve_run(args.run), storage_options=_storage_options(args))
     print(json.dumps(s) if args.json else format_status(s))
@@ -435,15 +447,9 @@ def _cmd_status(args) -> int:
 
 
 def _cmd_extend(args) -> int:
-    import json
 
     import numpy as np
 
-    from flows._stages import extend_points
-    from npkl_dist import ValidationError, clustering_metrics
-    from npkl_dist import store as st
-    from npkl_dist._io import read_features, read_labels
-    from npkl_dist._job import ensure_out_dir
 
     so = _storage_options(args)
     with st.RunStore.open(st.resolve_run(args.run), mode="r", storage_options=so) as rs:
@@ -491,14 +497,11 @@ def _cmd_extend(args) -> int:
 
 
 def _cmd_resume(args) -> int:
-    from npkl_dist._job import run_fit_in_store
 
     so = _storage_options(args)
     cfg = _stored_config(args.run, so)
     if "pipeline" in cfg and cfg.get("command") == "fit":
         # a run of `npkl fit --run`: its stages continue here, as they ran (no Prefect)
-        from flows._fit import run_fit_stages
-        from npkl_dist import store as st
 
         pcfg = {**cfg["pipeline"], "run": st.resolve_run(args.run)}
         summary, _, _ = run_fit_stages(pcfg, resume=True, quiet=args.quiet,
@@ -507,11 +510,10 @@ def _cmd_resume(args) -> int:
         return 0
     if "pipeline" in cfg:
         _prefect_env()
-        from flows.pipeline import run_pipeline
+        from npkl_flows.pipeline import run_pipeline  # lazy: Prefect (see _cmd_run)
 
         _quiet_npkl_tracebacks()
         pcfg = dict(cfg["pipeline"])
-        from npkl_dist import store as st
 
         pcfg["run"] = st.RunStore.open(st.resolve_run(args.run), mode="r",
                                        storage_options=so).url  # wherever the run is now
@@ -534,14 +536,12 @@ def _print_fit_resume(summary, args):
     if args.json:
         sys.stdout.write(json.dumps(summary) + "\n")
     elif not args.quiet:
-        from npkl_dist._job import iterations_label
 
         print(f"run {summary['run']}: objective {summary['objective']:.6g} after "
               f"{iterations_label(summary)}")
 
 
 def _cmd_export(args) -> int:
-    from npkl_dist._job import ensure_out_dir, export_run
 
     ensure_out_dir(args.out, "--out")
     written = export_run(args.run, args.out, storage_options=_storage_options(args))
@@ -550,7 +550,6 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from flows._demo import run_demo
 
     run_demo(args.out, loss=args.loss, seed=args.seed, max_sweeps=args.max_sweeps,
              method=args.method)
@@ -564,7 +563,6 @@ def _cli_warnings(command):
     command-line user; every other warning keeps Python's format. Only the format changes
     (``warnings.formatwarning``): filters apply and ``catch_warnings(record=True)`` records
     as before. Returns the previous formatter, for ``main`` to restore."""
-    from npkl_dist import NpklWarning
 
     default = warnings.formatwarning
 
@@ -587,8 +585,6 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
-    from npkl_dist import NpklError
-    from npkl_dist.store import RunNotFoundError
 
     commands = {"fit": _cmd_fit, "demo": _cmd_demo, "resume": _cmd_resume,
                 "export": _cmd_export, "run": _cmd_run,

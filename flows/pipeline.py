@@ -1,7 +1,7 @@
 """The Prefect flow ``npkl-pipeline``: ingest → graph → plan → learn → evaluate → extend → report.
 
 One flow run per pipeline run; each stage is one coarse Prefect task (≈ 0.1 s of overhead
-each) that calls :mod:`flows._stages`. Heavy data stays in the run store; tasks receive and
+each) that calls :mod:`npkl_flows._stages`. Heavy data stays in the run store; tasks receive and
 return small JSON dicts. Task results persist (Prefect's local result storage) under a key
 made of the run URL, the run store's creation stamp, the configuration hash, the stage and
 the code version, so a re-run of the same run id after a crash skips finished stages even
@@ -18,10 +18,13 @@ from __future__ import annotations
 import hashlib
 import os
 
+from npkl_flows import _stages  # absolute: Prefect may load this file by path
+from npkl_flows._config import expand_run, fit_config, load_config, validate_config
 from prefect import flow, get_run_logger, task
 from prefect.context import get_run_context
 
-from flows import _stages  # absolute: Prefect may load this file by path
+from npkl_dist import store as st
+from npkl_dist.job._job import config_dict
 
 __all__ = ["pipeline", "run_pipeline"]
 
@@ -87,15 +90,12 @@ def open_run(cfg: dict, resume: bool):
 
     Returns ``(store, cfg)``; on resume ``cfg`` is the run's stored configuration.
     """
-    from npkl_dist import store as st
 
     url = st.resolve_run(cfg["run"], root=cfg["storage"]["root"])
     so = cfg["storage"]["options"]
     if resume:
         store = st.RunStore.open(url, mode="a", storage_options=so)
         return store, store.config.get("pipeline") or cfg
-    from flows._config import fit_config
-    from npkl_dist._job import config_dict
 
     check_new_run(cfg)
     store = st.RunStore.create(url, config={"pipeline": cfg,
@@ -107,7 +107,6 @@ def open_run(cfg: dict, resume: bool):
 
 def check_new_run(cfg: dict) -> None:
     """Refuse a new run where one exists, naming `npkl resume` and `npkl status`."""
-    from npkl_dist import store as st
 
     if "{" in cfg["run"]:
         return  # expanded to a new name when the flow starts
@@ -133,7 +132,7 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
     Parameters
     ----------
     config : dict or str
-        A validated configuration dict, or the path of a TOML file (:mod:`flows._config`).
+        A validated configuration dict, or the path of a TOML file (:mod:`npkl_flows._config`).
     resume : bool
         Continue an existing run (its stored configuration wins); otherwise create it.
     quiet : bool
@@ -144,7 +143,6 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
     dict
         Per-stage info (seconds, peak memory, skipped or not) and the run URL.
     """
-    from flows._config import load_config, validate_config
 
     logger = get_run_logger()
     if isinstance(config, str):
@@ -152,7 +150,6 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
     else:
         cfg = validate_config(config) if "input" not in config or \
             not isinstance(config.get("execution"), dict) else config
-    from flows._config import expand_run
 
     if not resume and "{" in cfg["run"]:
         cfg = {**cfg, "run": expand_run(cfg["run"], get_run_context().flow_run.name)}

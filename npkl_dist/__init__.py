@@ -11,8 +11,6 @@ from . import _numba_cache
 # package's kernel sources, so a change to one module recompiles the kernels that inline it.
 _numba_cache.cover(_Path(__file__).resolve().parent)
 
-from ._bcd import FitResult, FitSetup, fit_bcd, fit_setup, initial_V
-from ._constraints import Constraints, sample_constraints
 from ._errors import (
     ConstraintError,
     ConstraintWarning,
@@ -24,18 +22,32 @@ from ._errors import (
     NpklWarning,
     ValidationError,
 )
-from ._evaluate import clustering_metrics, kernel_kmeans
-from ._graph import EXACT_KNN_MAX_POINTS, Graph, graph_from_edges, knn_graph, laplacian
-from ._objective import objective, objective_dense
-from ._plan import PreparedProblem, SweepPlan, make_plan, prepare
-from ._problem import LOSSES, RANK_CAP, NPKLProblem, default_rank
-from ._admm import ADMMResult, admm_objective, fit_admm
-from ._simplenpkl import SimpleNPKLResult, fit_simplenpkl, simplenpkl_objective
-from ._select import GammaSelection, select_gamma
-from ._rank import numerical_rank
-from ._synthetic import planted_partition
-
-__version__ = "0.1.0"
+from ._version import __version__
+from .evaluate import clustering_metrics, kernel_kmeans
+from .graph._graph import (
+    EXACT_KNN_MAX_POINTS,
+    Graph,
+    graph_from_edges,
+    knn_graph,
+    laplacian,
+)
+from .graph._synthetic import planted_partition
+from .model_selection import GammaSelection, select_gamma
+from .problem._constraints import Constraints, sample_constraints
+from .problem._objective import objective, objective_dense
+from .problem._problem import LOSSES, RANK_CAP, NPKLProblem, default_rank
+from .problem._result import FitResult
+from .solvers._plan import PreparedProblem, SweepPlan, make_plan, prepare
+from .solvers.admm._fit import ADMMResult, admm_objective, fit_admm
+from .solvers.bcd._fit import fit_bcd
+from .solvers.bcd._rank import numerical_rank
+from .solvers.bcd._setup import FitSetup, fit_setup
+from .solvers.bcd._start import initial_V
+from .solvers.simplenpkl._fit import (
+    SimpleNPKLResult,
+    fit_simplenpkl,
+    simplenpkl_objective,
+)
 
 __all__ = [
     "Constraints", "ConstraintError", "ConstraintWarning", "ConvergenceWarning",

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 import npkl_dist
-from npkl_dist import _kernels, _numba_cache
+from npkl_dist.linalg import _smallqp as _kernels_smallqp
+from npkl_dist import _numba_cache
 
 REPO = Path(npkl_dist.__file__).resolve().parent.parent
 
@@ -76,9 +77,9 @@ def test_editing_a_callee_module_recompiles_its_cached_callers(tmp_path, where):
 
 
 def test_the_package_kernels_use_the_covering_locator():
-    locator = _kernels.box_qp._cache._impl._locator
+    locator = _kernels_smallqp.box_qp._cache._impl._locator
     assert type(locator).__name__.startswith("PackageStamped")
-    stamp = _numba_cache.package_stamp(Path(_kernels.__file__).resolve().parent)
+    stamp = _numba_cache.package_stamp(Path(npkl_dist.__file__).resolve().parent)
     assert locator.get_source_stamp()[1] == stamp
 
 

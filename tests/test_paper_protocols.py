@@ -87,7 +87,7 @@ def test_simplenpkl_protocol_run_fits_with_its_capacity(tmp_path, monkeypatch):
     """A run at --protocol simplenpkl: its own records (protocol, pairs), B = 1 for the
     small sets, its own report section beside the main one, and the main table's rows are
     neither resumed from nor reported with it."""
-    import npkl_dist._simplenpkl as snpkl
+    from npkl_dist.solvers.simplenpkl import _fit as snpkl
 
     seen = []
     real = snpkl.fit_simplenpkl

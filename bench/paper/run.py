@@ -481,7 +481,7 @@ def load_results(results_path=DEFAULT_RESULTS):
 
 def _reps(text):
     """``--reps``: the CLI's positive integer (0 ran nothing and rewrote the report)."""
-    from flows.cli import _positive_int
+    from npkl_flows.cli import _positive_int
 
     try:
         return _positive_int(text)

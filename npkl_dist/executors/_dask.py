@@ -24,12 +24,39 @@ replay gives the identical result).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import numba
 import numpy as np
 
 from .._errors import NpklError, ValidationError, fmt_value
-from ._inprocess import SUM_BLOCK, chunked_sums, ordered_total, row_norms2
+from ..linalg import _anderson as A
+from ..linalg._anderson import (
+    RowMemory,
+    anderson_extrapolate,
+    anderson_record,
+    anderson_state,
+)
+from ..linalg._reductions import chunked_sums, ordered_total, row_norms2
+from ..linalg._rowops import SUM_BLOCK
+from ..problem._terms import pair_terms_serial as pair_terms
+from ..problem._terms import smooth_terms_serial as smooth_terms
+from ..solvers._plan import SweepPlan
+from ..solvers._sweeps import sweep_units, sweep_units_serial
+from ..solvers.admm._kernels import admm_diag_terms_serial as admm_diag_terms
+from ..solvers.admm._kernels import admm_pair_terms_serial as admm_pair_terms
+from ..solvers.admm._kernels import admm_row_norms_serial, admm_rows
+from ..solvers.admm._kernels import admm_smooth_terms_serial as admm_smooth_terms
+from ..store import RunStore
+from ._dask_block import DaskBlockSession
+from ._dask_rows import (
+    BlockSpec,
+    _recv_all_positions,
+    _recv_positions,
+    build_blocks,
+    local_rows,
+    partition_plan,
+    partition_rows,
+    write_actor_blocks,
+)
 
 __all__ = ["DaskExecutor", "WorkerLostError", "partition_rows", "partition_plan",
            "build_blocks"]
@@ -39,142 +66,11 @@ class WorkerLostError(NpklError, RuntimeError):
     """A Dask worker holding part of the factor died; the fit must resume from a checkpoint."""
 
 
-def partition_rows(n: int, n_blocks: int, align: int = SUM_BLOCK) -> np.ndarray:
-    """Block boundaries ``starts`` (length n_blocks + 1), interior ones multiples of ``align``."""
-    if n_blocks < 1:
-        raise ValidationError(f"blocks: expected a positive integer, got {fmt_value(n_blocks)}")
-    units = -(-n // align)
-    n_blocks = min(n_blocks, units)
-    cuts = [round(k * units / n_blocks) * align for k in range(n_blocks)] + [n]
-    starts = np.unique(np.minimum(np.asarray(cuts, dtype=np.int64), n))
-    return starts
-
-
-def partition_plan(plan, n_blocks: int, align: int = SUM_BLOCK) -> np.ndarray:
-    """Block boundaries for BCD: at most ``n_blocks`` blocks cut at those boundaries of the
-    plan's blocks that are multiples of ``align``, each cut the one nearest an even split.
-
-    A plan whose blocks are not aligned (small n, or made with another ``align``) gives fewer
-    Dask blocks, down to one: still exact, less parallel."""
-    if n_blocks < 1:
-        raise ValidationError(f"blocks: expected a positive integer, got {fmt_value(n_blocks)}")
-    n = plan.n_points
-    cand = plan.block_ptr[(plan.block_ptr % align == 0) & (plan.block_ptr > 0)
-                          & (plan.block_ptr < n)]
-    cuts = []
-    if cand.size:
-        for k in range(1, n_blocks):
-            cuts.append(int(cand[np.argmin(np.abs(cand - k * n / n_blocks))]))
-    return np.unique(np.asarray([0, *cuts, n], dtype=np.int64))
-
-
-@dataclass
-class BlockSpec:
-    """Everything one block actor needs (plain arrays; built on the driver)."""
-
-    b: int
-    start: int
-    stop: int
-    halo: np.ndarray          # global internal rows held as halo, sorted
-    indptr: np.ndarray        # local CSR of L's off-diagonal, columns in local numbering
-    indices: np.ndarray
-    data: np.ndarray
-    diag: np.ndarray
-    cptr: np.ndarray
-    cidx: np.ndarray
-    csgn: np.ndarray
-    colour_rows: list         # per colour: local rows of that colour (sorted)
-    unit_ptr: list            # per colour: bounds of its units in colour_rows
-    send: list                # per colour: list of (target block, local rows to send)
-    recv: list                # per colour: list of (source block, local halo positions)
-    send_all: list            # all halo-relevant own rows: (target, local rows), for ADMM
-    recv_all: list            # (source, local positions)
-    pair_own: np.ndarray      # local index of the owner row of each pair owned here
-    pair_other: np.ndarray    # local index of its partner
-    pair_t: np.ndarray
-    pmax: int
-
-    @property
-    def n_own(self) -> int:
-        return self.stop - self.start
-
-
-def build_blocks(prep, plan, starts) -> list:
-    """Split a PreparedProblem into block specs (pure numpy, O(nnz + m))."""
-    n = prep.n_points
-    n_blocks = len(starts) - 1
-    block_of = np.searchsorted(starts, np.arange(n), side="right") - 1
-    colour = plan.colour
-    n_colours = plan.n_colours
-    specs = []
-    halos = []
-    for b in range(n_blocks):
-        s, e = int(starts[b]), int(starts[b + 1])
-        cols = prep.indices[prep.indptr[s]:prep.indptr[e]]
-        parts = prep.cidx[prep.cptr[s]:prep.cptr[e]]
-        ref = np.unique(np.concatenate([cols, parts]))
-        halo = ref[(ref < s) | (ref >= e)]
-        halos.append(halo)
-    for b in range(n_blocks):
-        s, e = int(starts[b]), int(starts[b + 1])
-        nb = e - s
-        halo = halos[b]
-        # global -> local: own rows first, then halo rows in sorted order
-        def to_local(g, s=s, e=e, nb=nb, halo=halo):
-            g = np.asarray(g)
-            own = (g >= s) & (g < e)
-            out = np.empty(g.shape, np.int64)
-            out[own] = g[own] - s
-            out[~own] = nb + np.searchsorted(halo, g[~own])
-            return out
-
-        lo, hi = prep.indptr[s], prep.indptr[e]
-        indptr = (prep.indptr[s:e + 1] - lo).astype(np.int64)
-        indices = to_local(prep.indices[lo:hi])
-        clo, chi = prep.cptr[s], prep.cptr[e]
-        cptr = (prep.cptr[s:e + 1] - clo).astype(np.int64)
-        cidx = to_local(prep.cidx[clo:chi])
-        colour_rows, unit_ptr = [], []
-        for c in range(n_colours):
-            rows, ptr = plan.units(c)
-            first, last = np.searchsorted(rows, [s, e])
-            colour_rows.append((rows[first:last] - s).astype(np.int64))
-            unit_ptr.append(np.unique(np.clip(ptr, first, last) - first).astype(np.int64))
-        # pairs owned by this block: the first index (pi) lies in it
-        mine = (prep.pi >= s) & (prep.pi < e)
-        specs.append(BlockSpec(
-            b=b, start=s, stop=e, halo=halo, indptr=indptr, indices=indices,
-            data=prep.data[lo:hi].copy(), diag=prep.diag[s:e].copy(), cptr=cptr, cidx=cidx,
-            csgn=prep.csgn[clo:chi].copy(), colour_rows=colour_rows, unit_ptr=unit_ptr,
-            send=[[] for _ in range(n_colours)], recv=[[] for _ in range(n_colours)],
-            send_all=[], recv_all=[],
-            pair_own=(prep.pi[mine] - s).astype(np.int64),
-            pair_other=to_local(prep.pj[mine]), pair_t=prep.pt[mine].copy(),
-            pmax=int(np.diff(cptr).max()) if cptr[-1] else 0,
-        ))
-    # halo routes: rows of block a that block b reads, per colour and in total
-    for b in range(n_blocks):
-        halo = halos[b]
-        src = block_of[halo]
-        for a in np.unique(src):
-            rows = halo[src == a]  # sorted global rows
-            pos = specs[b].n_own + np.searchsorted(halo, rows)
-            specs[a].send_all.append((b, rows - specs[a].start))
-            specs[b].recv_all.append((int(a), pos))
-            cols = colour[rows]
-            for c in np.unique(cols):
-                sel = cols == c
-                specs[a].send[c].append((b, rows[sel] - specs[a].start))
-                specs[b].recv[c].append((int(a), pos[sel]))
-    return specs
-
-
 class BlockActor:
     """One row block of V (and U, Lam for ADMM) in a worker's memory."""
 
     def __init__(self, spec: BlockSpec, own_rows, loss_code, gamma, bound, n_threads=1,
                  halo_rows=None, extra=None):
-        import numba
 
         self.threads = max(1, min(n_threads, numba.config.NUMBA_NUM_THREADS))
         numba.set_num_threads(self.threads)
@@ -200,7 +96,6 @@ class BlockActor:
     def bcd_step(self, colour, incoming):
         """Apply the halo rows sent after the previous colour step, update this colour's
         units, return the rows other blocks hold as halo: [(target block, rows)]."""
-        from .._kernels import sweep_units, sweep_units_serial
 
         spec = self.spec
         for pos, rows in incoming:
@@ -223,8 +118,6 @@ class BlockActor:
 
     def objective_parts(self):
         """Chunked smooth terms of own rows and chunked pair terms of owned pairs."""
-        from .._kernels import pair_terms_serial as pair_terms
-        from .._kernels import smooth_terms_serial as smooth_terms
 
         spec = self.spec
         sm = np.empty(spec.n_own)  # the kernel covers out's rows; X includes the halo
@@ -238,7 +131,6 @@ class BlockActor:
         return self.X[:self.spec.n_own].copy()
 
     def write_blocks(self, url, ckpt_id, row_block, storage_options=None, which="V"):
-        from ..store import RunStore
 
         store = RunStore.open(url, mode="r", storage_options=storage_options)
         data = self.own() if which == "V" else np.hstack(
@@ -251,7 +143,6 @@ class BlockActor:
     def admm_half(self, which, incoming, lam_sign, rho, gamma, diagonal):
         """Half-step: rows of ``which`` ('V' or 'U') from the other factor's local array.
         ``incoming``: halo rows of the other factor (positions, rows)."""
-        from .._kernels import admm_row_norms_serial, admm_rows
 
         spec = self.spec
         other = self.U if which == "V" else self.X
@@ -280,9 +171,6 @@ class BlockActor:
         return chunked_sums(row_norms2(self.X[:nb]))
 
     def admm_objective_parts(self, gamma, diagonal):
-        from .._kernels import admm_diag_terms_serial as admm_diag_terms
-        from .._kernels import admm_pair_terms_serial as admm_pair_terms
-        from .._kernels import admm_smooth_terms_serial as admm_smooth_terms
 
         spec = self.spec
         nb = spec.n_own
@@ -299,9 +187,8 @@ class BlockActor:
         nb = self.spec.n_own
         return self.X[:nb].copy(), self.U[:nb].copy(), self.Lam.copy()
 
-    # -- KL-ADMM's Anderson acceleration (npkl_dist._anderson): this block's memory ------
+    # -- KL-ADMM's Anderson acceleration (npkl_dist.linalg._anderson): this block's memory ------
     def aa_init(self, m, block):
-        from .._anderson import RowMemory
 
         nb = self.spec.n_own
         self.aa = RowMemory(nb, self.X.shape[1], m, self.X.dtype, block)
@@ -311,7 +198,6 @@ class BlockActor:
         return [(t, self.U[local]) for t, local in self.spec.send_all]
 
     def aa_reset(self, rho):
-        from .._anderson import anderson_state
 
         nb = self.spec.n_own
         anderson_state(self.U[:nb], self.Lam, 1.0 / rho, self.aa.X)
@@ -319,7 +205,6 @@ class BlockActor:
 
     def aa_revert(self, rho):
         """Back to the last plain result; returns U's halo rows for the other blocks."""
-        from .._anderson import anderson_extrapolate
 
         nb, aa = self.spec.n_own, self.aa
         self.X[:nb] = aa.Vsave
@@ -333,7 +218,6 @@ class BlockActor:
         return chunked_sums(row_norms2(self.U[:nb], self.aa.X[:nb * r].reshape(nb, r)))
 
     def aa_record(self, slot, have_prev, valid, rho):
-        from .._anderson import anderson_record
 
         nb, aa = self.spec.n_own, self.aa
         anderson_record(self.U[:nb], self.Lam, 1.0 / rho, aa.X, aa.Fp, aa.Gp, aa.dF, aa.dG,
@@ -342,7 +226,6 @@ class BlockActor:
 
     def aa_extrapolate(self, rho, idx, coef):
         """V is kept (for a revert); U, Lam <- the extrapolated state. Returns U's halo."""
-        from .._anderson import anderson_extrapolate
 
         nb, aa = self.spec.n_own, self.aa
         aa.Vsave[...] = self.X[:nb]
@@ -494,7 +377,6 @@ class DaskExecutor:
         and a block-Jacobi preconditioner (``precond`` per block: local AMG or Jacobi).
         ``cache`` (a FitSetup's) is not used: each fit's workers build their own blocks.
         ``inner_maxiter``: the PCG steps of every outer iteration, if fixed (None: any)."""
-        from ._dask_block import DaskBlockSession
 
         return DaskBlockSession(self, prep, layout, V, precond=precond,
                                 extrapolate=extrapolate, inner_maxiter=inner_maxiter)
@@ -561,29 +443,6 @@ class _DaskBCDSession:
 
     def close(self):
         self.actors = []
-
-
-def local_rows(V, spec: BlockSpec):
-    """A block's rows of V in its local order: the own rows, then the halo."""
-    return np.concatenate([V[spec.start:spec.stop], V[spec.halo]])
-
-
-def write_actor_blocks(ex, actors, specs, store, ckpt_id, row_block):
-    """Every actor writes its own rows into checkpoint ``ckpt_id`` of ``store``."""
-    if any(sp.start % row_block for sp in specs):
-        raise ValidationError(
-            f"row_block: {row_block} does not divide the Dask block starts "
-            f"{[sp.start for sp in specs]}; use a divisor of {SUM_BLOCK}")
-    ex._gather(lambda: [a.write_blocks(store.url, ckpt_id, row_block,
-                                       getattr(store, "storage_options", None))
-                        for a in actors])
-
-
-def _recv_positions(spec: BlockSpec, source: int, colour: int):
-    for src, pos in spec.recv[colour]:
-        if src == source:
-            return pos
-    raise AssertionError("halo route missing")  # internal invariant of build_blocks
 
 
 class _DaskADMMSession:
@@ -663,7 +522,6 @@ class _DaskADMMSession:
     def anderson_after(self, aa, obj, rho_used, rho_next, converged, tol, vnorm):
         """``_anderson.anderson_after``, step for step, with the row work in the blocks and
         the partial sums added in block order (so the result is the in-process one)."""
-        from .. import _anderson as A
 
         ints, floats = aa.ints, aa.floats
         if ints[A._PENDING] and not obj <= floats[A._OBJ_BEFORE]:
@@ -711,16 +569,8 @@ class _DaskADMMSession:
         self.actors = []
 
 
-def _recv_all_positions(spec: BlockSpec, source: int):
-    for src, pos in spec.recv_all:
-        if src == source:
-            return pos
-    raise AssertionError("halo route missing")
-
-
 def _no_colour(prep):
     """ADMM needs no colouring: a plan whose one colour holds every row."""
-    from .._plan import SweepPlan
 
     n = prep.n_points
     rows = np.arange(n, dtype=np.int64)

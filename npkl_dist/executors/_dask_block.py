@@ -1,11 +1,11 @@
-"""Block-exact BCD (``npkl_dist._blocksolve``) on Dask workers.
+"""Block-exact BCD (``npkl_dist.solvers.block``) on Dask workers.
 
 The rows of the U-first layout are cut into contiguous blocks (boundaries multiples of the
 executor's ``align``, so checkpoint shards and reduction chunks line up). Each block lives in
-one Dask actor as a :class:`~npkl_dist._blocksolve.BlockPart`: its rows of V followed by
+one Dask actor as a :class:`~npkl_dist.solvers.block._session.BlockPart`: its rows of V followed by
 its halo, its part of L and of the constraint lists (``build_blocks``, as for the sweeps),
 its own block of L_UU with a local preconditioner, and the CG and subspace-search work
-arrays. The driver runs :class:`~npkl_dist._blocksolve.BlockSession`'s algorithm; every
+arrays. The driver runs :class:`~npkl_dist.solvers.block._session.BlockSession`'s algorithm; every
 call goes to all actors at once and returns partial sums, which the driver adds in row
 order (global reductions on the driver):
 
@@ -31,9 +31,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._blocksolve import BlockPart, BlockSession, colour_units
-from ._dask import (_recv_positions, build_blocks, local_rows, partition_rows,
-                    write_actor_blocks)
+from ..solvers.block._layout import colour_units
+from ..solvers.block._session import BlockPart, BlockSession
+from ..store import RunStore
+from ._dask_rows import (
+    _recv_positions,
+    build_blocks,
+    local_rows,
+    partition_rows,
+    write_actor_blocks,
+)
 
 __all__ = ["BlockSolveActor", "DaskBlockSession"]
 
@@ -105,7 +112,6 @@ class BlockSolveActor:
         return self.part.assign(V_local)
 
     def write_blocks(self, url, ckpt_id, row_block, storage_options=None):
-        from ..store import RunStore
 
         store = RunStore.open(url, mode="r", storage_options=storage_options)
         data = self.checkpoint_rows()

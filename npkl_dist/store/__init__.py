@@ -7,10 +7,16 @@ store is opened: ``import npkl_dist.store`` works without them installed.
 Install the engine with ``pip install "npkl-dist[zarr]"``.
 """
 
-from ._errors import (RunNotFoundError, StoreError, StoreLockedError, StoreVersionError,
-                      StoreWarning)
 from ._checkpointer import StoreCheckpointer
-from ._runstore import DEFAULT_RETENTION, DEFAULT_ROOT, FORMAT_VERSION, RunStore, resolve_run
+from ._errors import (
+    RunNotFoundError,
+    StoreError,
+    StoreLockedError,
+    StoreVersionError,
+    StoreWarning,
+)
+from ._format import DEFAULT_RETENTION, DEFAULT_ROOT, FORMAT_VERSION, resolve_run
+from ._runstore import RunStore
 
 __all__ = [
     "DEFAULT_RETENTION",

@@ -1,4 +1,4 @@
-"""Checkpoint a fit into a run store every N sweeps (see npkl_dist._recovery)."""
+"""Checkpoint a fit into a run store every N sweeps (see npkl_dist.job._recovery)."""
 
 from __future__ import annotations
 

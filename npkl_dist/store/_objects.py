@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import time
 import uuid
@@ -167,7 +168,6 @@ class LocalObjects(ObjectStore):
         _unlink_quiet(self._path(key))
 
     def delete_prefix(self, prefix):
-        import shutil
 
         path = self._path(prefix)
         if os.path.isdir(path):

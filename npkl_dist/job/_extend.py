@@ -1,0 +1,273 @@
+"""Out-of-sample extension (bcdkl-tnnls2015 §III-E): embed new points without retraining.
+
+The learned rows V_I of the n training points are kept fixed. A new point o joins the
+training graph through its k nearest training points N(o) with the training graph's
+weighting (Gaussian with the training sigma, or binary), carries no constraint, and its row
+minimises the manifold term of eq. (10) over the joint graph I ∪ {o}:
+
+    min_{v_o} tr([V_I; v_o]^T L' [V_I; v_o]),   L' = (1 + delta) I - D'^{-1/2} S' D'^{-1/2}.
+
+Only the terms with v_o matter: L'_oo ||v_o||^2 + 2 v_o^T sum_k L'_ok v_k, with no edge from o to
+itself so L'_oo = 1 + delta, and L'_ok = -s_ok / sqrt(d'_o d'_k), d'_o = sum_k s_ok,
+d'_k = d_k + s_ok (the training degree plus the new edge). The minimiser is the paper's
+update (13) for an unconstrained column:
+
+    v_o = -(1/L'_oo) sum_k L'_ok v_k = 1/(1 + delta) * sum_{k in N(o)} s_ok / sqrt(d'_o d'_k) v_k.
+
+Each new point is embedded as if it arrived alone (new points are not linked to each other),
+so a point's row does not depend on which other points are extended with it: extending in
+batches, in any order or on several workers gives the same rows. Cost O(m k r).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from numba import njit
+
+from .._errors import GraphWarning, ValidationError, fmt_value
+from ..graph._graph import laplacian
+
+__all__ = ["extension_weights", "extend_embedding", "extend_embedding_dense"]
+
+
+def extension_weights(dist, *, sigma=None, weighting: str = "gaussian") -> np.ndarray:
+    """Similarities s_ok of new points to their training neighbours.
+
+    Parameters
+    ----------
+    dist : ndarray, shape (m, k)
+        Distances to the k nearest training points.
+    sigma : float
+        The training graph's Gaussian bandwidth (``weighting='gaussian'``).
+    weighting : {'gaussian', 'mutual'}
+        'mutual' graphs have binary weights; a new point's edges are weight 1.
+    """
+    dist = np.asarray(dist, np.float64)
+    if weighting == "gaussian":
+        if sigma is None or not np.isfinite(sigma) or sigma <= 0:
+            raise ValidationError(
+                f"sigma: expected the training graph's bandwidth (> 0), got {fmt_value(sigma)}; "
+                f"extend a run whose graph was built from features with gaussian weights"
+            )
+        return np.exp(-(dist ** 2) / (2.0 * sigma * sigma))
+    if weighting == "mutual":
+        return np.ones_like(dist)
+    raise ValidationError(f"weighting: {weighting!r} is not one of 'gaussian', 'mutual'")
+
+
+def extend_embedding(V, degrees, idx, weights, *, delta: float = 1e-3) -> np.ndarray:
+    """Rows of V for new points from their training neighbours (closed form, see module).
+
+    Parameters
+    ----------
+    V : ndarray, shape (n, r)
+        Learned rows of the training points (original order).
+    degrees : ndarray, shape (n,)
+        Row sums of the training similarity S.
+    idx : ndarray of int, shape (m, k)
+        Training neighbours of each new point.
+    weights : ndarray, shape (m, k)
+        Similarities s_ok >= 0 (:func:`extension_weights`).
+    delta : float
+        The delta of the training Laplacian.
+
+    Returns
+    -------
+    V_new : ndarray, shape (m, r), dtype of V
+    """
+    V = np.asarray(V)
+    n, r = V.shape
+    idx = np.asarray(idx)
+    w = np.asarray(weights, np.float64)
+    d = np.asarray(degrees, np.float64)
+    if idx.shape != w.shape or idx.ndim != 2:
+        raise ValidationError(
+            f"idx, weights: expected two (m, k) arrays of the same shape, got {idx.shape} and "
+            f"{w.shape}"
+        )
+    if d.shape != (n,):
+        raise ValidationError(f"degrees: expected shape ({n},), got {d.shape}")
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValidationError(
+            f"idx: neighbour indices must lie in [0, {n}), got range [{idx.min()}, {idx.max()}]"
+        )
+    if np.any(~np.isfinite(w)) or np.any(w < 0):
+        raise ValidationError("weights: expected finite similarities >= 0")
+    d_o = w.sum(axis=1)
+    alone = d_o <= 0
+    if alone.any():
+        warnings.warn(
+            f"extend: {int(alone.sum())} new point(s) have zero similarity to all their "
+            f"training neighbours (e.g. rows {np.flatnonzero(alone)[:5].tolist()}): they lie far "
+            f"beyond sigma and get the zero row; they are outliers of the training data",
+            GraphWarning, stacklevel=2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        coef = w / np.sqrt(d_o[:, None] * (d[idx] + w))
+    coef[alone] = 0.0
+    coef /= 1.0 + delta
+    # v_o = sum_k coef_ok v_k, accumulated over the k neighbours (m x r work per neighbour)
+    out = np.zeros((idx.shape[0], r), np.float64)
+    for t in range(idx.shape[1]):
+        out += coef[:, t: t + 1] * V[idx[:, t]]
+    return out.astype(V.dtype, copy=False)
+
+
+def extend_embedding_dense(S, V, idx, weights, *, delta: float = 1e-3) -> np.ndarray:
+    """Slow readable reference: for each new point, the dense joint Laplacian L' of
+    I ∪ {o} and the minimiser of tr(W L' W^T) over o's row, solved as L'_oo v = -L'_oI V_I.
+    Tests only (forms (n+1) x (n+1) matrices)."""
+
+    S = np.asarray(S.toarray() if hasattr(S, "toarray") else S, np.float64)
+    n = S.shape[0]
+    out = []
+    for o in range(idx.shape[0]):
+        J = np.zeros((n + 1, n + 1))
+        J[:n, :n] = S
+        for k, s in zip(idx[o], weights[o]):
+            J[n, k] = J[k, n] = max(J[n, k], s)
+        L = laplacian(J, delta).toarray()
+        v = np.linalg.solve(L[n:, n:], -L[n:, :n] @ np.asarray(V, np.float64))
+        out.append(v[0])
+    return np.array(out)
+
+
+# ------------------------------------------------------------------ approximate neighbours
+def _search_kernels():
+    """Compiled lazily (numba); cached on disk after the first compilation."""
+
+    @njit(cache=True, nogil=True)
+    def _sqdist(X, i, q):
+        s = 0.0
+        for t in range(q.shape[0]):
+            z = X[i, t] - q[t]
+            s += z * z
+        return s
+
+    @njit(cache=True, nogil=True)
+    def _heap_push(hd, hi, size, d, i):
+        # min-heap on hd
+        pos = size
+        hd[pos] = d
+        hi[pos] = i
+        while pos > 0:
+            parent = (pos - 1) // 2
+            if hd[parent] <= hd[pos]:
+                break
+            hd[parent], hd[pos] = hd[pos], hd[parent]
+            hi[parent], hi[pos] = hi[pos], hi[parent]
+            pos = parent
+        return size + 1
+
+    @njit(cache=True, nogil=True)
+    def _heap_pop(hd, hi, size):
+        d, i = hd[0], hi[0]
+        size -= 1
+        hd[0], hi[0] = hd[size], hi[size]
+        pos = 0
+        while True:
+            a = 2 * pos + 1
+            if a >= size:
+                break
+            b = a + 1
+            m = b if (b < size and hd[b] < hd[a]) else a
+            if hd[pos] <= hd[m]:
+                break
+            hd[pos], hd[m] = hd[m], hd[pos]
+            hi[pos], hi[m] = hi[m], hi[pos]
+            pos = m
+        return d, i, size
+
+    @njit(cache=True, nogil=True)
+    def _insert(wd, wi, wsize, ef, d, i):
+        # insert (d, i) into the ascending result list of at most ef entries
+        p = wsize
+        while p > 0 and wd[p - 1] > d:
+            wd[p] = wd[p - 1]
+            wi[p] = wi[p - 1]
+            p -= 1
+        wd[p] = d
+        wi[p] = i
+        return wsize + 1 if wsize < ef else wsize
+
+    @njit(cache=True, nogil=True)
+    def graph_search(X, indptr, indices, Q, entries, k, ef, out_idx, out_d2):
+        # IN: X (n, d) training rows; indptr/indices the training graph (CSR, symmetric);
+        # Q (m, d) queries; entries (m, e) start points. OUT: out_idx, out_d2 (m, k).
+        n = X.shape[0]
+        stamp = np.zeros(n, np.int64)
+        cap = n + 1
+        cd = np.empty(cap, np.float64)  # candidates: min-heap
+        ci = np.empty(cap, np.int64)
+        wd = np.empty(ef + 1, np.float64)  # results: sorted ascending, at most ef
+        wi = np.empty(ef + 1, np.int64)
+        for qi in range(Q.shape[0]):
+            q = Q[qi]
+            tag = qi + 1
+            csize = 0
+            wsize = 0
+            for e in range(entries.shape[1]):
+                s = entries[qi, e]
+                if stamp[s] == tag:
+                    continue
+                stamp[s] = tag
+                d = _sqdist(X, s, q)
+                csize = _heap_push(cd, ci, csize, d, s)
+                wsize = _insert(wd, wi, wsize, ef, d, s)
+            while csize > 0:
+                d, c, csize = _heap_pop(cd, ci, csize)
+                if wsize == ef and d > wd[wsize - 1]:
+                    break
+                for t in range(indptr[c], indptr[c + 1]):
+                    nb = indices[t]
+                    if stamp[nb] == tag:
+                        continue
+                    stamp[nb] = tag
+                    dn = _sqdist(X, nb, q)
+                    if wsize < ef or dn < wd[wsize - 1]:
+                        csize = _heap_push(cd, ci, csize, dn, nb)
+                        wsize = _insert(wd, wi, wsize, ef, dn, nb)
+            for t in range(k):
+                out_idx[qi, t] = wi[t]
+                out_d2[qi, t] = wd[t]
+
+    return graph_search
+
+
+_GRAPH_SEARCH = None
+
+
+def graph_knn(X, S, Q, k: int, *, ef: int | None = None, n_entries: int = 256, seed=0):
+    """Approximate k nearest training rows of new points by best-first search on the
+    training graph (the kNN graph S), from the nearest of ``n_entries`` random training rows.
+
+    O(m * ef * degree * d) work and no index beyond S, so it suits large n where an exact
+    search costs O(m n d). Tested against the exact neighbours (recall bound).
+
+    Returns
+    -------
+    idx : ndarray of int64, shape (m, k); dist : ndarray of float64, shape (m, k), ascending
+    """
+    global _GRAPH_SEARCH
+    if _GRAPH_SEARCH is None:
+        _GRAPH_SEARCH = _search_kernels()
+    X = np.ascontiguousarray(X, np.float64)
+    Q = np.ascontiguousarray(Q, np.float64)
+    n = X.shape[0]
+    if not 1 <= k <= n:
+        raise ValidationError(f"knn: expected an integer in [1, {n}], got {fmt_value(k)}")
+    ef = max(int(ef or 0), 4 * k, 40)
+    ef = min(ef, n)
+    rng = np.random.default_rng(seed)
+    piv = np.sort(rng.choice(n, min(n, n_entries), replace=False))
+    P = X[piv]
+    d2 = (Q ** 2).sum(1)[:, None] - 2 * Q @ P.T + (P ** 2).sum(1)[None, :]
+    ne = min(4, piv.size)
+    entries = piv[np.argsort(d2, axis=1)[:, :ne]].astype(np.int64)
+    S = S.tocsr()
+    out_idx = np.empty((Q.shape[0], k), np.int64)
+    out_d2 = np.empty((Q.shape[0], k), np.float64)
+    _GRAPH_SEARCH(X, S.indptr.astype(np.int64), S.indices.astype(np.int64), Q, entries, k,
+                  ef, out_idx, out_d2)
+    return out_idx, np.sqrt(np.maximum(out_d2, 0.0))
