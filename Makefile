@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 # re-install whenever pyproject.toml changes
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: demo test test-heavy test-all bench bench-pipeline install system-deps clean
+.PHONY: demo test lint test-heavy test-all bench bench-pipeline install system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -45,7 +45,14 @@ $(ITML_STAMP): | $(STAMP)
 	@echo "creating bench/.venv-itml (metric-learn's ITML for the paper harness' peers)"
 	$(PY) -c "from bench.paper import peers; peers.ensure_itml_env()"
 
-test: $(STAMP) system-deps $(ITML_STAMP)
+# lint (ruff, configured in pyproject.toml) and the layering contracts (import-linter) first:
+# both take seconds and name the line that broke them
+lint: $(STAMP)
+	$(VENV)/bin/ruff check
+	$(VENV)/bin/ruff format --check
+	$(VENV)/bin/lint-imports
+
+test: $(STAMP) system-deps $(ITML_STAMP) lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-heavy: $(STAMP)

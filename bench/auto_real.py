@@ -83,20 +83,23 @@ def _stop_at(f_ref, gap):
 def measure(P, ex, gaps, runs, max_iters, ref_iters, max_default):
     """Medians over ``runs`` of each method's time to each gap and of its default fit."""
     # tol=1.0: the step-size rule always holds, so the KKT residual decides
-    ref = fit_bcd(P, method="block", max_sweeps=ref_iters, tol=1.0, tol_kkt=1e-9,
-                  executor=ex)
+    ref = fit_bcd(P, method="block", max_sweeps=ref_iters, tol=1.0, tol_kkt=1e-9, executor=ex)
     traced = {m: [] for m in METHODS}
     default = {m: [] for m in METHODS}
     for _ in range(runs):
         for m in METHODS:
             cb = _stop_at(ref.objective, min(gaps) * 0.5)
-            traced[m].append(fit_bcd(P, method=m, max_sweeps=max_iters, tol=0.0,
-                                     executor=ex, callback=cb))
-            default[m].append(fit_bcd(P, method=m, max_sweeps=max_default, tol=1e-5,
-                                      trace=False, executor=ex))
-    f_star = min([ref.objective] + [min(r.objective_trace) for m in METHODS
-                                    for r in traced[m]]
-                 + [r.objective for m in METHODS for r in default[m]])
+            traced[m].append(
+                fit_bcd(P, method=m, max_sweeps=max_iters, tol=0.0, executor=ex, callback=cb)
+            )
+            default[m].append(
+                fit_bcd(P, method=m, max_sweeps=max_default, tol=1e-5, trace=False, executor=ex)
+            )
+    f_star = min(
+        [ref.objective]
+        + [min(r.objective_trace) for m in METHODS for r in traced[m]]
+        + [r.objective for m in METHODS for r in default[m]]
+    )
     out = {"f_star": f_star, "ref_iters": ref.n_sweeps, "ref_kkt": ref.kkt}
     for m in METHODS:
         curves = [curve(r) for r in traced[m]]
@@ -104,13 +107,23 @@ def measure(P, ex, gaps, runs, max_iters, ref_iters, max_default):
             for key in ("t", "t_steps"):
                 ts = [time_at_gap(c, f_star, g, key) for c in curves]
                 out[(m, g, key)] = None if any(t is None for t in ts) else float(np.median(ts))
-            ks = [next((k for k, f in enumerate(r.objective_trace, 1)
-                        if (f - f_star) / abs(f_star) <= g), None) for r in traced[m]]
+            ks = [
+                next(
+                    (
+                        k
+                        for k, f in enumerate(r.objective_trace, 1)
+                        if (f - f_star) / abs(f_star) <= g
+                    ),
+                    None,
+                )
+                for r in traced[m]
+            ]
             out[(m, g, "iters")] = ks[0]
         d = default[m]
         out[(m, "default")] = {
             "seconds": float(np.median([r.fit_seconds for r in d])),
-            "iters": d[0].n_sweeps, "converged": bool(d[0].converged),
+            "iters": d[0].n_sweeps,
+            "converged": bool(d[0].converged),
             "gap": (d[0].objective - f_star) / abs(f_star),
         }
     return out
@@ -130,64 +143,104 @@ def write(args, rows, wall):
         o = r["out"]
         head = {k: r[k] for k in ("name", "n", "pairs", "rank", "loss", "auto")}
         for g in args.gaps:
-            shown.append({
-                **head, "gap": f"{g:g}",
-                "sweeps_iters": o[("sweeps", g, "iters")], "sweeps_s": o[("sweeps", g, "t")],
-                "sweeps_s_steps": o[("sweeps", g, "t_steps")],
-                "block_iters": o[("block", g, "iters")], "block_s": o[("block", g, "t")],
-                "block_s_steps": o[("block", g, "t_steps")],
-                "ratio": _ratio(o[("sweeps", g, "t")], o[("block", g, "t")]),
-                "ratio_steps": _ratio(o[("sweeps", g, "t_steps")], o[("block", g, "t_steps")])})
+            shown.append(
+                {
+                    **head,
+                    "gap": f"{g:g}",
+                    "sweeps_iters": o[("sweeps", g, "iters")],
+                    "sweeps_s": o[("sweeps", g, "t")],
+                    "sweeps_s_steps": o[("sweeps", g, "t_steps")],
+                    "block_iters": o[("block", g, "iters")],
+                    "block_s": o[("block", g, "t")],
+                    "block_s_steps": o[("block", g, "t_steps")],
+                    "ratio": _ratio(o[("sweeps", g, "t")], o[("block", g, "t")]),
+                    "ratio_steps": _ratio(o[("sweeps", g, "t_steps")], o[("block", g, "t_steps")]),
+                }
+            )
         s, b = o[("sweeps", "default")], o[("block", "default")]
-        shown.append({
-            **head, "gap": "default stop",
-            "sweeps_iters": s["iters"], "sweeps_s": s["seconds"],
-            "sweeps_converged": s["converged"], "sweeps_gap_at_stop": s["gap"],
-            "block_iters": b["iters"], "block_s": b["seconds"],
-            "block_converged": b["converged"], "block_gap_at_stop": b["gap"],
-            "ratio": _ratio(s["seconds"], b["seconds"])})
-    columns = [("name", "data set"), ("n", "n"), ("pairs", "pairs"), ("loss", "loss"),
-               ("auto", "auto"), ("gap", "gap"), ("sweeps_iters", "sweeps: its"),
-               ("sweeps_s", "sweeps: s"), ("block_iters", "block: its"),
-               ("block_s", "block: s"), ("ratio", "sweeps / block")]
+        shown.append(
+            {
+                **head,
+                "gap": "default stop",
+                "sweeps_iters": s["iters"],
+                "sweeps_s": s["seconds"],
+                "sweeps_converged": s["converged"],
+                "sweeps_gap_at_stop": s["gap"],
+                "block_iters": b["iters"],
+                "block_s": b["seconds"],
+                "block_converged": b["converged"],
+                "block_gap_at_stop": b["gap"],
+                "ratio": _ratio(s["seconds"], b["seconds"]),
+            }
+        )
+    columns = [
+        ("name", "data set"),
+        ("n", "n"),
+        ("pairs", "pairs"),
+        ("loss", "loss"),
+        ("auto", "auto"),
+        ("gap", "gap"),
+        ("sweeps_iters", "sweeps: its"),
+        ("sweeps_s", "sweeps: s"),
+        ("block_iters", "block: its"),
+        ("block_s", "block: s"),
+        ("ratio", "sweeps / block"),
+    ]
     for r in shown:
         print(" | ".join("-" if r.get(k) is None else str(r[k]) for k, _ in columns))
     _results.write(
-        "auto_real", title="Plain sweeps against block solves on real data at the papers' "
-                           "protocol",
+        "auto_real",
+        title="Plain sweeps against block solves on real data at the papers' protocol",
         measures="seconds from the call of fit_bcd to relative objective gaps (traced fits; "
-                 "median of the runs), and the untraced fit with the default stopping rule "
-                 "(trace=False, tol=1e-5), for method='block'",
+        "median of the runs), and the untraced fit with the default stopping rule "
+        "(trace=False, tol=1e-5), for method='block'",
         reference="method='sweeps' (plain BCD sweeps) on the same problem in the same run; "
-                  "f* from a long block reference run (KKT < 1e-9)",
+        "f* from a long block reference run (KKT < 1e-9)",
         command=_results.command("bench/auto_real.py", args.argv),
-        args={k: v for k, v in vars(args).items() if k != "argv"}, path=args.json,
-        columns=columns, rows=shown,
-        notes=[f"{args.threads} thread(s); medians of {args.runs} runs; 'default stop': "
-               f"trace=False, tol=1e-5, at most {args.max_default} iterations (the rows keep "
-               f"the gap each stops at)"],
-        extra={"wall_seconds": wall})
+        args={k: v for k, v in vars(args).items() if k != "argv"},
+        path=args.json,
+        columns=columns,
+        rows=shown,
+        notes=[
+            f"{args.threads} thread(s); medians of {args.runs} runs; 'default stop': "
+            f"trace=False, tol=1e-5, at most {args.max_default} iterations (the rows keep "
+            f"the gap each stops at)"
+        ],
+        extra={"wall_seconds": wall},
+    )
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--datasets", nargs="+", default=["digits"],
-                    help="'digits' (the demo's problem) or paper harness data set names")
+    ap.add_argument(
+        "--datasets",
+        nargs="+",
+        default=["digits"],
+        help="'digits' (the demo's problem) or paper harness data set names",
+    )
     ap.add_argument("--losses", nargs="+", default=["square"])
     ap.add_argument("--gaps", type=float, nargs="+", default=[1e-4, 1e-5, 1e-6])
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--max-iters", type=int, default=5000,
-                    help="iterations at most of the traced runs (they stop at half the "
-                         "smallest gap)")
+    ap.add_argument(
+        "--max-iters",
+        type=int,
+        default=5000,
+        help="iterations at most of the traced runs (they stop at half the smallest gap)",
+    )
     ap.add_argument("--max-default", type=int, default=5000)
     ap.add_argument("--ref-iters", type=int, default=3000)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--json", default=None,
-                    help="results file (default: bench/results/auto_real.json)")
+    ap.add_argument(
+        "--json", default=None, help="results file (default: bench/results/auto_real.json)"
+    )
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    for name, value in (("--runs", args.runs), ("--max-iters", args.max_iters),
-                        ("--max-default", args.max_default), ("--ref-iters", args.ref_iters)):
+    for name, value in (
+        ("--runs", args.runs),
+        ("--max-iters", args.max_iters),
+        ("--max-default", args.max_default),
+        ("--ref-iters", args.ref_iters),
+    ):
         if value < 1:
             ap.error(f"{name}: expected a positive count, got {value}")
     if any(not 0 < g < 1 for g in args.gaps):
@@ -209,12 +262,25 @@ def main(argv=None):
             P = NPKLProblem.build(L, cons, loss=loss, gamma=1.0, seed=0)
             auto = npkl_dist.solvers.bcd._setup.choose_method(P, ex)
             t1 = time.perf_counter()
-            out = measure(P, ex, args.gaps, args.runs, args.max_iters, args.ref_iters,
-                          args.max_default)
-            print(f"[{name} {loss}] {time.perf_counter() - t1:.0f} s: "
-                  f"{ {str(k): v for k, v in out.items()} }", flush=True)
-            rows.append({"name": name, "n": P.n_points, "pairs": cons.m, "rank": P.rank,
-                         "loss": loss, "auto": auto, "out": out})
+            out = measure(
+                P, ex, args.gaps, args.runs, args.max_iters, args.ref_iters, args.max_default
+            )
+            print(
+                f"[{name} {loss}] {time.perf_counter() - t1:.0f} s: "
+                f"{ {str(k): v for k, v in out.items()} }",
+                flush=True,
+            )
+            rows.append(
+                {
+                    "name": name,
+                    "n": P.n_points,
+                    "pairs": cons.m,
+                    "rank": P.rank,
+                    "loss": loss,
+                    "auto": auto,
+                    "out": out,
+                }
+            )
     write(args, rows, time.perf_counter() - t0)
     return 0
 

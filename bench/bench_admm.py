@@ -48,8 +48,9 @@ def case(name):
 def timed(L, cons, adult, fused):
     t0 = time.perf_counter()
     p = nk.NPKLProblem.build(L, cons, loss="square", seed=0)
-    res = fit_admm(p, max_iter=100 if adult else 500, tol=1e-4,
-                   executor=InProcessExecutor(1), fused=fused)
+    res = fit_admm(
+        p, max_iter=100 if adult else 500, tol=1e-4, executor=InProcessExecutor(1), fused=fused
+    )
     return time.perf_counter() - t0, res, p
 
 
@@ -57,8 +58,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", nargs="+", default=["iris", "adult-a1a"])
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--json", default=None,
-                    help="results file (default: bench/results/admm.json)")
+    ap.add_argument("--json", default=None, help="results file (default: bench/results/admm.json)")
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     import numba
@@ -83,13 +83,23 @@ def main(argv=None):
                 times[fused].append(t)
                 fits[fused] = res
         ref, got = fits[False], fits[True]
-        same = (np.array_equal(ref.V, got.V) and ref.objective_trace == got.objective_trace
-                and ref.rho_trace == got.rho_trace)
+        same = (
+            np.array_equal(ref.V, got.V)
+            and ref.objective_trace == got.objective_trace
+            and ref.rho_trace == got.rho_trace
+        )
         t_ref, t_fused = float(np.median(times[False])), float(np.median(times[True]))
         pub = published_value(name, "KL-ADMM", quantity="cpu")
-        row = {"name": name, "n": p.n_points, "rank": p.rank, "iters": got.n_sweeps,
-               "ref": t_ref, "fused": t_fused, "same": same,
-               "pub": pub[0] if pub else None}
+        row = {
+            "name": name,
+            "n": p.n_points,
+            "rank": p.rank,
+            "iters": got.n_sweeps,
+            "ref": t_ref,
+            "fused": t_fused,
+            "same": same,
+            "pub": pub[0] if pub else None,
+        }
         print(row, flush=True)
         rows.append(row)
     write(rows, args, time.perf_counter() - t_all)
@@ -103,27 +113,41 @@ def write(rows, args, wall):
         r["speedup"] = f"{r['ref'] / r['fused']:.2f}x"
         r["bitwise"] = "yes" if r["same"] else "NO"
         r["pub_ratio"] = f"{r['pub'] / r['fused']:.0f}x" if r["pub"] else None
-    columns = [("name", "data set"), ("n", "n"), ("rank", "rank"), ("iters", "iterations"),
-               ("ref", "reference s"), ("fused", "compiled loop s"), ("speedup", "speed-up"),
-               ("bitwise", "bitwise equal"), ("pub", "published s"),
-               ("pub_ratio", "published / ours")]
+    columns = [
+        ("name", "data set"),
+        ("n", "n"),
+        ("rank", "rank"),
+        ("iters", "iterations"),
+        ("ref", "reference s"),
+        ("fused", "compiled loop s"),
+        ("speedup", "speed-up"),
+        ("bitwise", "bitwise equal"),
+        ("pub", "published s"),
+        ("pub_ratio", "published / ours"),
+    ]
     for r in rows:
         print(" | ".join(str(r[k]) for k, _ in columns))
     _results.write(
-        "admm", title="KL-ADMM: the compiled loop against the reference loop",
+        "admm",
+        title="KL-ADMM: the compiled loop against the reference loop",
         measures="seconds from NPKLProblem.build to the fit of fit_admm() (in-process: the "
-                 "iterations inside one compiled call), median of alternating runs after a "
-                 "warm-up, one thread",
+        "iterations inside one compiled call), median of alternating runs after a "
+        "warm-up, one thread",
         reference="fit_admm(fused=False) (one session.iterate + session.objective per "
-                  "iteration, the loop every executor runs) in the same run, which must give "
-                  "bitwise the same fit; and kl-admm-ijcai2013 Table 2's CPU time",
+        "iteration, the loop every executor runs) in the same run, which must give "
+        "bitwise the same fit; and kl-admm-ijcai2013 Table 2's CPU time",
         command=_results.command("bench/bench_admm.py", args.argv),
-        args={k: v for k, v in vars(args).items() if k != "argv"}, path=args.json,
-        columns=columns, rows=rows,
-        notes=["problem: bench/paper/run.py repetition 0 (kl-admm protocol: diagonal targets, "
-               "Pataki rank capped at 128, gamma = 1, max_iter 500, 100 on adult, tol 1e-4); "
-               f"median of {args.runs} runs"],
-        extra={"wall_seconds": wall})
+        args={k: v for k, v in vars(args).items() if k != "argv"},
+        path=args.json,
+        columns=columns,
+        rows=rows,
+        notes=[
+            "problem: bench/paper/run.py repetition 0 (kl-admm protocol: diagonal targets, "
+            "Pataki rank capped at 128, gamma = 1, max_iter 500, 100 on adult, tol 1e-4); "
+            f"median of {args.runs} runs"
+        ],
+        extra={"wall_seconds": wall},
+    )
 
 
 if __name__ == "__main__":

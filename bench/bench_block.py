@@ -122,20 +122,32 @@ def main(argv=None):
     ap.add_argument("--fractions", nargs="+", default=["0.001", "0.01", "0.1", "protocol"])
     ap.add_argument("--losses", nargs="+", default=["square", "squared_hinge", "hinge"])
     ap.add_argument("--gap", type=float, default=1e-4)
-    ap.add_argument("--max-sweeps", type=int, default=3000,
-                    help="plain sweeps at most (the run stops earlier once it reaches the gap)")
+    ap.add_argument(
+        "--max-sweeps",
+        type=int,
+        default=3000,
+        help="plain sweeps at most (the run stops earlier once it reaches the gap)",
+    )
     ap.add_argument("--max-outer", type=int, default=400)
     ap.add_argument("--ref-iters", type=int, default=1500)
-    ap.add_argument("--f-star", type=float, default=None,
-                    help="skip the reference run and take this f* (from an earlier run's "
-                         "reference, cited in the notes; one case only)")
+    ap.add_argument(
+        "--f-star",
+        type=float,
+        default=None,
+        help="skip the reference run and take this f* (from an earlier run's "
+        "reference, cited in the notes; one case only)",
+    )
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--json", default=None,
-                    help="results file (default: bench/results/block_<n>.json)")
-    ap.add_argument("--figure", default=None,
-                    help="PNG of the relative gap against wall time per case; the curves' "
-                         "data go to the same path with .json (redraw or merge with "
-                         "bench/block_figure.py)")
+    ap.add_argument(
+        "--json", default=None, help="results file (default: bench/results/block_<n>.json)"
+    )
+    ap.add_argument(
+        "--figure",
+        default=None,
+        help="PNG of the relative gap against wall time per case; the curves' "
+        "data go to the same path with .json (redraw or merge with "
+        "bench/block_figure.py)",
+    )
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.figure and not args.figure.endswith(".png"):
@@ -148,8 +160,10 @@ def main(argv=None):
     t_all = time.perf_counter()
     for n in args.n:
         S, y, t_graph = graph_for(n)
-        notes.append(f"n={n:,}: graph {S.nnz // 2:,} edges"
-                     + (f", built in {t_graph:.0f} s" if t_graph else " (cached)"))
+        notes.append(
+            f"n={n:,}: graph {S.nnz // 2:,} edges"
+            + (f", built in {t_graph:.0f} s" if t_graph else " (cached)")
+        )
         L = npkl_dist.laplacian(S, 1e-3)
         for frac in args.fractions:
             C = constraints_for(y, frac)
@@ -159,19 +173,39 @@ def main(argv=None):
                 auto = npkl_dist.solvers.bcd._setup.choose_method(P, ex)
                 say = lambda m: print(f"[n={n} frac={frac} {loss}] {m}", flush=True)  # noqa
                 if args.f_star is None:
-                    ref = fit_bcd(P, method="block", max_sweeps=args.ref_iters, tol=1.0,
-                                  tol_kkt=1e-8, executor=ex)
+                    ref = fit_bcd(
+                        P,
+                        method="block",
+                        max_sweeps=args.ref_iters,
+                        tol=1.0,
+                        tol_kkt=1e-8,
+                        executor=ex,
+                    )
                     f_ref = ref.objective
-                    say(f"reference: {ref.n_sweeps} outer, f={ref.objective:.8g}, "
-                        f"kkt={ref.kkt:.2e}, {ref.fit_seconds:.1f} s")
+                    say(
+                        f"reference: {ref.n_sweeps} outer, f={ref.objective:.8g}, "
+                        f"kkt={ref.kkt:.2e}, {ref.fit_seconds:.1f} s"
+                    )
                 else:
                     f_ref = args.f_star
-                blk = fit_bcd(P, method="block", max_sweeps=args.max_outer, tol=0,
-                              tol_objective=None, executor=ex,
-                              callback=_stopper(f_ref, args.gap))
+                blk = fit_bcd(
+                    P,
+                    method="block",
+                    max_sweeps=args.max_outer,
+                    tol=0,
+                    tol_objective=None,
+                    executor=ex,
+                    callback=_stopper(f_ref, args.gap),
+                )
                 say(f"block: {blk.n_sweeps} outer, {blk.fit_seconds:.1f} s")
-                swp = fit_bcd(P, method="sweeps", max_sweeps=args.max_sweeps, tol=0,
-                              executor=ex, callback=_stopper(f_ref, args.gap))
+                swp = fit_bcd(
+                    P,
+                    method="sweeps",
+                    max_sweeps=args.max_sweeps,
+                    tol=0,
+                    executor=ex,
+                    callback=_stopper(f_ref, args.gap),
+                )
                 say(f"sweeps: {swp.n_sweeps} sweeps, {swp.fit_seconds:.1f} s")
                 f_star = min(f_ref, min(blk.objective_trace), min(swp.objective_trace))
                 t_sweep = float(np.median(swp.sweep_seconds))
@@ -181,35 +215,68 @@ def main(argv=None):
                 acc_s = accuracy(swp.V, y)
                 gap_s_end = (swp.objective_trace[-1] - f_star) / abs(f_star)
                 ib = iters_to_gap(blk, f_star, args.gap)
-                rows.append({
-                    "n": n, "frac": frac, "n_con": n_con, "pairs": C.m, "loss": loss,
-                    "auto": auto, "f_star": f_star, "t_sweep": t_sweep,
-                    "blk_iters": ib, "blk_t": tb, "blk_cg": sum(blk.cg_iterations[:ib or None]),
-                    "swp_iters": iters_to_gap(swp, f_star, args.gap), "swp_t": ts,
-                    "swp_n": swp.n_sweeps, "swp_total": swp.fit_seconds,
-                    "swp_gap_end": gap_s_end, "acc_b": acc_b, "acc_s": acc_s,
-                    "blk_t_steps": time_at_gap(cb, f_star, args.gap, "t_steps"),
-                    "swp_t_steps": time_at_gap(cs, f_star, args.gap, "t_steps"),
-                    "swp_steps_total": cs["t_steps"][-1],
-                    "kkt_b": blk.kkt, "kkt_s": swp.kkt,
-                })
+                rows.append(
+                    {
+                        "n": n,
+                        "frac": frac,
+                        "n_con": n_con,
+                        "pairs": C.m,
+                        "loss": loss,
+                        "auto": auto,
+                        "f_star": f_star,
+                        "t_sweep": t_sweep,
+                        "blk_iters": ib,
+                        "blk_t": tb,
+                        "blk_cg": sum(blk.cg_iterations[: ib or None]),
+                        "swp_iters": iters_to_gap(swp, f_star, args.gap),
+                        "swp_t": ts,
+                        "swp_n": swp.n_sweeps,
+                        "swp_total": swp.fit_seconds,
+                        "swp_gap_end": gap_s_end,
+                        "acc_b": acc_b,
+                        "acc_s": acc_s,
+                        "blk_t_steps": time_at_gap(cb, f_star, args.gap, "t_steps"),
+                        "swp_t_steps": time_at_gap(cs, f_star, args.gap, "t_steps"),
+                        "swp_steps_total": cs["t_steps"][-1],
+                        "kkt_b": blk.kkt,
+                        "kkt_s": swp.kkt,
+                    }
+                )
                 say(str(rows[-1]))
-                cases.append({"n": n, "frac": frac, "loss": loss, "f_star": f_star,
-                              "t_sweep": t_sweep, "block": cb, "sweeps": cs})
+                cases.append(
+                    {
+                        "n": n,
+                        "frac": frac,
+                        "loss": loss,
+                        "f_star": f_star,
+                        "t_sweep": t_sweep,
+                        "block": cb,
+                        "sweeps": cs,
+                    }
+                )
     write(args, rows, notes, time.perf_counter() - t_all)
     if args.figure:
         with open(args.figure[:-4] + ".json", "w") as fh:
             from bench import _results
 
-            json.dump({"command": _results.command("bench/bench_block.py", args.argv),
-                       **_results.stamps(), "gap": args.gap, "cases": cases}, fh)
+            json.dump(
+                {
+                    "command": _results.command("bench/bench_block.py", args.argv),
+                    **_results.stamps(),
+                    "gap": args.gap,
+                    "cases": cases,
+                },
+                fh,
+            )
         print(figure(cases, args.figure, gap=args.gap))
 
 
 def _stopper(f_ref, gap):
     """Stop a run once it is at half the gap to the reference optimum (saves bench time)."""
+
     def cb(sweep, obj, change, seconds):
         return (obj - f_ref) / abs(f_ref) <= 0.5 * gap
+
     return cb
 
 
@@ -244,45 +311,68 @@ def write(args, rows, notes, wall):
 
     shown = []
     for r in rows:
-        shown.append({
-            **r, "constrained": f"{frac_label(r['frac'])} ({r['n_con']:,} pts)",
-            "sweeps_iters": (str(r["swp_iters"]) if r["swp_iters"] is not None
-                             else f">{r['swp_n']} (gap {r['swp_gap_end']:.1e})"),
-            "sweeps_s": (_fmt_t(r["swp_t"]) if r["swp_t"] is not None
-                         else f">{r['swp_total']:.1f}"),
-            "block_outer": f"{r['blk_iters'] or '-'} ({r['blk_cg']})",
-            "block_s": _fmt_t(r["blk_t"]),
-            "sweep_eq": "-" if r["blk_t"] is None else f"{r['blk_t'] / r['t_sweep']:.0f}",
-            "speedup": _speedup(r["swp_t"], r["swp_total"], r["blk_t"]),
-            "speedup_steps": _speedup(r["swp_t_steps"], r["swp_steps_total"],
-                                      r["blk_t_steps"]),
-            "rand": f"{r['acc_s'][0]:.4f} / {r['acc_b'][0]:.4f}"})
-    columns = [("n", "n"), ("constrained", "constrained"), ("loss", "loss"),
-               ("auto", "auto"), ("sweeps_iters", "sweeps: iters"), ("sweeps_s", "sweeps: s"),
-               ("block_outer", "block: outer (CG its)"), ("block_s", "block: s"),
-               ("sweep_eq", "block in sweeps' time"), ("speedup", "speed-up"),
-               ("speedup_steps", "speed-up, iterations only"),
-               ("rand", "Rand sweeps / block")]
+        shown.append(
+            {
+                **r,
+                "constrained": f"{frac_label(r['frac'])} ({r['n_con']:,} pts)",
+                "sweeps_iters": (
+                    str(r["swp_iters"])
+                    if r["swp_iters"] is not None
+                    else f">{r['swp_n']} (gap {r['swp_gap_end']:.1e})"
+                ),
+                "sweeps_s": (
+                    _fmt_t(r["swp_t"]) if r["swp_t"] is not None else f">{r['swp_total']:.1f}"
+                ),
+                "block_outer": f"{r['blk_iters'] or '-'} ({r['blk_cg']})",
+                "block_s": _fmt_t(r["blk_t"]),
+                "sweep_eq": "-" if r["blk_t"] is None else f"{r['blk_t'] / r['t_sweep']:.0f}",
+                "speedup": _speedup(r["swp_t"], r["swp_total"], r["blk_t"]),
+                "speedup_steps": _speedup(
+                    r["swp_t_steps"], r["swp_steps_total"], r["blk_t_steps"]
+                ),
+                "rand": f"{r['acc_s'][0]:.4f} / {r['acc_b'][0]:.4f}",
+            }
+        )
+    columns = [
+        ("n", "n"),
+        ("constrained", "constrained"),
+        ("loss", "loss"),
+        ("auto", "auto"),
+        ("sweeps_iters", "sweeps: iters"),
+        ("sweeps_s", "sweeps: s"),
+        ("block_outer", "block: outer (CG its)"),
+        ("block_s", "block: s"),
+        ("sweep_eq", "block in sweeps' time"),
+        ("speedup", "speed-up"),
+        ("speedup_steps", "speed-up, iterations only"),
+        ("rand", "Rand sweeps / block"),
+    ]
     for r in shown:
         print(" | ".join(str(r[k]) for k, _ in columns))
     name = "block_" + "_".join(str(n) for n in args.n)
     _results.write(
-        name, title=f"Block solves against plain sweeps, time to a {args.gap:g} gap",
+        name,
+        title=f"Block solves against plain sweeps, time to a {args.gap:g} gap",
         measures="seconds from the call of fit_bcd (set-up, AMG, start, iterations, objective "
-                 "evaluations) until the objective is within the gap of f*, default block "
-                 "solves",
+        "evaluations) until the objective is within the gap of f*, default block "
+        "solves",
         reference="plain BCD sweeps (bcdkl-tnnls2015 Alg. 1) on the same problem in the same "
-                  "run; f* = the lowest objective of a long block reference run "
-                  "(KKT < 1e-8) and of both runs",
+        "run; f* = the lowest objective of a long block reference run "
+        "(KKT < 1e-8) and of both runs",
         command=_results.command("bench/bench_block.py", args.argv),
-        args={k: v for k, v in vars(args).items() if k != "argv"}, path=args.json,
-        columns=columns, rows=shown,
-        notes=[f"problem: 10-cluster Gaussian mixture in 8-D, kNN k=10, Gaussian weights, "
-               f"delta=1e-3, r={args.rank}, gamma=1; " + "; ".join(notes),
-               f"plain sweeps capped at {args.max_sweeps}; '-' = gap not reached (the "
-               f"speed-up is then a lower bound); 'iterations only' leaves out the objective "
-               f"evaluations after each sweep / outer iteration"],
-        extra={"wall_seconds": wall})
+        args={k: v for k, v in vars(args).items() if k != "argv"},
+        path=args.json,
+        columns=columns,
+        rows=shown,
+        notes=[
+            f"problem: 10-cluster Gaussian mixture in 8-D, kNN k=10, Gaussian weights, "
+            f"delta=1e-3, r={args.rank}, gamma=1; " + "; ".join(notes),
+            f"plain sweeps capped at {args.max_sweeps}; '-' = gap not reached (the "
+            f"speed-up is then a lower bound); 'iterations only' leaves out the objective "
+            f"evaluations after each sweep / outer iteration",
+        ],
+        extra={"wall_seconds": wall},
+    )
 
 
 if __name__ == "__main__":

@@ -41,14 +41,14 @@ def main(argv=None):
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--sweeps", type=int, default=3)
     ap.add_argument("--blocks-per-worker", type=int, default=2)
-    ap.add_argument("--json", default=None,
-                    help="results file (default: bench/results/dask.json)")
+    ap.add_argument("--json", default=None, help="results file (default: bench/results/dask.json)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     S = knn_affinity(args.n, 9, 2, 0)
     cons = disjoint_pairs(args.n, 0.02, 1)
-    p = nk.NPKLProblem.build(nk.laplacian(S, 1e-3), cons, loss="square", rank=args.rank,
-                             dtype=args.dtype, seed=0)
+    p = nk.NPKLProblem.build(
+        nk.laplacian(S, 1e-3), cons, loss="square", rank=args.rank, dtype=args.dtype, seed=0
+    )
     plan = nk.make_plan(p)
     prep = nk.prepare(p, plan)
     V0 = np.ascontiguousarray(nk.initial_V(p, np.random.default_rng(0))[plan.order])
@@ -72,9 +72,13 @@ def main(argv=None):
     print(f"in-process {t_in:.3f}s", file=sys.stderr)
     row_block = 65536
     for workers in (1, 2):
-        cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1,
-                                           processes=True, dashboard_address=None,
-                                           memory_limit=0)
+        cluster = distributed.LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            memory_limit=0,
+        )
         client = distributed.Client(cluster)
         try:
             ex = DaskExecutor(client, blocks=args.blocks_per_worker * workers, threads=1)
@@ -82,28 +86,47 @@ def main(argv=None):
             V = V0.copy()
             sess = ex.bcd_session(prep, plan, V)
             t = timed(sess, args.sweeps)
-            per_step = np.array(sess.halo_bytes[-plan.n_colours:], dtype=float)
+            per_step = np.array(sess.halo_bytes[-plan.n_colours :], dtype=float)
             share = per_step / V0.nbytes
             rss = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
             peak = max(rss.values()) / 1024  # MiB (ru_maxrss is KiB on Linux)
             blocks = args.blocks_per_worker * workers
-            rows.append((f"dask, {workers} worker(s) x 1 thread, {blocks} blocks", t,
-                         t / t_in, f"{100 * share.max():.2f}% max, {100 * share.mean():.2f}% mean",
-                         f"{peak:.0f} MiB"))
+            rows.append(
+                (
+                    f"dask, {workers} worker(s) x 1 thread, {blocks} blocks",
+                    t,
+                    t / t_in,
+                    f"{100 * share.max():.2f}% max, {100 * share.mean():.2f}% mean",
+                    f"{peak:.0f} MiB",
+                )
+            )
             print(rows[-1], file=sys.stderr)
             # checkpoint: each block writes its own shards, the driver commits
             tmp = Path(tempfile.mkdtemp(prefix="npkl-bench-"))
             try:
                 store = RunStore.create(str(tmp / "run"), config={"bench": True})
-                ck = StoreCheckpointer(store, every=1, row_block=row_block, n=args.n,
-                                       width=args.rank, dtype=args.dtype)
+                ck = StoreCheckpointer(
+                    store,
+                    every=1,
+                    row_block=row_block,
+                    n=args.n,
+                    width=args.rank,
+                    dtype=args.dtype,
+                )
                 t = time.perf_counter()
                 ck.on_sweep({"sweep": 1, "objective": 0.0, "rng_state": {}}, sess)
                 t_ck = time.perf_counter() - t
                 size = sum(f.stat().st_size for f in (tmp / "run").rglob("*") if f.is_file())
                 store.close()
-                rows.append((f"  checkpoint write ({workers} worker(s) writing shards)", t_ck,
-                             None, f"{size / 2**20:.0f} MiB on disk", ""))
+                rows.append(
+                    (
+                        f"  checkpoint write ({workers} worker(s) writing shards)",
+                        t_ck,
+                        None,
+                        f"{size / 2**20:.0f} MiB on disk",
+                        "",
+                    )
+                )
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
             sess.close()
@@ -112,27 +135,38 @@ def main(argv=None):
             cluster.close()
     from bench import _results
 
-    table = [{"executor": name, "seconds": t, "ratio": ratio, "halo": halo, "memory": mem}
-             for name, t, ratio, halo, mem in rows]
+    table = [
+        {"executor": name, "seconds": t, "ratio": ratio, "halo": halo, "memory": mem}
+        for name, t, ratio, halo, mem in rows
+    ]
     for r in table:
         print(r)
     _results.write(
-        "dask", title="Plain sweeps on the Dask executor, and run-store checkpoints",
+        "dask",
+        title="Plain sweeps on the Dask executor, and run-store checkpoints",
         measures="seconds per plain BCD sweep on a Dask LocalCluster (1 and 2 worker "
-                 "processes, 1 thread each), halo bytes per colour step, peak RSS per worker, "
-                 "and one V checkpoint written to a local run store",
+        "processes, 1 thread each), halo bytes per colour step, peak RSS per worker, "
+        "and one V checkpoint written to a local run store",
         reference="the in-process executor with 2 threads on the same problem in the same run",
         command=_results.command("bench/bench_dask.py", argv),
-        args=vars(args), path=args.json,
-        columns=[("executor", "executor"), ("seconds", "seconds"),
-                 ("ratio", "/ in-process"), ("halo", "halo per colour step (share of V)"),
-                 ("memory", "peak RSS per worker")],
+        args=vars(args),
+        path=args.json,
+        columns=[
+            ("executor", "executor"),
+            ("seconds", "seconds"),
+            ("ratio", "/ in-process"),
+            ("halo", "halo per colour step (share of V)"),
+            ("memory", "peak RSS per worker"),
+        ],
         rows=table,
-        notes=[f"problem: bench_sweep.py's (uniform points in the unit square, 9-NN, 2% of the "
-               f"points constrained), n = {args.n:,}, r = {args.rank}, {args.dtype}, "
-               f"{plan.n_colours} colours, V = {V0.nbytes / 2**20:.0f} MiB; median of "
-               f"{args.sweeps} sweeps after a warm-up"],
-        extra={"software": machine_info()})
+        notes=[
+            f"problem: bench_sweep.py's (uniform points in the unit square, 9-NN, 2% of the "
+            f"points constrained), n = {args.n:,}, r = {args.rank}, {args.dtype}, "
+            f"{plan.n_colours} colours, V = {V0.nbytes / 2**20:.0f} MiB; median of "
+            f"{args.sweeps} sweeps after a warm-up"
+        ],
+        extra={"software": machine_info()},
+    )
 
 
 if __name__ == "__main__":

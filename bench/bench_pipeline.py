@@ -63,27 +63,40 @@ def main(argv=None):
     p.add_argument("--dtype", default="float64")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", help="where data and the run go (default: a temp dir)")
-    p.add_argument("--json", default=None,
-                   help="results file (default: bench/results/pipeline_<n>.json; '' for none)")
+    p.add_argument(
+        "--json",
+        default=None,
+        help="results file (default: bench/results/pipeline_<n>.json; '' for none)",
+    )
     args = p.parse_args(argv)
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="npkl-bench-pipeline-"))
     work.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    n_lab = make_data(work, args.n, args.d, args.new, args.clusters, args.constrained,
-                      args.separation, args.seed)
+    n_lab = make_data(
+        work, args.n, args.d, args.new, args.clusters, args.constrained, args.separation, args.seed
+    )
     gen = time.perf_counter() - t
     n_pairs = int(round(0.6 * n_lab))
     run = work / "run"
     shutil.rmtree(run, ignore_errors=True)
     cfg = {
         "run": str(run),
-        "input": {"features": str(work / "X.npy"), "labels": str(work / "labels.npy"),
-                  "eval_labels": str(work / "truth.npy"), "n_must": n_pairs,
-                  "n_cannot": n_pairs},
+        "input": {
+            "features": str(work / "X.npy"),
+            "labels": str(work / "labels.npy"),
+            "eval_labels": str(work / "truth.npy"),
+            "n_must": n_pairs,
+            "n_cannot": n_pairs,
+        },
         "graph": {"knn": args.knn},
-        "model": {"rank": args.rank, "max_sweeps": args.max_sweeps, "tol": 1e-5,
-                  "dtype": args.dtype, "seed": args.seed},
+        "model": {
+            "rank": args.rank,
+            "max_sweeps": args.max_sweeps,
+            "tol": 1e-5,
+            "dtype": args.dtype,
+            "seed": args.seed,
+        },
         "execution": {"executor": "inprocess", "checkpoint_every": args.checkpoint_every},
         "output": {"out": str(work / "report")},
         "extend": {"features": str(work / "X_new.npy")},
@@ -107,23 +120,32 @@ def main(argv=None):
     import psutil
 
     out = {
-        "n": args.n, "d": args.d, "knn": args.knn, "rank": args.rank,
-        "constrained_points": n_lab, "pairs": 2 * n_pairs, "new_points": args.new,
-        "max_sweeps": args.max_sweeps, "dtype": args.dtype,
-        "stages": {k: {"seconds": round(v.get("seconds", 0.0), 2),
-                       "peak_rss_mb": v.get("peak_rss_mb")} for k, v in stages.items()},
+        "n": args.n,
+        "d": args.d,
+        "knn": args.knn,
+        "rank": args.rank,
+        "constrained_points": n_lab,
+        "pairs": 2 * n_pairs,
+        "new_points": args.new,
+        "max_sweeps": args.max_sweeps,
+        "dtype": args.dtype,
+        "stages": {
+            k: {"seconds": round(v.get("seconds", 0.0), 2), "peak_rss_mb": v.get("peak_rss_mb")}
+            for k, v in stages.items()
+        },
         "n_sweeps": stages["learn"].get("n_sweeps"),
         "objective": stages["learn"].get("objective"),
         "metrics": stages["evaluate"].get("metrics"),
         "graph_method": None,
-        "total_seconds": round(total, 2), "stage_seconds": round(compute, 2),
+        "total_seconds": round(total, 2),
+        "stage_seconds": round(compute, 2),
         "overhead_seconds": round(total - compute, 2),
         "overhead_fraction": round((total - compute) / total, 4),
         "prefect_import_seconds": round(t_import, 2),
         "data_generation_seconds": round(gen, 2),
         "machine": f"{platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-                   f"{psutil.virtual_memory().total / 2**30:.1f} GiB, Python "
-                   f"{platform.python_version()}",
+        f"{psutil.virtual_memory().total / 2**30:.1f} GiB, Python "
+        f"{platform.python_version()}",
     }
     print(json.dumps(out))
     if args.json != "":
@@ -138,30 +160,53 @@ def _record(o, argv, path):
     sys.path.insert(0, str(ROOT))
     from bench import _results
 
-    rows = [{"stage": k, "seconds": v["seconds"], "peak_rss_mb": v["peak_rss_mb"]}
-            for k, v in o["stages"].items()]
-    rows += [{"stage": "sum of stages", "seconds": o["stage_seconds"]},
-             {"stage": "total (import prefect -> flow returns)", "seconds": o["total_seconds"]},
-             {"stage": "orchestration overhead", "seconds": o["overhead_seconds"],
-              "share": f"{100 * o['overhead_fraction']:.1f}%"}]
+    rows = [
+        {"stage": k, "seconds": v["seconds"], "peak_rss_mb": v["peak_rss_mb"]}
+        for k, v in o["stages"].items()
+    ]
+    rows += [
+        {"stage": "sum of stages", "seconds": o["stage_seconds"]},
+        {"stage": "total (import prefect -> flow returns)", "seconds": o["total_seconds"]},
+        {
+            "stage": "orchestration overhead",
+            "seconds": o["overhead_seconds"],
+            "share": f"{100 * o['overhead_fraction']:.1f}%",
+        },
+    ]
     m = o.get("metrics") or {}
     _results.write(
-        f"pipeline_{o['n']}", title=f"The whole pipeline on {o['n']:,} synthetic points",
+        f"pipeline_{o['n']}",
+        title=f"The whole pipeline on {o['n']:,} synthetic points",
         measures="wall seconds and peak resident memory of each stage of `npkl run`'s Prefect "
-                 "flow (in-process executor), and the flow's total from before `import "
-                 "prefect` to its return",
+        "flow (in-process executor), and the flow's total from before `import "
+        "prefect` to its return",
         reference="the sum of the stages' own seconds in the same run: the difference is the "
-                  "orchestration overhead (Prefect import and start-up, task bookkeeping, "
-                  "opening the run store)",
-        command=_results.command("bench/bench_pipeline.py", argv), args=o, path=path,
-        columns=[("stage", "stage"), ("seconds", "wall s"), ("peak_rss_mb", "peak RSS MB"),
-                 ("share", "share of total")],
+        "orchestration overhead (Prefect import and start-up, task bookkeeping, "
+        "opening the run store)",
+        command=_results.command("bench/bench_pipeline.py", argv),
+        args=o,
+        path=path,
+        columns=[
+            ("stage", "stage"),
+            ("seconds", "wall s"),
+            ("peak_rss_mb", "peak RSS MB"),
+            ("share", "share of total"),
+        ],
         rows=rows,
-        notes=[f"d = {o['d']}, k = {o['knn']}, r = {o['rank']}, "
-               f"{o['constrained_points']:,} points constrained, {o['pairs']:,} pairs, "
-               f"{o['n_sweeps']} sweeps ({o['dtype']}), {o['new_points']:,} points extended",
-               *([f"pairwise accuracy {m['rand_accuracy']:.4f}, ARI {m['ari']:.4f}, NMI "
-                  f"{m['nmi']:.4f}"] if m else [])])
+        notes=[
+            f"d = {o['d']}, k = {o['knn']}, r = {o['rank']}, "
+            f"{o['constrained_points']:,} points constrained, {o['pairs']:,} pairs, "
+            f"{o['n_sweeps']} sweeps ({o['dtype']}), {o['new_points']:,} points extended",
+            *(
+                [
+                    f"pairwise accuracy {m['rand_accuracy']:.4f}, ARI {m['ari']:.4f}, NMI "
+                    f"{m['nmi']:.4f}"
+                ]
+                if m
+                else []
+            ),
+        ],
+    )
 
 
 if __name__ == "__main__":

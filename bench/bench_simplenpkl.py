@@ -48,11 +48,13 @@ from npkl_dist import ConvergenceWarning  # noqa: E402
 from npkl_dist.solvers.simplenpkl._fit import fit_simplenpkl  # noqa: E402
 
 #: simplenpkl-jmlr2011 Table 7, CPU seconds (LL = linear, SHL = squared hinge)
-PUBLISHED = {"adult-a1a": {"linear": 8.5, "squared_hinge": 322.9},
-             "adult-a2a": {"linear": 15.3, "squared_hinge": 637.2},
-             "adult-a3a": {"linear": 28.8, "squared_hinge": 1160.8},
-             "adult-a4a": {"linear": 66.3, "squared_hinge": 2341.3},
-             "adult-a5a": {"linear": 79.6, "squared_hinge": 3692.1}}
+PUBLISHED = {
+    "adult-a1a": {"linear": 8.5, "squared_hinge": 322.9},
+    "adult-a2a": {"linear": 15.3, "squared_hinge": 637.2},
+    "adult-a3a": {"linear": 28.8, "squared_hinge": 1160.8},
+    "adult-a4a": {"linear": 66.3, "squared_hinge": 2341.3},
+    "adult-a5a": {"linear": 79.6, "squared_hinge": 3692.1},
+}
 
 
 def build(name):
@@ -79,23 +81,35 @@ def configs(compare, dual):
 
 def rand(y, V, seeds):
     k = int(np.unique(y).size)
-    return [npkl_dist.clustering_metrics(y, npkl_dist.kernel_kmeans(V, k, seed=s))
-            ["rand_accuracy"] for s in seeds]
+    return [
+        npkl_dist.clustering_metrics(y, npkl_dist.kernel_kmeans(V, k, seed=s))["rand_accuracy"]
+        for s in seeds
+    ]
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", nargs="+", default=["adult-a1a", "adult-a2a", "adult-a4a"])
-    ap.add_argument("--losses", nargs="+", default=["linear", "squared_hinge"],
-                    choices=["linear", "squared_hinge", "square", "hinge"])
+    ap.add_argument(
+        "--losses",
+        nargs="+",
+        default=["linear", "squared_hinge"],
+        choices=["linear", "squared_hinge", "square", "hinge"],
+    )
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--compare", choices=["eigensolver", "dual"], default="eigensolver")
-    ap.add_argument("--dual", choices=["lbfgs", "alg1"], default="lbfgs",
-                    help="dual solver of both sides with --compare eigensolver")
+    ap.add_argument(
+        "--dual",
+        choices=["lbfgs", "alg1"],
+        default="lbfgs",
+        help="dual solver of both sides with --compare eigensolver",
+    )
     ap.add_argument("--kmeans-seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--json", default=None,
-                    help="results file (default: bench/results/simplenpkl_<compare>.json; "
-                         "'' for none)")
+    ap.add_argument(
+        "--json",
+        default=None,
+        help="results file (default: bench/results/simplenpkl_<compare>.json; '' for none)",
+    )
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     t_wall = time.perf_counter()
@@ -116,16 +130,27 @@ def main(argv=None):
                     t, res = one_fit(p, 100.0 * n, config)
                     times[side].append(t)
                     last[side] = res
-                    print(f"{name} {loss} run {r} {side} {config}: {t:.2f} s, objective "
-                          f"{res.objective:.10g}, eigensolves {res.n_eigsolves}", flush=True)
+                    print(
+                        f"{name} {loss} run {r} {side} {config}: {t:.2f} s, objective "
+                        f"{res.objective:.10g}, eigensolves {res.n_eigsolves}",
+                        flush=True,
+                    )
             ref, fast = last["ref"], last["fast"]
             row = {
-                "name": name, "n": n, "m": cons.m, "rank": p.rank, "loss": loss,
+                "name": name,
+                "n": n,
+                "m": cons.m,
+                "rank": p.rank,
+                "loss": loss,
                 "t_ref": float(np.median(times["ref"])),
                 "t_fast": float(np.median(times["fast"])),
-                "runs": args.runs, "obj_ref": ref.objective, "obj_fast": fast.objective,
-                "gap_ref": ref.duality_gap, "gap_fast": fast.duality_gap,
-                "iters": ref.n_sweeps, "iters_fast": fast.n_sweeps,
+                "runs": args.runs,
+                "obj_ref": ref.objective,
+                "obj_fast": fast.objective,
+                "gap_ref": ref.duality_gap,
+                "gap_fast": fast.duality_gap,
+                "iters": ref.n_sweeps,
+                "iters_fast": fast.n_sweeps,
                 "solves": (ref.n_eigsolves, fast.n_eigsolves),
                 "rand_ref": rand(y, ref.V, args.kmeans_seeds),
                 "rand_fast": rand(y, fast.V, args.kmeans_seeds),
@@ -148,32 +173,53 @@ def write(args, rows, wall):
         r["pub_ratio"] = None if pub is None else f"{pub / r['t_fast']:.0f}x"
         r["rel_diff"] = abs(r["obj_fast"] - r["obj_ref"]) / max(abs(r["obj_ref"]), 1e-300)
         r["rand"] = f"{np.mean(r['rand_ref']):.4f} / {np.mean(r['rand_fast']):.4f}"
-    columns = [("name", "data set"), ("n", "n"), ("m", "pairs"), ("rank", "rank"),
-               ("loss", "loss"), ("iters", "iterations"), ("t_ref", "reference s"),
-               ("t_fast", "fast s"), ("ratio", "reference / fast"),
-               ("published", "published s"), ("pub_ratio", "published / fast"),
-               ("rel_diff", "objective rel. diff"), ("rand", "Rand reference / fast")]
+    columns = [
+        ("name", "data set"),
+        ("n", "n"),
+        ("m", "pairs"),
+        ("rank", "rank"),
+        ("loss", "loss"),
+        ("iters", "iterations"),
+        ("t_ref", "reference s"),
+        ("t_fast", "fast s"),
+        ("ratio", "reference / fast"),
+        ("published", "published s"),
+        ("pub_ratio", "published / fast"),
+        ("rel_diff", "objective rel. diff"),
+        ("rand", "Rand reference / fast"),
+    ]
     for r in rows:
         print(" | ".join(str(r[k]) for k, _ in columns))
     if args.compare == "dual":
         title = "SimpleNPKL: L-BFGS-B on the dual against the paper's Alg. 1"
-        ref = ("dual='alg1' (simplenpkl-jmlr2011 Alg. 1) in the same run, both "
-               "eigensolver='fast'; and simplenpkl-jmlr2011 Table 7's MATLAB seconds")
+        ref = (
+            "dual='alg1' (simplenpkl-jmlr2011 Alg. 1) in the same run, both "
+            "eigensolver='fast'; and simplenpkl-jmlr2011 Table 7's MATLAB seconds"
+        )
     else:
         title = "SimpleNPKL: the fast eigensolver paths against ARPACK at every step"
-        ref = ("eigensolver='arpack' (eigsh at every kernel step) in the same run, both "
-               f"dual='{args.dual}'; and simplenpkl-jmlr2011 Table 7's MATLAB seconds")
+        ref = (
+            "eigensolver='arpack' (eigsh at every kernel step) in the same run, both "
+            f"dual='{args.dual}'; and simplenpkl-jmlr2011 Table 7's MATLAB seconds"
+        )
     _results.write(
-        f"simplenpkl_{args.compare}", title=title,
+        f"simplenpkl_{args.compare}",
+        title=title,
         measures="median wall seconds of fit_simplenpkl (graph and constraints built once, "
-                 "outside the timing), reference and fast alternating in one process",
-        reference=ref, command=_results.command("bench/bench_simplenpkl.py", args.argv),
-        args={k: v for k, v in vars(args).items() if k != "argv"}, path=args.json or None,
-        columns=columns, rows=rows,
-        notes=["problem: bench/paper/run.py repetition 0 (kNN k=50, delta=1e-3, 0.6n + 0.6n "
-               "pairs, Pataki rank, gamma=1, B=100n); Rand = kernel k-means on K = V V', mean "
-               f"over seeds {' '.join(map(str, args.kmeans_seeds))}"],
-        extra={"wall_seconds": wall})
+        "outside the timing), reference and fast alternating in one process",
+        reference=ref,
+        command=_results.command("bench/bench_simplenpkl.py", args.argv),
+        args={k: v for k, v in vars(args).items() if k != "argv"},
+        path=args.json or None,
+        columns=columns,
+        rows=rows,
+        notes=[
+            "problem: bench/paper/run.py repetition 0 (kNN k=50, delta=1e-3, 0.6n + 0.6n "
+            "pairs, Pataki rank, gamma=1, B=100n); Rand = kernel k-means on K = V V', mean "
+            f"over seeds {' '.join(map(str, args.kmeans_seeds))}"
+        ],
+        extra={"wall_seconds": wall},
+    )
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ CRITERION_RATIO = 1.3
 # reference kernel: the memory-traffic floor
 # --------------------------------------------------------------------------------------------
 
+
 @njit(nogil=True, cache=True, parallel=True)
 def spmm(indptr, indices, data, diag, V, Y):
     """Y = D V + Loff V (same split CSR as the sweep).  Y : (n, r) OUT, V's dtype."""
@@ -76,6 +77,7 @@ def spmm(indptr, indices, data, diag, V, Y):
 # --------------------------------------------------------------------------------------------
 # synthetic problem
 # --------------------------------------------------------------------------------------------
+
 
 def knn_affinity(n: int, k: int, dim: int, seed: int) -> sp.csr_matrix:
     """Symmetrised exact-kNN Gaussian affinity of n uniform points in [0, 1]^dim."""
@@ -186,6 +188,7 @@ def with_threads(n_threads, fn):
             fn()
         finally:
             numba.set_num_threads(prev)
+
     return run
 
 
@@ -215,10 +218,16 @@ def machine_info() -> dict:
     except OSError:
         pass
     return {
-        "cpu": cpu, "cores": os.cpu_count(), "ram": ram, "l3": l3,
-        "python": platform.python_version(), "numpy": np.__version__, "numba": numba.__version__,
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "ram": ram,
+        "l3": l3,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
         "scipy": sp.__name__ and __import__("scipy").__version__,
-        "npkl_dist": npkl_dist.__version__, "numba_threads": numba.config.NUMBA_NUM_THREADS,
+        "npkl_dist": npkl_dist.__version__,
+        "numba_threads": numba.config.NUMBA_NUM_THREADS,
     }
 
 
@@ -307,64 +316,96 @@ def bench_one(case, r, dtype, n_threads, repeats, seed, max_wait=300.0, attempts
     del ref
     t_scipy, _ = median_time(lambda: Lp @ V, max(1, min(repeats, 3)))
     return {
-        "n": case.n, "r": r, "dtype": dtype, "threads": n_threads,
-        "deg": case.mean_degree, "blocks": plan.n_blocks, "steps": plan.n_colours,
+        "n": case.n,
+        "r": r,
+        "dtype": dtype,
+        "threads": n_threads,
+        "deg": case.mean_degree,
+        "blocks": plan.n_blocks,
+        "steps": plan.n_colours,
         "colours": plans["colours"].n_colours,
-        "sweep": t_sweep, "sweep_min": t_sweep_min, "spmm": t_spmm, "ratio": t_sweep / t_spmm,
-        "sweep_colours": t_colours, "ratio_colours": t_colours / t_spmm,
-        "objective": t_obj, "scipy": t_scipy, "foreign": foreign,
+        "sweep": t_sweep,
+        "sweep_min": t_sweep_min,
+        "spmm": t_spmm,
+        "ratio": t_sweep / t_spmm,
+        "sweep_colours": t_colours,
+        "ratio_colours": t_colours / t_spmm,
+        "objective": t_obj,
+        "scipy": t_scipy,
+        "foreign": foreign,
     }
 
 
-HEADER = ("| n | r | dtype | T | mean deg | blocks / steps | sweep s (median) | SpMM s (median) "
-          "| sweep/SpMM | colours | colour-scheme sweep s | colour-scheme/SpMM | objective s "
-          "| scipy L@V s (1 thread) | other load |")
+HEADER = (
+    "| n | r | dtype | T | mean deg | blocks / steps | sweep s (median) | SpMM s (median) "
+    "| sweep/SpMM | colours | colour-scheme sweep s | colour-scheme/SpMM | objective s "
+    "| scipy L@V s (1 thread) | other load |"
+)
 RULE = "|---:|---:|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 
 
 def fmt_row(x):
-    return (f"| {x['n']:,} | {x['r']} | {x['dtype']} | {x['threads']} | {x['deg']:.2f} "
-            f"| {x['blocks']} / {x['steps']} | {x['sweep']:.4f} | {x['spmm']:.4f} "
-            f"| **{x['ratio']:.2f}** | {x['colours']} | {x['sweep_colours']:.4f} "
-            f"| {x['ratio_colours']:.2f} | {x['objective']:.4f} | {x['scipy']:.4f} "
-            f"| {x['foreign']:.2f} |")
+    return (
+        f"| {x['n']:,} | {x['r']} | {x['dtype']} | {x['threads']} | {x['deg']:.2f} "
+        f"| {x['blocks']} / {x['steps']} | {x['sweep']:.4f} | {x['spmm']:.4f} "
+        f"| **{x['ratio']:.2f}** | {x['colours']} | {x['sweep_colours']:.4f} "
+        f"| {x['ratio_colours']:.2f} | {x['objective']:.4f} | {x['scipy']:.4f} "
+        f"| {x['foreign']:.2f} |"
+    )
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--rank", type=int, nargs="+", default=[16, 64, 128])
-    ap.add_argument("--dtype", nargs="+", default=["float32", "float64"],
-                    choices=["float32", "float64"])
+    ap.add_argument(
+        "--dtype", nargs="+", default=["float32", "float64"], choices=["float32", "float64"]
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5, help="timed sweeps after one warm-up")
     ap.add_argument("--loss", default="square", choices=list(npkl_dist.LOSSES))
-    ap.add_argument("--max-wait", type=float, default=300.0,
-                    help="seconds to wait for other processes to go quiet before each case")
+    ap.add_argument(
+        "--max-wait",
+        type=float,
+        default=300.0,
+        help="seconds to wait for other processes to go quiet before each case",
+    )
     ap.add_argument("--k", type=int, default=9, help="kNN neighbours before symmetrising")
     ap.add_argument("--dim", type=int, default=2, help="dimension of the synthetic points")
-    ap.add_argument("--constrained", type=float, default=0.02,
-                    help="fraction of points in a constraint pair")
+    ap.add_argument(
+        "--constrained", type=float, default=0.02, help="fraction of points in a constraint pair"
+    )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-single-thread", action="store_true",
-                    help="skip the extra T=1 run at the criterion point")
-    ap.add_argument("--json", default=None,
-                    help="results file (default: bench/results/sweep.json; '' for none)")
+    ap.add_argument(
+        "--no-single-thread",
+        action="store_true",
+        help="skip the extra T=1 run at the criterion point",
+    )
+    ap.add_argument(
+        "--json",
+        default=None,
+        help="results file (default: bench/results/sweep.json; '' for none)",
+    )
     args = ap.parse_args(argv)
 
     t_start = time.perf_counter()
     info = machine_info()
-    cmd = "python " + " ".join(shlex.quote(a) for a in ([os.path.relpath(__file__)]
-                                                       + list(sys.argv[1:] if argv is None
-                                                              else argv)))
-    print(f"# {info['cpu']}, {info['cores']} cores, {info['ram']} RAM, L3 {info['l3']}",
-          flush=True)
+    cmd = "python " + " ".join(
+        shlex.quote(a)
+        for a in ([os.path.relpath(__file__)] + list(sys.argv[1:] if argv is None else argv))
+    )
+    print(
+        f"# {info['cpu']}, {info['cores']} cores, {info['ram']} RAM, L3 {info['l3']}", flush=True
+    )
     rows = []
     notes = []
     for n in args.n:
         case = Case(n, args)
-        print(f"n={n:,}: graph+L+constraints {case.build_seconds:.1f} s, mean degree "
-              f"{case.mean_degree:.2f}, {case.constraints.m} pairs", flush=True)
+        print(
+            f"n={n:,}: graph+L+constraints {case.build_seconds:.1f} s, mean degree "
+            f"{case.mean_degree:.2f}, {case.constraints.m} pairs",
+            flush=True,
+        )
         for dtype in args.dtype:
             plans, prep, _ = case.prepared(dtype)
             for scheme, plan in plans.items():
@@ -372,11 +413,11 @@ def main(argv=None):
                 notes.append(
                     f"n={n:,} {dtype}, scheme {scheme}: plan (RCM + blocks/colouring) "
                     f"{case.plan_seconds[scheme]:.1f} s, {plan.n_blocks} blocks, "
-                    f"{plan.n_colours} steps, rows per step {sizes.tolist()}, pmax {prep.pmax}")
+                    f"{plan.n_colours} steps, rows per step {sizes.tolist()}, pmax {prep.pmax}"
+                )
             for r in args.rank:
                 threads = [args.threads]
-                if (not args.no_single_thread and (n, r, dtype) == CRITERION
-                        and args.threads != 1):
+                if not args.no_single_thread and (n, r, dtype) == CRITERION and args.threads != 1:
                     threads.append(1)
                 for T in threads:
                     res = bench_one(case, r, dtype, T, args.repeats, args.seed, args.max_wait)
@@ -386,15 +427,20 @@ def main(argv=None):
     elapsed = time.perf_counter() - t_start
 
     lines = [HEADER, RULE] + [fmt_row(x) for x in rows]
-    crit = [x for x in rows if (x["n"], x["r"], x["dtype"]) == CRITERION
-            and x["threads"] == args.threads]
+    crit = [
+        x
+        for x in rows
+        if (x["n"], x["r"], x["dtype"]) == CRITERION and x["threads"] == args.threads
+    ]
     verdict = ""
     if crit:
         x = crit[0]
         ok = x["ratio"] <= CRITERION_RATIO
-        verdict = (f"Criterion (n={CRITERION[0]:,}, r={CRITERION[1]}, {CRITERION[2]}, "
-                   f"T={args.threads}, default 'blocks' scheme): sweep/SpMM = {x['ratio']:.2f} "
-                   f"{'<=' if ok else '>'} {CRITERION_RATIO} -> {'PASS' if ok else 'FAIL'}")
+        verdict = (
+            f"Criterion (n={CRITERION[0]:,}, r={CRITERION[1]}, {CRITERION[2]}, "
+            f"T={args.threads}, default 'blocks' scheme): sweep/SpMM = {x['ratio']:.2f} "
+            f"{'<=' if ok else '>'} {CRITERION_RATIO} -> {'PASS' if ok else 'FAIL'}"
+        )
     print()
     print("\n".join(lines))
     if verdict:
@@ -405,25 +451,39 @@ def main(argv=None):
         from bench import _results
 
         _results.write(
-            "sweep", title="Seconds per BCD sweep against the SpMM floor",
+            "sweep",
+            title="Seconds per BCD sweep against the SpMM floor",
             measures="seconds per plain BCD sweep (the default 'blocks' scheme, and the "
-                     "reference colour scheme), median of the rounds",
+            "reference colour scheme), median of the rounds",
             reference="a compiled SpMM Y = D V + Loff V on the same CSR, r, dtype and threads, "
-                      "timed in the same rounds (the memory-traffic floor); criterion: "
-                      f"sweep/SpMM <= {CRITERION_RATIO} at n = {CRITERION[0]:,}, "
-                      f"r = {CRITERION[1]}, {CRITERION[2]}",
-            command=cmd, args=vars(args), path=args.json or None,
-            columns=[("n", "n"), ("r", "r"), ("dtype", "dtype"), ("threads", "threads"),
-                     ("sweep", "sweep s"), ("spmm", "SpMM s"), ("ratio", "sweep/SpMM"),
-                     ("sweep_colours", "colour-scheme sweep s"),
-                     ("ratio_colours", "colour-scheme/SpMM"), ("foreign", "other load")],
+            "timed in the same rounds (the memory-traffic floor); criterion: "
+            f"sweep/SpMM <= {CRITERION_RATIO} at n = {CRITERION[0]:,}, "
+            f"r = {CRITERION[1]}, {CRITERION[2]}",
+            command=cmd,
+            args=vars(args),
+            path=args.json or None,
+            columns=[
+                ("n", "n"),
+                ("r", "r"),
+                ("dtype", "dtype"),
+                ("threads", "threads"),
+                ("sweep", "sweep s"),
+                ("spmm", "SpMM s"),
+                ("ratio", "sweep/SpMM"),
+                ("sweep_colours", "colour-scheme sweep s"),
+                ("ratio_colours", "colour-scheme/SpMM"),
+                ("foreign", "other load"),
+            ],
             rows=rows,
-            notes=[f"graph: uniform points in [0,1]^{args.dim}, exact {args.k}-NN symmetrised, "
-                   f"Gaussian weights, delta = 1e-3; {args.constrained:.0%} of the points in "
-                   f"disjoint random pairs; loss {args.loss}; median of {args.repeats} "
-                   f"interleaved rounds after one warm-up",
-                   *([verdict] if verdict else [])],
-            extra={"software": info, "plans": notes, "wall_seconds": elapsed})
+            notes=[
+                f"graph: uniform points in [0,1]^{args.dim}, exact {args.k}-NN symmetrised, "
+                f"Gaussian weights, delta = 1e-3; {args.constrained:.0%} of the points in "
+                f"disjoint random pairs; loss {args.loss}; median of {args.repeats} "
+                f"interleaved rounds after one warm-up",
+                *([verdict] if verdict else []),
+            ],
+            extra={"software": info, "plans": notes, "wall_seconds": elapsed},
+        )
     return rows
 
 

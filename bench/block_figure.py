@@ -43,12 +43,17 @@ def curve(res) -> dict:
         raise ValueError(
             f"res: expected one objective and one timing per sweep, got "
             f"{k} objectives, {len(res.sweep_seconds)} sweep times and "
-            f"{len(res.objective_seconds)} objective times; fit with trace=True")
+            f"{len(res.objective_seconds)} objective times; fit with trace=True"
+        )
     sweeps = np.asarray(res.sweep_seconds, float)
     t = res.setup_seconds + np.cumsum(sweeps + np.asarray(res.objective_seconds, float))
     t_steps = res.setup_seconds + np.cumsum(sweeps)
-    return {"t": t.tolist(), "t_steps": t_steps.tolist(),
-            "f": [float(x) for x in res.objective_trace], "setup": float(res.setup_seconds)}
+    return {
+        "t": t.tolist(),
+        "t_steps": t_steps.tolist(),
+        "f": [float(x) for x in res.objective_trace],
+        "setup": float(res.setup_seconds),
+    }
 
 
 def gap_series(f, f_star):
@@ -95,16 +100,21 @@ def draw(cases, gap=1e-4, target_sweep_eq=30):
     from matplotlib.ticker import NullFormatter
 
     if not cases:
-        raise ValueError("cases: expected at least one benchmark case, got none; run "
-                         "bench/bench_block.py with --figure first")
+        raise ValueError(
+            "cases: expected at least one benchmark case, got none; run "
+            "bench/bench_block.py with --figure first"
+        )
     cols = min(2, len(cases))
     rows = int(np.ceil(len(cases) / cols))
     # one case: a wider panel, so the two-line title and the legend fit across it
     width, height = max(6.0 * cols, 9.0), 4.2 * rows + 1.2
-    fig, axes = plt.subplots(rows, cols, figsize=(width, height), squeeze=False,
-                             layout="constrained")
-    styles = {"sweeps": ("tab:orange", "plain sweeps", "sweep"),
-              "block": ("tab:blue", "block solves", "outer iteration")}
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(width, height), squeeze=False, layout="constrained"
+    )
+    styles = {
+        "sweeps": ("tab:orange", "plain sweeps", "sweep"),
+        "block": ("tab:blue", "block solves", "outer iteration"),
+    }
     for ax, case in zip(axes.ravel(), cases):
         f_star, t_sweep = case["f_star"], case["t_sweep"]
         for name, (colour, label, step) in styles.items():
@@ -113,31 +123,51 @@ def draw(cases, gap=1e-4, target_sweep_eq=30):
                 continue
             g = gap_series(c["f"], f_star)
             ax.plot(c["t_steps"], g, color=colour, lw=1.4, label=label)
-            ax.plot(c["t"], g, color=colour, lw=0.8, alpha=0.45,
-                    label=f"{label}, objective after every {step}")
+            ax.plot(
+                c["t"],
+                g,
+                color=colour,
+                lw=0.8,
+                alpha=0.45,
+                label=f"{label}, objective after every {step}",
+            )
             ax.axvline(c["setup"], color=colour, ls=":", lw=0.9)
         ax.axhline(gap, color="k", ls="--", lw=0.9, label=f"gap {gap:g}")
-        ax.axvline(target_sweep_eq * t_sweep, color="tab:red", ls="-.", lw=0.9,
-                   label=f"{target_sweep_eq} sweep-equivalents")
+        ax.axvline(
+            target_sweep_eq * t_sweep,
+            color="tab:red",
+            ls="-.",
+            lw=0.9,
+            label=f"{target_sweep_eq} sweep-equivalents",
+        )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("seconds from the call of fit_bcd")
         ax.set_ylabel("(f - f*) / f*")
         ax.set_title(case_label(case), fontsize=10)
-        top = ax.secondary_xaxis("top", functions=(lambda t, s=t_sweep: t / s,
-                                                   lambda e, s=t_sweep: e * s))
+        top = ax.secondary_xaxis(
+            "top", functions=(lambda t, s=t_sweep: t / s, lambda e, s=t_sweep: e * s)
+        )
         top.xaxis.set_minor_formatter(NullFormatter())
         top.set_xlabel("sweep-equivalents", fontsize=8)
         ax.grid(True, which="major", alpha=0.3)
-    for ax in axes.ravel()[len(cases):]:
+    for ax in axes.ravel()[len(cases) :]:
         ax.axis("off")
     handles, labels = axes.ravel()[0].get_legend_handles_labels()
     # "outside": the constrained layout keeps the panels clear of the legend and the title
-    fig.legend(handles, labels, loc="outside lower center",
-               ncol=min(len(labels), 3 if cols > 1 else 2), fontsize=9)
-    fig.suptitle("Time to solution: relative objective gap against seconds, plain sweeps "
-                 "and block solves\n(solid: the iterations' own time; faint: with the objective "
-                 "evaluated after each one; dotted: end of each fit's set-up)", fontsize=10)
+    fig.legend(
+        handles,
+        labels,
+        loc="outside lower center",
+        ncol=min(len(labels), 3 if cols > 1 else 2),
+        fontsize=9,
+    )
+    fig.suptitle(
+        "Time to solution: relative objective gap against seconds, plain sweeps "
+        "and block solves\n(solid: the iterations' own time; faint: with the objective "
+        "evaluated after each one; dotted: end of each fit's set-up)",
+        fontsize=10,
+    )
     return fig
 
 

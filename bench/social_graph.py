@@ -53,15 +53,23 @@ from bench.paper.report import code_version, machine  # noqa: E402  (the header 
 DESCRIPTION = dict(
     title="Kernel learning on a planted-partition social graph",
     measures="wall seconds (fit_bcd's call, set-up and start included), seconds to the gap, "
-             "objective, outer iterations and numerical rank of the default fit; ARI of kernel "
-             "k-means on V and on the cosine-normalised V against the planted groups",
+    "objective, outer iterations and numerical rank of the default fit; ARI of kernel "
+    "k-means on V and on the cosine-normalised V against the planted groups",
     reference="the fit from the paper's random start, harmonic label propagation on the same "
-              "L, and unsupervised spectral embedding + k-means, on the same graph and labels",
-    columns=[("method", "method"), ("seconds", "seconds"), ("seconds_to_gap", "s to gap"),
-             ("gap", "gap to f*"), ("iterations", "outer its"),
-             ("numerical_rank", "numerical rank"), ("ari", "ARI"),
-             ("ari_normalized", "ARI (normalised)"), ("nmi", "NMI")],
-    notes=["f* = the best objective of the fits; the gap column is relative to it"])
+    "L, and unsupervised spectral embedding + k-means, on the same graph and labels",
+    columns=[
+        ("method", "method"),
+        ("seconds", "seconds"),
+        ("seconds_to_gap", "s to gap"),
+        ("gap", "gap to f*"),
+        ("iterations", "outer its"),
+        ("numerical_rank", "numerical rank"),
+        ("ari", "ARI"),
+        ("ari_normalized", "ARI (normalised)"),
+        ("nmi", "NMI"),
+    ],
+    notes=["f* = the best objective of the fits; the gap column is relative to it"],
+)
 
 
 def problem(n, groups, degree, mix, labelled, seed):
@@ -77,9 +85,14 @@ def problem(n, groups, degree, mix, labelled, seed):
         warnings.simplefilter("ignore", nk.ConstraintWarning)
         cons = nk.sample_constraints(part, seed=seed)
     L = g.laplacian(1e-3)
-    info = {"n_points": len(y), "n_edges": len(edges), "generate_seconds": gen,
-            "n_labelled": int(lab.sum()), "n_constraints": cons.m,
-            "n_components": int(g.n_components)}
+    info = {
+        "n_points": len(y),
+        "n_edges": len(edges),
+        "generate_seconds": gen,
+        "n_labelled": int(lab.sum()),
+        "n_constraints": cons.m,
+        "n_components": int(g.n_components),
+    }
     return edges, y, part, L, cons, info
 
 
@@ -93,14 +106,26 @@ def fit_row(name, p, y, groups, **kw):
     mn = nk.clustering_metrics(y, nk.kernel_kmeans(r.V, groups, seed=0, normalize=True))
     # the objective after each outer iteration, against the fit's clock (set-up, then the
     # iterations and their evaluations)
-    clock = r.setup_seconds + np.cumsum(np.asarray(r.sweep_seconds)
-                                        + np.asarray(r.objective_seconds))
-    return {"method": name, "seconds": wall, "objective": r.objective,
-            "iterations": r.n_sweeps, "numerical_rank": r.numerical_rank,
-            "start": r.start, "fit_method": r.method, "kkt": r.kkt,
-            "ari": m["ari"], "nmi": m["nmi"], "ari_normalized": mn["ari"],
-            "nmi_normalized": mn["nmi"], "setup_seconds": r.setup_seconds,
-            "trace": [float(x) for x in r.objective_trace], "clock": clock.tolist()}
+    clock = r.setup_seconds + np.cumsum(
+        np.asarray(r.sweep_seconds) + np.asarray(r.objective_seconds)
+    )
+    return {
+        "method": name,
+        "seconds": wall,
+        "objective": r.objective,
+        "iterations": r.n_sweeps,
+        "numerical_rank": r.numerical_rank,
+        "start": r.start,
+        "fit_method": r.method,
+        "kkt": r.kkt,
+        "ari": m["ari"],
+        "nmi": m["nmi"],
+        "ari_normalized": mn["ari"],
+        "nmi_normalized": mn["nmi"],
+        "setup_seconds": r.setup_seconds,
+        "trace": [float(x) for x in r.objective_trace],
+        "clock": clock.tolist(),
+    }
 
 
 def propagation(L, part, y, groups):
@@ -122,8 +147,13 @@ def propagation(L, part, y, groups):
     pred[U] = np.argmax(F, axis=1)
     wall = time.perf_counter() - t
     m = nk.clustering_metrics(y, pred)
-    return {"method": "propagation", "seconds": wall, "ari": m["ari"], "nmi": m["nmi"],
-            "accuracy_unlabelled": float(np.mean(pred[U] == y[U]))}
+    return {
+        "method": "propagation",
+        "seconds": wall,
+        "ari": m["ari"],
+        "nmi": m["nmi"],
+        "accuracy_unlabelled": float(np.mean(pred[U] == y[U])),
+    }
 
 
 def spectral(edges, n, y, groups, seed):
@@ -155,18 +185,25 @@ def main(argv=None) -> dict:
     ap.add_argument("--mix", type=float, default=0.3)
     ap.add_argument("--labelled", type=float, default=0.01)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--random-seeds", type=int, nargs="*", default=[0],
-                    help="seeds of the random-start fits (none: skip them)")
-    ap.add_argument("--skip", nargs="*", default=[], choices=["default", "propagation",
-                                                               "spectral"])
+    ap.add_argument(
+        "--random-seeds",
+        type=int,
+        nargs="*",
+        default=[0],
+        help="seeds of the random-start fits (none: skip them)",
+    )
+    ap.add_argument(
+        "--skip", nargs="*", default=[], choices=["default", "propagation", "spectral"]
+    )
     ap.add_argument("--gap", type=float, default=1e-3)
     ap.add_argument("--max-sweeps", type=int, default=1000)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
 
-    edges, y, part, L, cons, info = problem(args.n, args.groups, args.degree, args.mix,
-                                            args.labelled, args.seed)
+    edges, y, part, L, cons, info = problem(
+        args.n, args.groups, args.degree, args.mix, args.labelled, args.seed
+    )
     print(f"# {machine()}, commit {code_version()}", flush=True)
     print(f"# planted partition: {info}", flush=True)
     rows = []
@@ -177,8 +214,11 @@ def main(argv=None) -> dict:
         print(_line(rows[-1]), flush=True)
     for s in args.random_seeds:
         p = nk.NPKLProblem.build(L, cons, seed=s, **base)
-        rows.append(fit_row(f"random (seed {s})", p, y, args.groups, start="random",
-                            max_sweeps=args.max_sweeps))
+        rows.append(
+            fit_row(
+                f"random (seed {s})", p, y, args.groups, start="random", max_sweeps=args.max_sweeps
+            )
+        )
         print(_line(rows[-1]), flush=True)
     if "propagation" not in args.skip:
         rows.append(propagation(L, part, y, args.groups))
@@ -193,29 +233,39 @@ def main(argv=None) -> dict:
             r["gap"] = (r["objective"] - f_star) / abs(f_star)
             tr = np.asarray(r["trace"])
             hit = np.flatnonzero(tr <= f_star * (1 + args.gap))
-            r["seconds_to_gap"] = (float(r["clock"][hit[0]]) if hit.size else None)
+            r["seconds_to_gap"] = float(r["clock"][hit[0]]) if hit.size else None
     from bench import _results
 
     path = _results.write(
-        f"social_graph_{args.n}", path=args.json, rows=rows,
-        args={k: v for k, v in vars(args).items() if k != "argv"}, extra={"problem": info},
-        command=_results.command("bench/social_graph.py", args.argv), **DESCRIPTION)
+        f"social_graph_{args.n}",
+        path=args.json,
+        rows=rows,
+        args={k: v for k, v in vars(args).items() if k != "argv"},
+        extra={"problem": info},
+        command=_results.command("bench/social_graph.py", args.argv),
+        **DESCRIPTION,
+    )
     out = json.loads(path.read_text())
-    print(f"\n{'method':<20} {'seconds':>9} {'to gap':>9} {'objective':>12} {'gap':>9} "
-          f"{'its':>5} {'rank':>5} {'ARI':>6} {'NMI':>6} {'ARI-n':>6}")
+    print(
+        f"\n{'method':<20} {'seconds':>9} {'to gap':>9} {'objective':>12} {'gap':>9} "
+        f"{'its':>5} {'rank':>5} {'ARI':>6} {'NMI':>6} {'ARI-n':>6}"
+    )
     for r in rows:
         tg = r.get("seconds_to_gap")
-        print(f"{r['method']:<20} {r['seconds']:9.1f} "
-              f"{'' if tg is None else f'{tg:9.1f}':>9} "
-              f"{r.get('objective', float('nan')):12.1f} {r.get('gap', float('nan')):9.2e} "
-              f"{r.get('iterations', ''):>5} {r.get('numerical_rank', ''):>5} "
-              f"{r['ari']:6.3f} {r['nmi']:6.3f} {r.get('ari_normalized', float('nan')):6.3f}")
+        print(
+            f"{r['method']:<20} {r['seconds']:9.1f} "
+            f"{'' if tg is None else f'{tg:9.1f}':>9} "
+            f"{r.get('objective', float('nan')):12.1f} {r.get('gap', float('nan')):9.2e} "
+            f"{r.get('iterations', ''):>5} {r.get('numerical_rank', ''):>5} "
+            f"{r['ari']:6.3f} {r['nmi']:6.3f} {r.get('ari_normalized', float('nan')):6.3f}"
+        )
     return out
 
 
 def _line(r):
-    extra = "".join(f" {k}={r[k]}" for k in ("objective", "iterations", "numerical_rank",
-                                             "start") if k in r)
+    extra = "".join(
+        f" {k}={r[k]}" for k in ("objective", "iterations", "numerical_rank", "start") if k in r
+    )
     return f"{r['method']}: {r['seconds']:.1f} s, ARI {r['ari']:.3f}, NMI {r['nmi']:.3f}{extra}"
 
 

@@ -54,18 +54,23 @@ from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import fields
-from datetime import datetime, timezone
-from pathlib import Path
-
 import tomllib
+from dataclasses import fields
+from datetime import UTC, datetime
+from pathlib import Path
 
 from npkl_dist import ValidationError
 from npkl_dist.graph._io import read_features, read_labels
 from npkl_dist.job._job import FitConfig, default_max_iterations
 
-__all__ = ["SECTIONS", "load_config", "validate_config", "with_defaults", "fit_config",
-           "run_options"]
+__all__ = [
+    "SECTIONS",
+    "load_config",
+    "validate_config",
+    "with_defaults",
+    "fit_config",
+    "run_options",
+]
 
 _INT, _FLOAT, _STR, _BOOL, _DICT = int, float, str, bool, dict
 
@@ -103,8 +108,12 @@ SECTIONS: dict[str, dict[str, tuple]] = {
         "dtype": (_STR, "float64", ("float32", "float64"), False),
         "seed": (_INT, 0, None, False),
         "method": (_STR, "auto", ("auto", "sweeps", "block"), False),
-        "start": (_STR, "auto", ("auto", "random", "propagate", "spectral", "coarse",
-                                 "coarse-free"), False),
+        "start": (
+            _STR,
+            "auto",
+            ("auto", "random", "propagate", "spectral", "coarse", "coarse-free"),
+            False,
+        ),
         "tol_objective": (_FLOAT, None, None, False),
         "tol_kkt": (_FLOAT, None, None, False),
         "capacity": (_FLOAT, None, None, False),
@@ -134,8 +143,19 @@ SECTIONS: dict[str, dict[str, tuple]] = {
     },
 }
 _TOP = {"run": (_STR, None, None, False), "name": (_STR, None, None, False)}
-_POSITIVE = {"knn", "block", "exact_max_points", "max_sweeps", "workers", "blocks", "threads",
-             "checkpoint_every", "clusters", "rank", "n_points"}
+_POSITIVE = {
+    "knn",
+    "block",
+    "exact_max_points",
+    "max_sweeps",
+    "workers",
+    "blocks",
+    "threads",
+    "checkpoint_every",
+    "clusters",
+    "rank",
+    "n_points",
+}
 _NONNEG = {"seed", "n_must", "n_cannot", "anderson"}
 
 
@@ -151,7 +171,8 @@ def _check_value(where, key, value, spec):
             return "cv"  # chosen by cross-validation on held-out constraints (learn stage)
         raise ValidationError(
             f"{where}: gamma = {value!r}; expected a number > 0 or 'cv' (chosen by "
-            f"cross-validation on held-out constraints)")
+            f"cross-validation on held-out constraints)"
+        )
     ok = isinstance(value, typ) and not (typ in (_INT, _FLOAT) and isinstance(value, bool))
     if typ is _FLOAT and isinstance(value, int) and not isinstance(value, bool):
         value, ok = float(value), True
@@ -169,8 +190,12 @@ def _check_value(where, key, value, spec):
         raise ValidationError(f"{where}: {key} = {value!r}; expected an integer >= 1")
     if key in _NONNEG and value < 0:
         raise ValidationError(f"{where}: {key} = {value!r}; expected an integer >= 0")
-    if typ is _FLOAT and key in ("delta", "tol", "gamma", "bound", "capacity") and \
-            not value > 0 and not (key == "tol" and value == 0):
+    if (
+        typ is _FLOAT
+        and key in ("delta", "tol", "gamma", "bound", "capacity")
+        and not value > 0
+        and not (key == "tol" and value == 0)
+    ):
         raise ValidationError(f"{where}: {key} = {value!r}; expected a number > 0")
     if typ is _FLOAT and key in ("tol_objective", "tol_kkt") and not value >= 0:
         raise ValidationError(f"{where}: {key} = {value!r}; expected a number >= 0")
@@ -196,7 +221,8 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
         if key in SECTIONS:
             if not isinstance(value, dict):
                 raise ValidationError(
-                    f"{source}: [{key}] must be a table (a [{key}] section), got {value!r}")
+                    f"{source}: [{key}] must be a table (a [{key}] section), got {value!r}"
+                )
             continue
         if key not in _TOP:
             raise ValidationError(
@@ -206,8 +232,8 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
         out[key] = _check_value(source, key, value, _TOP[key])
     if "run" not in out:
         raise ValidationError(
-            f"{source}: missing run = \"...\" (a run id such as \"digits\", a path, or a store "
-            f"URL such as \"s3://bucket/runs/digits\"); add it at the top of the file"
+            f'{source}: missing run = "..." (a run id such as "digits", a path, or a store '
+            f'URL such as "s3://bucket/runs/digits"); add it at the top of the file'
         )
     for section, spec in SECTIONS.items():
         given = raw.get(section, {}) or {}
@@ -234,7 +260,8 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
         if inp["features"] not in (None, mark) or inp["edges"] is not None:
             raise ValidationError(
                 f"{source} [input]: dataset = {inp['dataset']!r} brings its own features; drop "
-                f"features / edges, or drop dataset")
+                f"features / edges, or drop dataset"
+            )
         if inp["constraints"] is None and inp["labels"] is None:
             inp["labels"] = f"dataset:{inp['dataset']}"
         if inp["eval_labels"] is None:
@@ -242,18 +269,22 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
         inp["features"] = f"dataset:{inp['dataset']}"
     if (inp["features"] is None) == (inp["edges"] is None):
         raise ValidationError(
-            f"{source} [input]: give exactly one of features = \"X.npy\" (feature rows; a kNN "
-            f"graph is built) or edges = \"graph.csv\" (a given graph)"
+            f'{source} [input]: give exactly one of features = "X.npy" (feature rows; a kNN '
+            f'graph is built) or edges = "graph.csv" (a given graph)'
         )
     if (inp["constraints"] is None) == (inp["labels"] is None):
         raise ValidationError(
-            f"{source} [input]: give exactly one of constraints = \"pairs.csv\" (i, j, type) "
-            f"or labels = \"y.npy\" (partial labels, -1 = unknown; pairs are sampled)"
+            f'{source} [input]: give exactly one of constraints = "pairs.csv" (i, j, type) '
+            f'or labels = "y.npy" (partial labels, -1 = unknown; pairs are sampled)'
         )
     for key in ("features", "edges", "constraints", "labels", "eval_labels"):
         path = inp[key]
-        if path is not None and "://" not in path and not path.startswith("dataset:") \
-                and not Path(path).is_file():
+        if (
+            path is not None
+            and "://" not in path
+            and not path.startswith("dataset:")
+            and not Path(path).is_file()
+        ):
             raise ValidationError(
                 f"{source} [input]: {key} = {path!r} does not exist; check the path (relative "
                 f"paths are taken from the config file's directory)"
@@ -271,24 +302,26 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
         raise ValidationError(
             f"{source} [model]: anderson = {out['model']['anderson']} accelerates solver = "
             f"'admm' only, got solver = {out['model']['solver']!r}; drop anderson or set "
-            f"solver = \"admm\""
+            f'solver = "admm"'
         )
     if out["model"]["solver"] == "admm" and out["model"]["loss"] != "square":
         raise ValidationError(
             f"{source} [model]: solver = 'admm' fits the square loss only, got loss = "
-            f"{out['model']['loss']!r}; set loss = \"square\" or solver = \"bcd\""
+            f'{out["model"]["loss"]!r}; set loss = "square" or solver = "bcd"'
         )
     ex = out["execution"]
-    if ex["dask"] is not None and not (ex["dask"] == "slurm" or "://" in ex["dask"]
-                                       or ":" in ex["dask"]):
+    if ex["dask"] is not None and not (
+        ex["dask"] == "slurm" or "://" in ex["dask"] or ":" in ex["dask"]
+    ):
         raise ValidationError(
             f"{source} [execution]: dask = {ex['dask']!r} is neither a scheduler address "
-            f"(tcp://host:8786) nor \"slurm\" (a dask-jobqueue SLURMCluster from the Dask "
-            f"configuration, see deploy/jobqueue.yaml)")
+            f'(tcp://host:8786) nor "slurm" (a dask-jobqueue SLURMCluster from the Dask '
+            f"configuration, see deploy/jobqueue.yaml)"
+        )
     if ex["dask"] is not None and ex["executor"] == "inprocess":
         raise ValidationError(
             f"{source} [execution]: dask = {ex['dask']!r} with executor = 'inprocess'; use "
-            f"executor = \"dask\" (or \"auto\") to run on that cluster, or drop dask"
+            f'executor = "dask" (or "auto") to run on that cluster, or drop dask'
         )
     opts = out["storage"]["options"]
     if opts is not None and "://" not in out["run"]:
@@ -303,7 +336,6 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
 def _default_cap(model: dict) -> None:
     """max_sweeps not given: the configured solver's own iteration cap."""
     if model.get("max_sweeps") is None:
-
         model["max_sweeps"] = default_max_iterations(model["solver"])
 
 
@@ -327,8 +359,7 @@ def read_input(path: str, what: str):
         from sklearn.preprocessing import StandardScaler
 
         X, y = getattr(skd, f"load_{path.split(':', 1)[1]}")(return_X_y=True)
-        return StandardScaler().fit_transform(X) if what == "features" else \
-            np.asarray(y, np.int64)
+        return StandardScaler().fit_transform(X) if what == "features" else np.asarray(y, np.int64)
     return read_features(path) if what == "features" else read_labels(path)
 
 
@@ -338,8 +369,9 @@ def expand_run(run: str, flow_run_name: str | None = None) -> str:
 
     if "{" not in run:
         return run
-    return run.replace("{date}", datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")) \
-        .replace("{flow_run}", flow_run_name or "local")
+    return run.replace("{date}", datetime.now(UTC).strftime("%Y%m%d-%H%M%S")).replace(
+        "{flow_run}", flow_run_name or "local"
+    )
 
 
 def load_config(path) -> dict:
@@ -361,11 +393,16 @@ def fit_config(cfg: dict):
     inp, g, m = cfg["input"], cfg["graph"], cfg["model"]
     names = {f.name for f in fields(FitConfig)}
     kw = {k: v for k, v in {**inp, **m}.items() if k in names}
-    kw.update(knn=g["knn"], weighting=g["weighting"], knn_method=g["knn_method"],
-              scale=g.get("scale", "none"),  # runs stored before [graph] scale
-              delta=g["delta"], clusters=cfg["output"]["clusters"],
-              normalize_kernel=cfg["output"]["normalize_kernel"],
-              threads=cfg["execution"]["threads"])
+    kw.update(
+        knn=g["knn"],
+        weighting=g["weighting"],
+        knn_method=g["knn_method"],
+        scale=g.get("scale", "none"),  # runs stored before [graph] scale
+        delta=g["delta"],
+        clusters=cfg["output"]["clusters"],
+        normalize_kernel=cfg["output"]["normalize_kernel"],
+        threads=cfg["execution"]["threads"],
+    )
     return FitConfig(**kw)
 
 

@@ -43,47 +43,92 @@ def _check_sources(args):
     if (args.features is None) == (args.edges is None):
         raise ValidationError(
             "input: give exactly one of --features PATH (feature rows) or --edges PATH (a given "
-            "graph's edge list)")
+            "graph's edge list)"
+        )
     if (args.constraints is None) == (args.labels is None):
         raise ValidationError(
             "constraints: give exactly one of --constraints PATH (pairs i,j,type) or --labels "
-            "PATH (partial labels, pairs sampled with the papers' protocol)")
+            "PATH (partial labels, pairs sampled with the papers' protocol)"
+        )
     for opt in ("features", "edges", "constraints", "labels", "eval_labels"):
         path = getattr(args, opt)
         if path is not None and "://" not in path and not Path(path).is_file():
             raise InputFileError(
-                f"--{opt.replace('_', '-')}: file {path!r} does not exist; check the path")
+                f"--{opt.replace('_', '-')}: file {path!r} does not exist; check the path"
+            )
 
 
 def fit_pipeline_config(args, run: str) -> dict:
     """The validated pipeline configuration of ``npkl fit`` options ``args`` (argparse)."""
 
     _check_sources(args)
-    inp = {k: getattr(args, k) for k in ("features", "edges", "n_points", "constraints",
-                                          "labels", "n_must", "n_cannot", "eval_labels")}
+    inp = {
+        k: getattr(args, k)
+        for k in (
+            "features",
+            "edges",
+            "n_points",
+            "constraints",
+            "labels",
+            "n_must",
+            "n_cannot",
+            "eval_labels",
+        )
+    }
     raw = {
         "run": run,
         "input": inp,
-        "graph": {"knn": args.knn, "weighting": args.weighting,
-                  "knn_method": args.knn_method, "scale": args.scale, "delta": args.delta},
-        "model": {k: getattr(args, k) for k in (
-            "solver", "loss", "rank", "gamma", "bound", "diagonal", "max_sweeps", "tol",
-            "dtype", "seed", "method", "start", "tol_objective", "tol_kkt", "capacity",
-            "anderson")},
+        "graph": {
+            "knn": args.knn,
+            "weighting": args.weighting,
+            "knn_method": args.knn_method,
+            "scale": args.scale,
+            "delta": args.delta,
+        },
+        "model": {
+            k: getattr(args, k)
+            for k in (
+                "solver",
+                "loss",
+                "rank",
+                "gamma",
+                "bound",
+                "diagonal",
+                "max_sweeps",
+                "tol",
+                "dtype",
+                "seed",
+                "method",
+                "start",
+                "tol_objective",
+                "tol_kkt",
+                "capacity",
+                "anderson",
+            )
+        },
         # --dask counts with --executor dask only (as it always has)
-        "execution": {"executor": args.executor, "workers": args.workers,
-                      "dask": args.dask if args.executor == "dask" else None,
-                      "blocks": args.blocks, "threads": args.threads,
-                      "checkpoint_every": args.checkpoint_every},
-        "output": {"clusters": args.clusters, "normalize_kernel": args.normalize_kernel,
-                   "out": args.out, "plots": False,
-                   "files": args.out is not None},
+        "execution": {
+            "executor": args.executor,
+            "workers": args.workers,
+            "dask": args.dask if args.executor == "dask" else None,
+            "blocks": args.blocks,
+            "threads": args.threads,
+            "checkpoint_every": args.checkpoint_every,
+        },
+        "output": {
+            "clusters": args.clusters,
+            "normalize_kernel": args.normalize_kernel,
+            "out": args.out,
+            "plots": False,
+            "files": args.out is not None,
+        },
     }
     return validate_config(raw, source="npkl fit", base_dir=os.getcwd())
 
 
-def run_fit_stages(cfg: dict, *, resume: bool = False, keep: bool = True, quiet: bool = True,
-                   storage_options=None):
+def run_fit_stages(
+    cfg: dict, *, resume: bool = False, keep: bool = True, quiet: bool = True, storage_options=None
+):
     """Run (or resume) the stages of a fit over the run store at ``cfg["run"]``.
 
     Parameters
@@ -105,7 +150,6 @@ def run_fit_stages(cfg: dict, *, resume: bool = False, keep: bool = True, quiet:
     V : ndarray (n, r), original point order; clusters : ndarray or None
     """
 
-
     url = st.resolve_run(cfg["run"], root=cfg["storage"]["root"])
     so = storage_options or cfg["storage"]["options"]
     if resume:
@@ -116,9 +160,16 @@ def run_fit_stages(cfg: dict, *, resume: bool = False, keep: bool = True, quiet:
             from npkl_flows.pipeline import check_new_run
 
             check_new_run(cfg)
-        store = st.RunStore.create(url, config={
-            "pipeline": cfg, "fit": config_dict(fit_config(cfg)),
-            "run": dict(cfg["execution"]), "command": FIT_COMMAND}, storage_options=so)
+        store = st.RunStore.create(
+            url,
+            config={
+                "pipeline": cfg,
+                "fit": config_dict(fit_config(cfg)),
+                "run": dict(cfg["execution"]),
+                "command": FIT_COMMAND,
+            },
+            storage_options=so,
+        )
     client = None
     try:
         ex = cfg["execution"]
@@ -131,8 +182,7 @@ def run_fit_stages(cfg: dict, *, resume: bool = False, keep: bool = True, quiet:
             if not quiet:
                 sys.stderr.write(f"npkl: {msg}\n")
 
-        ctx = _stages.Context(store, cfg, quiet=quiet, client=client, log=log,
-                              throwaway=not keep)
+        ctx = _stages.Context(store, cfg, quiet=quiet, client=client, log=log, throwaway=not keep)
         _stages.run_stages(ctx)
         res = store.read_results()
         summary = dict(res.get("summary") or _stages.summarise(store, ctx.cfg))

@@ -20,8 +20,9 @@ class Bar:
     time left and a note (e.g. the objective).
     """
 
-    def __init__(self, label: str, total: int | None, *, enabled: bool = True, stream=None,
-                 width: int = 24):
+    def __init__(
+        self, label: str, total: int | None, *, enabled: bool = True, stream=None, width: int = 24
+    ):
         self.label, self.total, self.enabled = label, total, enabled
         self.stream = stream or sys.stderr
         self.width = width

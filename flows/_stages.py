@@ -75,8 +75,20 @@ from npkl_dist.store._rows import (
 from ._config import fit_config, read_input, run_options, with_defaults
 from ._progress import Bar, progress_enabled
 
-__all__ = ["STAGES", "Context", "measure", "ingest", "build_graph", "colour", "learn",
-           "evaluate", "extend", "report", "code_version", "config_hash"]
+__all__ = [
+    "STAGES",
+    "Context",
+    "measure",
+    "ingest",
+    "build_graph",
+    "colour",
+    "learn",
+    "evaluate",
+    "extend",
+    "report",
+    "code_version",
+    "config_hash",
+]
 
 #: Pipeline stages in order; each records ``stages.json[name]`` when done.
 STAGES = ("ingest", "graph", "plan", "learn", "evaluate", "extend", "report")
@@ -96,7 +108,6 @@ def code_version() -> str:
 
 
 def config_hash(cfg: dict) -> str:
-
     return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -150,16 +161,22 @@ class Context:
         checkpointed (nothing could resume from it) and the summary names no run.
     """
 
-    def __init__(self, store, cfg: dict, *, quiet: bool = False, client=None, log=None,
-                 throwaway: bool = False):
-
+    def __init__(
+        self,
+        store,
+        cfg: dict,
+        *,
+        quiet: bool = False,
+        client=None,
+        log=None,
+        throwaway: bool = False,
+    ):
         self.store, self.cfg, self.quiet, self.client = store, with_defaults(cfg), quiet, client
         self.throwaway = throwaway
         self.cache: dict = {}
         self.log = log or (lambda msg: None)
 
     def bar(self, label, total):
-
         return Bar(label, total, enabled=progress_enabled(self.quiet))
 
     def done(self, name: str) -> dict | None:
@@ -191,7 +208,6 @@ def _skip(name, info):
 
 # ------------------------------------------------------------------------------ ingest
 def _edge_count_points(path):
-
     top = 0
     for i, j, _, _ in iter_edge_batches(path):
         if i.size:
@@ -203,11 +219,9 @@ def _ingest_features(store, source: str, chunk_rows: int | None = None) -> int:
     """Stream a feature table into the store in row chunks (never whole in this process);
     ``dataset:NAME`` (a small bundled table) is cut into the same chunks. Returns n."""
     if source.startswith("dataset:"):
-
-
         X = _check_features(read_input(source, "features"))
         step = chunk_rows or X.shape[0]
-        chunks = (X[a: a + step] for a in range(0, X.shape[0], step))
+        chunks = (X[a : a + step] for a in range(0, X.shape[0], step))
         return store.write_features_chunks(chunks, n_features=X.shape[1], n_rows=X.shape[0])
 
     fc = FeatureChunks(source, chunk_rows)
@@ -218,8 +232,6 @@ def ingest(ctx: Context) -> dict:
     """Features (chunked by rows), constraints (given or sampled) and labels into the store."""
     if (info := ctx.done("ingest")) is not None:
         return _skip("ingest", info)
-
-
 
     cfg, fc = ctx.cfg, fit_config(ctx.cfg)
     out: dict = {}
@@ -233,19 +245,32 @@ def ingest(ctx: Context) -> dict:
         else:
             n = cfg["input"]["n_points"] or _edge_count_points(cfg["input"]["edges"])
         cons = load_constraints(fc, n)
-        y_eval = read_input(cfg["input"]["eval_labels"], "labels") \
-            if cfg["input"]["eval_labels"] else None
+        y_eval = (
+            read_input(cfg["input"]["eval_labels"], "labels")
+            if cfg["input"]["eval_labels"]
+            else None
+        )
         if y_eval is not None and y_eval.shape[0] != n:
             raise ValidationError(
                 f"eval_labels: {y_eval.shape[0]} labels for {n} points; give one label per "
                 f"point (-1 for unknown)"
             )
-        ctx.store.write_inputs(constraints=cons,
-                               eval_labels=None if y_eval is None else np.asarray(y_eval))
-    return _finish(ctx, "ingest", {**out, "n_points": int(n), "n_constraints": int(cons.m),
-                                   "n_must": int(cons.n_must), "n_cannot": int(cons.n_cannot),
-                                   "n_duplicates_merged": int(cons.n_duplicates),
-                                   "diagonal_targets": bool(cons.diagonal)})
+        ctx.store.write_inputs(
+            constraints=cons, eval_labels=None if y_eval is None else np.asarray(y_eval)
+        )
+    return _finish(
+        ctx,
+        "ingest",
+        {
+            **out,
+            "n_points": int(n),
+            "n_constraints": int(cons.m),
+            "n_must": int(cons.n_must),
+            "n_cannot": int(cons.n_cannot),
+            "n_duplicates_merged": int(cons.n_duplicates),
+            "diagonal_targets": bool(cons.diagonal),
+        },
+    )
 
 
 # ------------------------------------------------------------------------------ graph
@@ -276,8 +301,10 @@ def _run_blocks(ctx: Context, index, spans, bar):
         from distributed import as_completed
 
         fut_index = ctx.client.scatter(index, broadcast=True, hash=False)
-        futs = [ctx.client.submit(knn_block_to_store, fut_index, ctx.store, s, e, pure=False)
-                for s, e in spans]
+        futs = [
+            ctx.client.submit(knn_block_to_store, fut_index, ctx.store, s, e, pure=False)
+            for s, e in spans
+        ]
         try:
             for _ in as_completed(futs):
                 done += 1
@@ -316,34 +343,54 @@ def build_graph(ctx: Context) -> dict:
                 method = "exact" if n <= g["exact_max_points"] else "pynndescent"
             kq = max(k, min(SIGMA_NEIGHBOURS, n - 1))
             spans = row_blocks(n, block)
-            create_row_arrays(ctx.store, KNN_GROUP, {"idx": (kq, "int64"),
-                                                     "dist": (kq, "float64")}, n, block)
-            have = (row_blocks_present(ctx.store, f"{KNN_GROUP}/idx", n, block)
-                    & row_blocks_present(ctx.store, f"{KNN_GROUP}/dist", n, block))
+            create_row_arrays(
+                ctx.store, KNN_GROUP, {"idx": (kq, "int64"), "dist": (kq, "float64")}, n, block
+            )
+            have = row_blocks_present(
+                ctx.store, f"{KNN_GROUP}/idx", n, block
+            ) & row_blocks_present(ctx.store, f"{KNN_GROUP}/dist", n, block)
             todo = [sp for b, sp in enumerate(spans) if b not in have]
             bar = ctx.bar("graph", len(todo))
             if todo:
                 bar.update(0, f"building the {method} neighbour index", force=True)
                 index = ctx.cache.get("index")  # one index per run (reused by extend)
-                if index is None or (index.method, index.k_query, index.n_points) != \
-                        (method, kq, n):
+                if index is None or (index.method, index.k_query, index.n_points) != (
+                    method,
+                    kq,
+                    n,
+                ):
                     index = build_knn_index(X, k, method=method, seed=ctx.cfg["model"]["seed"])
                     ctx.cache["index"] = index
                 _run_blocks(ctx, index, todo, bar)
             bar.close()
             nb = read_row_arrays(ctx.store, KNN_GROUP, ("idx", "dist"))
             graph = assemble_knn_graph([(nb["idx"], nb["dist"])], k, weighting=g["weighting"])
-            meta = {"source": "features", "knn": k, "weighting": g["weighting"],
-                    "method": method, "sigma": graph.sigma, "n_blocks": len(spans),
-                    "blocks_reused": len(spans) - len(todo), "scale": scale}
+            meta = {
+                "source": "features",
+                "knn": k,
+                "weighting": g["weighting"],
+                "method": method,
+                "sigma": graph.sigma,
+                "n_blocks": len(spans),
+                "blocks_reused": len(spans) - len(todo),
+                "scale": scale,
+            }
         else:
             n_pts = ctx.store.stages()["ingest"]["info"]["n_points"]
             graph = graph_from_edge_batches(iter_edge_batches(inp["edges"]), n_pts)
             meta = {"source": "edges", "weighting": "given", "sigma": None}
         ctx.store.write_graph(graph.S)
-    return _finish(ctx, "graph", {**out, **meta, "n_edges": int(graph.S.nnz // 2),
-                                  "n_components": graph.n_components,
-                                  "n_isolated": graph.n_isolated})
+    return _finish(
+        ctx,
+        "graph",
+        {
+            **out,
+            **meta,
+            "n_edges": int(graph.S.nnz // 2),
+            "n_components": graph.n_components,
+            "n_isolated": graph.n_isolated,
+        },
+    )
 
 
 # ------------------------------------------------------------------------------ problem
@@ -356,10 +403,16 @@ def _problem(ctx: Context):
     S = ctx.store.read_graph()
     L = laplacian(S, g["delta"], dtype=m["dtype"])
     # gamma = 'cv': 1 until the learn stage has chosen it (_gamma); the plan ignores gamma
-    problem = NPKLProblem.build(L, inputs["constraints"], loss=m["loss"],
-                                gamma=1.0 if m["gamma"] == "cv" else m["gamma"],
-                                rank=m["rank"], bound=m["bound"], seed=m["seed"],
-                                dtype=m["dtype"])
+    problem = NPKLProblem.build(
+        L,
+        inputs["constraints"],
+        loss=m["loss"],
+        gamma=1.0 if m["gamma"] == "cv" else m["gamma"],
+        rank=m["rank"],
+        bound=m["bound"],
+        seed=m["seed"],
+        dtype=m["dtype"],
+    )
     ctx.cache["problem"] = problem
     ctx.cache["eval_labels"] = inputs.get("eval_labels")
     return problem
@@ -376,8 +429,9 @@ def colour(ctx: Context) -> dict:
         # blocks aligned to the checkpoint shards (where the Dask executor may cut)
         plan = make_plan(problem, align=_row_block(problem.n_points))
         ctx.store.write_plan(plan)
-    return _finish(ctx, "plan", {**out, "n_colours": int(plan.n_colours),
-                                 "rank": int(problem.rank)})
+    return _finish(
+        ctx, "plan", {**out, "n_colours": int(plan.n_colours), "rank": int(problem.rank)}
+    )
 
 
 # ------------------------------------------------------------------------------ learn
@@ -389,8 +443,6 @@ def _gamma(ctx: Context, problem, executor):
     m = ctx.cfg["model"]
     if m["gamma"] != "cv":
         return problem, None
-
-
 
     if (info := ctx.done("gamma")) is None:
         ctx.log("learn: choosing gamma by cross-validation on held-out constraints")
@@ -419,7 +471,6 @@ def learn(ctx: Context) -> dict:
     if (info := ctx.done("learn")) is not None:
         return _skip("learn", info)
 
-
     m = ctx.cfg["model"]
     out: dict = {}
     with measure(out):
@@ -432,47 +483,81 @@ def learn(ctx: Context) -> dict:
         method = m["method"]
         if m["solver"] == "bcd" and method == "auto":
             method = choose_method(problem, executor)
-        width = admm_checkpoint_width(r, m["anderson"]) if m["solver"] == "admm" \
+        width = (
+            admm_checkpoint_width(r, m["anderson"])
+            if m["solver"] == "admm"
             else checkpoint_width(r, method)
+        )
         problem, selection = _gamma(ctx, problem, executor)
-        params = {"solver": m["solver"], "loss": m["loss"], "gamma": problem.gamma, "rank": r,
-                  "delta": ctx.cfg["graph"]["delta"], "bound": m["bound"], "seed": m["seed"],
-                  "dtype": str(problem.dtype), "tol": m["tol"], "max_sweeps": m["max_sweeps"],
-                  "executor": opts["executor"]}
+        params = {
+            "solver": m["solver"],
+            "loss": m["loss"],
+            "gamma": problem.gamma,
+            "rank": r,
+            "delta": ctx.cfg["graph"]["delta"],
+            "bound": m["bound"],
+            "seed": m["seed"],
+            "dtype": str(problem.dtype),
+            "tol": m["tol"],
+            "max_sweeps": m["max_sweeps"],
+            "executor": opts["executor"],
+        }
         if m["solver"] == "bcd":
             params["method"] = method
         if ctx.throwaway:
             # a lost Dask worker still resumes from the newest sweep held in memory
             ck = MemoryCheckpointer() if opts["executor"] == "dask" else _NoCheckpoints()
         else:
-            ck = st.StoreCheckpointer(ctx.store, every=int(opts["checkpoint_every"]),
-                                      row_block=row_block, n=n, width=width,
-                                      dtype=np.float64 if m["anderson"] else problem.dtype,
-                                      max_sweeps=m["max_sweeps"],
-                                      extra={"parameters": params})
+            ck = st.StoreCheckpointer(
+                ctx.store,
+                every=int(opts["checkpoint_every"]),
+                row_block=row_block,
+                n=n,
+                width=width,
+                dtype=np.float64 if m["anderson"] else problem.dtype,
+                max_sweeps=m["max_sweeps"],
+                extra={"parameters": params},
+            )
         bar = ctx.bar("learn", m["max_sweeps"])
         latest = ck.load()
         if latest is not None:
             ctx.log(f"learn: resuming after sweep {latest[0]['sweep']} (checkpoint)")
             bar.update(int(latest[0]["sweep"]), "resumed", force=True)
-        common = dict(executor=executor, plan=plan, tol=m["tol"],
-                      callback=bar.sweep_callback(), log=ctx.log)
+        common = dict(
+            executor=executor, plan=plan, tol=m["tol"], callback=bar.sweep_callback(), log=ctx.log
+        )
         try:
             if m["solver"] == "simplenpkl":
-
-                result = fit_simplenpkl(problem, B=m["capacity"], max_iter=m["max_sweeps"],
-                                        tol=m["tol"], callback=common["callback"])
+                result = fit_simplenpkl(
+                    problem,
+                    B=m["capacity"],
+                    max_iter=m["max_sweeps"],
+                    tol=m["tol"],
+                    callback=common["callback"],
+                )
             elif m["solver"] == "admm":
-
-                result = fit_with_recovery(fit_admm, problem, checkpointer=ck, resume=latest,
-                                           max_iter=m["max_sweeps"], anderson=m["anderson"],
-                                           **common)
+                result = fit_with_recovery(
+                    fit_admm,
+                    problem,
+                    checkpointer=ck,
+                    resume=latest,
+                    max_iter=m["max_sweeps"],
+                    anderson=m["anderson"],
+                    **common,
+                )
             else:
-
-                result = fit_with_recovery(fit_bcd, problem, checkpointer=ck, resume=latest,
-                                           max_sweeps=m["max_sweeps"], method=method,
-                                           start=m["start"], tol_objective=m["tol_objective"],
-                                           tol_kkt=m["tol_kkt"], **common)
+                result = fit_with_recovery(
+                    fit_bcd,
+                    problem,
+                    checkpointer=ck,
+                    resume=latest,
+                    max_sweeps=m["max_sweeps"],
+                    method=method,
+                    start=m["start"],
+                    tol_objective=m["tol_objective"],
+                    tol_kkt=m["tol_kkt"],
+                    **common,
+                )
         finally:
             bar.close()
             if hasattr(executor, "close"):
@@ -480,14 +565,25 @@ def learn(ctx: Context) -> dict:
         V = np.ascontiguousarray(result.V)
         ctx.store.write_results(embedding=V)
         ctx.cache["V"] = V
-    return _finish(ctx, "learn", {
-        **out, "executor": opts["executor"], "solver": m["solver"], "loss": m["loss"],
-        "gamma": problem.gamma, "rank": int(r), "dtype": str(problem.dtype), "seed": m["seed"],
-        **({} if selection is None else {"gamma_selection": selection}),
-        **result_summary(m["solver"], result),
-        "sweep_seconds_total": float(sum(result.sweep_seconds)),
-        "checkpoints_written": int(ck.n_saved),
-        "resumed_from": None if latest is None else int(latest[0]["sweep"])})
+    return _finish(
+        ctx,
+        "learn",
+        {
+            **out,
+            "executor": opts["executor"],
+            "solver": m["solver"],
+            "loss": m["loss"],
+            "gamma": problem.gamma,
+            "rank": int(r),
+            "dtype": str(problem.dtype),
+            "seed": m["seed"],
+            **({} if selection is None else {"gamma_selection": selection}),
+            **result_summary(m["solver"], result),
+            "sweep_seconds_total": float(sum(result.sweep_seconds)),
+            "checkpoints_written": int(ck.n_saved),
+            "resumed_from": None if latest is None else int(latest[0]["sweep"]),
+        },
+    )
 
 
 def _V(ctx):
@@ -515,17 +611,22 @@ def evaluate(ctx: Context) -> dict:
         if k is not None:
             unit = ctx.cfg["output"]["normalize_kernel"]
             snpkl = ctx.cfg["model"]["solver"] == "simplenpkl" and not unit  # warn only then
-            labels = cluster_kernel(V, k, seed=ctx.cfg["model"]["seed"], normalize=unit,
-                                    short_rows_of=ctx.store.read_inputs()["constraints"]
-                                    if snpkl else None,
-                                    gamma_cv=ctx.cfg["model"]["gamma"] == "cv")
+            labels = cluster_kernel(
+                V,
+                k,
+                seed=ctx.cfg["model"]["seed"],
+                normalize=unit,
+                short_rows_of=ctx.store.read_inputs()["constraints"] if snpkl else None,
+                gamma_cv=ctx.cfg["model"]["gamma"] == "cv",
+            )
             ctx.store.write_results(clusters=labels)
             if y is not None:
                 lab = y >= 0
                 metrics = clustering_metrics(y[lab], labels[lab])
     unit = ctx.cfg["output"]["normalize_kernel"]
-    return _finish(ctx, "evaluate", {**out, "n_clusters": k, "metrics": metrics,
-                                     "normalize_kernel": unit})
+    return _finish(
+        ctx, "evaluate", {**out, "n_clusters": k, "metrics": metrics, "normalize_kernel": unit}
+    )
 
 
 # ------------------------------------------------------------------------------ extend
@@ -543,8 +644,9 @@ def index_for(X, ginfo, cfg, cache=None):
 
     if cache is not None and cache.get("index") is not None:
         return cache["index"]
-    return build_knn_index(X, cfg["graph"]["knn"], method=ginfo.get("method", "auto"),
-                           seed=cfg["model"]["seed"])
+    return build_knn_index(
+        X, cfg["graph"]["knn"], method=ginfo.get("method", "auto"), seed=cfg["model"]["seed"]
+    )
 
 
 def extend_points(store, cfg, Q, *, cache=None):
@@ -586,14 +688,15 @@ def extend_points(store, cfg, Q, *, cache=None):
         # compile a search closure per index and prepare a search graph: minutes at 1e6)
 
         idx, dist = graph_knn(X, store.read_graph(), Q, k, seed=cfg["model"]["seed"])
-    w = extension_weights(dist, sigma=ginfo.get("sigma"), weighting=ginfo.get("weighting",
-                                                                              "gaussian"))
+    w = extension_weights(
+        dist, sigma=ginfo.get("sigma"), weighting=ginfo.get("weighting", "gaussian")
+    )
     V_new = extend_embedding(V, store.read_degrees(), idx, w, delta=cfg["graph"]["delta"])
     labels_new = None
     if "clusters" in res:
-
-        labels_new = nearest_centre(V, res["clusters"], V_new,
-                                    normalize=bool(cfg["output"].get("normalize_kernel", False)))
+        labels_new = nearest_centre(
+            V, res["clusters"], V_new, normalize=bool(cfg["output"].get("normalize_kernel", False))
+        )
     return V_new, labels_new
 
 
@@ -606,7 +709,6 @@ def extend(ctx: Context) -> dict:
     with measure(out):
         n_new = 0
         if path is not None:
-
             Q = read_input(path, "features")
             V_new, lab = extend_points(ctx.store, ctx.cfg, Q, cache=ctx.cache)
             items = {"extended_embedding": np.ascontiguousarray(V_new)}
@@ -631,12 +733,41 @@ def report_dir(cfg: dict, url: str) -> Path | None:
 #: fields of the learn stage's record copied into the summary (the ``npkl fit --json``
 #: contract: npkl_dist.job._job.run_fit's summary has the same keys)
 _LEARN_FIELDS = (
-    "solver", "loss", "gamma", "rank", "dtype", "seed", "objective", "objective_initial",
-    "objective_trace", "change_trace", "n_sweeps", "converged", "n_colours", "sweep_seconds",
-    "objective_seconds", "fit_seconds", "method", "start", "kkt", "kkt_trace",
-    "cg_iterations", "primal_residual_trace", "dual_residual_trace", "rho_trace", "B",
-    "dual_trace", "duality_gap", "polished", "n_eigsolves", "executor", "checkpoints_written",
-    "gamma_selection", "joint_moves", "numerical_rank", "descent_curvature",
+    "solver",
+    "loss",
+    "gamma",
+    "rank",
+    "dtype",
+    "seed",
+    "objective",
+    "objective_initial",
+    "objective_trace",
+    "change_trace",
+    "n_sweeps",
+    "converged",
+    "n_colours",
+    "sweep_seconds",
+    "objective_seconds",
+    "fit_seconds",
+    "method",
+    "start",
+    "kkt",
+    "kkt_trace",
+    "cg_iterations",
+    "primal_residual_trace",
+    "dual_residual_trace",
+    "rho_trace",
+    "B",
+    "dual_trace",
+    "duality_gap",
+    "polished",
+    "n_eigsolves",
+    "executor",
+    "checkpoints_written",
+    "gamma_selection",
+    "joint_moves",
+    "numerical_rank",
+    "descent_curvature",
 )
 
 
@@ -648,26 +779,57 @@ def summarise(store, cfg: dict) -> dict:
     ing, learn_i = info.get("ingest", {}), info.get("learn", {})
     ev = info.get("evaluate", {})
     summary = {
-        "run": store.url, "config": cfg,
-        **{k: ing.get(k) for k in ("n_points", "n_constraints", "n_must", "n_cannot",
-                                   "n_duplicates_merged", "diagonal_targets")},
+        "run": store.url,
+        "config": cfg,
+        **{
+            k: ing.get(k)
+            for k in (
+                "n_points",
+                "n_constraints",
+                "n_must",
+                "n_cannot",
+                "n_duplicates_merged",
+                "diagonal_targets",
+            )
+        },
         **{k: learn_i[k] for k in _LEARN_FIELDS if k in learn_i},
-        "rank": learn_i.get("rank"), "objective": learn_i.get("objective"),
+        "rank": learn_i.get("rank"),
+        "objective": learn_i.get("objective"),
         "objective_trace": learn_i.get("objective_trace"),
-        "n_sweeps": learn_i.get("n_sweeps"), "converged": learn_i.get("converged"),
-        "metrics": ev.get("metrics"), "n_clusters": ev.get("n_clusters"),
+        "n_sweeps": learn_i.get("n_sweeps"),
+        "converged": learn_i.get("converged"),
+        "metrics": ev.get("metrics"),
+        "n_clusters": ev.get("n_clusters"),
         "normalize_kernel": bool(ev.get("normalize_kernel", False)),
-        "graph": {**{k: info.get("graph", {}).get(k) for k in
-                     ("source", "knn", "weighting", "method", "sigma", "n_edges",
-                      "n_components", "n_isolated")},
-                  # the scaling's kind (its parameters stay in the stage's record)
-                  "scale": None if info.get("graph", {}).get("source") != "features" else
-                  (info["graph"].get("scale") or {}).get("kind", "none")},
+        "graph": {
+            **{
+                k: info.get("graph", {}).get(k)
+                for k in (
+                    "source",
+                    "knn",
+                    "weighting",
+                    "method",
+                    "sigma",
+                    "n_edges",
+                    "n_components",
+                    "n_isolated",
+                )
+            },
+            # the scaling's kind (its parameters stay in the stage's record)
+            "scale": None
+            if info.get("graph", {}).get("source") != "features"
+            else (info["graph"].get("scale") or {}).get("kind", "none"),
+        },
         "graph_seconds": info.get("graph", {}).get("seconds"),
         "cluster_seconds": ev.get("seconds"),
-        "stages": {s: {"seconds": info.get(s, {}).get("seconds"),
-                       "peak_rss_mb": info.get(s, {}).get("peak_rss_mb")}
-                   for s in STAGES if s in info},
+        "stages": {
+            s: {
+                "seconds": info.get(s, {}).get("seconds"),
+                "peak_rss_mb": info.get(s, {}).get("peak_rss_mb"),
+            }
+            for s in STAGES
+            if s in info
+        },
         "code_version": code_version(),
     }
     return summary
@@ -676,7 +838,6 @@ def summarise(store, cfg: dict) -> dict:
 def report(ctx: Context, timings: dict | None = None) -> dict:
     """summary.json (also stored as the run's ``summary`` result), objective.png and
     embedding.png (2-D kernel PCA of V, coloured by cluster), embedding.npy, clusters.npy."""
-
 
     if (info := ctx.done("report")) is not None:
         return _skip("report", info)
@@ -749,6 +910,13 @@ def _plots(d: Path, res: dict, summary: dict):
 
 def run_stages(ctx: Context, only=None) -> dict:
     """All stages in order without Prefect (the benchmark's reference, and tests)."""
-    fns = {"ingest": ingest, "graph": build_graph, "plan": colour, "learn": learn,
-           "evaluate": evaluate, "extend": extend, "report": report}
+    fns = {
+        "ingest": ingest,
+        "graph": build_graph,
+        "plan": colour,
+        "learn": learn,
+        "evaluate": evaluate,
+        "extend": extend,
+        "report": report,
+    }
     return {name: fns[name](ctx) for name in (only or STAGES)}

@@ -29,8 +29,7 @@ def _manifest(store, ckpt_id):
     import zarr
 
     try:
-        g = zarr.open_group(store._store(), path=f"checkpoints/{ckpt_id}", mode="r",
-                            zarr_format=3)
+        g = zarr.open_group(store._store(), path=f"checkpoints/{ckpt_id}", mode="r", zarr_format=3)
         return dict(g.attrs).get("manifest")
     except Exception:  # pruned meanwhile: the caller tries the next one
         return None
@@ -45,27 +44,39 @@ def run_status(url: str, storage_options=None) -> dict:
         cfg = store.config
         pipe = cfg.get("pipeline")
         order = STAGES if pipe else ("inputs", "graph", "plan", "results")
-        done = [s for s in order if stages.get(s, {}).get("done")
-                and (not pipe or s not in ("graph", "plan")
-                     or "seconds" in stages[s].get("info", {}))]
+        done = [
+            s
+            for s in order
+            if stages.get(s, {}).get("done")
+            and (not pipe or s not in ("graph", "plan") or "seconds" in stages[s].get("info", {}))
+        ]
         current = next((s for s in order if s not in done), None)
-        max_sweeps = (pipe["model"]["max_sweeps"] if pipe else
-                      cfg.get("fit", {}).get("max_sweeps"))
-        out = {"run": store.url, "stages_done": done, "stage": current or "finished",
-               "max_sweeps": max_sweeps}
+        max_sweeps = pipe["model"]["max_sweeps"] if pipe else cfg.get("fit", {}).get("max_sweeps")
+        out = {
+            "run": store.url,
+            "stages_done": done,
+            "stage": current or "finished",
+            "max_sweeps": max_sweeps,
+        }
         holder = WriterLock(store._objects, store.url).holder()
         if holder:
-            alive = (holder.get("host") == socket.gethostname()
-                     and isinstance(holder.get("pid"), int) and _pid_alive(holder["pid"]))
-            out["writer"] = {"host": holder.get("host"), "pid": holder.get("pid"),
-                             "since": holder.get("since"),
-                             "alive": alive if holder.get("host") == socket.gethostname()
-                             else None}
+            alive = (
+                holder.get("host") == socket.gethostname()
+                and isinstance(holder.get("pid"), int)
+                and _pid_alive(holder["pid"])
+            )
+            out["writer"] = {
+                "host": holder.get("host"),
+                "pid": holder.get("pid"),
+                "since": holder.get("since"),
+                "alive": alive if holder.get("host") == socket.gethostname() else None,
+            }
         # a fast writer may prune the checkpoints the pointer named while we read: re-read
         for _ in range(20):
             pointer = store._read_pointer()
-            manifests = [m for m in (_manifest(store, c) for c in pointer.get("committed", []))
-                         if m]
+            manifests = [
+                m for m in (_manifest(store, c) for c in pointer.get("committed", [])) if m
+            ]
             if manifests or not pointer.get("committed"):
                 break
         if manifests:
@@ -83,19 +94,26 @@ def run_status(url: str, storage_options=None) -> dict:
                 if t1 and t0 and ds > 0:
                     per_sweep = (t1 - t0).total_seconds() / ds
             if per_sweep is None and state.get("sweep_seconds"):
-                secs = [a + b for a, b in zip(state["sweep_seconds"],
-                                              state.get("objective_seconds", []))]
+                secs = [
+                    a + b
+                    for a, b in zip(state["sweep_seconds"], state.get("objective_seconds", []))
+                ]
                 per_sweep = sum(secs) / max(1, len(secs))
             if per_sweep is not None:
                 out["seconds_per_sweep"] = per_sweep
             learning_done = bool(stages.get("learn" if pipe else "results", {}).get("done"))
-            if not learning_done and max_sweeps and not state.get("converged") \
-                    and per_sweep is not None:
+            if (
+                not learning_done
+                and max_sweeps
+                and not state.get("converged")
+                and per_sweep is not None
+            ):
                 out["sweeps_left_at_most"] = max(0, max_sweeps - (m.get("sweep") or 0))
                 out["eta_seconds"] = out["sweeps_left_at_most"] * per_sweep
         if pipe:
-            out["stage_seconds"] = {s: stages[s].get("info", {}).get("seconds")
-                                    for s in done if s in stages}
+            out["stage_seconds"] = {
+                s: stages[s].get("info", {}).get("seconds") for s in done if s in stages
+            }
             ev = stages.get("evaluate", {}).get("info", {})
             if ev.get("metrics"):
                 out["metrics"] = ev["metrics"]
@@ -105,25 +123,37 @@ def run_status(url: str, storage_options=None) -> dict:
 
 
 def format_status(s: dict) -> str:
-    lines = [f"run       {s['run']}", f"stage     {s['stage']}"
-             + (f"  (done: {', '.join(s['stages_done'])})" if s["stages_done"] else "")]
+    lines = [
+        f"run       {s['run']}",
+        f"stage     {s['stage']}"
+        + (f"  (done: {', '.join(s['stages_done'])})" if s["stages_done"] else ""),
+    ]
     w = s.get("writer")
     if w:
-        state = {True: "running", False: "not running (crashed? `npkl resume` continues it)",
-                 None: "on another host"}[w["alive"]]
+        state = {
+            True: "running",
+            False: "not running (crashed? `npkl resume` continues it)",
+            None: "on another host",
+        }[w["alive"]]
         lines.append(f"writer    pid {w['pid']} on {w['host']} since {w['since']}: {state}")
     elif s["stage"] != "finished":
         lines.append("writer    none (stopped; `npkl resume` continues it)")
     if "sweep" in s:
         of = f"/{s['max_sweeps']}" if s.get("max_sweeps") else ""
-        lines.append(f"sweep     {s['sweep']}{of}  objective {s['objective']:.6g}"
-                     + (f"  change {s['change']:.2e}" if s.get("change") is not None else ""))
+        lines.append(
+            f"sweep     {s['sweep']}{of}  objective {s['objective']:.6g}"
+            + (f"  change {s['change']:.2e}" if s.get("change") is not None else "")
+        )
     if "eta_seconds" in s:
-        lines.append(f"time left at most {s['eta_seconds']:.0f} s "
-                     f"({s['sweeps_left_at_most']} sweeps at {s['seconds_per_sweep']:.3g} s; "
-                     f"earlier if it converges)")
+        lines.append(
+            f"time left at most {s['eta_seconds']:.0f} s "
+            f"({s['sweeps_left_at_most']} sweeps at {s['seconds_per_sweep']:.3g} s; "
+            f"earlier if it converges)"
+        )
     if s.get("metrics"):
         m = s["metrics"]
-        lines.append(f"metrics   pairwise accuracy {m['rand_accuracy']:.4f}  ARI "
-                     f"{m['ari']:.4f}  NMI {m['nmi']:.4f}")
+        lines.append(
+            f"metrics   pairwise accuracy {m['rand_accuracy']:.4f}  ARI "
+            f"{m['ari']:.4f}  NMI {m['nmi']:.4f}"
+        )
     return "\n".join(lines)

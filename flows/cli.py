@@ -1,12 +1,12 @@
 """``npkl``: the command line of npkl-dist.
 
-    npkl run CONFIG.toml          # the whole pipeline as one Prefect flow
-    npkl status RUN               # stage, sweep, objective, time left (while it runs, too)
-    npkl resume RUN               # after a crash: finished stages are skipped
-    npkl extend RUN --features NEW.npy --out DIR [--eval-labels Y_NEW.npy]
-    npkl export RUN --out DIR
-    npkl fit  --features X.npy --labels y.npy --clusters 10 --json --out out/
-    npkl demo --out demo_out/
+npkl run CONFIG.toml          # the whole pipeline as one Prefect flow
+npkl status RUN               # stage, sweep, objective, time left (while it runs, too)
+npkl resume RUN               # after a crash: finished stages are skipped
+npkl extend RUN --features NEW.npy --out DIR [--eval-labels Y_NEW.npy]
+npkl export RUN --out DIR
+npkl fit  --features X.npy --labels y.npy --clusters 10 --json --out out/
+npkl demo --out demo_out/
 """
 
 from __future__ import annotations
@@ -18,12 +18,6 @@ import os
 import sys
 import time
 import warnings
-
-from npkl_flows._config import load_config, validate_config
-from npkl_flows._demo import run_demo
-from npkl_flows._fit import fit, fit_pipeline_config, run_fit_stages
-from npkl_flows._stages import extend_points
-from npkl_flows._status import format_status, run_status
 
 from npkl_dist import (
     LOSSES,
@@ -42,6 +36,11 @@ from npkl_dist.job._job import (
     run_fit_in_store,
 )
 from npkl_dist.store import RunNotFoundError
+from npkl_flows._config import load_config, validate_config
+from npkl_flows._demo import run_demo
+from npkl_flows._fit import fit, fit_pipeline_config, run_fit_stages
+from npkl_flows._stages import extend_points
+from npkl_flows._status import format_status, run_status
 
 __all__ = ["main", "build_parser"]
 
@@ -77,138 +76,282 @@ def _gamma(text):
 
 
 def _add_fit_options(p: argparse.ArgumentParser):
-
     src = p.add_argument_group("input (exactly one)")
-    src.add_argument("--features", metavar="PATH",
-                     help="feature rows: .npy (n x d), .csv (header optional) or .parquet; a kNN "
-                          "graph is built from them")
-    src.add_argument("--edges", metavar="PATH",
-                     help="a given graph: .npy of shape (m, 2) or (m, 3) with weights, or "
-                          ".csv/.parquet with columns i, j[, w] (0-based, undirected)")
-    src.add_argument("--n-points", type=_positive_int, metavar="N",
-                     help="number of nodes for --edges (default: largest index + 1)")
+    src.add_argument(
+        "--features",
+        metavar="PATH",
+        help="feature rows: .npy (n x d), .csv (header optional) or .parquet; a kNN "
+        "graph is built from them",
+    )
+    src.add_argument(
+        "--edges",
+        metavar="PATH",
+        help="a given graph: .npy of shape (m, 2) or (m, 3) with weights, or "
+        ".csv/.parquet with columns i, j[, w] (0-based, undirected)",
+    )
+    src.add_argument(
+        "--n-points",
+        type=_positive_int,
+        metavar="N",
+        help="number of nodes for --edges (default: largest index + 1)",
+    )
     con = p.add_argument_group("constraints (exactly one)")
-    con.add_argument("--constraints", metavar="PATH",
-                     help="pairs file: .csv/.parquet with columns i, j, type (type must/cannot "
-                          "or +1/-1), or .npy (m, 3)")
-    con.add_argument("--labels", metavar="PATH",
-                     help="partial labels (.npy/.csv/.txt, one integer per point, -1 = unknown); "
-                          "pairs are sampled with the papers' protocol (0.6n must-link + 0.6n "
-                          "cannot-link, seeded)")
-    con.add_argument("--n-must", type=_nonneg_int, metavar="M",
-                     help="must-link pairs to sample from --labels (default round(0.6 n), or "
-                          "all the labels allow if fewer)")
-    con.add_argument("--n-cannot", type=_nonneg_int, metavar="M",
-                     help="cannot-link pairs to sample from --labels (default round(0.6 n), or "
-                          "all the labels allow if fewer)")
-    con.add_argument("--diagonal", action=argparse.BooleanOptionalAction, default=None,
-                     help="also fit K_ii = 1 for every point (KL-ADMM's protocol; default: on "
-                          "for --solver admm, off otherwise; bcd does not support it)")
+    con.add_argument(
+        "--constraints",
+        metavar="PATH",
+        help="pairs file: .csv/.parquet with columns i, j, type (type must/cannot "
+        "or +1/-1), or .npy (m, 3)",
+    )
+    con.add_argument(
+        "--labels",
+        metavar="PATH",
+        help="partial labels (.npy/.csv/.txt, one integer per point, -1 = unknown); "
+        "pairs are sampled with the papers' protocol (0.6n must-link + 0.6n "
+        "cannot-link, seeded)",
+    )
+    con.add_argument(
+        "--n-must",
+        type=_nonneg_int,
+        metavar="M",
+        help="must-link pairs to sample from --labels (default round(0.6 n), or "
+        "all the labels allow if fewer)",
+    )
+    con.add_argument(
+        "--n-cannot",
+        type=_nonneg_int,
+        metavar="M",
+        help="cannot-link pairs to sample from --labels (default round(0.6 n), or "
+        "all the labels allow if fewer)",
+    )
+    con.add_argument(
+        "--diagonal",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also fit K_ii = 1 for every point (KL-ADMM's protocol; default: on "
+        "for --solver admm, off otherwise; bcd does not support it)",
+    )
     m = p.add_argument_group("model and solver")
-    m.add_argument("--solver", choices=SOLVERS, default="bcd",
-                   help="bcd: block coordinate descent, any loss (default); admm: KL-ADMM, "
-                        "square loss on targets 1 (must) / 0 (cannot); simplenpkl: SimpleNPKL, "
-                        "linear loss in closed form (sparse Lanczos), other losses through "
-                        "its saddle-point dual, maximised by L-BFGS-B (the paper's Alg. 1: "
-                        "fit_simplenpkl(dual='alg1'))")
+    m.add_argument(
+        "--solver",
+        choices=SOLVERS,
+        default="bcd",
+        help="bcd: block coordinate descent, any loss (default); admm: KL-ADMM, "
+        "square loss on targets 1 (must) / 0 (cannot); simplenpkl: SimpleNPKL, "
+        "linear loss in closed form (sparse Lanczos), other losses through "
+        "its saddle-point dual, maximised by L-BFGS-B (the paper's Alg. 1: "
+        "fit_simplenpkl(dual='alg1'))",
+    )
     m.add_argument("--loss", choices=LOSSES, default="square", help="loss (default: square)")
-    m.add_argument("--rank", type=_positive_int, metavar="R",
-                   help="rank r of K = V'V (default: largest r with r(r+1)/2 <= m, capped at 128)")
-    m.add_argument("--gamma", type=_gamma, default=1.0,
-                   help="weight of the constraint loss (default: 1.0), or 'cv': chosen from "
-                        "0.1, 1, 10, 100 by 3-fold cross-validation on held-out constraints "
-                        "(never labels; scored by k-means with --clusters K, else by AUC)")
-    m.add_argument("--bound", type=float, default=1.0,
-                   help="b of the linear loss, ||v_i|| <= b (default: 1.0; not used by "
-                        "simplenpkl, which bounds tr(K^2) instead)")
-    m.add_argument("--capacity", type=float, default=None, metavar="B",
-                   help="simplenpkl: capacity tr(K^2) <= B (default: 100; the papers use 100n "
-                        "on adult)")
-    m.add_argument("--knn", type=_positive_int, default=5,
-                   help="neighbours per point in the kNN graph (default: 5)")
-    m.add_argument("--weighting", choices=("gaussian", "mutual"), default="gaussian",
-                   help="kNN edge weights: gaussian (sigma = half the mean distance to the 10 "
-                        "nearest neighbours) or binary mutual kNN (default: gaussian)")
-    m.add_argument("--knn-method", choices=("auto", "exact", "pynndescent"), default="auto",
-                   help="kNN search; auto = exact up to 50,000 points, pynndescent above")
-    m.add_argument("--scale", choices=("none", "standard"), default="none",
-                   help="feature columns before the kNN graph: standard = centred and divided "
-                        "by their standard deviation (for columns on different scales; "
-                        "`npkl extend` scales new points alike); default: none, as given")
-    m.add_argument("--delta", type=float, default=1e-3,
-                   help="delta of L = (1+delta) I - D^-1/2 S D^-1/2 (default: 1e-3)")
-    m.add_argument("--max-sweeps", type=_positive_int, default=None,
-                   help="sweep limit (bcd block solves: outer iterations); for admm and "
-                        "simplenpkl the iteration limit (default: the solver's own, bcd 1000, "
-                        "admm 500, simplenpkl 200)")
-    m.add_argument("--tol", type=float, default=1e-5,
-                   help="bcd: stop when ||V(t)-V(t-1)|| / ||V(t)|| < tol; admm: when that and "
-                        "the primal residual ||V-U|| / ||V|| are both < tol; simplenpkl: change < tol or "
-                        "duality gap <= tol (default: 1e-5)")
-    m.add_argument("--method", choices=("auto", "sweeps", "block"), default="auto",
-                   help="bcd: plain colour sweeps, or block solves (the unconstrained rows by "
-                        "AMG-preconditioned CG, alternated with exact updates of the constrained "
-                        "rows); auto = block from 200 points for the square loss and the "
-                        "squared hinge, at any size for the hinge, never for linear "
-                        "(default: auto)")
-    m.add_argument("--start", choices=("auto", "random", "propagate", "spectral", "coarse",
-                                        "coarse-free"),
-                   default="auto",
-                   help="bcd start: the paper's random rows; propagate = random rows at "
-                        "constrained points, zero elsewhere; spectral = scaled bottom "
-                        "eigenvectors of L (LOBPCG); coarse = bottom eigenvectors of L on a "
-                        "coarse aggregation level, scaled; coarse-free (block solves) = the "
-                        "same for the unconstrained block on the block solver's own AMG "
-                        "hierarchy, constrained rows filled from their neighbours; auto = "
-                        "coarse-free for block solves with at least half the points in no "
-                        "pair, else coarse; random for plain sweeps (default)")
-    m.add_argument("--tol-objective", type=float, default=None,
-                   help="bcd: also require |f(t-1) - f(t)| / |f(t)| < this to stop")
-    m.add_argument("--tol-kkt", type=float, default=None,
-                   help="bcd: also require the scaled KKT residual < this to stop (the "
-                        "hinge's default already requires its joint residual < 100 x --tol, "
-                        "at least 1e-6; a value here replaces that bound)")
-    m.add_argument("--anderson", type=_nonneg_int, default=0, metavar="M",
-                   help="admm: Anderson acceleration with memory M (e.g. 5), safeguarded by "
-                        "the objective; several times fewer iterations on the papers' data "
-                        "sets; both executors (default: 0, the paper's Alg. 1)")
-    m.add_argument("--dtype", choices=("float32", "float64"), default="float64",
-                   help="floating-point type of V and L (default: float64)")
-    m.add_argument("--seed", type=_nonneg_int, default=0,
-                   help="seed of the start, sweep orders, sampling and k-means (default: 0)")
-    m.add_argument("--threads", type=_positive_int, metavar="T",
-                   help="threads per sweep step (default: all cores)")
+    m.add_argument(
+        "--rank",
+        type=_positive_int,
+        metavar="R",
+        help="rank r of K = V'V (default: largest r with r(r+1)/2 <= m, capped at 128)",
+    )
+    m.add_argument(
+        "--gamma",
+        type=_gamma,
+        default=1.0,
+        help="weight of the constraint loss (default: 1.0), or 'cv': chosen from "
+        "0.1, 1, 10, 100 by 3-fold cross-validation on held-out constraints "
+        "(never labels; scored by k-means with --clusters K, else by AUC)",
+    )
+    m.add_argument(
+        "--bound",
+        type=float,
+        default=1.0,
+        help="b of the linear loss, ||v_i|| <= b (default: 1.0; not used by "
+        "simplenpkl, which bounds tr(K^2) instead)",
+    )
+    m.add_argument(
+        "--capacity",
+        type=float,
+        default=None,
+        metavar="B",
+        help="simplenpkl: capacity tr(K^2) <= B (default: 100; the papers use 100n on adult)",
+    )
+    m.add_argument(
+        "--knn",
+        type=_positive_int,
+        default=5,
+        help="neighbours per point in the kNN graph (default: 5)",
+    )
+    m.add_argument(
+        "--weighting",
+        choices=("gaussian", "mutual"),
+        default="gaussian",
+        help="kNN edge weights: gaussian (sigma = half the mean distance to the 10 "
+        "nearest neighbours) or binary mutual kNN (default: gaussian)",
+    )
+    m.add_argument(
+        "--knn-method",
+        choices=("auto", "exact", "pynndescent"),
+        default="auto",
+        help="kNN search; auto = exact up to 50,000 points, pynndescent above",
+    )
+    m.add_argument(
+        "--scale",
+        choices=("none", "standard"),
+        default="none",
+        help="feature columns before the kNN graph: standard = centred and divided "
+        "by their standard deviation (for columns on different scales; "
+        "`npkl extend` scales new points alike); default: none, as given",
+    )
+    m.add_argument(
+        "--delta",
+        type=float,
+        default=1e-3,
+        help="delta of L = (1+delta) I - D^-1/2 S D^-1/2 (default: 1e-3)",
+    )
+    m.add_argument(
+        "--max-sweeps",
+        type=_positive_int,
+        default=None,
+        help="sweep limit (bcd block solves: outer iterations); for admm and "
+        "simplenpkl the iteration limit (default: the solver's own, bcd 1000, "
+        "admm 500, simplenpkl 200)",
+    )
+    m.add_argument(
+        "--tol",
+        type=float,
+        default=1e-5,
+        help="bcd: stop when ||V(t)-V(t-1)|| / ||V(t)|| < tol; admm: when that and "
+        "the primal residual ||V-U|| / ||V|| are both < tol; simplenpkl: change < tol or "
+        "duality gap <= tol (default: 1e-5)",
+    )
+    m.add_argument(
+        "--method",
+        choices=("auto", "sweeps", "block"),
+        default="auto",
+        help="bcd: plain colour sweeps, or block solves (the unconstrained rows by "
+        "AMG-preconditioned CG, alternated with exact updates of the constrained "
+        "rows); auto = block from 200 points for the square loss and the "
+        "squared hinge, at any size for the hinge, never for linear "
+        "(default: auto)",
+    )
+    m.add_argument(
+        "--start",
+        choices=("auto", "random", "propagate", "spectral", "coarse", "coarse-free"),
+        default="auto",
+        help="bcd start: the paper's random rows; propagate = random rows at "
+        "constrained points, zero elsewhere; spectral = scaled bottom "
+        "eigenvectors of L (LOBPCG); coarse = bottom eigenvectors of L on a "
+        "coarse aggregation level, scaled; coarse-free (block solves) = the "
+        "same for the unconstrained block on the block solver's own AMG "
+        "hierarchy, constrained rows filled from their neighbours; auto = "
+        "coarse-free for block solves with at least half the points in no "
+        "pair, else coarse; random for plain sweeps (default)",
+    )
+    m.add_argument(
+        "--tol-objective",
+        type=float,
+        default=None,
+        help="bcd: also require |f(t-1) - f(t)| / |f(t)| < this to stop",
+    )
+    m.add_argument(
+        "--tol-kkt",
+        type=float,
+        default=None,
+        help="bcd: also require the scaled KKT residual < this to stop (the "
+        "hinge's default already requires its joint residual < 100 x --tol, "
+        "at least 1e-6; a value here replaces that bound)",
+    )
+    m.add_argument(
+        "--anderson",
+        type=_nonneg_int,
+        default=0,
+        metavar="M",
+        help="admm: Anderson acceleration with memory M (e.g. 5), safeguarded by "
+        "the objective; several times fewer iterations on the papers' data "
+        "sets; both executors (default: 0, the paper's Alg. 1)",
+    )
+    m.add_argument(
+        "--dtype",
+        choices=("float32", "float64"),
+        default="float64",
+        help="floating-point type of V and L (default: float64)",
+    )
+    m.add_argument(
+        "--seed",
+        type=_nonneg_int,
+        default=0,
+        help="seed of the start, sweep orders, sampling and k-means (default: 0)",
+    )
+    m.add_argument(
+        "--threads",
+        type=_positive_int,
+        metavar="T",
+        help="threads per sweep step (default: all cores)",
+    )
     x = p.add_argument_group("runs and execution")
-    x.add_argument("--run", metavar="RUN",
-                   help="write the fit into a run store and checkpoint it: a run id (under "
-                        "storage/runs/), a local path, or a store URL such as s3://bucket/runs/x; "
-                        "`npkl resume RUN` continues it after a crash")
-    x.add_argument("--executor", choices=("inprocess", "dask"), default="inprocess",
-                   help="inprocess: numba threads in this process (default); dask: row blocks "
-                        "on Dask workers (a LocalCluster, or --dask ADDRESS)")
-    x.add_argument("--workers", type=_positive_int, default=2, metavar="N",
-                   help="workers of the local Dask cluster (default: 2)")
-    x.add_argument("--dask", metavar="ADDRESS",
-                   help="address of an existing Dask scheduler (e.g. tcp://host:8786)")
-    x.add_argument("--blocks", type=_positive_int, metavar="B",
-                   help="row blocks for the Dask executor (default: one per worker)")
-    x.add_argument("--checkpoint-every", type=_positive_int, default=1, metavar="N",
-                   help="with --run: checkpoint every N sweeps (default: 1)")
+    x.add_argument(
+        "--run",
+        metavar="RUN",
+        help="write the fit into a run store and checkpoint it: a run id (under "
+        "storage/runs/), a local path, or a store URL such as s3://bucket/runs/x; "
+        "`npkl resume RUN` continues it after a crash",
+    )
+    x.add_argument(
+        "--executor",
+        choices=("inprocess", "dask"),
+        default="inprocess",
+        help="inprocess: numba threads in this process (default); dask: row blocks "
+        "on Dask workers (a LocalCluster, or --dask ADDRESS)",
+    )
+    x.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=2,
+        metavar="N",
+        help="workers of the local Dask cluster (default: 2)",
+    )
+    x.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="address of an existing Dask scheduler (e.g. tcp://host:8786)",
+    )
+    x.add_argument(
+        "--blocks",
+        type=_positive_int,
+        metavar="B",
+        help="row blocks for the Dask executor (default: one per worker)",
+    )
+    x.add_argument(
+        "--checkpoint-every",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="with --run: checkpoint every N sweeps (default: 1)",
+    )
     o = p.add_argument_group("downstream and output")
-    o.add_argument("--clusters", type=_positive_int, metavar="K",
-                   help="clusters for kernel k-means (default: number of classes in "
-                        "--eval-labels; without either, no clustering)")
-    o.add_argument("--normalize-kernel", action="store_true",
-                   help="cluster with the cosine-normalised kernel K_ij / sqrt(K_ii K_jj) "
-                        "(k-means on unit-length rows of V): SimpleNPKL gives points in no "
-                        "constraint short rows, which plain kernel k-means lumps together")
-    o.add_argument("--eval-labels", metavar="PATH",
-                   help="true labels for metrics (pairwise Rand accuracy, ARI, NMI)")
-    o.add_argument("--out", metavar="DIR",
-                   help="write embedding.npy (n x r, original point order), clusters.npy and "
-                        "summary.json into DIR")
-    o.add_argument("--json", action="store_true",
-                   help="print one JSON object with the results on stdout")
+    o.add_argument(
+        "--clusters",
+        type=_positive_int,
+        metavar="K",
+        help="clusters for kernel k-means (default: number of classes in "
+        "--eval-labels; without either, no clustering)",
+    )
+    o.add_argument(
+        "--normalize-kernel",
+        action="store_true",
+        help="cluster with the cosine-normalised kernel K_ij / sqrt(K_ii K_jj) "
+        "(k-means on unit-length rows of V): SimpleNPKL gives points in no "
+        "constraint short rows, which plain kernel k-means lumps together",
+    )
+    o.add_argument(
+        "--eval-labels",
+        metavar="PATH",
+        help="true labels for metrics (pairwise Rand accuracy, ARI, NMI)",
+    )
+    o.add_argument(
+        "--out",
+        metavar="DIR",
+        help="write embedding.npy (n x r, original point order), clusters.npy and "
+        "summary.json into DIR",
+    )
+    o.add_argument(
+        "--json", action="store_true", help="print one JSON object with the results on stdout"
+    )
     o.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
@@ -216,69 +359,110 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="npkl",
         description="Learn a nonparametric low-rank kernel K = V'V from pairwise must-link / "
-                    "cannot-link constraints and a data manifold, then cluster with it.",
+        "cannot-link constraints and a data manifold, then cluster with it.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    fit = sub.add_parser("fit", help="learn a kernel and cluster with it",
-                         description="Learn a kernel from features or a graph plus constraints.")
+    fit = sub.add_parser(
+        "fit",
+        help="learn a kernel and cluster with it",
+        description="Learn a kernel from features or a graph plus constraints.",
+    )
     _add_fit_options(fit)
-    demo = sub.add_parser("demo", help="the main job on scikit-learn's digits, with a picture",
-                          description="Plain k-means vs npkl on the 1797 handwritten digits.")
-    demo.add_argument("--out", default="demo_out", metavar="DIR",
-                      help="where the PNG and JSON go (default: demo_out)")
+    demo = sub.add_parser(
+        "demo",
+        help="the main job on scikit-learn's digits, with a picture",
+        description="Plain k-means vs npkl on the 1797 handwritten digits.",
+    )
+    demo.add_argument(
+        "--out",
+        default="demo_out",
+        metavar="DIR",
+        help="where the PNG and JSON go (default: demo_out)",
+    )
     demo.add_argument("--loss", default="square", help="loss (default: square)")
     demo.add_argument("--seed", type=_nonneg_int, default=0)
-    demo.add_argument("--max-sweeps", type=_positive_int, default=500,
-                      help="sweeps / outer iterations at most (default: 500)")
-    demo.add_argument("--method", choices=("auto", "sweeps", "block"), default="auto",
-                      help="bcd method (default: auto, which picks block solves here: on "
-                           "digits they converge in 242 outer iterations where plain sweeps "
-                           "need about 2,000; bench/RESULTS.md)")
-    so_help = ("fsspec options of a store URL as JSON, e.g. '{\"endpoint_url\": "
-               "\"http://127.0.0.1:9000\"}' (credentials come from the usual AWS variables)")
+    demo.add_argument(
+        "--max-sweeps",
+        type=_positive_int,
+        default=500,
+        help="sweeps / outer iterations at most (default: 500)",
+    )
+    demo.add_argument(
+        "--method",
+        choices=("auto", "sweeps", "block"),
+        default="auto",
+        help="bcd method (default: auto, which picks block solves here: on "
+        "digits they converge in 242 outer iterations where plain sweeps "
+        "need about 2,000; bench/RESULTS.md)",
+    )
+    so_help = (
+        'fsspec options of a store URL as JSON, e.g. \'{"endpoint_url": '
+        '"http://127.0.0.1:9000"}\' (credentials come from the usual AWS variables)'
+    )
     run = sub.add_parser(
-        "run", help="the whole pipeline (Prefect flow) from a TOML configuration",
+        "run",
+        help="the whole pipeline (Prefect flow) from a TOML configuration",
         description="Run ingest, graph, colouring, learning, evaluation, extension and report "
-                    "as one Prefect flow into a run store. Without PREFECT_API_URL Prefect "
-                    "starts a temporary local server for this run; with it, the flow run is "
-                    "recorded on that server. See README 'Pipelines'.")
+        "as one Prefect flow into a run store. Without PREFECT_API_URL Prefect "
+        "starts a temporary local server for this run; with it, the flow run is "
+        "recorded on that server. See README 'Pipelines'.",
+    )
     run.add_argument("config", metavar="CONFIG.toml", help="pipeline configuration (TOML)")
     run.add_argument("--run", metavar="RUN", help="override the config's run id / URL")
-    run.add_argument("--dask", metavar="ADDRESS",
-                     help="an existing Dask scheduler (overrides [execution] dask)")
+    run.add_argument(
+        "--dask", metavar="ADDRESS", help="an existing Dask scheduler (overrides [execution] dask)"
+    )
     run.add_argument("--json", action="store_true", help="print the stage results as JSON")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
-    resume = sub.add_parser("resume", help="continue a run from its last complete checkpoint",
-                            description="Continue a run written by `npkl run` or `npkl fit "
-                                        "--run RUN`: finished stages are skipped, learning "
-                                        "restarts from the newest complete checkpoint.")
+    resume = sub.add_parser(
+        "resume",
+        help="continue a run from its last complete checkpoint",
+        description="Continue a run written by `npkl run` or `npkl fit "
+        "--run RUN`: finished stages are skipped, learning "
+        "restarts from the newest complete checkpoint.",
+    )
     resume.add_argument("run", metavar="RUN", help="run id, path or store URL")
     resume.add_argument("--json", action="store_true", help="print the summary as JSON")
     resume.add_argument("--quiet", action="store_true", help="no progress on stderr")
     resume.add_argument("--storage-options", metavar="JSON", help=so_help)
-    status = sub.add_parser("status", help="stage, sweep, objective and time left of a run",
-                            description="Read a run's progress from its store (no lock; works "
-                                        "while it runs).")
+    status = sub.add_parser(
+        "status",
+        help="stage, sweep, objective and time left of a run",
+        description="Read a run's progress from its store (no lock; works while it runs).",
+    )
     status.add_argument("run", metavar="RUN", help="run id, path or store URL")
     status.add_argument("--json", action="store_true", help="print JSON")
     status.add_argument("--storage-options", metavar="JSON", help=so_help)
-    extend = sub.add_parser("extend", help="embed new points into a finished run",
-                            description="Place points not seen in training from their kNN in "
-                                        "the training set (bcdkl-tnnls2015 III-E), without "
-                                        "retraining; writes extended_embedding.npy (and "
-                                        "extended_clusters.npy) into --out.")
+    extend = sub.add_parser(
+        "extend",
+        help="embed new points into a finished run",
+        description="Place points not seen in training from their kNN in "
+        "the training set (bcdkl-tnnls2015 III-E), without "
+        "retraining; writes extended_embedding.npy (and "
+        "extended_clusters.npy) into --out.",
+    )
     extend.add_argument("run", metavar="RUN", help="run id, path or store URL")
-    extend.add_argument("--features", required=True, metavar="PATH",
-                        help="new feature rows (.npy, .csv, .parquet), same columns as training")
+    extend.add_argument(
+        "--features",
+        required=True,
+        metavar="PATH",
+        help="new feature rows (.npy, .csv, .parquet), same columns as training",
+    )
     extend.add_argument("--out", required=True, metavar="DIR", help="output directory")
-    extend.add_argument("--eval-labels", metavar="PATH",
-                        help="true classes of the new points (.npy/.csv/.txt, one per row, "
-                             "-1 = unknown): score their clusters (pairwise accuracy, ARI, "
-                             "NMI; printed and written to extended_metrics.json)")
+    extend.add_argument(
+        "--eval-labels",
+        metavar="PATH",
+        help="true classes of the new points (.npy/.csv/.txt, one per row, "
+        "-1 = unknown): score their clusters (pairwise accuracy, ARI, "
+        "NMI; printed and written to extended_metrics.json)",
+    )
     extend.add_argument("--storage-options", metavar="JSON", help=so_help)
-    export = sub.add_parser("export", help="write a finished run's embedding and clusters",
-                            description="Write embedding.npy (n x r, original point order), "
-                                        "clusters.npy and summary.json of a finished run.")
+    export = sub.add_parser(
+        "export",
+        help="write a finished run's embedding and clusters",
+        description="Write embedding.npy (n x r, original point order), "
+        "clusters.npy and summary.json of a finished run.",
+    )
     export.add_argument("run", metavar="RUN", help="run id, path or store URL")
     export.add_argument("--out", required=True, metavar="DIR", help="output directory")
     export.add_argument("--storage-options", metavar="JSON", help=so_help)
@@ -315,23 +499,28 @@ def _cmd_fit(args) -> int:
 
     if args.out:
         ensure_out_dir(args.out, "--out")  # before the fit, not after it
-    summary, V, clusters = fit(lambda run: fit_pipeline_config(args, run), run=args.run,
-                               quiet=args.quiet)
+    summary, V, clusters = fit(
+        lambda run: fit_pipeline_config(args, run), run=args.run, quiet=args.quiet
+    )
     if args.out:
         # the report stage wrote embedding.npy, clusters.npy and summary.json there
         if clusters is None and not args.quiet:
-            sys.stderr.write("note: no --clusters or --eval-labels, so clusters.npy was not "
-                             "written\n")
+            sys.stderr.write(
+                "note: no --clusters or --eval-labels, so clusters.npy was not written\n"
+            )
     if args.json:
         sys.stdout.write(json.dumps(summary) + "\n")
     elif not args.quiet:
-
-        line = (f"objective {summary['objective']:.6g} after {iterations_label(summary)} "
-                f"({summary['fit_seconds']:.2f}s), rank {summary['rank']}")
+        line = (
+            f"objective {summary['objective']:.6g} after {iterations_label(summary)} "
+            f"({summary['fit_seconds']:.2f}s), rank {summary['rank']}"
+        )
         if "metrics" in summary:
             mtr = summary["metrics"]
-            line += (f"; pairwise accuracy {mtr['rand_accuracy']:.4f}, ARI {mtr['ari']:.4f}, "
-                     f"NMI {mtr['nmi']:.4f}")
+            line += (
+                f"; pairwise accuracy {mtr['rand_accuracy']:.4f}, ARI {mtr['ari']:.4f}, "
+                f"NMI {mtr['nmi']:.4f}"
+            )
         print(line)
     return 0
 
@@ -346,7 +535,8 @@ def _storage_options(args):
     except ValueError as exc:
         raise ValidationError(
             f"--storage-options: {raw!r} is not JSON ({exc}); pass e.g. "
-            f"'{{\"endpoint_url\": \"http://127.0.0.1:9000\"}}'") from None
+            f'\'{{"endpoint_url": "http://127.0.0.1:9000"}}\''
+        ) from None
     if not isinstance(so, dict):
         raise ValidationError(f"--storage-options: expected a JSON object, got {raw!r}")
     return so
@@ -365,15 +555,15 @@ def _prefect_env():
 
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS",
-                          str(EPHEMERAL_STARTUP_TIMEOUT))
+    os.environ.setdefault(
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", str(EPHEMERAL_STARTUP_TIMEOUT)
+    )
 
 
 def _quiet_npkl_tracebacks():
     """Our own errors end the command with one line naming the fix (exit status 2); drop
     Prefect's tracebacks of them from the terminal (other exceptions keep theirs, and the
     Prefect API still receives every log)."""
-
 
     class DropNpklTracebacks(logging.Filter):
         def filter(self, record):
@@ -393,24 +583,28 @@ def _print_pipeline(res, args):
         return
     st = res["stages"]
     for name, info in st.items():
-        how = ("cached (Prefect)" if info.get("cached") else "skipped (done before)") \
-            if info.get("skipped") else \
-            f"{info.get('seconds', 0):.1f}s, peak {info.get('peak_rss_mb', 0):.0f} MB"
+        how = (
+            ("cached (Prefect)" if info.get("cached") else "skipped (done before)")
+            if info.get("skipped")
+            else f"{info.get('seconds', 0):.1f}s, peak {info.get('peak_rss_mb', 0):.0f} MB"
+        )
         print(f"  {name:<9} {how}")
     learn = st.get("learn", {})
 
-    line = f"run {res['run']}: objective {learn.get('objective', float('nan')):.6g} after " \
-           f"{iterations_label(learn)}"
+    line = (
+        f"run {res['run']}: objective {learn.get('objective', float('nan')):.6g} after "
+        f"{iterations_label(learn)}"
+    )
     m = st.get("evaluate", {}).get("metrics")
     if m:
-        line += (f"; pairwise accuracy {m['rand_accuracy']:.4f}, ARI {m['ari']:.4f}, "
-                 f"NMI {m['nmi']:.4f}")
+        line += (
+            f"; pairwise accuracy {m['rand_accuracy']:.4f}, ARI {m['ari']:.4f}, NMI {m['nmi']:.4f}"
+        )
     print(line)
     print(f"report in {st.get('report', {}).get('dir')}")
 
 
 def _cmd_run(args) -> int:
-
     cfg = load_config(args.config)
     if args.run or args.dask:
         raw = {k: v for k, v in cfg.items()}
@@ -425,7 +619,6 @@ def _cmd_run(args) -> int:
 
     check_new_run(cfg)  # before Prefect starts: a clear error, no flow run
     if cfg["output"]["files"] and cfg["output"]["out"]:
-
         ensure_out_dir(cfg["output"]["out"], "[output] out")
     _quiet_npkl_tracebacks()
     res = run_pipeline(cfg, quiet=args.quiet)
@@ -434,22 +627,18 @@ def _cmd_run(args) -> int:
 
 
 def _stored_config(run, so):
-
     with st.RunStore.open(st.resolve_run(run), mode="r", storage_options=so) as rs:
         return rs.config
 
 
 def _cmd_status(args) -> int:
-
     s = run_status(st.resolve_run(args.run), storage_options=_storage_options(args))
     print(json.dumps(s) if args.json else format_status(s))
     return 0
 
 
 def _cmd_extend(args) -> int:
-
     import numpy as np
-
 
     so = _storage_options(args)
     with st.RunStore.open(st.resolve_run(args.run), mode="r", storage_options=so) as rs:
@@ -458,24 +647,30 @@ def _cmd_extend(args) -> int:
             raise ValidationError(
                 f"RUN: {rs.url} was written by an `npkl fit` older than its pipeline stages, "
                 f"which kept no kNN metadata; extend runs made with `npkl run CONFIG.toml` or "
-                f"a current `npkl fit --run`")
+                f"a current `npkl fit --run`"
+            )
         X_new = read_features(args.features)
         # the labels are checked before the work, so a bad file costs nothing
         y_new = None if args.eval_labels is None else read_labels(args.eval_labels)
         if y_new is not None and y_new.shape[0] != X_new.shape[0]:
             raise ValidationError(
                 f"--eval-labels: {y_new.shape[0]} labels for {X_new.shape[0]} new points; give "
-                f"one label per row of --features (-1 for unknown)")
+                f"one label per row of --features (-1 for unknown)"
+            )
         if y_new is not None and np.count_nonzero(y_new >= 0) < 2:
             raise ValidationError(
                 f"--eval-labels: {np.count_nonzero(y_new >= 0)} of the {y_new.size} new points "
-                f"have a label; pairwise scores need at least two")
-        if y_new is not None and \
-                rs.stages().get("evaluate", {}).get("info", {}).get("n_clusters") is None:
+                f"have a label; pairwise scores need at least two"
+            )
+        if (
+            y_new is not None
+            and rs.stages().get("evaluate", {}).get("info", {}).get("n_clusters") is None
+        ):
             raise ValidationError(
                 f"--eval-labels: run {rs.url} has no clusters to score (it ran without "
                 f"[output] clusters or eval labels); leave --eval-labels out to embed the new "
-                f"points, or rerun with [output] clusters = K (npkl fit --clusters K)")
+                f"points, or rerun with [output] clusters = K (npkl fit --clusters K)"
+            )
         out = ensure_out_dir(args.out, "--out")
         V_new, lab = extend_points(rs, cfg, X_new)
     np.save(out / "extended_embedding.npy", V_new)
@@ -486,26 +681,29 @@ def _cmd_extend(args) -> int:
     if y_new is not None:
         known = y_new >= 0
         metrics = clustering_metrics(y_new[known], lab[known])
-        (out / "extended_metrics.json").write_text(json.dumps(
-            {"n_points": int(y_new.size), "n_labelled": int(known.sum()), **metrics}, indent=2)
-            + "\n")
-        msg += (f" and {out / 'extended_metrics.json'}\nnew points ({int(known.sum())} "
-                f"labelled): pairwise accuracy {metrics['rand_accuracy']:.4f}, ARI "
-                f"{metrics['ari']:.4f}, NMI {metrics['nmi']:.4f}")
+        (out / "extended_metrics.json").write_text(
+            json.dumps(
+                {"n_points": int(y_new.size), "n_labelled": int(known.sum()), **metrics}, indent=2
+            )
+            + "\n"
+        )
+        msg += (
+            f" and {out / 'extended_metrics.json'}\nnew points ({int(known.sum())} "
+            f"labelled): pairwise accuracy {metrics['rand_accuracy']:.4f}, ARI "
+            f"{metrics['ari']:.4f}, NMI {metrics['nmi']:.4f}"
+        )
     print(msg)
     return 0
 
 
 def _cmd_resume(args) -> int:
-
     so = _storage_options(args)
     cfg = _stored_config(args.run, so)
     if "pipeline" in cfg and cfg.get("command") == "fit":
         # a run of `npkl fit --run`: its stages continue here, as they ran (no Prefect)
 
         pcfg = {**cfg["pipeline"], "run": st.resolve_run(args.run)}
-        summary, _, _ = run_fit_stages(pcfg, resume=True, quiet=args.quiet,
-                                       storage_options=so)
+        summary, _, _ = run_fit_stages(pcfg, resume=True, quiet=args.quiet, storage_options=so)
         _print_fit_resume(summary, args)
         return 0
     if "pipeline" in cfg:
@@ -515,8 +713,9 @@ def _cmd_resume(args) -> int:
         _quiet_npkl_tracebacks()
         pcfg = dict(cfg["pipeline"])
 
-        pcfg["run"] = st.RunStore.open(st.resolve_run(args.run), mode="r",
-                                       storage_options=so).url  # wherever the run is now
+        pcfg["run"] = st.RunStore.open(
+            st.resolve_run(args.run), mode="r", storage_options=so
+        ).url  # wherever the run is now
         if so:
             pcfg["storage"] = {**pcfg["storage"], "options": so}
         res = run_pipeline(pcfg, resume=True, quiet=args.quiet)
@@ -525,8 +724,9 @@ def _cmd_resume(args) -> int:
 
     # a run written by `npkl fit --run` before fit ran on the pipeline's stages
     progress = _Progress(0, enabled=not args.quiet)
-    summary, V, clusters = run_fit_in_store(None, args.run, resume=True, callback=progress,
-                                            storage_options=so)
+    summary, V, clusters = run_fit_in_store(
+        None, args.run, resume=True, callback=progress, storage_options=so
+    )
     progress.close()
     _print_fit_resume(summary, args)
     return 0
@@ -536,13 +736,13 @@ def _print_fit_resume(summary, args):
     if args.json:
         sys.stdout.write(json.dumps(summary) + "\n")
     elif not args.quiet:
-
-        print(f"run {summary['run']}: objective {summary['objective']:.6g} after "
-              f"{iterations_label(summary)}")
+        print(
+            f"run {summary['run']}: objective {summary['objective']:.6g} after "
+            f"{iterations_label(summary)}"
+        )
 
 
 def _cmd_export(args) -> int:
-
     ensure_out_dir(args.out, "--out")
     written = export_run(args.run, args.out, storage_options=_storage_options(args))
     print(f"wrote {', '.join(str(p) for p in written)}")
@@ -550,9 +750,9 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-
-    run_demo(args.out, loss=args.loss, seed=args.seed, max_sweeps=args.max_sweeps,
-             method=args.method)
+    run_demo(
+        args.out, loss=args.loss, seed=args.seed, max_sweeps=args.max_sweeps, method=args.method
+    )
     return 0
 
 
@@ -585,10 +785,15 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
-
-    commands = {"fit": _cmd_fit, "demo": _cmd_demo, "resume": _cmd_resume,
-                "export": _cmd_export, "run": _cmd_run,
-                "status": _cmd_status, "extend": _cmd_extend}
+    commands = {
+        "fit": _cmd_fit,
+        "demo": _cmd_demo,
+        "resume": _cmd_resume,
+        "export": _cmd_export,
+        "run": _cmd_run,
+        "status": _cmd_status,
+        "extend": _cmd_extend,
+    }
     try:
         return commands[args.command](args)
     except RunNotFoundError as exc:  # the library's advice (RunStore.create) is for Python
@@ -596,7 +801,8 @@ def _run(args) -> int:
             f"npkl {args.command}: error: RUN: no run at {exc.url}; pass the run id or path "
             f"that `npkl run` or `npkl fit --run` printed (an id is looked up under "
             f"storage/runs/ of the working directory), or start a run with `npkl run "
-            f"CONFIG`\n")
+            f"CONFIG`\n"
+        )
         return 2
     except NpklError as exc:
         sys.stderr.write(f"npkl {args.command}: error: {exc}\n")

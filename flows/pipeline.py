@@ -18,13 +18,13 @@ from __future__ import annotations
 import hashlib
 import os
 
-from npkl_flows import _stages  # absolute: Prefect may load this file by path
-from npkl_flows._config import expand_run, fit_config, load_config, validate_config
 from prefect import flow, get_run_logger, task
 from prefect.context import get_run_context
 
 from npkl_dist import store as st
 from npkl_dist.job._job import config_dict
+from npkl_flows import _stages  # absolute: Prefect may load this file by path
+from npkl_flows._config import expand_run, fit_config, load_config, validate_config
 
 __all__ = ["pipeline", "run_pipeline"]
 
@@ -33,8 +33,7 @@ _CONTEXTS: dict[str, _stages.Context] = {}
 
 
 def _cache_key(ctx, params) -> str:
-    return "npkl-" + hashlib.sha256(
-        f"{params['key']}|{ctx.task.name}".encode()).hexdigest()[:40]
+    return "npkl-" + hashlib.sha256(f"{params['key']}|{ctx.task.name}".encode()).hexdigest()[:40]
 
 
 def _stage_task(name, fn):
@@ -52,9 +51,15 @@ learn_task = _stage_task("learn", _stages.learn)
 evaluate_task = _stage_task("evaluate", _stages.evaluate)
 extend_task = _stage_task("extend", _stages.extend)
 report_task = _stage_task("report", _stages.report)
-_TASKS = (("ingest", ingest_task), ("graph", graph_task), ("plan", plan_task),
-          ("learn", learn_task), ("evaluate", evaluate_task), ("extend", extend_task),
-          ("report", report_task))
+_TASKS = (
+    ("ingest", ingest_task),
+    ("graph", graph_task),
+    ("plan", plan_task),
+    ("learn", learn_task),
+    ("evaluate", evaluate_task),
+    ("extend", extend_task),
+    ("report", report_task),
+)
 
 
 def _mark_crashed(store, current_id, log):
@@ -77,8 +82,13 @@ def _mark_crashed(store, current_id, log):
                     continue
                 if fr.state is not None and fr.state.type.value in ("RUNNING", "PENDING"):
                     client.set_flow_run_state(
-                        fid, Crashed(message="the orchestrating process died; resumed by "
-                                             f"flow run {current_id}"), force=True)
+                        fid,
+                        Crashed(
+                            message="the orchestrating process died; resumed by "
+                            f"flow run {current_id}"
+                        ),
+                        force=True,
+                    )
                     marked.append(fid)
     except Exception as exc:  # the API is best effort here; the store is the truth
         log(f"could not mark earlier flow runs crashed: {exc}")
@@ -98,10 +108,15 @@ def open_run(cfg: dict, resume: bool):
         return store, store.config.get("pipeline") or cfg
 
     check_new_run(cfg)
-    store = st.RunStore.create(url, config={"pipeline": cfg,
-                                            "fit": config_dict(fit_config(cfg)),
-                                            "run": dict(cfg["execution"])},
-                               storage_options=so)
+    store = st.RunStore.create(
+        url,
+        config={
+            "pipeline": cfg,
+            "fit": config_dict(fit_config(cfg)),
+            "run": dict(cfg["execution"]),
+        },
+        storage_options=so,
+    )
     return store, cfg
 
 
@@ -120,8 +135,9 @@ def check_new_run(cfg: dict) -> None:
         raise st.StoreError(
             f"run: {cfg['run']!r} already exists at {url}; continue it with `npkl resume "
             f"{cfg['run']}` (a deployment: resume=true), look at it with `npkl status "
-            f"{cfg['run']}`, or choose another run id (run = \"name-{{date}}\" makes a new one "
-            f"each time)")
+            f'{cfg["run"]}`, or choose another run id (run = "name-{{date}}" makes a new one '
+            f"each time)"
+        )
 
 
 # log_prints must stay off: it patches builtins.print, which numba then cannot compile
@@ -148,8 +164,11 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
     if isinstance(config, str):
         cfg = load_config(config)
     else:
-        cfg = validate_config(config) if "input" not in config or \
-            not isinstance(config.get("execution"), dict) else config
+        cfg = (
+            validate_config(config)
+            if "input" not in config or not isinstance(config.get("execution"), dict)
+            else config
+        )
 
     if not resume and "{" in cfg["run"]:
         cfg = {**cfg, "run": expand_run(cfg["run"], get_run_context().flow_run.name)}
@@ -181,15 +200,15 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
             client = Client(address)
             if cluster is not None:
                 client.wait_for_workers(1, timeout=600)
-        ctx = _stages.Context(store, run_cfg, quiet=quiet, client=client,
-                              log=logger.warning)  # to stderr and to the Prefect API
+        ctx = _stages.Context(
+            store, run_cfg, quiet=quiet, client=client, log=logger.warning
+        )  # to stderr and to the Prefect API
         _CONTEXTS[url] = ctx
         created = store._attrs.get("created", "")
         # the run's identity: its store URL and creation stamp; the configuration without
         # where the run is (a resume may name it differently); the code
         same = {k: v for k, v in cfg.items() if k not in ("run", "storage")}
-        key_base = (f"{store.url}|{created}|{_stages.config_hash(same)}|"
-                    f"{_stages.code_version()}")
+        key_base = f"{store.url}|{created}|{_stages.config_hash(same)}|{_stages.code_version()}"
         results = {"run": store.url, "flow_run": flow_run_id, "stages": {}}
         for name, t in _TASKS:
             state = t(url, key_base, return_state=True)

@@ -29,9 +29,9 @@ from numba.core import caching
 __all__ = ["cover", "covered_stamp", "package_stamp"]
 
 _MENTIONS_NUMBA = re.compile(rb"\b(numba|njit)\b")
-_IMPL = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")
-_ROOTS: dict[str, bytes] = {}       # resolved root directory -> stamp of its kernel sources
-_WRAPPED: dict[type, type] = {}     # numba locator class -> its covering subclass
+_IMPL = getattr(caching, "CacheImpl", None) or caching._CacheImpl
+_ROOTS: dict[str, bytes] = {}  # resolved root directory -> stamp of its kernel sources
+_WRAPPED: dict[type, type] = {}  # numba locator class -> its covering subclass
 
 
 def package_stamp(root) -> bytes:

@@ -21,8 +21,9 @@ from .solvers.simplenpkl._fit import warn_short_free_rows
 __all__ = ["kernel_kmeans", "clustering_metrics", "pairwise_accuracy_bruteforce"]
 
 
-def kernel_kmeans(V, n_clusters: int, *, seed=0, n_init: int = 10,
-                  normalize: bool = False) -> np.ndarray:
+def kernel_kmeans(
+    V, n_clusters: int, *, seed=0, n_init: int = 10, normalize: bool = False
+) -> np.ndarray:
     """Kernel k-means on K = V V' (k-means on the rows of V).
 
     Parameters
@@ -47,16 +48,20 @@ def kernel_kmeans(V, n_clusters: int, *, seed=0, n_init: int = 10,
     if V.ndim != 2 or V.shape[0] < 1 or V.dtype.kind not in "fiu":
         raise ValidationError(
             f"V: expected a 2-D numeric array (n_points, rank), got {V.dtype} of shape "
-            f"{V.shape}; pass a fit's factor (result.V)")
+            f"{V.shape}; pass a fit's factor (result.V)"
+        )
     if not np.all(np.isfinite(V)):
         rows = np.flatnonzero(~np.all(np.isfinite(V), axis=1))
         raise ValidationError(
             f"V: holds NaN or inf in row(s) {rows[:10].tolist()}; cluster a finite factor "
-            f"(a fit that diverged or a corrupted file cannot be clustered)")
+            f"(a fit that diverged or a corrupted file cannot be clustered)"
+        )
     if not isinstance(normalize, (bool, np.bool_)):
         raise ValidationError(f"normalize: expected True or False, got {fmt_value(normalize)}")
-    if isinstance(n_clusters, bool) or not isinstance(n_clusters, (int, np.integer)) or not (
-        1 <= n_clusters <= V.shape[0]
+    if (
+        isinstance(n_clusters, bool)
+        or not isinstance(n_clusters, (int, np.integer))
+        or not (1 <= n_clusters <= V.shape[0])
     ):
         raise ValidationError(
             f"clusters: expected an integer in [1, {V.shape[0]}], got {fmt_value(n_clusters)}"
@@ -68,15 +73,21 @@ def kernel_kmeans(V, n_clusters: int, *, seed=0, n_init: int = 10,
     return km.fit_predict(X).astype(np.int64)
 
 
-def cluster_kernel(V, n_clusters: int, *, seed=0, normalize: bool = False,
-                   short_rows_of=None, gamma_cv: bool = False) -> np.ndarray:
+def cluster_kernel(
+    V,
+    n_clusters: int,
+    *,
+    seed=0,
+    normalize: bool = False,
+    short_rows_of=None,
+    gamma_cv: bool = False,
+) -> np.ndarray:
     """The downstream clustering of a fit (the job and the pipeline's evaluate stage):
     :func:`kernel_kmeans`, after :func:`~npkl_dist.solvers.simplenpkl._fit.warn_short_free_rows` on the
     constraints ``short_rows_of`` (SimpleNPKL's) when clustering without ``normalize``
     (``gamma_cv``: gamma was chosen by cross-validation, which the warning then does not
     advise)."""
     if short_rows_of is not None and not normalize:
-
         warn_short_free_rows(short_rows_of, V, stacklevel=3, gamma_cv=gamma_cv)
     return kernel_kmeans(V, n_clusters, seed=seed, normalize=normalize)
 
@@ -87,8 +98,11 @@ def nearest_centre(V, labels, V_new, *, normalize: bool = False) -> np.ndarray:
     ``normalize`` (clusters found by ``kernel_kmeans(..., normalize=True)``), of the unit
     rows, and the new rows are scaled to unit length too."""
     labels = np.asarray(labels, dtype=np.int64)
-    W, W_new = (unit_rows(V), unit_rows(V_new)) if normalize else (
-        np.asarray(V, dtype=np.float64), np.asarray(V_new, dtype=np.float64))
+    W, W_new = (
+        (unit_rows(V), unit_rows(V_new))
+        if normalize
+        else (np.asarray(V, dtype=np.float64), np.asarray(V_new, dtype=np.float64))
+    )
     k = int(labels.max()) + 1
     C = np.zeros((k, W.shape[1]))
     np.add.at(C, labels, W)

@@ -100,28 +100,48 @@ class GammaSelection:
 
     def table(self) -> str:
         """The CV score table as markdown (one row per gamma, the chosen one marked)."""
-        head = "| gamma | " + " | ".join(f"fold {f}" for f in range(self.folds)) + \
-               " | mean | std | chosen |"
+        head = (
+            "| gamma | "
+            + " | ".join(f"fold {f}" for f in range(self.folds))
+            + " | mean | std | chosen |"
+        )
         rows = [head, "|" + "---|" * (self.folds + 4)]
         for q, g in enumerate(self.gammas):
             cells = " | ".join(f"{s:.4f}" for s in self.scores[:, q])
             mark = "←" if g == self.gamma else ""
-            rows.append(f"| {g:g} | {cells} | {self.mean_scores[q]:.4f} | "
-                        f"{self.std_scores[q]:.4f} | {mark} |")
+            rows.append(
+                f"| {g:g} | {cells} | {self.mean_scores[q]:.4f} | "
+                f"{self.std_scores[q]:.4f} | {mark} |"
+            )
         return "\n".join(rows)
 
     def to_dict(self) -> dict:
         """JSON-ready summary (no arrays of pair indices)."""
-        return {"gamma": self.gamma, "gammas": list(self.gammas), "score": self.score,
-                "folds": self.folds, "seed": self.seed,
-                "scores": self.scores.tolist(), "mean_scores": self.mean_scores.tolist(),
-                "n_unconverged": int(self.n_unconverged.sum()), "seconds": self.seconds}
+        return {
+            "gamma": self.gamma,
+            "gammas": list(self.gammas),
+            "score": self.score,
+            "folds": self.folds,
+            "seed": self.seed,
+            "scores": self.scores.tolist(),
+            "mean_scores": self.mean_scores.tolist(),
+            "n_unconverged": int(self.n_unconverged.sum()),
+            "seconds": self.seconds,
+        }
 
 
-def select_gamma(problem, gammas=DEFAULT_GAMMAS, *, folds: int = 3, seed: int = 0,
-                 solver: str = "bcd", n_clusters: int | None = None,
-                 score: str | None = None, fit_options: dict | None = None,
-                 normalize: bool = False) -> GammaSelection:
+def select_gamma(
+    problem,
+    gammas=DEFAULT_GAMMAS,
+    *,
+    folds: int = 3,
+    seed: int = 0,
+    solver: str = "bcd",
+    n_clusters: int | None = None,
+    score: str | None = None,
+    fit_options: dict | None = None,
+    normalize: bool = False,
+) -> GammaSelection:
     """Choose gamma by cross-validation on held-out constraints (never on labels).
 
     Parameters
@@ -213,8 +233,11 @@ def select_gamma(problem, gammas=DEFAULT_GAMMAS, *, folds: int = 3, seed: int = 
                 "n_clusters: the 'clusters' score needs the number of clusters K; pass "
                 "n_clusters=K or score='auc'"
             )
-        if isinstance(n_clusters, bool) or not isinstance(n_clusters, (int, np.integer)) \
-                or not 2 <= n_clusters <= n:
+        if (
+            isinstance(n_clusters, bool)
+            or not isinstance(n_clusters, (int, np.integer))
+            or not 2 <= n_clusters <= n
+        ):
             raise ValidationError(
                 f"n_clusters: expected an integer in [2, {n}], got {fmt_value(n_clusters)}"
             )
@@ -226,17 +249,27 @@ def select_gamma(problem, gammas=DEFAULT_GAMMAS, *, folds: int = 3, seed: int = 
     for f, out in enumerate(heldout):
         keep = np.ones(cons.m, dtype=bool)
         keep[out] = False
-        train = Constraints.from_arrays(cons.i[keep], cons.j[keep], cons.t[keep], n,
-                                        diagonal=cons.diagonal, warn=False)
+        train = Constraints.from_arrays(
+            cons.i[keep], cons.j[keep], cons.t[keep], n, diagonal=cons.diagonal, warn=False
+        )
         setup = {}  # BCD: one set-up per fold, shared by the grid's fits (bitwise the same)
         for q, g in enumerate(grid):
-            p = NPKLProblem.build(problem.L, train, loss=problem.loss, gamma=g,
-                                  rank=problem.rank, bound=problem.bound, seed=problem.seed,
-                                  dtype=problem.dtype)
+            p = NPKLProblem.build(
+                problem.L,
+                train,
+                loss=problem.loss,
+                gamma=g,
+                rank=problem.rank,
+                bound=problem.bound,
+                seed=problem.seed,
+                dtype=problem.dtype,
+            )
             if solver == "bcd" and q == 0:
-
-                setup = {"setup": fit_setup(p, **{k: options[k] for k in _SETUP_OPTIONS
-                                                  if k in options})}
+                setup = {
+                    "setup": fit_setup(
+                        p, **{k: options[k] for k in _SETUP_OPTIONS if k in options}
+                    )
+                }
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", ConvergenceWarning)
                 V = fit(p, **options, **setup).V
@@ -244,9 +277,16 @@ def select_gamma(problem, gammas=DEFAULT_GAMMAS, *, folds: int = 3, seed: int = 
             for w in caught:  # pass on everything but the (summarised) convergence warnings
                 if not issubclass(w.category, ConvergenceWarning):
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-            scores[f, q] = heldout_score(V, cons.i[out], cons.j[out], cons.t[out], score=score,
-                                         n_clusters=n_clusters, seed=seed,
-                                         normalize=normalize)
+            scores[f, q] = heldout_score(
+                V,
+                cons.i[out],
+                cons.j[out],
+                cons.t[out],
+                score=score,
+                n_clusters=n_clusters,
+                seed=seed,
+                normalize=normalize,
+            )
     mean = scores.mean(axis=0)
     best = int(np.flatnonzero(mean >= mean.max() - TIE_TOL)[0])  # ascending grid: ties -> smaller
     if unconverged.any():
@@ -257,12 +297,28 @@ def select_gamma(problem, gammas=DEFAULT_GAMMAS, *, folds: int = 3, seed: int = 
             ConvergenceWarning,
             stacklevel=2,
         )
-    chosen = NPKLProblem.build(problem.L, cons, loss=problem.loss, gamma=grid[best],
-                               rank=problem.rank, bound=problem.bound, seed=problem.seed,
-                               dtype=problem.dtype)
-    return GammaSelection(gamma=grid[best], problem=chosen, gammas=grid, scores=scores,
-                          score=score, folds=folds, seed=seed, heldout=heldout,
-                          n_unconverged=unconverged, seconds=time.perf_counter() - t0)
+    chosen = NPKLProblem.build(
+        problem.L,
+        cons,
+        loss=problem.loss,
+        gamma=grid[best],
+        rank=problem.rank,
+        bound=problem.bound,
+        seed=problem.seed,
+        dtype=problem.dtype,
+    )
+    return GammaSelection(
+        gamma=grid[best],
+        problem=chosen,
+        gammas=grid,
+        scores=scores,
+        score=score,
+        folds=folds,
+        seed=seed,
+        heldout=heldout,
+        n_unconverged=unconverged,
+        seconds=time.perf_counter() - t0,
+    )
 
 
 def split_folds(constraints: Constraints, folds: int, seed: int) -> list:
@@ -296,8 +352,17 @@ def split_folds(constraints: Constraints, folds: int, seed: int) -> list:
     return [np.sort(np.concatenate(p)) for p in parts]
 
 
-def heldout_score(V, i, j, t, *, score: str = "clusters", n_clusters: int | None = None,
-                  seed: int = 0, normalize: bool = False) -> float:
+def heldout_score(
+    V,
+    i,
+    j,
+    t,
+    *,
+    score: str = "clusters",
+    n_clusters: int | None = None,
+    seed: int = 0,
+    normalize: bool = False,
+) -> float:
     """Score a learned kernel ``K = V V'`` on pairs ``(i, j)`` of types ``t`` (+1 / -1).
 
     See :func:`select_gamma` for the two scores; both lie in [0, 1], higher is better.
@@ -307,7 +372,6 @@ def heldout_score(V, i, j, t, *, score: str = "clusters", n_clusters: int | None
     V = unit_rows(V) if normalize else np.asarray(V, dtype=np.float64)
     must = np.asarray(t) > 0
     if score == "clusters":
-
         # Small k-means runs are far faster on one thread: at n = 90 on a loaded 2-core
         # machine, 0.33 s with scikit-learn's OpenMP pool vs 0.02 s with one thread.
         limit = 1 if V.shape[0] <= _SINGLE_THREAD_KMEANS else None
@@ -340,8 +404,9 @@ def _check_gammas(gammas) -> tuple:
             f"gammas=(0.1, 1, 10, 100)"
         ) from None
     if not grid:
-        raise ValidationError("gammas: the grid is empty; pass at least one value, e.g. "
-                              "gammas=(0.1, 1, 10, 100)")
+        raise ValidationError(
+            "gammas: the grid is empty; pass at least one value, e.g. gammas=(0.1, 1, 10, 100)"
+        )
     for g in grid:
         if isinstance(g, bool) or not isinstance(g, Real) or not np.isfinite(g) or g <= 0:
             raise ValidationError(
@@ -357,17 +422,16 @@ def _check_gammas(gammas) -> tuple:
 
 def _check_int(name, value, low, fix) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValidationError(f"{name}: expected an integer >= {low}, got {fmt_value(value)}; "
-                              f"{fix}")
+        raise ValidationError(
+            f"{name}: expected an integer >= {low}, got {fmt_value(value)}; {fix}"
+        )
     return int(value)
 
 
 def _solver_function(solver):
     if solver == "admm":
-
         return fit_admm
     if solver == "simplenpkl":
-
         return fit_simplenpkl
 
     return fit_bcd

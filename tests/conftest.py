@@ -37,8 +37,12 @@ def s3_endpoint():
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     mp = pytest.MonkeyPatch()
-    for var, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
-                       ("AWS_SESSION_TOKEN", "testing"), ("AWS_DEFAULT_REGION", "us-east-1")):
+    for var, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_SESSION_TOKEN", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
         mp.setenv(var, value)
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -89,13 +93,21 @@ def prefect_server(tmp_path_factory):
     home = tmp_path_factory.mktemp("prefect-home")
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_LOGGING_LEVEL": "WARNING", "PREFECT_UI_ENABLED": "false"}
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+        "PREFECT_UI_ENABLED": "false",
+    }
     env.pop("PREFECT_API_URL", None)
     log = open(home / "server.log", "w")
-    proc = subprocess.Popen([venv_bin("prefect"), "server", "start", "--host", "127.0.0.1",
-                             "--port", str(port)], env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [venv_bin("prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.time() + 120
     while True:
         try:
@@ -106,10 +118,16 @@ def prefect_server(tmp_path_factory):
             pass
         if proc.poll() is not None or time.time() > deadline:
             proc.kill()
-            pytest.fail(f"prefect server did not start: {(home / 'server.log').read_text()[-2000:]}")
+            pytest.fail(
+                f"prefect server did not start: {(home / 'server.log').read_text()[-2000:]}"
+            )
         time.sleep(0.5)
-    yield {"PREFECT_API_URL": api, "PREFECT_HOME": str(home),
-           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "PREFECT_LOGGING_LEVEL": "WARNING"}
+    yield {
+        "PREFECT_API_URL": api,
+        "PREFECT_HOME": str(home),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+    }
     proc.terminate()
     try:
         proc.wait(30)

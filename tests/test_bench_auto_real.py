@@ -32,8 +32,7 @@ def test_measure_agrees_with_the_fits():
     P = _problem()
     ex = InProcessExecutor(n_threads=1)
     gaps = [1e-3, 1e-5]
-    out = auto_real.measure(P, ex, gaps, runs=2, max_iters=3000, ref_iters=2000,
-                            max_default=3000)
+    out = auto_real.measure(P, ex, gaps, runs=2, max_iters=3000, ref_iters=2000, max_default=3000)
     f_star = out["f_star"]
     for m in auto_real.METHODS:
         res = fit_bcd(P, method=m, max_sweeps=3000, tol=0.0, executor=ex)
@@ -60,15 +59,33 @@ def test_table_reports_the_measurements(tmp_path, monkeypatch, capsys):
     P = _problem()
     monkeypatch.setattr(auto_real, "inputs", lambda name: (P.L, P.constraints))
     out = tmp_path / "r.json"
-    assert auto_real.main(["--datasets", "iris", "--gaps", "1e-3", "--runs", "1",
-                           "--max-iters", "2000", "--max-default", "2000", "--json",
-                           str(out)]) == 0
+    assert (
+        auto_real.main(
+            [
+                "--datasets",
+                "iris",
+                "--gaps",
+                "1e-3",
+                "--runs",
+                "1",
+                "--max-iters",
+                "2000",
+                "--max-default",
+                "2000",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     got = json.loads(out.read_text())
     assert got["benchmark"] == "auto_real" and got["machine"] and "commit" in got
     assert "--json" in got["command"]
     rows = got["rows"]
-    assert [(r["name"], r["n"], r["gap"]) for r in rows] == [("iris", 180, "0.001"),
-                                                             ("iris", 180, "default stop")]
+    assert [(r["name"], r["n"], r["gap"]) for r in rows] == [
+        ("iris", 180, "0.001"),
+        ("iris", 180, "default stop"),
+    ]
     # the untraced fit with the default stopping rule, both methods, with the gap it stops at
     default = rows[1]
     for m in auto_real.METHODS:
@@ -79,10 +96,15 @@ def test_table_reports_the_measurements(tmp_path, monkeypatch, capsys):
     assert all(k in rows[0] for k in keys)
 
 
-@pytest.mark.parametrize("argv, name", [(["--runs", "0"], "--runs"),
-                                        (["--gaps", "2"], "--gaps"),
-                                        (["--max-default", "0"], "--max-default"),
-                                        (["--datasets", "digits", "nope"], "'nope'")])
+@pytest.mark.parametrize(
+    "argv, name",
+    [
+        (["--runs", "0"], "--runs"),
+        (["--gaps", "2"], "--gaps"),
+        (["--max-default", "0"], "--max-default"),
+        (["--datasets", "digits", "nope"], "'nope'"),
+    ],
+)
 def test_bad_options_name_the_option(argv, name, capsys):
     with pytest.raises(SystemExit):
         auto_real.main(argv)

@@ -41,8 +41,9 @@ def test_curve_is_the_benchmarks_time_accounting():
         assert c["setup"] == res.setup_seconds and t[0] > res.setup_seconds
         assert np.all(np.diff(t) > 0)
         # the last point's time is the set-up plus every sweep's and objective's time
-        assert t[-1] == pytest.approx(res.setup_seconds + sum(res.sweep_seconds)
-                                      + sum(res.objective_seconds), rel=1e-12)
+        assert t[-1] == pytest.approx(
+            res.setup_seconds + sum(res.sweep_seconds) + sum(res.objective_seconds), rel=1e-12
+        )
         # without the objective evaluations: the set-up plus every sweep's time
         ts = np.asarray(c["t_steps"])
         assert len(ts) == len(t) and np.all(ts <= t) and np.all(np.diff(ts) > 0)
@@ -51,8 +52,9 @@ def test_curve_is_the_benchmarks_time_accounting():
         for gap in (1e-1, 1e-3):
             k = np.flatnonzero((f - f_star) / abs(f_star) <= gap)
             assert bench_block.time_to_gap(res, f_star, gap) == (t[k[0]] if k.size else None)
-            assert bench_block.time_to_gap(res, f_star, gap, steps_only=True) == \
-                (ts[k[0]] if k.size else None)
+            assert bench_block.time_to_gap(res, f_star, gap, steps_only=True) == (
+                ts[k[0]] if k.size else None
+            )
 
 
 def test_curve_refuses_an_untraced_fit():
@@ -65,9 +67,15 @@ def test_curve_refuses_an_untraced_fit():
 def test_figure_from_real_traces(tmp_path):
     blk, swp = _fits()
     f_star = min(min(blk.objective_trace), min(swp.objective_trace))
-    case = {"n": 180, "frac": "protocol", "loss": "square", "f_star": f_star,
-            "t_sweep": float(np.median(swp.sweep_seconds)),
-            "block": block_figure.curve(blk), "sweeps": block_figure.curve(swp)}
+    case = {
+        "n": 180,
+        "frac": "protocol",
+        "loss": "square",
+        "f_star": f_star,
+        "t_sweep": float(np.median(swp.sweep_seconds)),
+        "block": block_figure.curve(blk),
+        "sweeps": block_figure.curve(swp),
+    }
     traces = tmp_path / "c.json"
     traces.write_text(json.dumps({"cases": [case, dict(case, frac="0.01")]}))
     out = tmp_path / "c.png"
@@ -76,8 +84,7 @@ def test_figure_from_real_traces(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
     g = block_figure.gap_series(case["block"]["f"] + case["sweeps"]["f"], f_star)
     assert g.min() == 1e-12 and np.all(g > 0)  # f = f* is drawn, not dropped by the log
-    assert block_figure.case_label(dict(case, frac="0.01")) == \
-        "n = 180, 1.0% constrained, square"
+    assert block_figure.case_label(dict(case, frac="0.01")) == "n = 180, 1.0% constrained, square"
 
 
 @pytest.mark.parametrize("n_cases", [1, 2, 3])
@@ -88,9 +95,15 @@ def test_figure_holds_its_title_and_legend(n_cases):
 
     blk, swp = _fits()
     f_star = min(min(blk.objective_trace), min(swp.objective_trace))
-    case = {"n": 180, "frac": "0.01", "loss": "square", "f_star": f_star,
-            "t_sweep": float(np.median(swp.sweep_seconds)),
-            "block": block_figure.curve(blk), "sweeps": block_figure.curve(swp)}
+    case = {
+        "n": 180,
+        "frac": "0.01",
+        "loss": "square",
+        "f_star": f_star,
+        "t_sweep": float(np.median(swp.sweep_seconds)),
+        "block": block_figure.curve(blk),
+        "sweeps": block_figure.curve(swp),
+    }
     fig = block_figure.draw([case] * n_cases)
     try:
         fig.canvas.draw()
@@ -112,8 +125,16 @@ def test_figure_without_cases_names_the_argument(tmp_path):
 
 def test_figure_option_names_the_argument(capsys, tmp_path):
     with pytest.raises(SystemExit):  # before any benchmark work
-        bench_block.main(["--n", "100", "--json", str(tmp_path / "r.json"),
-                          "--figure", str(tmp_path / "curves.jpg")])
+        bench_block.main(
+            [
+                "--n",
+                "100",
+                "--json",
+                str(tmp_path / "r.json"),
+                "--figure",
+                str(tmp_path / "curves.jpg"),
+            ]
+        )
     err = capsys.readouterr().err
     assert "--figure: expected a path ending in .png" in err and "curves.jpg" in err
     assert not (tmp_path / "r.json").exists()

@@ -41,9 +41,12 @@ def no_labels(monkeypatch):
     from npkl_dist import evaluate
     from npkl_dist.problem import _constraints
 
-    for mod, name in ((nk, "sample_constraints"), (nk, "clustering_metrics"),
-                      (evaluate, "clustering_metrics"),
-                      (_constraints, "sample_constraints")):
+    for mod, name in (
+        (nk, "sample_constraints"),
+        (nk, "clustering_metrics"),
+        (evaluate, "clustering_metrics"),
+        (_constraints, "sample_constraints"),
+    ):
         monkeypatch.setattr(mod, name, refuse)
 
 
@@ -73,8 +76,9 @@ def test_bcd_selection_is_deterministic_label_free_and_reported(inputs, no_label
 def test_admm_selection_and_auc_score(inputs, no_labels):
     L, _, cons_diag = inputs
     p = nk.NPKLProblem.build(L, cons_diag, loss="square", seed=0)
-    sel = nk.select_gamma(p, GRID, folds=2, seed=0, solver="admm",
-                          fit_options={"max_iter": 2000, "tol": 1e-4})
+    sel = nk.select_gamma(
+        p, GRID, folds=2, seed=0, solver="admm", fit_options={"max_iter": 2000, "tol": 1e-4}
+    )
     assert sel.score == "auc"  # no n_clusters: the K-free score
     assert sel.gamma in GRID and sel.scores.shape == (2, 3)
     assert sel.problem.constraints.diagonal
@@ -88,8 +92,12 @@ def test_heldout_pairs_never_reach_the_fitted_problem(inputs, monkeypatch):
     def spy(problem, **options):
         c = problem.constraints
         seen.append({(int(i), int(j)) for i, j in zip(c.i, c.j)})
-        return nk.FitResult(V=np.random.default_rng(0).standard_normal((problem.n_points, 2)),
-                            objective=0.0, objective_initial=0.0, n_colours=0)
+        return nk.FitResult(
+            V=np.random.default_rng(0).standard_normal((problem.n_points, 2)),
+            objective=0.0,
+            objective_initial=0.0,
+            n_colours=0,
+        )
 
     monkeypatch.setattr(_select, "_solver_function", lambda solver: spy)
     p = nk.NPKLProblem.build(L, cons, loss="square")
@@ -117,16 +125,18 @@ def test_normalize_reaches_every_score_and_the_job_passes_it(inputs, monkeypatch
 
     L, cons, _ = inputs
     seen = []
-    monkeypatch.setattr(_select, "heldout_score",
-                        lambda *a, **k: seen.append(k["normalize"]) or 0.75)
+    monkeypatch.setattr(
+        _select, "heldout_score", lambda *a, **k: seen.append(k["normalize"]) or 0.75
+    )
     p = nk.NPKLProblem.build(L, cons, loss="linear")
     nk.select_gamma(p, (1, 10), folds=2, n_clusters=3, fit_options=BCD_OPTS, normalize=True)
     assert seen == [True] * 4
     asked = []
     monkeypatch.setattr(_job, "select_gamma", lambda *a, **k: asked.append(k["normalize"]))
     for flag in (False, True):
-        _job._select_gamma(_job.FitConfig(solver="bcd", loss="linear", normalize_kernel=flag),
-                           p, None)
+        _job._select_gamma(
+            _job.FitConfig(solver="bcd", loss="linear", normalize_kernel=flag), p, None
+        )
     assert asked == [False, True]
 
 
@@ -157,25 +167,34 @@ def test_heldout_score_values():
     assert _select.heldout_score(W, i2, j2, t2, n_clusters=2, normalize=True) == 1.0
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"gammas": ()}, r"gammas: the grid is empty"),
-    ({"gammas": (1.0, 0.0)}, r"gammas: every value must be a finite number > 0, got 0\.0"),
-    ({"gammas": (1.0, -2)}, r"gammas: .*got -2"),
-    ({"gammas": (1.0, float("nan"))}, r"gammas: .*nan"),
-    ({"gammas": (1, 1.0)}, r"gammas: \[1\.0\] appear more than once"),
-    ({"gammas": 3.0}, r"gammas: expected a sequence"),
-    ({"folds": 1}, r"folds: expected an integer >= 2, got 1"),
-    ({"folds": 30}, r"folds: 30 folds need at least 30 must-link pairs .* have 24; lower folds"),
-    ({"seed": -1}, r"seed: expected an integer >= 0"),
-    ({"solver": "sgd"}, r"solver: 'sgd' is not one of"),
-    ({"score": "clusters"}, r"n_clusters: the 'clusters' score needs"),
-    ({"n_clusters": 1}, r"n_clusters: expected an integer in \[2, 90\], got 1"),
-    ({"score": "f1"}, r"score: 'f1' is not one of clusters, auc"),
-    ({"fit_options": {"max_iter": 3}}, r"fit_options: 'max_iter' is not an option of solver "
-                                      r"'bcd'"),
-    ({"fit_options": {"plan": None}}, r"fit_options: 'plan' belongs to one problem"),
-    ({"normalize": "yes"}, r"normalize: expected True or False, got 'yes'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"gammas": ()}, r"gammas: the grid is empty"),
+        ({"gammas": (1.0, 0.0)}, r"gammas: every value must be a finite number > 0, got 0\.0"),
+        ({"gammas": (1.0, -2)}, r"gammas: .*got -2"),
+        ({"gammas": (1.0, float("nan"))}, r"gammas: .*nan"),
+        ({"gammas": (1, 1.0)}, r"gammas: \[1\.0\] appear more than once"),
+        ({"gammas": 3.0}, r"gammas: expected a sequence"),
+        ({"folds": 1}, r"folds: expected an integer >= 2, got 1"),
+        (
+            {"folds": 30},
+            r"folds: 30 folds need at least 30 must-link pairs .* have 24; lower folds",
+        ),
+        ({"seed": -1}, r"seed: expected an integer >= 0"),
+        ({"solver": "sgd"}, r"solver: 'sgd' is not one of"),
+        ({"score": "clusters"}, r"n_clusters: the 'clusters' score needs"),
+        ({"n_clusters": 1}, r"n_clusters: expected an integer in \[2, 90\], got 1"),
+        ({"score": "f1"}, r"score: 'f1' is not one of clusters, auc"),
+        (
+            {"fit_options": {"max_iter": 3}},
+            r"fit_options: 'max_iter' is not an option of solver "
+            r"'bcd'",
+        ),
+        ({"fit_options": {"plan": None}}, r"fit_options: 'plan' belongs to one problem"),
+        ({"normalize": "yes"}, r"normalize: expected True or False, got 'yes'"),
+    ],
+)
 def test_errors_name_argument_value_and_fix(inputs, kwargs, match):
     L, cons, _ = inputs
     p = nk.NPKLProblem.build(L, cons)
@@ -187,8 +206,11 @@ def test_too_few_pairs_of_a_type(inputs):
     L, _, _ = inputs
     n = L.shape[0]
     c = nk.Constraints.from_arrays([0, 1, 2], [5, 6, 40], [1, 1, -1], n)
-    with pytest.raises(ValidationError, match=r"constraints: 1 cannot-link pair\(s\); "
-                                              r"cross-validation needs at least 2"):
+    with pytest.raises(
+        ValidationError,
+        match=r"constraints: 1 cannot-link pair\(s\); "
+        r"cross-validation needs at least 2",
+    ):
         nk.select_gamma(nk.NPKLProblem.build(L, c), n_clusters=3)
     with pytest.raises(ValidationError, match=r"problem: expected an NPKLProblem"):
         nk.select_gamma("problem.npz")
@@ -204,8 +226,7 @@ def test_unconverged_fits_are_summarised_in_one_warning(inputs):
     L, cons, _ = inputs
     p = nk.NPKLProblem.build(L, cons, loss="square")
     with pytest.warns(nk.ConvergenceWarning) as rec:
-        sel = nk.select_gamma(p, (1.0, 10.0), folds=2, n_clusters=3,
-                              fit_options={"max_sweeps": 1})
+        sel = nk.select_gamma(p, (1.0, 10.0), folds=2, n_clusters=3, fit_options={"max_sweeps": 1})
     assert len(rec) == 1
     assert "select_gamma: 4 of 4 cross-validation fits stopped" in str(rec[0].message)
     assert sel.n_unconverged.sum() == 4 and sel.to_dict()["n_unconverged"] == 4
@@ -217,8 +238,9 @@ def pair_files(tmp_path):
     X, y = _blobs()
     c = nk.sample_constraints(y, 24, 24, seed=1)
     np.save(tmp_path / "X.npy", X)
-    rows = ["i,j,type"] + [f"{i},{j},{'must' if t > 0 else 'cannot'}"
-                           for i, j, t in zip(c.i, c.j, c.t)]
+    rows = ["i,j,type"] + [
+        f"{i},{j},{'must' if t > 0 else 'cannot'}" for i, j, t in zip(c.i, c.j, c.t)
+    ]
     (tmp_path / "pairs.csv").write_text("\n".join(rows) + "\n")
     return tmp_path
 
@@ -230,9 +252,26 @@ def test_cli_gamma_cv(pair_files, capsys, extra, score):
     from npkl_flows.cli import main
 
     d = pair_files
-    code = main(["fit", "--features", str(d / "X.npy"), "--constraints", str(d / "pairs.csv"),
-                 "--loss", "linear", "--gamma", "cv", "--max-sweeps", "2000", "--tol", "1e-4",
-                 "--json", "--quiet", *extra])
+    code = main(
+        [
+            "fit",
+            "--features",
+            str(d / "X.npy"),
+            "--constraints",
+            str(d / "pairs.csv"),
+            "--loss",
+            "linear",
+            "--gamma",
+            "cv",
+            "--max-sweeps",
+            "2000",
+            "--tol",
+            "1e-4",
+            "--json",
+            "--quiet",
+            *extra,
+        ]
+    )
     assert code == 0
     s = json.loads(capsys.readouterr().out)
     sel = s["gamma_selection"]
@@ -246,8 +285,17 @@ def test_cli_gamma_rejects_words_and_run(pair_files, capsys, tmp_path):
 
     d = pair_files
     with pytest.raises(SystemExit) as exc:
-        main(["fit", "--features", str(d / "X.npy"), "--constraints", str(d / "pairs.csv"),
-              "--gamma", "auto"])
+        main(
+            [
+                "fit",
+                "--features",
+                str(d / "X.npy"),
+                "--constraints",
+                str(d / "pairs.csv"),
+                "--gamma",
+                "auto",
+            ]
+        )
     assert exc.value.code == 2
     assert "expected a number or 'cv', got 'auto'" in capsys.readouterr().err
 
@@ -257,14 +305,33 @@ def test_cli_gamma_cv_with_a_run_is_recorded_for_resume(pair_files, capsys, tmp_
     run learns with it instead of choosing again."""
     import json
 
-    from npkl_flows.cli import main
     from npkl_dist import store as st
+    from npkl_flows.cli import main
 
     d = pair_files
-    code = main(["fit", "--features", str(d / "X.npy"), "--constraints", str(d / "pairs.csv"),
-                 "--loss", "linear", "--gamma", "cv", "--clusters", "3", "--max-sweeps", "2000",
-                 "--tol", "1e-4",
-                 "--run", str(tmp_path / "run"), "--json", "--quiet"])
+    code = main(
+        [
+            "fit",
+            "--features",
+            str(d / "X.npy"),
+            "--constraints",
+            str(d / "pairs.csv"),
+            "--loss",
+            "linear",
+            "--gamma",
+            "cv",
+            "--clusters",
+            "3",
+            "--max-sweeps",
+            "2000",
+            "--tol",
+            "1e-4",
+            "--run",
+            str(tmp_path / "run"),
+            "--json",
+            "--quiet",
+        ]
+    )
     assert code == 0
     s = json.loads(capsys.readouterr().out)
     store = st.RunStore.open(str(tmp_path / "run"), mode="r")

@@ -21,8 +21,10 @@ def test_every_package_is_installed():
     every package of the tree and nothing else, so a new sub-package cannot be left out of
     the wheel."""
     listed = set(_pyproject()["tool"]["setuptools"]["packages"])
-    tree = {".".join(p.parent.relative_to(ROOT).parts)
-            for p in (ROOT / "npkl_dist").rglob("__init__.py")}
+    tree = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "npkl_dist").rglob("__init__.py")
+    }
     assert listed == tree | {"npkl_flows"}
 
 
@@ -34,8 +36,11 @@ def test_flows_installs_under_a_name_that_cannot_collide():
 
 
 def test_no_module_over_the_size_limit():
-    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines())
-             for d in ("npkl_dist", "flows") for p in (ROOT / d).rglob("*.py")}
+    sizes = {
+        str(p.relative_to(ROOT)): len(p.read_text().splitlines())
+        for d in ("npkl_dist", "flows")
+        for p in (ROOT / d).rglob("*.py")
+    }
     over = {k: v for k, v in sizes.items() if v > MAX_MODULE_LINES}
     assert not over, f"modules over {MAX_MODULE_LINES} lines: {over}"
 
@@ -46,6 +51,11 @@ def test_layer_contracts_are_declared():
     kinds = {c["type"] for c in contracts}
     assert {"layers", "forbidden", "acyclic_siblings"} <= kinds
     layers = next(c for c in contracts if c["name"].startswith("Library layers"))["layers"]
-    for pkg in ("npkl_dist.job", "npkl_dist.executors", "npkl_dist.store", "npkl_dist.solvers",
-                "npkl_dist.linalg"):
+    for pkg in (
+        "npkl_dist.job",
+        "npkl_dist.executors",
+        "npkl_dist.store",
+        "npkl_dist.solvers",
+        "npkl_dist.linalg",
+    ):
         assert any(pkg in layer.split(" | ") for layer in layers), pkg

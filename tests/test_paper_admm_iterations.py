@@ -9,21 +9,32 @@ from bench.paper import admm_iterations as ai
 
 def _published(name, method, quantity="accuracy"):
     assert (method, quantity) == ("KL-ADMM", "cpu")
-    return {"chessboard": (3.0, 0.03, "T2"),   # 1% spread: a fixed count, 6 ms an iteration
-            "dbl-spiral": (0.6, 0.2, "T2"),    # 33% spread: early stops
-            "soybean": (1.0, 0.3, "T2"),       # early stops, no same-size peer
-            "adult-a1a": (50.0, 0.5, "T2")}.get(name)
+    return {
+        "chessboard": (3.0, 0.03, "T2"),  # 1% spread: a fixed count, 6 ms an iteration
+        "dbl-spiral": (0.6, 0.2, "T2"),  # 33% spread: early stops
+        "soybean": (1.0, 0.3, "T2"),  # early stops, no same-size peer
+        "adult-a1a": (50.0, 0.5, "T2"),
+    }.get(name)
 
 
 def _row(name, its, seconds, **extra):
-    return {"dataset": name, "method": "KL-ADMM", "rep": 0, "n": 100, "iterations": its,
-            "fit_seconds": seconds, "rand_accuracy": 0.9, **extra}
+    return {
+        "dataset": name,
+        "method": "KL-ADMM",
+        "rep": 0,
+        "n": 100,
+        "iterations": its,
+        "fit_seconds": seconds,
+        "rand_accuracy": 0.9,
+        **extra,
+    }
 
 
 def test_per_iteration_bounds_and_the_peer_implied_count(tmp_path):
     records = [
-        _row("chessboard", 500, 0.030), _row("chessboard", 250, 0.010),  # 60 and 40 us/it
-        _row("dbl-spiral", 500, 0.020),                                  # 40 us/it
+        _row("chessboard", 500, 0.030),
+        _row("chessboard", 250, 0.010),  # 60 and 40 us/it
+        _row("dbl-spiral", 500, 0.020),  # 40 us/it
         _row("soybean", 100, 0.002),
         _row("adult-a1a", 100, 0.25),
         # left out: another method, a failed fit, another protocol, no published time

@@ -21,7 +21,8 @@ def _cons(n=12):
 def test_point_groups():
     groups = es.point_groups(_cons(), 12)
     assert [es.GROUPS[g] for g in groups] == (
-        ["giant"] * 7 + ["other ML"] * 2 + ["CL only"] + ["free"] * 2)
+        ["giant"] * 7 + ["other ML"] * 2 + ["CL only"] + ["free"] * 2
+    )
 
 
 def test_misassigned_is_invariant_to_cluster_names_and_takes_the_best_matching():
@@ -36,9 +37,9 @@ def test_misassigned_is_invariant_to_cluster_names_and_takes_the_best_matching()
 def test_split_counts_errors_per_group_and_violated_pairs():
     y = np.array([0, 0, 0, 0, 1, 1, 1, 0, 0, 1, 0, 1])
     labels = y.copy()
-    labels[9] = 0   # the CL-only point (class 1) goes with class 0: its CL with 0 is violated
+    labels[9] = 0  # the CL-only point (class 1) goes with class 0: its CL with 0 is violated
     labels[11] = 0  # a free point wrong
-    labels[8] = 1   # breaks the must-link 7-8
+    labels[8] = 1  # breaks the must-link 7-8
     out = es.split(y, labels, _cons())
     assert out["wrong giant"] == 0 and out["n giant"] == 7
     assert out["wrong other ML"] == 1 and out["n other ML"] == 2

@@ -9,21 +9,33 @@ FAST, SLOW = "Fast CPU, 2 cores", "Slow CPU, 2 cores"
 
 def _published(name, method, quantity="accuracy"):
     assert quantity == "cpu"
-    return {("iris", "KL-ADMM"): (2.0, 0.0, "paper T2"),
-            ("wine", "KL-ADMM"): (1.0, 0.0, "paper T2")}.get((name, method))
+    return {
+        ("iris", "KL-ADMM"): (2.0, 0.0, "paper T2"),
+        ("wine", "KL-ADMM"): (1.0, 0.0, "paper T2"),
+    }.get((name, method))
 
 
 def _row(name, method, seconds, machine, **extra):
-    return {"dataset": name, "method": method, "rep": 0, "n": 10, "machine": machine,
-            "fit_seconds": seconds, "rand_accuracy": 0.9, **extra}
+    return {
+        "dataset": name,
+        "method": method,
+        "rep": 0,
+        "n": 10,
+        "machine": machine,
+        "fit_seconds": seconds,
+        "rand_accuracy": 0.9,
+        **extra,
+    }
 
 
 def _rows():
     return [
         # iris: 100x and 200x on the fast machine (median 0.015 s: 133x), 40x and 50x on the
         # slow one (median 0.045 s: 44x)
-        _row("iris", "KL-ADMM", 0.01, FAST), _row("iris", "KL-ADMM", 0.02, FAST),
-        _row("iris", "KL-ADMM", 0.04, SLOW), _row("iris", "KL-ADMM", 0.05, SLOW),
+        _row("iris", "KL-ADMM", 0.01, FAST),
+        _row("iris", "KL-ADMM", 0.02, FAST),
+        _row("iris", "KL-ADMM", 0.04, SLOW),
+        _row("iris", "KL-ADMM", 0.05, SLOW),
         # wine: the fast machine only, 50x
         _row("wine", "KL-ADMM", 0.02, FAST),
         # rows the comparison must leave out: another method, a failed fit, another protocol,
@@ -71,9 +83,12 @@ def test_main_refuses_files_without_rows(tmp_path, capsys):
 def test_rows_with_threads_per_fit_are_a_machine_of_their_own(tmp_path):
     """``python -m bench.paper --threads 2`` rows: the same CPU, another column, never pooled
     with its one-thread rows."""
-    rows = [_row("iris", "KL-ADMM", 0.04, SLOW), _row("iris", "KL-ADMM", 0.05, SLOW),
-            _row("iris", "KL-ADMM", 0.01, SLOW, threads=2),
-            _row("iris", "KL-ADMM", 0.03, SLOW, threads=2)]
+    rows = [
+        _row("iris", "KL-ADMM", 0.04, SLOW),
+        _row("iris", "KL-ADMM", 0.05, SLOW),
+        _row("iris", "KL-ADMM", 0.01, SLOW, threads=2),
+        _row("iris", "KL-ADMM", 0.03, SLOW, threads=2),
+    ]
     path = tmp_path / "r.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     per = ftm.by_machine(ftm.load([path]), ["KL-ADMM"])
@@ -92,8 +107,11 @@ def test_main_leaves_out_machines_with_nothing_to_compare(tmp_path, capsys):
     column and no count line; the generic-name and family/model labels stay apart."""
     zen3 = "AMD EPYC (family 25, model 1), 2 cores"
     zen5 = "AMD EPYC (family 26, model 2, AVX-512), 2 cores"
-    rows = [_row("iris", "KL-ADMM", 0.04, zen3), _row("iris", "KL-ADMM", 0.01, zen5),
-            _row("glass", "KL-ADMM", 0.01, "AMD EPYC, 2 cores")]
+    rows = [
+        _row("iris", "KL-ADMM", 0.04, zen3),
+        _row("iris", "KL-ADMM", 0.01, zen5),
+        _row("glass", "KL-ADMM", 0.01, "AMD EPYC, 2 cores"),
+    ]
     path = tmp_path / "r.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     import bench.paper.published as pub
@@ -119,9 +137,12 @@ def test_protocol_picks_its_rows_files_and_methods(tmp_path, capsys):
     ones, and an unknown protocol is refused by name."""
     import pytest
 
-    rows = [_row("iris", "KL-ADMM", 0.04, SLOW), _row("iris", "KL-ADMM", 0.01, SLOW),
-            _row("iris", "KL-ADMM", 0.002, SLOW, protocol="simplenpkl"),
-            _row("iris", "SimpleNPKL-linear", 0.004, SLOW, protocol="simplenpkl")]
+    rows = [
+        _row("iris", "KL-ADMM", 0.04, SLOW),
+        _row("iris", "KL-ADMM", 0.01, SLOW),
+        _row("iris", "KL-ADMM", 0.002, SLOW, protocol="simplenpkl"),
+        _row("iris", "SimpleNPKL-linear", 0.004, SLOW, protocol="simplenpkl"),
+    ]
     path = tmp_path / "r.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     snp = ftm.load([path], "simplenpkl")
@@ -135,7 +156,8 @@ def test_protocol_picks_its_rows_files_and_methods(tmp_path, capsys):
     real = pub.published_value
     try:
         pub.published_value = lambda name, method, quantity="accuracy": (
-            {"KL-ADMM": (2.0, 0.0, "T2"), "SimpleNPKL-linear": (0.04, 0.0, "T3")}.get(method))
+            {"KL-ADMM": (2.0, 0.0, "T2"), "SimpleNPKL-linear": (0.04, 0.0, "T3")}.get(method)
+        )
         ftm.main(["--protocol", "simplenpkl", "--results", str(path)])
         out = capsys.readouterr().out
         # SimpleNPKL-linear only (KL-ADMM is not a default method there): 0.04 / 0.004 = 10x

@@ -64,20 +64,27 @@ def test_itml_pairs_drop_only_cannot_links_between_identical_points():
     pairs, y, dropped = peers.itml_pairs(X, cons)
     assert dropped == 2
     kept = {(int(a), int(b), int(c)) for (a, b), c in zip(pairs, y)}
-    want = {(int(a), int(b), 1 if c > 0 else -1) for a, b, c in zip(cons.i, cons.j, cons.t)
-            if not (np.array_equal(X[a], X[b]) and c < 0)}
+    want = {
+        (int(a), int(b), 1 if c > 0 else -1)
+        for a, b, c in zip(cons.i, cons.j, cons.t)
+        if not (np.array_equal(X[a], X[b]) and c < 0)
+    }
     assert kept == want and len(want) == 3
     assert pairs.dtype == np.int64 and y.dtype == np.int64 and set(y) <= {-1, 1}
     # without such pairs nothing is dropped
-    ok = nk.Constraints.from_arrays(np.array([0, 2]), np.array([2, 4]),
-                                    np.array([-1.0, 1.0]), 5, warn=False)
+    ok = nk.Constraints.from_arrays(
+        np.array([0, 2]), np.array([2, 4]), np.array([-1.0, 1.0]), 5, warn=False
+    )
     assert peers.itml_pairs(X, ok)[2] == 0
 
 
 def test_run_peer_returns_labels_and_what_the_peer_reports(monkeypatch):
     monkeypatch.setitem(peers.PEERS, "k-means", lambda X, k, cons, seed: np.zeros(3, int))
-    monkeypatch.setitem(peers.PEERS, "ITML+k-means",
-                        lambda X, k, cons, seed: (np.ones(3, int), {"dropped_pairs": 2}))
+    monkeypatch.setitem(
+        peers.PEERS,
+        "ITML+k-means",
+        lambda X, k, cons, seed: (np.ones(3, int), {"dropped_pairs": 2}),
+    )
     labels, info = peers.run_peer("k-means", None, 2, None, 0)
     assert labels.tolist() == [0, 0, 0] and info == {}
     labels, info = peers.run_peer("ITML+k-means", None, 2, None, 0)
@@ -107,8 +114,11 @@ def test_itml_fails_on_a_cannot_link_between_identical_points_and_runs_without_i
         with tempfile.TemporaryDirectory() as tmp:
             src, dst = Path(tmp) / "in.npz", Path(tmp) / "out.npy"
             np.savez(src, X=X, pairs=pairs, y=labels, seed=0)
-            return subprocess.run([str(py), "-c", peers._ITML_SCRIPT, str(src), str(dst)],
-                                  capture_output=True, text=True)
+            return subprocess.run(
+                [str(py), "-c", peers._ITML_SCRIPT, str(src), str(dst)],
+                capture_output=True,
+                text=True,
+            )
 
     raw = fit(np.column_stack([i, j]).astype(np.int64), np.where(t > 0, 1, -1))
     assert raw.returncode != 0 and "symmetric" in raw.stderr
@@ -129,18 +139,21 @@ def test_ensure_itml_env_finishes_an_install_that_died(tmp_path, monkeypatch):
             (tmp_path / "itml" / "bin").mkdir(parents=True)
             (tmp_path / "itml" / "bin" / "python").touch()
         elif "install" in cmd and len(calls) == 2:
-            raise RuntimeError("pip died")   # the first install dies half-way
+            raise RuntimeError("pip died")  # the first install dies half-way
 
     monkeypatch.setattr(peers, "ITML_VENV", tmp_path / "itml")
     monkeypatch.setattr(peers.subprocess, "run", fake_run)
     with pytest.raises(RuntimeError, match="pip died"):
         peers.ensure_itml_env()
     assert not (tmp_path / "itml" / ".installed").exists()
-    py = peers.ensure_itml_env()                       # the venv is there: only pip again
+    py = peers.ensure_itml_env()  # the venv is there: only pip again
     assert py == tmp_path / "itml" / "bin" / "python"
-    assert [c[1:4] for c in calls] == [["-m", "venv", str(tmp_path / "itml")],
-                                       ["-m", "pip", "install"], ["-m", "pip", "install"]]
-    assert calls[-1][-len(peers.ITML_REQUIREMENTS):] == peers.ITML_REQUIREMENTS
+    assert [c[1:4] for c in calls] == [
+        ["-m", "venv", str(tmp_path / "itml")],
+        ["-m", "pip", "install"],
+        ["-m", "pip", "install"],
+    ]
+    assert calls[-1][-len(peers.ITML_REQUIREMENTS) :] == peers.ITML_REQUIREMENTS
     assert (tmp_path / "itml" / ".installed").exists()
     peers.ensure_itml_env()
     assert len(calls) == 3

@@ -98,15 +98,42 @@ def test_simplenpkl_protocol_run_fits_with_its_capacity(tmp_path, monkeypatch):
 
     monkeypatch.setattr(snpkl, "fit_simplenpkl", spy)
     path, report = tmp_path / "results.jsonl", tmp_path / "RESULTS.md"
-    main_row = {"dataset": "chessboard", "method": "SimpleNPKL-linear", "rep": 0, "n": 100,
-                "fit_seconds": 9.0, "rand_accuracy": 0.5}
+    main_row = {
+        "dataset": "chessboard",
+        "method": "SimpleNPKL-linear",
+        "rep": 0,
+        "n": 100,
+        "fit_seconds": 9.0,
+        "rand_accuracy": 0.5,
+    }
     path.write_text(json.dumps(main_row) + "\n")
-    report.write_text("# R\n\n<!-- paper-replication:begin -->\nmain\n"
-                      "<!-- paper-replication:end -->\n")
-    assert run.main(["--protocol", "simplenpkl", "--datasets", "chessboard", "--methods",
-                     "SimpleNPKL-linear", "k-means", "--reps", "1", "--workers", "1",
-                     "--results", str(path), "--report", str(report),
-                     "--figure", str(tmp_path / "f.png")]) == 0
+    report.write_text(
+        "# R\n\n<!-- paper-replication:begin -->\nmain\n<!-- paper-replication:end -->\n"
+    )
+    assert (
+        run.main(
+            [
+                "--protocol",
+                "simplenpkl",
+                "--datasets",
+                "chessboard",
+                "--methods",
+                "SimpleNPKL-linear",
+                "k-means",
+                "--reps",
+                "1",
+                "--workers",
+                "1",
+                "--results",
+                str(path),
+                "--report",
+                str(report),
+                "--figure",
+                str(tmp_path / "f.png"),
+            ]
+        )
+        == 0
+    )
     # run_task ran in a spawned worker: fit it here too, through the same path
     recs = run.run_task("chessboard", 0, ["SimpleNPKL-linear"], "simplenpkl")
     assert seen == [(1.0, recs[0]["pairs"])]
@@ -119,8 +146,9 @@ def test_simplenpkl_protocol_run_fits_with_its_capacity(tmp_path, monkeypatch):
     by = {r["method"]: r for r in new}
     assert 0 < by["SimpleNPKL-linear"]["rand_accuracy_normalized"] <= 1
     assert "rand_accuracy_normalized" not in by["k-means"]
-    assert {r["pairs"] for r in new} == {protocols.component_rule_pairs(
-        run.prepare_data("chessboard")[1], seed=0)[0].size}
+    assert {r["pairs"] for r in new} == {
+        protocols.component_rule_pairs(run.prepare_data("chessboard")[1], seed=0)[0].size
+    }
     out = report.read_text()
     assert "<!-- paper-replication:begin -->\nmain\n<!-- paper-replication:end -->" in out
     assert "## Replication at simplenpkl-jmlr2011's own protocol" in out
@@ -137,22 +165,70 @@ def test_simplenpkl_report_compares_with_its_own_tables_only(tmp_path):
     iris's best there is 97.4 (NPKL HL / SimpleNPKL), not kl-admm's 98.69; soybean's
     SimpleNPKL-linear at 0.0005 s against its 0.01 s is 20x."""
     path, report = tmp_path / "r.jsonl", tmp_path / "RESULTS.md"
-    recs = [{"dataset": "iris", "method": "SimpleNPKL-linear", "rep": r, "n": 150,
-             "fit_seconds": 0.001, "rand_accuracy": 0.97, "protocol": "simplenpkl",
-             "pairs": 110 + r, "rand_accuracy_normalized": 0.95 + r / 100} for r in range(3)]
-    recs += [{"dataset": "soybean", "method": "SimpleNPKL-linear", "rep": 0, "n": 47,
-              "fit_seconds": 0.0005, "rand_accuracy": 1.0, "protocol": "simplenpkl",
-              "pairs": 44}]
-    recs += [{"dataset": "iris", "method": "KL-ADMM", "rep": 1, "n": 150, "fit_seconds": 0.05,
-              "rand_accuracy": 0.9, "protocol": "simplenpkl", "pairs": 111}]
+    recs = [
+        {
+            "dataset": "iris",
+            "method": "SimpleNPKL-linear",
+            "rep": r,
+            "n": 150,
+            "fit_seconds": 0.001,
+            "rand_accuracy": 0.97,
+            "protocol": "simplenpkl",
+            "pairs": 110 + r,
+            "rand_accuracy_normalized": 0.95 + r / 100,
+        }
+        for r in range(3)
+    ]
+    recs += [
+        {
+            "dataset": "soybean",
+            "method": "SimpleNPKL-linear",
+            "rep": 0,
+            "n": 47,
+            "fit_seconds": 0.0005,
+            "rand_accuracy": 1.0,
+            "protocol": "simplenpkl",
+            "pairs": 44,
+        }
+    ]
+    recs += [
+        {
+            "dataset": "iris",
+            "method": "KL-ADMM",
+            "rep": 1,
+            "n": 150,
+            "fit_seconds": 0.05,
+            "rand_accuracy": 0.9,
+            "protocol": "simplenpkl",
+            "pairs": 111,
+        }
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    assert run.main(["--protocol", "simplenpkl", "--datasets", "iris", "soybean",
-                     "--results", str(path), "--report", str(report), "--figure",
-                     str(tmp_path / "f.png"), "--report-only"]) == 0
+    assert (
+        run.main(
+            [
+                "--protocol",
+                "simplenpkl",
+                "--datasets",
+                "iris",
+                "soybean",
+                "--results",
+                str(path),
+                "--report",
+                str(report),
+                "--figure",
+                str(tmp_path / "f.png"),
+                "--report-only",
+            ]
+        )
+        == 0
+    )
     out = report.read_text()
     assert "### iris — best published 97.40 ± 0.00 (simplenpkl-jmlr2011.md Table 2" in out
-    assert "Our best: **SimpleNPKL-linear 97.00** vs best published 97.40: **within one std**" \
-        not in out  # 97.00 + 0 < 97.4 - 0: below
+    assert (
+        "Our best: **SimpleNPKL-linear 97.00** vs best published 97.40: **within one std**"
+        not in out
+    )  # 97.00 + 0 < 97.4 - 0: below
     assert "**BELOW**" in out  # the verdict keeps the papers' rule (97.00, not 96.00)
     assert "| SimpleNPKL-linear | 97.00 ± 0.00 | 96.00 ± 1.00 | 0.001 ± 0 | 3 |" in out
     assert "| SimpleNPKL-linear | 100.00 ± 0.00 |  | 0.0005 ± 0 | 1 |" in out  # none recorded
@@ -165,12 +241,14 @@ def test_simplenpkl_report_compares_with_its_own_tables_only(tmp_path):
 
 # ---- bench/paper/feature_forms.py: heart_scale back to the Statlog file's units ----------
 
+
 def _svm_scale(raw):
     """LIBSVM's svm-scale to [-1, 1] per column, printed at 6 significant digits as in
     heart_scale."""
     lo, hi = raw.min(axis=0), raw.max(axis=0)
-    return np.array([[float(f"{v:.6g}") for v in row]
-                     for row in 2.0 * (raw - lo) / (hi - lo) - 1.0])
+    return np.array(
+        [[float(f"{v:.6g}") for v in row] for row in 2.0 * (raw - lo) / (hi - lo) - 1.0]
+    )
 
 
 def _statlog_like(n, seed):

@@ -18,8 +18,14 @@ report_mod = pytest.importorskip("bench.paper.report")
 
 
 def _rec(dataset, method, rep, acc=0.5):
-    return {"dataset": dataset, "method": method, "rep": rep, "n": 10, "fit_seconds": 0.1,
-            "rand_accuracy": acc}
+    return {
+        "dataset": dataset,
+        "method": method,
+        "rep": rep,
+        "n": 10,
+        "fit_seconds": 0.1,
+        "rand_accuracy": acc,
+    }
 
 
 def _write(path, records):
@@ -30,22 +36,43 @@ def _report_only(tmp_path, records, datasets):
     """The report that ``--report-only`` writes from ``records`` for ``datasets``."""
     path, report = tmp_path / "results.jsonl", tmp_path / "RESULTS.md"
     _write(path, records)
-    assert run.main(["--datasets", *datasets, "--results", str(path), "--report", str(report),
-                     "--figure", str(tmp_path / "f.png"), "--report-only"]) == 0
+    assert (
+        run.main(
+            [
+                "--datasets",
+                *datasets,
+                "--results",
+                str(path),
+                "--report",
+                str(report),
+                "--figure",
+                str(tmp_path / "f.png"),
+                "--report-only",
+            ]
+        )
+        == 0
+    )
     return report.read_text()
 
 
 def test_discard_removes_only_the_named_methods_on_the_named_datasets(tmp_path):
     path = tmp_path / "results.jsonl"
-    recs = [_rec(d, m, rep) for d in ("iris", "wine", "adult-a1a")
-            for m in ("BCD-hinge", "BCD-square", "k-means") for rep in range(3)]
+    recs = [
+        _rec(d, m, rep)
+        for d in ("iris", "wine", "adult-a1a")
+        for m in ("BCD-hinge", "BCD-square", "k-means")
+        for rep in range(3)
+    ]
     _write(path, recs)
     before = path.read_text().splitlines()
     removed = run.discard(path, ["iris", "adult-a1a"], ["BCD-hinge"])
     assert removed == 6
     after = path.read_text().splitlines()
-    expected = [line for line, r in zip(before, recs)
-                if not (r["dataset"] in ("iris", "adult-a1a") and r["method"] == "BCD-hinge")]
+    expected = [
+        line
+        for line, r in zip(before, recs)
+        if not (r["dataset"] in ("iris", "adult-a1a") and r["method"] == "BCD-hinge")
+    ]
     assert after == expected  # every other line kept, byte for byte and in order
     assert ("wine", "BCD-hinge", 0) in run._done(path)
     assert ("iris", "BCD-hinge", 0) not in run._done(path)
@@ -70,9 +97,30 @@ def test_fresh_methods_recomputes_only_those_rows(tmp_path):
     other_method = _rec("iris", "spectral", 0, acc=0.456)
     other_dataset = _rec("wine", "k-means", 0, acc=0.789)
     _write(path, [stale, other_method, other_dataset])
-    assert run.main(["--datasets", "iris", "--methods", "k-means", "spectral", "--reps", "1",
-                     "--workers", "1", "--results", str(path), "--report", str(report),
-                     "--figure", str(tmp_path / "fig.png"), "--fresh-methods", "k-means"]) == 0
+    assert (
+        run.main(
+            [
+                "--datasets",
+                "iris",
+                "--methods",
+                "k-means",
+                "spectral",
+                "--reps",
+                "1",
+                "--workers",
+                "1",
+                "--results",
+                str(path),
+                "--report",
+                str(report),
+                "--figure",
+                str(tmp_path / "fig.png"),
+                "--fresh-methods",
+                "k-means",
+            ]
+        )
+        == 0
+    )
     got = run.load_results(path)
     assert got[0] == other_method and got[1] == other_dataset  # untouched, not recomputed
     new = [r for r in got[2:]]
@@ -87,18 +135,47 @@ def test_unavailable_records_are_retried_and_replaced(tmp_path):
     """A method that could not run (missing package) is not a result: the next run retries
     it and its record is replaced; real results and real failures stay cached."""
     path = tmp_path / "results.jsonl"
-    missing = {"dataset": "iris", "method": "k-means", "rep": 0, "n": 150,
-               "error": "unavailable: some package is missing: pip install it"}
-    failed = {"dataset": "iris", "method": "spectral", "rep": 0, "n": 150,
-              "error": "ValueError: a real failure"}
+    missing = {
+        "dataset": "iris",
+        "method": "k-means",
+        "rep": 0,
+        "n": 150,
+        "error": "unavailable: some package is missing: pip install it",
+    }
+    failed = {
+        "dataset": "iris",
+        "method": "spectral",
+        "rep": 0,
+        "n": 150,
+        "error": "ValueError: a real failure",
+    }
     kept = _rec("wine", "k-means", 0, acc=0.789)
     _write(path, [missing, failed, kept])
     assert ("iris", "k-means", 0) not in run._done(path)
     assert ("iris", "spectral", 0) in run._done(path)
-    assert run.main(["--datasets", "iris", "--methods", "k-means", "spectral", "--reps", "1",
-                     "--workers", "1", "--results", str(path), "--report",
-                     str(tmp_path / "RESULTS.md"), "--figure", str(tmp_path / "f.png"),
-                     "--no-warm-up"]) == 0
+    assert (
+        run.main(
+            [
+                "--datasets",
+                "iris",
+                "--methods",
+                "k-means",
+                "spectral",
+                "--reps",
+                "1",
+                "--workers",
+                "1",
+                "--results",
+                str(path),
+                "--report",
+                str(tmp_path / "RESULTS.md"),
+                "--figure",
+                str(tmp_path / "f.png"),
+                "--no-warm-up",
+            ]
+        )
+        == 0
+    )
     got = run.load_results(path)
     assert got[:2] == [failed, kept]  # untouched, in order
     assert [(r["dataset"], r["method"], r["rep"]) for r in got[2:]] == [("iris", "k-means", 0)]
@@ -111,37 +188,93 @@ def test_retry_failed_recomputes_only_the_failed_repetitions(tmp_path):
     and recomputes those repetitions; their successful repetitions, other methods' failures
     and other data sets stay as they were."""
     path = tmp_path / "results.jsonl"
-    failed = {"dataset": "iris", "method": "k-means", "rep": 0, "n": 150,
-              "error": "ValueError: a real failure"}
+    failed = {
+        "dataset": "iris",
+        "method": "k-means",
+        "rep": 0,
+        "n": 150,
+        "error": "ValueError: a real failure",
+    }
     good = _rec("iris", "k-means", 1, acc=0.123)
-    other_method = {"dataset": "iris", "method": "spectral", "rep": 0, "n": 150,
-                    "error": "ValueError: another failure"}
-    other_dataset = {"dataset": "wine", "method": "k-means", "rep": 0, "n": 178,
-                     "error": "ValueError: a failure elsewhere"}
+    other_method = {
+        "dataset": "iris",
+        "method": "spectral",
+        "rep": 0,
+        "n": 150,
+        "error": "ValueError: another failure",
+    }
+    other_dataset = {
+        "dataset": "wine",
+        "method": "k-means",
+        "rep": 0,
+        "n": 178,
+        "error": "ValueError: a failure elsewhere",
+    }
     _write(path, [failed, good, other_method, other_dataset])
     assert run.discard_failed(tmp_path / "none.jsonl", ["iris"], ["k-means"]) == 0
-    assert run.main(["--datasets", "iris", "--methods", "k-means", "spectral", "--reps", "2",
-                     "--workers", "1", "--results", str(path), "--report",
-                     str(tmp_path / "RESULTS.md"), "--figure", str(tmp_path / "f.png"),
-                     "--no-warm-up", "--retry-failed", "k-means"]) == 0
+    assert (
+        run.main(
+            [
+                "--datasets",
+                "iris",
+                "--methods",
+                "k-means",
+                "spectral",
+                "--reps",
+                "2",
+                "--workers",
+                "1",
+                "--results",
+                str(path),
+                "--report",
+                str(tmp_path / "RESULTS.md"),
+                "--figure",
+                str(tmp_path / "f.png"),
+                "--no-warm-up",
+                "--retry-failed",
+                "k-means",
+            ]
+        )
+        == 0
+    )
     got = run.load_results(path)
     assert got[:3] == [good, other_method, other_dataset]  # untouched, in order
     new = got[3:]
-    assert [(r["dataset"], r["method"], r["rep"]) for r in new] == [("iris", "k-means", 0),
-                                                                    ("iris", "spectral", 1)]
+    assert [(r["dataset"], r["method"], r["rep"]) for r in new] == [
+        ("iris", "k-means", 0),
+        ("iris", "spectral", 1),
+    ]
     assert all("error" not in r for r in new)
 
 
 def test_report_only_runs_nothing_and_rewrites_the_tables(tmp_path):
     path = tmp_path / "results.jsonl"
     report = tmp_path / "RESULTS.md"
-    report.write_text("# before\n\n<!-- paper-replication:begin -->\nold\n"
-                      "<!-- paper-replication:end -->\nafter\n")
+    report.write_text(
+        "# before\n\n<!-- paper-replication:begin -->\nold\n"
+        "<!-- paper-replication:end -->\nafter\n"
+    )
     _write(path, [_rec("iris", "k-means", r, acc=0.9 + r / 100) for r in range(3)])
     text = path.read_text()
-    assert run.main(["--datasets", "iris", "wine", "--reps", "20", "--results", str(path),
-                     "--report", str(report), "--figure", str(tmp_path / "f.png"),
-                     "--report-only"]) == 0
+    assert (
+        run.main(
+            [
+                "--datasets",
+                "iris",
+                "wine",
+                "--reps",
+                "20",
+                "--results",
+                str(path),
+                "--report",
+                str(report),
+                "--figure",
+                str(tmp_path / "f.png"),
+                "--report-only",
+            ]
+        )
+        == 0
+    )
     assert path.read_text() == text  # nothing was run (wine has no results and stays so)
     out = report.read_text()
     # the block between the markers replaced: its old line gone (the report's own prose may
@@ -161,8 +294,10 @@ def test_speed_table_compares_with_the_published_cpu_time(tmp_path):
     out = _report_only(tmp_path, recs, ["iris", "soybean"])
     assert "### Fit time against the papers' CPU times" in out
     assert "| iris | KL-ADMM | 0.02 | 0.02 | 3.44 | 172x | yes | 2 | AMD EPYC |" in out
-    assert ("| soybean | SimpleNPKL-linear | 0.005 | 0.005 | 0.01 | 2x | **no** | 2 | AMD EPYC |"
-            in out)
+    assert (
+        "| soybean | SimpleNPKL-linear | 0.005 | 0.005 | 0.01 | 2x | **no** | 2 | AMD EPYC |"
+        in out
+    )
     assert "Met on 1 of 2 (on 1 by the mean). Where the misses' time goes" in out
     assert "Machine by machine" in out and "`python -m bench.paper.fit_time_machines`" in out
     assert "| iris | k-means | 0.1 |" not in out
@@ -172,8 +307,10 @@ def test_speed_table_judges_the_median_and_shows_the_mean(tmp_path):
     """One slow repetition (a worker's first fit loading the compiled kernels) moves the mean
     but not the median: heart KL-ADMM (37.14 s published) at 0.1, 0.1, 0.1, 1.3 s has median
     0.1 s (371x, met) and mean 0.4 s (93x, not met by the mean)."""
-    recs = [dict(_rec("heart", "KL-ADMM", r), fit_seconds=t)
-            for r, t in enumerate([0.1, 0.1, 0.1, 1.3])]
+    recs = [
+        dict(_rec("heart", "KL-ADMM", r), fit_seconds=t)
+        for r, t in enumerate([0.1, 0.1, 0.1, 1.3])
+    ]
     out = _report_only(tmp_path, recs, ["heart"])
     assert "| heart | KL-ADMM | 0.1 | 0.4 | 37.14 | 371x | yes | 4 | AMD EPYC |" in out
     assert "Met on 1 of 1 (on 0 by the mean).\n" in out  # nothing missed: no pointer
@@ -183,17 +320,27 @@ def test_rows_name_the_machine_that_measured_them(tmp_path):
     """Rows without a machine field are the legacy machine's; a method whose repetitions ran
     on two machines has its fit time marked and both machines in the fit-time table."""
     recs = [dict(_rec("iris", "KL-ADMM", 0), fit_seconds=0.02)]  # legacy row
-    recs += [dict(_rec("iris", "KL-ADMM", 1), fit_seconds=0.04,
-                  machine="Intel(R) Xeon(R) Processor, 2 cores")]
-    recs += [dict(_rec("iris", "k-means", r), machine="Intel(R) Xeon(R) Processor, 2 cores")
-             for r in range(2)]
+    recs += [
+        dict(
+            _rec("iris", "KL-ADMM", 1),
+            fit_seconds=0.04,
+            machine="Intel(R) Xeon(R) Processor, 2 cores",
+        )
+    ]
+    recs += [
+        dict(_rec("iris", "k-means", r), machine="Intel(R) Xeon(R) Processor, 2 cores")
+        for r in range(2)
+    ]
     out = _report_only(tmp_path, recs, ["iris"])
-    assert ("Rows measured on: Intel(R) Xeon(R) Processor, 2 cores (3 rows); "
-            "AMD EPYC, 2 cores (1 rows).") in out
+    assert (
+        "Rows measured on: Intel(R) Xeon(R) Processor, 2 cores (3 rows); "
+        "AMD EPYC, 2 cores (1 rows)."
+    ) in out
     assert "| KL-ADMM | 50.00 ± 0.00 | 0.03 ± 0.014 ‡ | 2 |" in out
     assert "| k-means | 50.00 ± 0.00 | 0.1 ± 0 | 2 |" in out  # one machine: no mark
-    assert ("| iris | KL-ADMM | 0.03 | 0.03 | 3.44 | 115x | yes | 2 | AMD EPYC + Intel Xeon |"
-            in out)
+    assert (
+        "| iris | KL-ADMM | 0.03 | 0.03 | 3.44 | 115x | yes | 2 | AMD EPYC + Intel Xeon |" in out
+    )
 
 
 def test_run_task_records_the_machine(monkeypatch):
@@ -227,8 +374,11 @@ def test_machine_names_the_cpu_family_and_model_behind_a_generic_name(tmp_path):
     zen5 = tmp_path / "zen5"
     zen5.write_text(ZEN5_CPUINFO)
     zen3 = tmp_path / "zen3"
-    zen3.write_text(ZEN5_CPUINFO.replace(": 26", ": 25").replace("\t\t: 2\n", "\t\t: 1\n")
-                    .replace(" avx512f avx512dq", ""))
+    zen3.write_text(
+        ZEN5_CPUINFO.replace(": 26", ": 25")
+        .replace("\t\t: 2\n", "\t\t: 1\n")
+        .replace(" avx512f avx512dq", "")
+    )
     m5, m3 = report.machine(zen5), report.machine(zen3)
     assert m5.startswith("AMD EPYC (family 26, model 2, AVX-512), ")
     assert m3.startswith("AMD EPYC (family 25, model 1), ")
@@ -305,16 +455,24 @@ def test_warm_up_fits_each_npkl_method_once_untimed(monkeypatch, capsys):
     monkeypatch.setattr(run, "learn_kernel", fake)
     before = numba.get_num_threads()
     try:
-        done = run.warm_up(["KL-ADMM-cv", "KL-ADMM", "k-means", "BCD-linear-cv", "BCD-hinge",
-                            "SimpleNPKL-linear", "PCKMeans"], protocol="simplenpkl",
-                           threads=2)
+        done = run.warm_up(
+            [
+                "KL-ADMM-cv",
+                "KL-ADMM",
+                "k-means",
+                "BCD-linear-cv",
+                "BCD-hinge",
+                "SimpleNPKL-linear",
+                "PCKMeans",
+            ],
+            protocol="simplenpkl",
+            threads=2,
+        )
         assert numba.get_num_threads() == 2
         assert done == ["KL-ADMM", "BCD-linear", "SimpleNPKL-linear"]
-        assert [c[0] for c in calls] == ["KL-ADMM", "BCD-linear", "BCD-hinge",
-                                         "SimpleNPKL-linear"]
+        assert [c[0] for c in calls] == ["KL-ADMM", "BCD-linear", "BCD-hinge", "SimpleNPKL-linear"]
         n = calls[0][1]
-        assert n > 2 * CHUNK and all(c[1:] == (n, (n, n), True, 2, "simplenpkl")
-                                     for c in calls)
+        assert n > 2 * CHUNK and all(c[1:] == (n, (n, n), True, 2, "simplenpkl") for c in calls)
         assert "warm-up of BCD-hinge failed: RuntimeError: boom" in capsys.readouterr().err
         calls.clear()
         assert run.warm_up(["KL-ADMM"], threads=1) == ["KL-ADMM"]
@@ -335,14 +493,29 @@ def test_warm_up_really_fits(capsys):
 def test_threads_times_workers_may_not_exceed_the_cores(tmp_path):
     run.check_threads(1, 2, cores=2)
     run.check_threads(2, 1, cores=2)
-    with pytest.raises(ValueError, match=r"--workers 2 x --threads 2 = 4 threads on 2 cores.*"
-                                         r"use --workers 1 --threads 2"):
+    with pytest.raises(
+        ValueError,
+        match=r"--workers 2 x --threads 2 = 4 threads on 2 cores.*"
+        r"use --workers 1 --threads 2",
+    ):
         run.check_threads(2, 2, cores=2)
     with pytest.raises(ValueError, match="--threads: expected a positive integer, got 0"):
         run.check_threads(1, 0, cores=2)
     with pytest.raises(SystemExit):  # the CLI turns it into a usage error, running nothing
-        run.main(["--datasets", "chessboard", "--workers", "64", "--threads", "64",
-                  "--results", str(tmp_path / "r.jsonl"), "--report", str(tmp_path / "R.md")])
+        run.main(
+            [
+                "--datasets",
+                "chessboard",
+                "--workers",
+                "64",
+                "--threads",
+                "64",
+                "--results",
+                str(tmp_path / "r.jsonl"),
+                "--report",
+                str(tmp_path / "R.md"),
+            ]
+        )
     assert not (tmp_path / "r.jsonl").exists()
 
 
@@ -351,8 +524,18 @@ def test_reps_below_one_is_a_usage_error_not_a_report_rewrite(tmp_path, capsys, 
     """--reps 0 ran nothing and rewrote the report (its date); now it names --report-only."""
     report = tmp_path / "R.md"
     with pytest.raises(SystemExit):
-        run.main(["--datasets", "chessboard", "--reps", reps, "--results",
-                  str(tmp_path / "r.jsonl"), "--report", str(report)])
+        run.main(
+            [
+                "--datasets",
+                "chessboard",
+                "--reps",
+                reps,
+                "--results",
+                str(tmp_path / "r.jsonl"),
+                "--report",
+                str(report),
+            ]
+        )
     err = capsys.readouterr().err
     assert "argument --reps: expected an integer" in err
     assert "--report-only" in err or reps == "two"
@@ -364,12 +547,20 @@ def test_a_results_file_keeps_one_thread_count(tmp_path):
     refuses --threads 2 (it would skip those repetitions and pool both counts), naming the
     fix; other protocols' rows do not count."""
     path = tmp_path / "results.jsonl"
-    _write(path, [_rec("iris", "KL-ADMM", 0), dict(_rec("iris", "KL-ADMM", 0),
-                                                   protocol="simplenpkl", threads=2)])
+    _write(
+        path,
+        [
+            _rec("iris", "KL-ADMM", 0),
+            dict(_rec("iris", "KL-ADMM", 0), protocol="simplenpkl", threads=2),
+        ],
+    )
     run._check_same_threads(path, "kl-admm", 1)
     run._check_same_threads(path, "simplenpkl", 2)
-    with pytest.raises(ValueError, match=r"holds rows measured with 1 thread\(s\) per fit; "
-                                         r"write these to a results file of their own"):
+    with pytest.raises(
+        ValueError,
+        match=r"holds rows measured with 1 thread\(s\) per fit; "
+        r"write these to a results file of their own",
+    ):
         run._check_same_threads(path, "kl-admm", 2)
     with pytest.raises(ValueError, match="--threads 1: .* with 2 thread"):
         run.run(["iris"], 1, ["k-means"], path, workers=1, protocol="simplenpkl")
@@ -390,8 +581,9 @@ def test_task_inputs_builds_the_graph_on_one_openmp_thread_whoever_calls(monkeyp
     seen, real = [], nk.knn_graph
 
     def spy(*args, **kwargs):
-        seen.append([lib["num_threads"] for lib in threadpool_info()
-                     if lib["user_api"] == "openmp"])
+        seen.append(
+            [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "openmp"]
+        )
         return real(*args, **kwargs)
 
     monkeypatch.setattr(nk, "knn_graph", spy)
@@ -459,8 +651,7 @@ def test_admm_stops_where_its_traces_first_meet_its_rule():
         assert live.converged and int(np.flatnonzero(ok)[0]) + 1 == live.n_sweeps
 
 
-def test_rows_reach_the_results_file_even_if_it_is_replaced_during_the_run(tmp_path,
-                                                                          monkeypatch):
+def test_rows_reach_the_results_file_even_if_it_is_replaced_during_the_run(tmp_path, monkeypatch):
     """The results file replaced while the harness runs (a `git stash` of it, another run's
     atomic rewrite): every row still reaches the file at the path. The harness used to
     hold one handle for the whole run, and the rows written after the replacement went to
@@ -489,25 +680,38 @@ def test_rows_reach_the_results_file_even_if_it_is_replaced_during_the_run(tmp_p
         copy = tmp_path / "copy"  # replace the file, as git does: a new inode at the path
         copy.write_bytes(results.read_bytes())
         os.replace(copy, results)
-        return [{"dataset": name, "method": m, "rep": rep, "protocol": protocol}
-                for m in todo]
+        return [{"dataset": name, "method": m, "rep": rep, "protocol": protocol} for m in todo]
 
     monkeypatch.setattr(run, "ProcessPoolExecutor", Pool)
     monkeypatch.setattr(run, "run_task", task)
-    run.run(["chessboard", "soybean"], 2, ["k-means"], results, workers=1, progress=False,
-            warm=False)
+    run.run(
+        ["chessboard", "soybean"], 2, ["k-means"], results, workers=1, progress=False, warm=False
+    )
     rows = [json.loads(x) for x in results.read_text().splitlines()]
     assert rows[0]["rep"] == 9  # the earlier row, kept
     assert sorted((r["dataset"], r["rep"]) for r in rows[1:]) == [  # as they completed
-        ("chessboard", 0), ("chessboard", 1), ("soybean", 0), ("soybean", 1)]
+        ("chessboard", 0),
+        ("chessboard", 1),
+        ("soybean", 0),
+        ("soybean", 1),
+    ]
 
 
 def _git(root, *args):
     import subprocess
 
-    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-                        "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+    subprocess.run(
+        ["git", "-C", str(root), *args],
+        check=True,
+        capture_output=True,
+        env={
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        },
+    )
 
 
 def test_code_version_is_head_and_says_when_the_code_differs_from_it(tmp_path):
@@ -521,8 +725,12 @@ def test_code_version_is_head_and_says_when_the_code_differs_from_it(tmp_path):
     if shutil.which("git") is None:
         pytest.skip("git not installed")
     assert report.code_version(tmp_path) is None  # not a checkout
-    for rel in ("npkl_dist/core.py", "bench/paper/run.py", "bench/paper/results.jsonl",
-                "README.md"):
+    for rel in (
+        "npkl_dist/core.py",
+        "bench/paper/run.py",
+        "bench/paper/results.jsonl",
+        "README.md",
+    ):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("x\n")
     _git(tmp_path, "init", "-q")
@@ -560,8 +768,10 @@ def test_rows_name_the_code_that_computed_them(tmp_path, monkeypatch):
     rows = [dict(_rec("iris", "k-means", r), commit="0123456789ab") for r in range(3)]
     rows += [_rec("iris", "k-means", 3), dict(_rec("iris", "BCD-linear", 0), error="x")]
     out = _report_only(tmp_path, rows, ["iris"])
-    assert ("Rows computed by code at: 0123456789ab (3 rows); unrecorded (rows before "
-            "2026-11-30) (1 rows)") in out
+    assert (
+        "Rows computed by code at: 0123456789ab (3 rows); unrecorded (rows before "
+        "2026-11-30) (1 rows)"
+    ) in out
 
 
 def test_the_report_says_per_method_where_its_rows_come_from(tmp_path):
@@ -569,21 +779,23 @@ def test_the_report_says_per_method_where_its_rows_come_from(tmp_path):
     counts (failed rows not counted), most rows first, methods in the harness's order."""
     xeon = "Intel(R) Xeon(R) Processor, 2 cores"
     zen5 = "AMD EPYC (family 26, model 2, AVX-512), 2 cores"
-    rows = [dict(_rec("iris", "KL-ADMM", r), machine=zen5, commit="0123456789ab")
-            for r in range(3)]
+    rows = [
+        dict(_rec("iris", "KL-ADMM", r), machine=zen5, commit="0123456789ab") for r in range(3)
+    ]
     rows += [dict(_rec("iris", "KL-ADMM", 3), machine=xeon)]
     rows += [dict(_rec("iris", "k-means", r), machine=xeon) for r in range(2)]
     rows += [dict(_rec("iris", "k-means", 2), machine=zen5, error="x")]
     out = _report_only(tmp_path, rows, ["iris"])
-    table = out[out.index("| method | rows | measured on (rows) | code (rows) |"):]
-    assert table.index("| KL-ADMM | 4 | AMD EPYC 26/2 (3); Intel Xeon (1) | "
-                       "0123456789ab (3); unrecorded (1) |") < table.index(
-        "| k-means | 2 | Intel Xeon (2) | unrecorded (2) |")
+    table = out[out.index("| method | rows | measured on (rows) | code (rows) |") :]
+    assert table.index(
+        "| KL-ADMM | 4 | AMD EPYC 26/2 (3); Intel Xeon (1) | 0123456789ab (3); unrecorded (1) |"
+    ) < table.index("| k-means | 2 | Intel Xeon (2) | unrecorded (2) |")
     assert 'bench/paper/README.md, "History of the committed rows"' in out
 
 
-def test_a_data_set_that_is_not_installed_stops_the_run_before_any_work(tmp_path,
-                                                                          monkeypatch, capsys):
+def test_a_data_set_that_is_not_installed_stops_the_run_before_any_work(
+    tmp_path, monkeypatch, capsys
+):
     """Every selected data set is loaded before the workers start: a missing one is an
     error naming it, the reason and the fix (--install), no task runs (it had stopped the
     run minutes in, with a worker's traceback, at its first task), and --fresh or
@@ -605,8 +817,22 @@ def test_a_data_set_that_is_not_installed_stops_the_run_before_any_work(tmp_path
     _write(results, earlier)
     for fresh in ([], ["--fresh"], ["--fresh-methods", "k-means"]):
         with pytest.raises(SystemExit) as exc:
-            run.main(["--datasets", "iris", "glass", "--reps", "1", "--methods", "k-means",
-                      "--results", str(results), "--report", str(report)] + fresh)
+            run.main(
+                [
+                    "--datasets",
+                    "iris",
+                    "glass",
+                    "--reps",
+                    "1",
+                    "--methods",
+                    "k-means",
+                    "--results",
+                    str(results),
+                    "--report",
+                    str(report),
+                ]
+                + fresh
+            )
         assert exc.value.code == 2
         err = capsys.readouterr().err
         assert "data set(s) not installed:\n  glass: cannot read Glass.rda: pyreadr" in err
@@ -643,15 +869,16 @@ def test_ensure_installed_only_touches_the_pieces_named(monkeypatch, root):
     monkeypatch.setattr(datasets, "_is_root", lambda: root)
     monkeypatch.setattr(datasets.shutil, "which", lambda name: "/usr/bin/" + name)
     out = io.StringIO()
-    still = datasets.ensure_installed(only={"liblinear-tools"}, pip=False, dry_run=True,
-                                      out=out)
+    still = datasets.ensure_installed(only={"liblinear-tools"}, pip=False, dry_run=True, out=out)
     text = out.getvalue()
     assert still == {}
     if root:
         assert "$ apt-get install -y liblinear-tools\n" in text
     else:
-        assert "(not root) run: sudo apt-get update && sudo apt-get install -y liblinear-tools\n" \
+        assert (
+            "(not root) run: sudo apt-get update && sudo apt-get install -y liblinear-tools\n"
             in text
+        )
     assert "mlbench" not in text and "pip" not in text and "all data-set sources" not in text
 
 
@@ -659,24 +886,42 @@ def test_ensure_installed_only_touches_the_pieces_named(monkeypatch, root):
 def drawn(monkeypatch):
     """The paths the report's figure is drawn to (nothing is drawn)."""
     paths = []
-    monkeypatch.setattr(report_mod, "figure", lambda agg, names, methods, path, **kw:
-                        paths.append(Path(path)))
+    monkeypatch.setattr(
+        report_mod, "figure", lambda agg, names, methods, path, **kw: paths.append(Path(path))
+    )
     return paths
 
 
 @pytest.mark.parametrize("protocol", ["kl-admm", "simplenpkl"])
 def test_a_report_elsewhere_gets_its_figure_beside_it_not_over_the_committed_one(
-        tmp_path, drawn, protocol):
+    tmp_path, drawn, protocol
+):
     """``--report /tmp/x.md`` without ``--figure`` used to rewrite the committed PNG with the
     trial run's subset of the data; the figure now goes beside that report."""
     committed = run.PROTOCOL_FILES[protocol][1]
     assert run.default_figure_for(run.DEFAULT_REPORT, committed) == committed
-    assert run.default_figure_for(run.ROOT / "docs" / ".." / "docs" / "replication.md",
-                                  committed) == committed
+    assert (
+        run.default_figure_for(run.ROOT / "docs" / ".." / "docs" / "replication.md", committed)
+        == committed
+    )
     path, report = tmp_path / "results.jsonl", tmp_path / "trial.md"
     _write(path, [dict(_rec("iris", "k-means", r), protocol=protocol) for r in range(2)])
-    assert run.main(["--protocol", protocol, "--datasets", "iris", "--results", str(path),
-                     "--report", str(report), "--report-only"]) == 0
+    assert (
+        run.main(
+            [
+                "--protocol",
+                protocol,
+                "--datasets",
+                "iris",
+                "--results",
+                str(path),
+                "--report",
+                str(report),
+                "--report-only",
+            ]
+        )
+        == 0
+    )
     assert drawn == [tmp_path / committed.name]
     assert report.exists()
 
@@ -687,8 +932,9 @@ def test_results_elsewhere_get_their_report_and_figure_beside_them(tmp_path, dra
     default_results = run.PROTOCOL_FILES["kl-admm"][0]
     assert run.default_report_for(None, default_results) == run.DEFAULT_REPORT
     assert run.default_report_for(default_results, default_results) == run.DEFAULT_REPORT
-    assert (run.default_report_for(tmp_path / "x.md", default_results)
-            == tmp_path / "x.md.report.md")
+    assert (
+        run.default_report_for(tmp_path / "x.md", default_results) == tmp_path / "x.md.report.md"
+    )
     committed = run.DEFAULT_REPORT.read_bytes()
     path = tmp_path / "trial.jsonl"
     _write(path, [_rec("iris", "k-means", r) for r in range(2)])
@@ -699,14 +945,25 @@ def test_results_elsewhere_get_their_report_and_figure_beside_them(tmp_path, dra
 
 
 @pytest.mark.parametrize("protocol", ["kl-admm", "simplenpkl"])
-def test_write_report_without_a_figure_draws_the_protocols_committed_one(tmp_path, drawn,
-                                                                           protocol):
+def test_write_report_without_a_figure_draws_the_protocols_committed_one(
+    tmp_path, drawn, protocol
+):
     """Called without ``figure_path`` (as a script would), the report draws the protocol's
     figure, the same file the CLI defaults to: one table of defaults (``report.FIGURES``)."""
     assert run.PROTOCOL_FILES[protocol][1] == report_mod.FIGURES[protocol]
     rows = [dict(_rec("iris", "k-means", r), protocol=protocol) for r in range(2)]
-    report_mod.write_report(rows, ["iris"], ["k-means"], tmp_path / "r.md", wall_seconds=1.0,
-                            reps=2, command="test", protocol=protocol)
-    assert drawn == [report_mod.HERE / ("accuracy_vs_time.png" if protocol == "kl-admm"
-                                        else "accuracy_vs_time_simplenpkl.png")]
+    report_mod.write_report(
+        rows,
+        ["iris"],
+        ["k-means"],
+        tmp_path / "r.md",
+        wall_seconds=1.0,
+        reps=2,
+        command="test",
+        protocol=protocol,
+    )
+    assert drawn == [
+        report_mod.HERE
+        / ("accuracy_vs_time.png" if protocol == "kl-admm" else "accuracy_vs_time_simplenpkl.png")
+    ]
     assert "| k-means |" in (tmp_path / "r.md").read_text()

@@ -60,15 +60,23 @@ def ours(records):
     over the finished KL-ADMM rows of the main protocol."""
     groups = defaultdict(list)
     for r in records:
-        if (r.get("method") == METHOD and "error" not in r and protocol_of(r) == "kl-admm"
-                and r.get("iterations")):
+        if (
+            r.get("method") == METHOD
+            and "error" not in r
+            and protocol_of(r) == "kl-admm"
+            and r.get("iterations")
+        ):
             groups[r["dataset"]].append((r["iterations"], r["fit_seconds"]))
     out = {}
     for name, rows in groups.items():
         its = np.array([a for a, _ in rows], dtype=float)
         secs = np.array([b for _, b in rows], dtype=float)
-        out[name] = (len(rows), float(np.median(its)), int(np.sum(its >= iter_max(name))),
-                     float(np.median(secs / its)))
+        out[name] = (
+            len(rows),
+            float(np.median(its)),
+            int(np.sum(its >= iter_max(name))),
+            float(np.median(secs / its)),
+        )
     return out
 
 
@@ -103,8 +111,7 @@ def compare(mine, published=None, max_spread=MAX_SPREAD):
                     implied = mean / peer_cost
                     at_peer = peer_cost / per_it
                     break
-        rows.append((name, mean, std, spread, reps, its, capped, per_it, lower, implied,
-                     at_peer))
+        rows.append((name, mean, std, spread, reps, its, capped, per_it, lower, implied, at_peer))
     return rows
 
 
@@ -115,29 +122,42 @@ def _paper_order(name):
 
 
 def markdown(rows) -> str:
-    out = ["| data set | paper (s) | spread | our reps | our iterations, median | at IterMax "
-           "| ours per iteration (µs) | per-iteration ratio, lower bound | iterations "
-           "implied by its same-size peer | per-iteration ratio at the peer's cost |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for (name, mean, std, spread, reps, its, capped, per_it, lower, implied,
-         at_peer) in rows:
-        tail = (f"{implied:.0f} | {at_peer:.0f}x" if implied is not None else "— | —")
-        out.append(f"| {name} | {mean:g} ± {std:g} | {100 * spread:.1f}% | {reps} | {its:.0f} "
-                   f"| {capped} of {reps} | {1e6 * per_it:.1f} | {lower:.0f}x | {tail} |")
+    out = [
+        "| data set | paper (s) | spread | our reps | our iterations, median | at IterMax "
+        "| ours per iteration (µs) | per-iteration ratio, lower bound | iterations "
+        "implied by its same-size peer | per-iteration ratio at the peer's cost |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, mean, std, spread, reps, its, capped, per_it, lower, implied, at_peer in rows:
+        tail = f"{implied:.0f} | {at_peer:.0f}x" if implied is not None else "— | —"
+        out.append(
+            f"| {name} | {mean:g} ± {std:g} | {100 * spread:.1f}% | {reps} | {its:.0f} "
+            f"| {capped} of {reps} | {1e6 * per_it:.1f} | {lower:.0f}x | {tail} |"
+        )
     return "\n".join(out)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--results", type=Path, default=DEFAULT_RESULTS,
-                    help="results file (default: bench/paper/results.jsonl)")
-    ap.add_argument("--max-spread", type=float, default=MAX_SPREAD,
-                    help="relative std of the paper's time taken as 'a fixed iteration "
-                         f"count' (default {MAX_SPREAD})")
+    ap.add_argument(
+        "--results",
+        type=Path,
+        default=DEFAULT_RESULTS,
+        help="results file (default: bench/paper/results.jsonl)",
+    )
+    ap.add_argument(
+        "--max-spread",
+        type=float,
+        default=MAX_SPREAD,
+        help="relative std of the paper's time taken as 'a fixed iteration "
+        f"count' (default {MAX_SPREAD})",
+    )
     args = ap.parse_args(argv)
     if not args.results.exists():
-        raise SystemExit(f"admm_iterations: --results={str(args.results)!r} does not exist; "
-                         f"run `python -m bench.paper` first or pass a results file")
+        raise SystemExit(
+            f"admm_iterations: --results={str(args.results)!r} does not exist; "
+            f"run `python -m bench.paper` first or pass a results file"
+        )
     if not 0 < args.max_spread < 1:
         raise SystemExit(f"admm_iterations: --max-spread={args.max_spread} must be in (0, 1)")
     rows = compare(ours(load_results(args.results)), max_spread=args.max_spread)

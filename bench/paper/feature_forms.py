@@ -38,9 +38,21 @@ import numpy as np
 #: pain type, resting blood pressure, serum cholesterol, fasting blood sugar, resting ECG,
 #: maximum heart rate, exercise-induced angina, ST depression ("oldpeak", tenths), slope of
 #: the peak ST segment, major vessels coloured, thal. heart_scale maps each to [-1, 1].
-HEART_RANGES = ((29, 77, 1), (0, 1, 1), (1, 4, 1), (94, 200, 1), (126, 564, 1), (0, 1, 1),
-                (0, 2, 1), (71, 202, 1), (0, 1, 1), (0, 6.2, 0.1), (1, 3, 1), (0, 3, 1),
-                (3, 7, 1))
+HEART_RANGES = (
+    (29, 77, 1),
+    (0, 1, 1),
+    (1, 4, 1),
+    (94, 200, 1),
+    (126, 564, 1),
+    (0, 1, 1),
+    (0, 2, 1),
+    (71, 202, 1),
+    (0, 1, 1),
+    (0, 6.2, 0.1),
+    (1, 3, 1),
+    (0, 3, 1),
+    (3, 7, 1),
+)
 
 #: heart_scale prints 6 significant digits; a value recovered with the right range is this
 #: close to its grid (in grid steps). A wrong range leaves most values far off the grid.
@@ -49,8 +61,11 @@ GRID_TOL = 1e-3
 FORMS = ("scaled", "raw", "zscore")
 METHODS = ("k-means", "SimpleNPKL-linear", "SimpleNPKL-sqhinge", "BCD-linear")
 #: the paper's column for each method (simplenpkl-jmlr2011.md Table 2)
-PAPER = {"k-means": "k-means", "SimpleNPKL-linear": "SimpleNPKL-linear",
-         "SimpleNPKL-sqhinge": "SimpleNPKL-sqhinge"}
+PAPER = {
+    "k-means": "k-means",
+    "SimpleNPKL-linear": "SimpleNPKL-linear",
+    "SimpleNPKL-sqhinge": "SimpleNPKL-sqhinge",
+}
 DEFAULT_DATASETS = ("heart", "wine", "soybean", "sonar", "iris", "glass")
 
 
@@ -60,16 +75,20 @@ def heart_raw(X_scaled):
     heart_scale, or a range is wrong)."""
     X_scaled = np.asarray(X_scaled, dtype=np.float64)
     if X_scaled.ndim != 2 or X_scaled.shape[1] != len(HEART_RANGES):
-        raise ValueError(f"X_scaled: expected shape (n, {len(HEART_RANGES)}) of heart_scale, "
-                         f"got {X_scaled.shape}")
+        raise ValueError(
+            f"X_scaled: expected shape (n, {len(HEART_RANGES)}) of heart_scale, "
+            f"got {X_scaled.shape}"
+        )
     out = np.empty_like(X_scaled)
     for c, (lo, hi, step) in enumerate(HEART_RANGES):
         units = (lo + (X_scaled[:, c] + 1.0) / 2.0 * (hi - lo)) / step
         off = float(np.abs(units - np.round(units)).max())
         if off > GRID_TOL:
-            raise ValueError(f"X_scaled: column {c} is {off:.3g} grid steps off the grid of "
-                             f"the range [{lo}, {hi}] (step {step}); this is not heart_scale, "
-                             f"or HEART_RANGES[{c}] is wrong")
+            raise ValueError(
+                f"X_scaled: column {c} is {off:.3g} grid steps off the grid of "
+                f"the range [{lo}, {hi}] (step {step}); this is not heart_scale, "
+                f"or HEART_RANGES[{c}] is wrong"
+            )
         out[:, c] = np.round(units) * step
     return out
 
@@ -84,8 +103,10 @@ def uci_key(name):
     except KeyError:
         key = None
     if key is None or datasets.DATASETS[key].get("synthetic", False) or key.startswith("adult"):
-        raise ValueError(f"name: {name!r} has no UCI file units to compare; use some of "
-                         f"{' '.join(DEFAULT_DATASETS)} (or breast-cancer)")
+        raise ValueError(
+            f"name: {name!r} has no UCI file units to compare; use some of "
+            f"{' '.join(DEFAULT_DATASETS)} (or breast-cancer)"
+        )
     return key
 
 
@@ -147,14 +168,16 @@ def run(name, form, reps, ratios=(0.7,)):
             cons = constraints(name, y, ratio, rep)
             acc["pairs"].append(cons.m)
             put(acc, "k-means", peers.kmeans(X, k, cons, rep))
-            for method, loss in (("SimpleNPKL-linear", "linear"),
-                                 ("SimpleNPKL-sqhinge", "squared_hinge")):
+            for method, loss in (
+                ("SimpleNPKL-linear", "linear"),
+                ("SimpleNPKL-sqhinge", "squared_hinge"),
+            ):
                 V = fit_simplenpkl(nk.NPKLProblem.build(L, cons, loss=loss, seed=rep), B=B).V
                 put(acc, method, nk.kernel_kmeans(V, k, seed=rep))
-                put(acc, method + " normalised",
-                    nk.kernel_kmeans(V, k, seed=rep, normalize=True))
-            V = nk.fit_bcd(nk.NPKLProblem.build(L, cons, loss="linear", seed=rep),
-                           **bcd_options(False)).V
+                put(acc, method + " normalised", nk.kernel_kmeans(V, k, seed=rep, normalize=True))
+            V = nk.fit_bcd(
+                nk.NPKLProblem.build(L, cons, loss="linear", seed=rep), **bcd_options(False)
+            ).V
             put(acc, "BCD-linear", nk.kernel_kmeans(V, k, seed=rep))
     return out
 
@@ -168,40 +191,61 @@ def table(results, datasets_):
     """Markdown: one row per (data set, form), the paper's Table 2 row under each data set."""
     from bench.paper import published as pub
 
-    cols = ["k-means", "SimpleNPKL-linear", "SimpleNPKL-linear normalised",
-            "SimpleNPKL-sqhinge", "SimpleNPKL-sqhinge normalised", "BCD-linear"]
+    cols = [
+        "k-means",
+        "SimpleNPKL-linear",
+        "SimpleNPKL-linear normalised",
+        "SimpleNPKL-sqhinge",
+        "SimpleNPKL-sqhinge normalised",
+        "BCD-linear",
+    ]
     ratios = sorted({key[2] for key in results}, reverse=True)
     many = len(ratios) > 1
-    lines = ["| data set | features | " + ("components / n | pairs | " if many else "")
-             + " | ".join(cols) + " |",
-             "|---|---|" + ("---|---|" if many else "") + "---|" * len(cols)]
+    lines = [
+        "| data set | features | "
+        + ("components / n | pairs | " if many else "")
+        + " | ".join(cols)
+        + " |",
+        "|---|---|" + ("---|---|" if many else "") + "---|" * len(cols),
+    ]
     for name in datasets_:
         for form in FORMS:
             for ratio in ratios:
                 acc = results.get((name, form, ratio))
                 if acc is None:
                     continue
-                extra = (f"{ratio:g} | {int(np.median(acc['pairs']))} | " if many else "")
-                lines.append(f"| {name} | {form} | {extra}"
-                             + " | ".join(_cell(acc[c]) for c in cols) + " |")
+                extra = f"{ratio:g} | {int(np.median(acc['pairs']))} | " if many else ""
+                lines.append(
+                    f"| {name} | {form} | {extra}" + " | ".join(_cell(acc[c]) for c in cols) + " |"
+                )
         paper = []
         for c in cols:
             cell = pub.published_value(name, PAPER[c]) if c in PAPER else None
             is_t2 = cell is not None and "Table 2" in cell[2]
             paper.append(f"{cell[0]:.2f} ± {cell[1]:.2f}" if is_t2 else "")
-        lines.append(f"| {name} | simplenpkl Table 2 | " + ("0.7 | | " if many else "")
-                     + " | ".join(paper) + " |")
+        lines.append(
+            f"| {name} | simplenpkl Table 2 | "
+            + ("0.7 | | " if many else "")
+            + " | ".join(paper)
+            + " |"
+        )
     return "\n".join(lines)
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m bench.paper.feature_forms",
-                                 description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.paper.feature_forms", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--datasets", nargs="+", default=list(DEFAULT_DATASETS), metavar="NAME")
     ap.add_argument("--forms", nargs="+", default=list(FORMS), choices=FORMS)
-    ap.add_argument("--ratios", nargs="+", type=float, default=[0.7], metavar="R",
-                    help="must-link components / points to draw the pairs to (default: the "
-                         "paper's 0.7)")
+    ap.add_argument(
+        "--ratios",
+        nargs="+",
+        type=float,
+        default=[0.7],
+        metavar="R",
+        help="must-link components / points to draw the pairs to (default: the paper's 0.7)",
+    )
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args(argv)
     if args.reps < 1:

@@ -59,27 +59,37 @@ from bench.paper.report import (
 from bench.paper.run import load_results, protocol_of
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_RESULTS = [HERE / "results.jsonl", HERE / "results_fit_time_amd.jsonl",
-                   HERE / "results_fit_time_amd_2threads.jsonl",
-                   HERE / "results_fit_time_zen5.jsonl",
-                   HERE / "results_fit_time_zen5_2threads.jsonl"]
+DEFAULT_RESULTS = [
+    HERE / "results.jsonl",
+    HERE / "results_fit_time_amd.jsonl",
+    HERE / "results_fit_time_amd_2threads.jsonl",
+    HERE / "results_fit_time_zen5.jsonl",
+    HERE / "results_fit_time_zen5_2threads.jsonl",
+]
 METHODS = ("KL-ADMM", "SimpleNPKL-linear", "SimpleNPKL-sqhinge")
 #: per protocol: (default results files, default methods)
 PROTOCOLS = {
     "kl-admm": (DEFAULT_RESULTS, METHODS),
-    "simplenpkl": ([HERE / "results_simplenpkl.jsonl",
-                    HERE / "results_fit_time_zen5_simplenpkl.jsonl"],
-                   ("SimpleNPKL-linear", "SimpleNPKL-sqhinge")),
+    "simplenpkl": (
+        [HERE / "results_simplenpkl.jsonl", HERE / "results_fit_time_zen5_simplenpkl.jsonl"],
+        ("SimpleNPKL-linear", "SimpleNPKL-sqhinge"),
+    ),
 }
 
 
 def load(paths, protocol="kl-admm"):
     """Finished rows of ``protocol`` in the given results files (missing files skipped)."""
     if protocol not in PROTOCOLS:
-        raise ValueError(f"fit_time_machines: protocol={protocol!r} is not one of "
-                         f"{', '.join(PROTOCOLS)}")
-    return [r for path in paths if Path(path).exists() for r in load_results(path)
-            if "error" not in r and protocol_of(r) == protocol]
+        raise ValueError(
+            f"fit_time_machines: protocol={protocol!r} is not one of {', '.join(PROTOCOLS)}"
+        )
+    return [
+        r
+        for path in paths
+        if Path(path).exists()
+        for r in load_results(path)
+        if "error" not in r and protocol_of(r) == protocol
+    ]
 
 
 def by_machine(records, methods):
@@ -105,10 +115,14 @@ def compare(per_machine, methods, published=None):
             cells[(name, method, p[0])][m] = (a["time_median"], ratio, a["reps"])
             counts[m][0] += ratio >= SPEEDUP_TARGET
             counts[m][1] += 1
-    order = {(name, method): q for q, (name, method) in
-             enumerate((n, mt) for n in names for mt in methods)}
-    rows = sorted(((name, method, p, c) for (name, method, p), c in cells.items()),
-                  key=lambda row: order[row[:2]])
+    order = {
+        (name, method): q
+        for q, (name, method) in enumerate((n, mt) for n in names for mt in methods)
+    }
+    rows = sorted(
+        ((name, method, p, c) for (name, method, p), c in cells.items()),
+        key=lambda row: order[row[:2]],
+    )
     return rows, {m: tuple(c) for m, c in counts.items()}
 
 
@@ -148,9 +162,13 @@ def markdown(rows, counts, machines):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--protocol", choices=list(PROTOCOLS), default="kl-admm",
-                    help="the protocol whose rows are compared (default kl-admm, the main "
-                         "table); it also sets the default --results and --methods")
+    ap.add_argument(
+        "--protocol",
+        choices=list(PROTOCOLS),
+        default="kl-admm",
+        help="the protocol whose rows are compared (default kl-admm, the main "
+        "table); it also sets the default --results and --methods",
+    )
     ap.add_argument("--results", nargs="+", help="results files (default: the protocol's)")
     ap.add_argument("--methods", nargs="+", help="methods (default: the protocol's)")
     args = ap.parse_args(argv)
@@ -159,8 +177,10 @@ def main(argv=None):
     args.methods = args.methods or list(methods)
     per_machine = by_machine(load(args.results, args.protocol), args.methods)
     if not per_machine:
-        raise SystemExit(f"--results: no finished rows of {args.methods} at the "
-                         f"{args.protocol} protocol in {args.results}")
+        raise SystemExit(
+            f"--results: no finished rows of {args.methods} at the "
+            f"{args.protocol} protocol in {args.results}"
+        )
     rows, counts = compare(per_machine, args.methods)
     # a machine whose rows have no published CPU time to compare with (the legacy rows of
     # breast-cancer, say) is no column

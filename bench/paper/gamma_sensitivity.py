@@ -37,16 +37,21 @@ def main(argv=None):
                 c = nk.sample_constraints(y, seed=rep, diagonal=True)
                 p = nk.NPKLProblem.build(L, c, loss="square", gamma=gamma, seed=rep)
                 V = nk.fit_admm(p, max_iter=500, tol=1e-4).V
-                admm.append(nk.clustering_metrics(y, nk.kernel_kmeans(V, k, seed=rep))
-                            ["rand_accuracy"])
+                admm.append(
+                    nk.clustering_metrics(y, nk.kernel_kmeans(V, k, seed=rep))["rand_accuracy"]
+                )
                 c2 = nk.sample_constraints(y, seed=rep)
                 p2 = nk.NPKLProblem.build(L, c2, loss="linear", gamma=gamma, seed=rep)
                 V2 = nk.fit_bcd(p2, max_sweeps=1000, tol=1e-5).V
-                lin.append(nk.clustering_metrics(y, nk.kernel_kmeans(V2, k, seed=rep))
-                           ["rand_accuracy"])
-            print(f"| {name} | {gamma:g} | {100 * np.mean(admm):.2f} ± "
-                  f"{100 * np.std(admm, ddof=1):.2f} | {100 * np.mean(lin):.2f} ± "
-                  f"{100 * np.std(lin, ddof=1):.2f} |", flush=True)
+                lin.append(
+                    nk.clustering_metrics(y, nk.kernel_kmeans(V2, k, seed=rep))["rand_accuracy"]
+                )
+            print(
+                f"| {name} | {gamma:g} | {100 * np.mean(admm):.2f} ± "
+                f"{100 * np.std(admm, ddof=1):.2f} | {100 * np.mean(lin):.2f} ± "
+                f"{100 * np.std(lin, ddof=1):.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -22,8 +22,9 @@ import numpy as np
 
 
 def _inertia(V, labels):
-    return float(sum(((V[labels == c] - V[labels == c].mean(0)) ** 2).sum()
-                     for c in np.unique(labels)))
+    return float(
+        sum(((V[labels == c] - V[labels == c].mean(0)) ** 2).sum() for c in np.unique(labels))
+    )
 
 
 def run(dataset, reps, methods, restarts, out=sys.stdout):
@@ -43,31 +44,60 @@ def run(dataset, reps, methods, restarts, out=sys.stdout):
         X, y, meta, L, cons, cons_diag = task_inputs(dataset, rep)
         n, k = X.shape[0], int(np.unique(y).size)
         for method in methods:
-            V = learn_kernel(method, L, cons, cons_diag, n=n, k=k,
-                             adult=meta.get("knn", 5) == 50, seed=rep,
-                             executor=InProcessExecutor(1), rec={})
+            V = learn_kernel(
+                method,
+                L,
+                cons,
+                cons_diag,
+                n=n,
+                k=k,
+                adult=meta.get("knn", 5) == 50,
+                seed=rep,
+                executor=InProcessExecutor(1),
+                rec={},
+            )
             V = np.asarray(V, dtype=np.float64)
             row = {"true": _inertia(V, y)}
             for r in restarts:
                 km = KMeans(n_clusters=k, n_init=r, random_state=rep).fit(V)
-                row[r] = (100.0 * nk.clustering_metrics(y, km.labels_)["rand_accuracy"],
-                          float(km.inertia_))
+                row[r] = (
+                    100.0 * nk.clustering_metrics(y, km.labels_)["rand_accuracy"],
+                    float(km.inertia_),
+                )
             rows[method].append(row)
-            print(f"rep {rep} {method}: " + ", ".join(
-                f"{r} restarts {row[r][0]:.1f}% (inertia {row[r][1]:.1f})" for r in restarts)
-                + f"; true partition inertia {row['true']:.1f}", file=sys.stderr, flush=True)
+            print(
+                f"rep {rep} {method}: "
+                + ", ".join(
+                    f"{r} restarts {row[r][0]:.1f}% (inertia {row[r][1]:.1f})" for r in restarts
+                )
+                + f"; true partition inertia {row['true']:.1f}",
+                file=sys.stderr,
+                flush=True,
+            )
     lo, hi = restarts[0], restarts[-1]
-    print("| method | reps | " + " | ".join(f"accuracy, {r} restarts (%)" for r in restarts)
-          + f" | {hi} restarts found lower inertia | true partition below the {lo}-restart "
-          f"one |", file=out)
+    print(
+        "| method | reps | "
+        + " | ".join(f"accuracy, {r} restarts (%)" for r in restarts)
+        + f" | {hi} restarts found lower inertia | true partition below the {lo}-restart "
+        f"one |",
+        file=out,
+    )
     print("|---|---:|" + "---|" * len(restarts) + "---:|---:|", file=out)
     for method, rs in rows.items():
-        accs = [" ± ".join((f"{np.mean([x[r][0] for x in rs]):.2f}",
-                            f"{np.std([x[r][0] for x in rs]):.2f}")) for r in restarts]
+        accs = [
+            " ± ".join(
+                (f"{np.mean([x[r][0] for x in rs]):.2f}", f"{np.std([x[r][0] for x in rs]):.2f}")
+            )
+            for r in restarts
+        ]
         lower = sum(x[hi][1] < x[lo][1] - 1e-9 * abs(x[lo][1]) for x in rs)
         true_below = sum(x["true"] < x[lo][1] for x in rs)
-        print(f"| {method} | {len(rs)} | " + " | ".join(accs)
-              + f" | {lower} of {len(rs)} | {true_below} of {len(rs)} |", file=out)
+        print(
+            f"| {method} | {len(rs)} | "
+            + " | ".join(accs)
+            + f" | {lower} of {len(rs)} | {true_below} of {len(rs)} |",
+            file=out,
+        )
     return rows
 
 
@@ -76,8 +106,13 @@ def main(argv=None):
     ap.add_argument("--dataset", default="adult-a5a")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--methods", nargs="+", default=["SimpleNPKL-linear"])
-    ap.add_argument("--restarts", nargs="+", type=int, default=[10, 100],
-                    help="k-means restart counts, the harness's (10) first")
+    ap.add_argument(
+        "--restarts",
+        nargs="+",
+        type=int,
+        default=[10, 100],
+        help="k-means restart counts, the harness's (10) first",
+    )
     a = ap.parse_args(argv)
     if len(a.restarts) < 2 or min(a.restarts) < 1:
         ap.error(f"--restarts {a.restarts}: give at least two counts >= 1, e.g. 10 100")

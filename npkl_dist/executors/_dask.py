@@ -58,8 +58,7 @@ from ._dask_rows import (
     write_actor_blocks,
 )
 
-__all__ = ["DaskExecutor", "WorkerLostError", "partition_rows", "partition_plan",
-           "build_blocks"]
+__all__ = ["DaskExecutor", "WorkerLostError", "partition_rows", "partition_plan", "build_blocks"]
 
 
 class WorkerLostError(NpklError, RuntimeError):
@@ -69,26 +68,34 @@ class WorkerLostError(NpklError, RuntimeError):
 class BlockActor:
     """One row block of V (and U, Lam for ADMM) in a worker's memory."""
 
-    def __init__(self, spec: BlockSpec, own_rows, loss_code, gamma, bound, n_threads=1,
-                 halo_rows=None, extra=None):
-
+    def __init__(
+        self,
+        spec: BlockSpec,
+        own_rows,
+        loss_code,
+        gamma,
+        bound,
+        n_threads=1,
+        halo_rows=None,
+        extra=None,
+    ):
         self.threads = max(1, min(n_threads, numba.config.NUMBA_NUM_THREADS))
         numba.set_num_threads(self.threads)
         self.spec = spec
         r = own_rows.shape[1]
         nh = spec.halo.shape[0]
         self.X = np.zeros((spec.n_own + nh, r), dtype=own_rows.dtype)
-        self.X[:spec.n_own] = own_rows
+        self.X[: spec.n_own] = own_rows
         if halo_rows is not None:
-            self.X[spec.n_own:] = halo_rows
+            self.X[spec.n_own :] = halo_rows
         self.loss_code, self.gamma, self.bound = loss_code, gamma, bound
         self.delta2 = np.zeros(spec.n_own)
         self.norm2 = np.zeros(spec.n_own)
         if extra is not None:  # ADMM: U and Lam (own rows), U's halo
             U_own, U_halo, Lam = extra
             self.U = np.zeros_like(self.X)
-            self.U[:spec.n_own] = U_own
-            self.U[spec.n_own:] = U_halo
+            self.U[: spec.n_own] = U_own
+            self.U[spec.n_own :] = U_halo
             self.Lam = np.ascontiguousarray(Lam)
             self.out = np.zeros_like(self.X)
 
@@ -103,9 +110,25 @@ class BlockActor:
         rows, ptr = spec.colour_rows[colour], spec.unit_ptr[colour]
         if rows.shape[0]:
             kernel = sweep_units if self.threads > 1 and ptr.shape[0] > 2 else sweep_units_serial
-            kernel(rows, ptr, spec.start, spec.indptr, spec.indices, spec.data, spec.diag,
-                   spec.cptr, spec.cidx, spec.csgn, self.X, self.loss_code, self.gamma,
-                   self.bound, spec.pmax, self.delta2, self.norm2)
+            kernel(
+                rows,
+                ptr,
+                spec.start,
+                spec.indptr,
+                spec.indices,
+                spec.data,
+                spec.diag,
+                spec.cptr,
+                spec.cidx,
+                spec.csgn,
+                self.X,
+                self.loss_code,
+                self.gamma,
+                self.bound,
+                spec.pmax,
+                self.delta2,
+                self.norm2,
+            )
         return [(t, self.X[local]) for t, local in spec.send[colour]]
 
     def bcd_apply(self, incoming):
@@ -128,15 +151,17 @@ class BlockActor:
         return chunked_sums(sm), chunked_sums(per_row)
 
     def own(self):
-        return self.X[:self.spec.n_own].copy()
+        return self.X[: self.spec.n_own].copy()
 
     def write_blocks(self, url, ckpt_id, row_block, storage_options=None, which="V"):
-
         store = RunStore.open(url, mode="r", storage_options=storage_options)
-        data = self.own() if which == "V" else np.hstack(
-            [self.X[:self.spec.n_own], self.U[:self.spec.n_own], self.Lam])
+        data = (
+            self.own()
+            if which == "V"
+            else np.hstack([self.X[: self.spec.n_own], self.U[: self.spec.n_own], self.Lam])
+        )
         for s in range(0, data.shape[0], row_block):
-            store.write_V_block(ckpt_id, self.spec.start + s, data[s:s + row_block])
+            store.write_V_block(ckpt_id, self.spec.start + s, data[s : s + row_block])
         return True
 
     # -- ADMM --------------------------------------------------------------------------
@@ -151,9 +176,27 @@ class BlockActor:
         nb = spec.n_own
         nrm = np.empty(other.shape[0])  # own and halo rows: the constraint partners' norms
         admm_row_norms_serial(other, nrm)
-        admm_rows(0, nb, spec.indptr, spec.indices, spec.data, spec.diag, spec.cptr, spec.cidx,
-                  spec.csgn, bool(diagonal), other, self.Lam, float(lam_sign), float(rho),
-                  float(gamma), spec.pmax, self.out, np.empty(0), nrm)
+        admm_rows(
+            0,
+            nb,
+            spec.indptr,
+            spec.indices,
+            spec.data,
+            spec.diag,
+            spec.cptr,
+            spec.cidx,
+            spec.csgn,
+            bool(diagonal),
+            other,
+            self.Lam,
+            float(lam_sign),
+            float(rho),
+            float(gamma),
+            spec.pmax,
+            self.out,
+            np.empty(0),
+            nrm,
+        )
         target = self.X if which == "V" else self.U
         if which == "V":
             self.step2 = row_norms2(self.out[:nb], self.X[:nb])
@@ -171,7 +214,6 @@ class BlockActor:
         return chunked_sums(row_norms2(self.X[:nb]))
 
     def admm_objective_parts(self, gamma, diagonal):
-
         spec = self.spec
         nb = spec.n_own
         sm = np.empty(nb)
@@ -189,7 +231,6 @@ class BlockActor:
 
     # -- KL-ADMM's Anderson acceleration (npkl_dist.linalg._anderson): this block's memory ------
     def aa_init(self, m, block):
-
         nb = self.spec.n_own
         self.aa = RowMemory(nb, self.X.shape[1], m, self.X.dtype, block)
         return True
@@ -198,7 +239,6 @@ class BlockActor:
         return [(t, self.U[local]) for t, local in self.spec.send_all]
 
     def aa_reset(self, rho):
-
         nb = self.spec.n_own
         anderson_state(self.U[:nb], self.Lam, 1.0 / rho, self.aa.X)
         return True
@@ -208,20 +248,34 @@ class BlockActor:
 
         nb, aa = self.spec.n_own, self.aa
         self.X[:nb] = aa.Vsave
-        anderson_extrapolate(self.U[:nb], self.Lam, rho, aa.Gp, aa.dG, np.empty(0, np.int64),
-                             np.empty(0), aa.X)
+        anderson_extrapolate(
+            self.U[:nb], self.Lam, rho, aa.Gp, aa.dG, np.empty(0, np.int64), np.empty(0), aa.X
+        )
         return self._u_halo()
 
     def aa_residual(self):
         """Chunked ||U - U_in||^2 of own rows (the fixed-point residual's part)."""
         nb, r = self.spec.n_own, self.X.shape[1]
-        return chunked_sums(row_norms2(self.U[:nb], self.aa.X[:nb * r].reshape(nb, r)))
+        return chunked_sums(row_norms2(self.U[:nb], self.aa.X[: nb * r].reshape(nb, r)))
 
     def aa_record(self, slot, have_prev, valid, rho):
-
         nb, aa = self.spec.n_own, self.aa
-        anderson_record(self.U[:nb], self.Lam, 1.0 / rho, aa.X, aa.Fp, aa.Gp, aa.dF, aa.dG,
-                        slot, have_prev, valid, aa.block, aa.fpart, aa.bpart)
+        anderson_record(
+            self.U[:nb],
+            self.Lam,
+            1.0 / rho,
+            aa.X,
+            aa.Fp,
+            aa.Gp,
+            aa.dF,
+            aa.dG,
+            slot,
+            have_prev,
+            valid,
+            aa.block,
+            aa.fpart,
+            aa.bpart,
+        )
         return aa.fpart.copy(), aa.bpart.copy()
 
     def aa_extrapolate(self, rho, idx, coef):
@@ -243,12 +297,21 @@ class BlockActor:
 def _is_worker_loss(exc) -> bool:
     from distributed.client import FutureCancelledError
 
-    names = {"KilledWorker", "CommClosedError", "FutureCancelledError", "StreamClosedError",
-             "CancelledError", "WorkerLost"}
+    names = {
+        "KilledWorker",
+        "CommClosedError",
+        "FutureCancelledError",
+        "StreamClosedError",
+        "CancelledError",
+        "WorkerLost",
+    }
     msg = str(exc).lower()
     # an actor whose worker process was SIGKILLed: "Unable to contact Actor's worker" (OSError)
-    return isinstance(exc, FutureCancelledError) or type(exc).__name__ in names or (
-        "worker" in msg and ("lost" in msg or "died" in msg or "unable to contact" in msg))
+    return (
+        isinstance(exc, FutureCancelledError)
+        or type(exc).__name__ in names
+        or ("worker" in msg and ("lost" in msg or "died" in msg or "unable to contact" in msg))
+    )
 
 
 class DaskExecutor:
@@ -275,8 +338,16 @@ class DaskExecutor:
     name = "dask"
     supports_block = True
 
-    def __init__(self, client=None, *, address=None, workers: int = 2, threads: int = 1,
-                 blocks: int | None = None, processes: bool = True):
+    def __init__(
+        self,
+        client=None,
+        *,
+        address=None,
+        workers: int = 2,
+        threads: int = 1,
+        blocks: int | None = None,
+        processes: bool = True,
+    ):
         from distributed import Client, LocalCluster
 
         for nm, val in (("workers", workers), ("threads", threads)):
@@ -288,11 +359,14 @@ class DaskExecutor:
                 client = Client(address)
             else:
                 # numba threads are set explicitly inside each actor (numba.set_num_threads)
-                env = {"OMP_NUM_THREADS": "1",
-                       "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+                env = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
                 self._own_cluster = LocalCluster(
-                    n_workers=workers, threads_per_worker=threads, processes=processes,
-                    dashboard_address=None, env=env)
+                    n_workers=workers,
+                    threads_per_worker=threads,
+                    processes=processes,
+                    dashboard_address=None,
+                    env=env,
+                )
                 client = Client(self._own_cluster)
         self.client = client
         self.threads = threads
@@ -330,7 +404,8 @@ class DaskExecutor:
             raise WorkerLostError(
                 f"dask: the cluster at {self.client.scheduler.address} has no workers "
                 f"(none joined within {timeout:g} s); start workers, or use the "
-                f"in-process executor")
+                f"in-process executor"
+            )
         return workers
 
     def _actors(self, specs, make_args, cls=None):
@@ -343,11 +418,17 @@ class DaskExecutor:
                 # task: a task's arguments travel inside the graph through the scheduler
                 # (distributed warns "Sending large graph" from a few MiB; a block at
                 # n = 1e6 holds hundreds). Each argument is one scattered object.
-                data = self.client.scatter([spec, *make_args(spec)], workers=[w],
-                                           hash=False)
-                futs.append(self.client.submit(cls or BlockActor, *data, actor=True,
-                                               workers=[w], allow_other_workers=True,
-                                               pure=False))
+                data = self.client.scatter([spec, *make_args(spec)], workers=[w], hash=False)
+                futs.append(
+                    self.client.submit(
+                        cls or BlockActor,
+                        *data,
+                        actor=True,
+                        workers=[w],
+                        allow_other_workers=True,
+                        pure=False,
+                    )
+                )
             return [f.result() for f in futs]
 
     def _gather(self, make_futures):
@@ -360,7 +441,8 @@ class DaskExecutor:
             if _is_worker_loss(exc):
                 raise WorkerLostError(
                     f"dask: a worker died during the fit ({type(exc).__name__}: {exc}); resume "
-                    f"from the last checkpoint") from exc
+                    f"from the last checkpoint"
+                ) from exc
             raise
 
     # -- sessions ----------------------------------------------------------------------
@@ -370,16 +452,31 @@ class DaskExecutor:
     def admm_session(self, prep, V, U, Lam):
         return _DaskADMMSession(self, prep, V, U, Lam)
 
-    def block_session(self, prep, layout, V, precond="amg-additive", extrapolate=True,
-                      cache=None, inner_maxiter=None):
+    def block_session(
+        self,
+        prep,
+        layout,
+        V,
+        precond="amg-additive",
+        extrapolate=True,
+        cache=None,
+        inner_maxiter=None,
+    ):
         """A block-exact BCD fit's state in the workers (``npkl_dist.executors._dask_block``):
         distributed products with halo exchange, PCG with global reductions on the driver
         and a block-Jacobi preconditioner (``precond`` per block: local AMG or Jacobi).
         ``cache`` (a FitSetup's) is not used: each fit's workers build their own blocks.
         ``inner_maxiter``: the PCG steps of every outer iteration, if fixed (None: any)."""
 
-        return DaskBlockSession(self, prep, layout, V, precond=precond,
-                                extrapolate=extrapolate, inner_maxiter=inner_maxiter)
+        return DaskBlockSession(
+            self,
+            prep,
+            layout,
+            V,
+            precond=precond,
+            extrapolate=extrapolate,
+            inner_maxiter=inner_maxiter,
+        )
 
 
 class _DaskBCDSession:
@@ -390,8 +487,15 @@ class _DaskBCDSession:
         self.specs = build_blocks(prep, plan, self.starts)
         self.actors = ex._actors(
             self.specs,
-            lambda sp: (V[sp.start:sp.stop], prep.loss_code, prep.gamma, prep.bound, ex.threads,
-                        V[sp.halo]))
+            lambda sp: (
+                V[sp.start : sp.stop],
+                prep.loss_code,
+                prep.gamma,
+                prep.bound,
+                ex.threads,
+                V[sp.halo],
+            ),
+        )
         self.pending = [[] for _ in self.specs]  # (positions, rows) to apply next
         self.halo_bytes = []  # bytes moved per colour step
 
@@ -399,8 +503,9 @@ class _DaskBCDSession:
         ex = self.ex
         for c in colour_order:
             c = int(c)
-            outgoing = ex._gather(lambda: [actor.bcd_step(c, self.pending[b])
-                                   for b, actor in enumerate(self.actors)])
+            outgoing = ex._gather(
+                lambda: [actor.bcd_step(c, self.pending[b]) for b, actor in enumerate(self.actors)]
+            )
             self.pending = [[] for _ in self.specs]
             nbytes = 0
             for a, msgs in enumerate(outgoing):
@@ -416,7 +521,9 @@ class _DaskBCDSession:
 
     def _flush(self):
         if any(self.pending):
-            self.ex._gather(lambda: [a.bcd_apply(self.pending[b]) for b, a in enumerate(self.actors)])
+            self.ex._gather(
+                lambda: [a.bcd_apply(self.pending[b]) for b, a in enumerate(self.actors)]
+            )
             self.pending = [[] for _ in self.specs]
 
     def objective(self) -> float:
@@ -433,8 +540,9 @@ class _DaskBCDSession:
     def assign(self, V):
         """Replace V (internal order) in every block, own rows and halo: a joint move."""
         # every own and halo row is overwritten: halo rows still pending are superseded
-        self.pending = [[(np.arange(sp.n_own + sp.halo.shape[0]), local_rows(V, sp))]
-                        for sp in self.specs]
+        self.pending = [
+            [(np.arange(sp.n_own + sp.halo.shape[0]), local_rows(V, sp))] for sp in self.specs
+        ]
         self._flush()
 
     def write_checkpoint_blocks(self, store, ckpt_id, row_block):
@@ -453,8 +561,16 @@ class _DaskADMMSession:
         self.specs = build_blocks(prep, _no_colour(prep), self.starts)
         self.actors = ex._actors(
             self.specs,
-            lambda sp: (V[sp.start:sp.stop], 2, prep.gamma, prep.bound, ex.threads,
-                        V[sp.halo], (U[sp.start:sp.stop], U[sp.halo], Lam[sp.start:sp.stop])))
+            lambda sp: (
+                V[sp.start : sp.stop],
+                2,
+                prep.gamma,
+                prep.bound,
+                ex.threads,
+                V[sp.halo],
+                (U[sp.start : sp.stop], U[sp.halo], Lam[sp.start : sp.stop]),
+            ),
+        )
         self.halo_bytes = []
 
     def _exchange(self, outgoing):
@@ -471,11 +587,19 @@ class _DaskADMMSession:
         ex = self.ex
         # U's halo is current from the previous U-step exchange (kept in self._u_inbox)
         inbox = getattr(self, "_u_inbox", [[] for _ in self.specs])
-        out = ex._gather(lambda: [a.admm_half("V", inbox[b], -1.0, rho, gamma, diagonal)
-                          for b, a in enumerate(self.actors)])
+        out = ex._gather(
+            lambda: [
+                a.admm_half("V", inbox[b], -1.0, rho, gamma, diagonal)
+                for b, a in enumerate(self.actors)
+            ]
+        )
         v_inbox = self._exchange(out)
-        out = ex._gather(lambda: [a.admm_half("U", v_inbox[b], 1.0, rho, gamma, diagonal)
-                          for b, a in enumerate(self.actors)])
+        out = ex._gather(
+            lambda: [
+                a.admm_half("U", v_inbox[b], 1.0, rho, gamma, diagonal)
+                for b, a in enumerate(self.actors)
+            ]
+        )
         self._u_inbox = self._exchange(out)
         parts = ex._gather(lambda: [a.admm_dual(rho) for a in self.actors])
         primal2 = ordered_total([x for p in parts for x in p[0]])
@@ -487,7 +611,9 @@ class _DaskADMMSession:
         return ordered_total([x for p in parts for x in p])
 
     def objective(self, gamma, diagonal) -> float:
-        parts = self.ex._gather(lambda: [a.admm_objective_parts(gamma, diagonal) for a in self.actors])
+        parts = self.ex._gather(
+            lambda: [a.admm_objective_parts(gamma, diagonal) for a in self.actors]
+        )
         total = ordered_total([x for p in parts for x in p[0]])
         total += gamma * ordered_total([x for p in parts for x in p[1]])
         if diagonal:
@@ -506,15 +632,18 @@ class _DaskADMMSession:
         """Each block's memory (``_anderson.RowMemory``): empty, or its rows of a checkpoint's
         memory columns ``W``."""
         if any(st % aa.block for st in self.starts[:-1]):
-            raise ValidationError(f"anderson: block boundaries {list(self.starts)} are not "
-                                  f"multiples of {aa.block}; use the executor's default align")
+            raise ValidationError(
+                f"anderson: block boundaries {list(self.starts)} are not "
+                f"multiples of {aa.block}; use the executor's default align"
+            )
         self._all(lambda a: a.aa_init(aa.m, aa.block))
         if W is None:
             self._all(lambda a: a.aa_reset(rho))
         else:
             st = self.starts
-            self.ex._gather(lambda: [a.aa_load(W[st[b]:st[b + 1]])
-                                     for b, a in enumerate(self.actors)])
+            self.ex._gather(
+                lambda: [a.aa_load(W[st[b] : st[b + 1]]) for b, a in enumerate(self.actors)]
+            )
 
     def anderson_rows(self):
         return np.vstack(self._all(lambda a: a.aa_rows()))
@@ -548,22 +677,31 @@ class _DaskADMMSession:
         ints[A._COUNT] = count
         fpart = np.vstack([p[0] for p in parts])
         bpart = np.concatenate([p[1] for p in parts])
-        if slot < 0 or not A.anderson_coefficients(fpart, bpart, slot, count, aa.order, valid,
-                                                   aa.gram, aa.bdot, aa.coef):
+        if slot < 0 or not A.anderson_coefficients(
+            fpart, bpart, slot, count, aa.order, valid, aa.gram, aa.bdot, aa.coef
+        ):
             self._all(lambda a: a.aa_reset(rho_used))
             return rho_next, False
         idx, coef = aa.order[:count].copy(), aa.coef[:count].copy()
-        self._u_inbox = self._exchange(self._all(lambda a: a.aa_extrapolate(rho_used, idx,
-                                                                             coef)))
+        self._u_inbox = self._exchange(self._all(lambda a: a.aa_extrapolate(rho_used, idx, coef)))
         ints[A._PENDING] = 1
         ints[A._STEPS] += 1
         floats[A._OBJ_BEFORE] = obj
         return rho_next, False
 
     def write_checkpoint_blocks(self, store, ckpt_id, row_block):
-        self.ex._gather(lambda: [a.write_blocks(store.url, ckpt_id, row_block,
-                                        getattr(store, "storage_options", None), which="VUL")
-                         for a in self.actors])
+        self.ex._gather(
+            lambda: [
+                a.write_blocks(
+                    store.url,
+                    ckpt_id,
+                    row_block,
+                    getattr(store, "storage_options", None),
+                    which="VUL",
+                )
+                for a in self.actors
+            ]
+        )
 
     def close(self):
         self.actors = []
@@ -575,4 +713,3 @@ def _no_colour(prep):
     n = prep.n_points
     rows = np.arange(n, dtype=np.int64)
     return SweepPlan(rows, rows, np.zeros(n, np.int64), np.array([0, n], np.int64), rows)
-

@@ -53,33 +53,59 @@ class _LayoutPlan:
         nc = layout.n_colours
         self.layout, self.n_colours, self.n_free = layout, nc + 1, layout.n_free
         self.colour = np.full(n, nc, np.int64)
-        self.colour[layout.c_colour_rows] = np.repeat(np.arange(nc),
-                                                      np.diff(layout.c_colour_ptr))
+        self.colour[layout.c_colour_rows] = np.repeat(np.arange(nc), np.diff(layout.c_colour_ptr))
 
     def units(self, c):
         if c == self.layout.n_colours:
-            return (np.arange(self.n_free, dtype=np.int64),
-                    np.array([0, self.n_free], np.int64))
+            return (np.arange(self.n_free, dtype=np.int64), np.array([0, self.n_free], np.int64))
         return colour_units(self.layout, c)
 
 
 class BlockSolveActor:
     """One row block of a block solve in a worker's memory (serial kernels)."""
 
-    def __init__(self, spec, n_free, V_local, loss_code, gamma, bound, precond, extrapolate,
-                 inner_maxiter=None):
+    def __init__(
+        self,
+        spec,
+        n_free,
+        V_local,
+        loss_code,
+        gamma,
+        bound,
+        precond,
+        extrapolate,
+        inner_maxiter=None,
+    ):
         self.spec = spec
         nc = len(spec.colour_rows) - 1  # the last route is U's
         nu = int(np.clip(n_free - spec.start, 0, spec.n_own))
         self.part = BlockPart(
-            V=np.array(V_local), n_own=spec.n_own, n_free=nu,
-            n_free_halo=int(np.searchsorted(spec.halo, n_free)), base=spec.start,
-            indptr=spec.indptr, indices=spec.indices, data=spec.data, diag=spec.diag,
-            cptr=spec.cptr, cidx=spec.cidx, csgn=spec.csgn, pmax=spec.pmax,
-            colour_rows=spec.colour_rows[:nc], unit_ptr=spec.unit_ptr[:nc],
-            pair_own=spec.pair_own, pair_other=spec.pair_other, pair_t=spec.pair_t,
-            loss_code=loss_code, gamma=gamma, bound=bound, precond=precond,
-            extrapolate=extrapolate, serial=True, inner_maxiter=inner_maxiter)
+            V=np.array(V_local),
+            n_own=spec.n_own,
+            n_free=nu,
+            n_free_halo=int(np.searchsorted(spec.halo, n_free)),
+            base=spec.start,
+            indptr=spec.indptr,
+            indices=spec.indices,
+            data=spec.data,
+            diag=spec.diag,
+            cptr=spec.cptr,
+            cidx=spec.cidx,
+            csgn=spec.csgn,
+            pmax=spec.pmax,
+            colour_rows=spec.colour_rows[:nc],
+            unit_ptr=spec.unit_ptr[:nc],
+            pair_own=spec.pair_own,
+            pair_other=spec.pair_other,
+            pair_t=spec.pair_t,
+            loss_code=loss_code,
+            gamma=gamma,
+            bound=bound,
+            precond=precond,
+            extrapolate=extrapolate,
+            serial=True,
+            inner_maxiter=inner_maxiter,
+        )
 
     def call(self, name, args, incoming, kind, route):
         """Apply the halo rows sent since the last call, run ``part.name(*args)``, return
@@ -112,22 +138,29 @@ class BlockSolveActor:
         return self.part.assign(V_local)
 
     def write_blocks(self, url, ckpt_id, row_block, storage_options=None):
-
         store = RunStore.open(url, mode="r", storage_options=storage_options)
         data = self.checkpoint_rows()
         for s in range(0, data.shape[0], row_block):
-            store.write_V_block(ckpt_id, self.spec.start + s, data[s:s + row_block])
+            store.write_V_block(ckpt_id, self.spec.start + s, data[s : s + row_block])
         return True
 
 
 class DaskBlockSession(BlockSession):
     """A block-exact fit on a :class:`~npkl_dist.executors.DaskExecutor` (see module doc)."""
 
-    def __init__(self, ex, prep, layout, V, precond="amg-additive", extrapolate=True,
-                 inner_maxiter=None):
+    def __init__(
+        self, ex, prep, layout, V, precond="amg-additive", extrapolate=True, inner_maxiter=None
+    ):
         self.ex = ex
-        super().__init__(prep, layout, V, 1, precond=precond, extrapolate=extrapolate,
-                         inner_maxiter=inner_maxiter)
+        super().__init__(
+            prep,
+            layout,
+            V,
+            1,
+            precond=precond,
+            extrapolate=extrapolate,
+            inner_maxiter=inner_maxiter,
+        )
 
     def _setup(self, prep, layout, V, precond):
         ex = self.ex
@@ -135,14 +168,23 @@ class DaskBlockSession(BlockSession):
         self.parts = []  # they live in the actors
         self.starts = partition_rows(n, ex.blocks, ex.align)
         self.specs = build_blocks(prep, _LayoutPlan(layout, n), self.starts)
-        self.pair_index = [np.flatnonzero((prep.pi >= s.start) & (prep.pi < s.stop))
-                           for s in self.specs]
+        self.pair_index = [
+            np.flatnonzero((prep.pi >= s.start) & (prep.pi < s.stop)) for s in self.specs
+        ]
         self.actors = ex._actors(
             self.specs,
-            lambda s: (layout.n_free, local_rows(V, s),
-                       prep.loss_code, prep.gamma, prep.bound, precond, self.extrapolate,
-                       self.inner_maxiter),
-            cls=BlockSolveActor)
+            lambda s: (
+                layout.n_free,
+                local_rows(V, s),
+                prep.loss_code,
+                prep.gamma,
+                prep.bound,
+                precond,
+                self.extrapolate,
+                self.inner_maxiter,
+            ),
+            cls=BlockSolveActor,
+        )
         self.pending = [[] for _ in self.specs]  # (kind, positions, rows) to apply next
         self.halo_bytes = []  # bytes moved per exchange
 
@@ -155,8 +197,11 @@ class DaskBlockSession(BlockSession):
             kind = "Z" if send == "Z" else "V"
             route = self.layout.n_colours if send == "Z" else send[1]
         pending, self.pending = self.pending, [[] for _ in self.specs]
-        out = self.ex._gather(lambda: [a.call(name, args, pending[b], kind, route)
-                                       for b, a in enumerate(self.actors)])
+        out = self.ex._gather(
+            lambda: [
+                a.call(name, args, pending[b], kind, route) for b, a in enumerate(self.actors)
+            ]
+        )
         if kind is not None:
             nbytes = 0
             for a, (_, msgs) in enumerate(out):
@@ -172,29 +217,36 @@ class DaskBlockSession(BlockSession):
 
     def _assign_parts(self, V):
         self.pending = [[] for _ in self.specs]  # every own and halo row is overwritten
-        return self.ex._gather(lambda: [
-            a.assign(local_rows(V, s))
-            for a, s in zip(self.actors, self.specs)])
+        return self.ex._gather(
+            lambda: [a.assign(local_rows(V, s)) for a, s in zip(self.actors, self.specs)]
+        )
 
     def checkpoint_array(self):
-        return np.concatenate(self.ex._gather(
-            lambda: [a.checkpoint_rows() for a in self.actors]))
+        return np.concatenate(self.ex._gather(lambda: [a.checkpoint_rows() for a in self.actors]))
 
     def state_arrays(self):
         if not self.extrapolate:
             return []
         W = self.checkpoint_array()
         r = W.shape[1] // 4  # V, S, LS, R
-        return [W[:, r:2 * r], W[:, 2 * r:3 * r], W[:, 3 * r:]]
+        return [W[:, r : 2 * r], W[:, 2 * r : 3 * r], W[:, 3 * r :]]
 
     def load_state_arrays(self, arrays):
         if self.extrapolate:
             S, LS = arrays[0], arrays[1]
             R = arrays[2] if len(arrays) > 2 else None
-            self._set_residual(self.ex._gather(lambda: [
-                a.load_state(local_rows(S, s), LS[s.start:s.stop],
-                             None if R is None else R[s.start:s.stop])
-                for a, s in zip(self.actors, self.specs)]))
+            self._set_residual(
+                self.ex._gather(
+                    lambda: [
+                        a.load_state(
+                            local_rows(S, s),
+                            LS[s.start : s.stop],
+                            None if R is None else R[s.start : s.stop],
+                        )
+                        for a, s in zip(self.actors, self.specs)
+                    ]
+                )
+            )
 
     def write_checkpoint_blocks(self, store, ckpt_id, row_block):
         write_actor_blocks(self.ex, self.actors, self.specs, store, ckpt_id, row_block)

@@ -31,8 +31,9 @@ def partition_plan(plan, n_blocks: int, align: int = SUM_BLOCK) -> np.ndarray:
     if n_blocks < 1:
         raise ValidationError(f"blocks: expected a positive integer, got {fmt_value(n_blocks)}")
     n = plan.n_points
-    cand = plan.block_ptr[(plan.block_ptr % align == 0) & (plan.block_ptr > 0)
-                          & (plan.block_ptr < n)]
+    cand = plan.block_ptr[
+        (plan.block_ptr % align == 0) & (plan.block_ptr > 0) & (plan.block_ptr < n)
+    ]
     cuts = []
     if cand.size:
         for k in range(1, n_blocks):
@@ -47,22 +48,22 @@ class BlockSpec:
     b: int
     start: int
     stop: int
-    halo: np.ndarray          # global internal rows held as halo, sorted
-    indptr: np.ndarray        # local CSR of L's off-diagonal, columns in local numbering
+    halo: np.ndarray  # global internal rows held as halo, sorted
+    indptr: np.ndarray  # local CSR of L's off-diagonal, columns in local numbering
     indices: np.ndarray
     data: np.ndarray
     diag: np.ndarray
     cptr: np.ndarray
     cidx: np.ndarray
     csgn: np.ndarray
-    colour_rows: list         # per colour: local rows of that colour (sorted)
-    unit_ptr: list            # per colour: bounds of its units in colour_rows
-    send: list                # per colour: list of (target block, local rows to send)
-    recv: list                # per colour: list of (source block, local halo positions)
-    send_all: list            # all halo-relevant own rows: (target, local rows), for ADMM
-    recv_all: list            # (source, local positions)
-    pair_own: np.ndarray      # local index of the owner row of each pair owned here
-    pair_other: np.ndarray    # local index of its partner
+    colour_rows: list  # per colour: local rows of that colour (sorted)
+    unit_ptr: list  # per colour: bounds of its units in colour_rows
+    send: list  # per colour: list of (target block, local rows to send)
+    recv: list  # per colour: list of (source block, local halo positions)
+    send_all: list  # all halo-relevant own rows: (target, local rows), for ADMM
+    recv_all: list  # (source, local positions)
+    pair_own: np.ndarray  # local index of the owner row of each pair owned here
+    pair_other: np.ndarray  # local index of its partner
     pair_t: np.ndarray
     pmax: int
 
@@ -82,8 +83,8 @@ def build_blocks(prep, plan, starts) -> list:
     halos = []
     for b in range(n_blocks):
         s, e = int(starts[b]), int(starts[b + 1])
-        cols = prep.indices[prep.indptr[s]:prep.indptr[e]]
-        parts = prep.cidx[prep.cptr[s]:prep.cptr[e]]
+        cols = prep.indices[prep.indptr[s] : prep.indptr[e]]
+        parts = prep.cidx[prep.cptr[s] : prep.cptr[e]]
         ref = np.unique(np.concatenate([cols, parts]))
         halo = ref[(ref < s) | (ref >= e)]
         halos.append(halo)
@@ -91,6 +92,7 @@ def build_blocks(prep, plan, starts) -> list:
         s, e = int(starts[b]), int(starts[b + 1])
         nb = e - s
         halo = halos[b]
+
         # global -> local: own rows first, then halo rows in sorted order
         def to_local(g, s=s, e=e, nb=nb, halo=halo):
             g = np.asarray(g)
@@ -101,10 +103,10 @@ def build_blocks(prep, plan, starts) -> list:
             return out
 
         lo, hi = prep.indptr[s], prep.indptr[e]
-        indptr = (prep.indptr[s:e + 1] - lo).astype(np.int64)
+        indptr = (prep.indptr[s : e + 1] - lo).astype(np.int64)
         indices = to_local(prep.indices[lo:hi])
         clo, chi = prep.cptr[s], prep.cptr[e]
-        cptr = (prep.cptr[s:e + 1] - clo).astype(np.int64)
+        cptr = (prep.cptr[s : e + 1] - clo).astype(np.int64)
         cidx = to_local(prep.cidx[clo:chi])
         colour_rows, unit_ptr = [], []
         for c in range(n_colours):
@@ -114,16 +116,31 @@ def build_blocks(prep, plan, starts) -> list:
             unit_ptr.append(np.unique(np.clip(ptr, first, last) - first).astype(np.int64))
         # pairs owned by this block: the first index (pi) lies in it
         mine = (prep.pi >= s) & (prep.pi < e)
-        specs.append(BlockSpec(
-            b=b, start=s, stop=e, halo=halo, indptr=indptr, indices=indices,
-            data=prep.data[lo:hi].copy(), diag=prep.diag[s:e].copy(), cptr=cptr, cidx=cidx,
-            csgn=prep.csgn[clo:chi].copy(), colour_rows=colour_rows, unit_ptr=unit_ptr,
-            send=[[] for _ in range(n_colours)], recv=[[] for _ in range(n_colours)],
-            send_all=[], recv_all=[],
-            pair_own=(prep.pi[mine] - s).astype(np.int64),
-            pair_other=to_local(prep.pj[mine]), pair_t=prep.pt[mine].copy(),
-            pmax=int(np.diff(cptr).max()) if cptr[-1] else 0,
-        ))
+        specs.append(
+            BlockSpec(
+                b=b,
+                start=s,
+                stop=e,
+                halo=halo,
+                indptr=indptr,
+                indices=indices,
+                data=prep.data[lo:hi].copy(),
+                diag=prep.diag[s:e].copy(),
+                cptr=cptr,
+                cidx=cidx,
+                csgn=prep.csgn[clo:chi].copy(),
+                colour_rows=colour_rows,
+                unit_ptr=unit_ptr,
+                send=[[] for _ in range(n_colours)],
+                recv=[[] for _ in range(n_colours)],
+                send_all=[],
+                recv_all=[],
+                pair_own=(prep.pi[mine] - s).astype(np.int64),
+                pair_other=to_local(prep.pj[mine]),
+                pair_t=prep.pt[mine].copy(),
+                pmax=int(np.diff(cptr).max()) if cptr[-1] else 0,
+            )
+        )
     # halo routes: rows of block a that block b reads, per colour and in total
     for b in range(n_blocks):
         halo = halos[b]
@@ -143,7 +160,7 @@ def build_blocks(prep, plan, starts) -> list:
 
 def local_rows(V, spec: BlockSpec):
     """A block's rows of V in its local order: the own rows, then the halo."""
-    return np.concatenate([V[spec.start:spec.stop], V[spec.halo]])
+    return np.concatenate([V[spec.start : spec.stop], V[spec.halo]])
 
 
 def write_actor_blocks(ex, actors, specs, store, ckpt_id, row_block):
@@ -151,10 +168,14 @@ def write_actor_blocks(ex, actors, specs, store, ckpt_id, row_block):
     if any(sp.start % row_block for sp in specs):
         raise ValidationError(
             f"row_block: {row_block} does not divide the Dask block starts "
-            f"{[sp.start for sp in specs]}; use a divisor of {SUM_BLOCK}")
-    ex._gather(lambda: [a.write_blocks(store.url, ckpt_id, row_block,
-                                       getattr(store, "storage_options", None))
-                        for a in actors])
+            f"{[sp.start for sp in specs]}; use a divisor of {SUM_BLOCK}"
+        )
+    ex._gather(
+        lambda: [
+            a.write_blocks(store.url, ckpt_id, row_block, getattr(store, "storage_options", None))
+            for a in actors
+        ]
+    )
 
 
 def _recv_positions(spec: BlockSpec, source: int, colour: int):

@@ -36,8 +36,14 @@ from ._graph import (
 )
 
 __all__ = [
-    "KnnIndex", "build_knn_index", "knn_rows", "row_blocks", "assemble_knn_graph",
-    "knn_graph_blocked", "iter_edge_batches", "graph_from_edge_batches",
+    "KnnIndex",
+    "build_knn_index",
+    "knn_rows",
+    "row_blocks",
+    "assemble_knn_graph",
+    "knn_graph_blocked",
+    "iter_edge_batches",
+    "graph_from_edge_batches",
 ]
 
 
@@ -64,8 +70,9 @@ class KnnIndex:
                 NNDescent,  # lazy: importing it compiles numba code (seconds)
             )
 
-            self._nn = NNDescent(X, n_neighbors=k_query + 1, random_state=_int_seed(seed),
-                                 n_jobs=None)
+            self._nn = NNDescent(
+                X, n_neighbors=k_query + 1, random_state=_int_seed(seed), n_jobs=None
+            )
             # the build yields every training row's neighbours; rows are sliced from it
             idx, dist = self._nn.neighbor_graph
             self._graph = (np.asarray(idx, np.int64), np.asarray(dist, np.float64))
@@ -84,8 +91,9 @@ class KnnIndex:
             dist, idx = self._nn.kneighbors(self._X[start:stop])
         else:
             idx, dist = (a[start:stop] for a in self._graph)
-        return _drop_self(np.asarray(idx, np.int64), np.asarray(dist, np.float64), start,
-                          self.k_query)
+        return _drop_self(
+            np.asarray(idx, np.int64), np.asarray(dist, np.float64), start, self.k_query
+        )
 
     def query(self, Q, k: int):
         """The k nearest training rows of new points Q, (idx, dist) ascending."""
@@ -175,8 +183,18 @@ def assemble_knn_graph(blocks, k: int, *, weighting: str = "gaussian", warn=True
     return graph_from_neighbours(idx, dist, k, weighting=weighting, warn=warn)
 
 
-def knn_graph_blocked(X, k: int = 5, *, weighting: str = "gaussian", method: str = "auto",
-                      seed=0, block: int = 65536, mapper=None, progress=None, warn=True):
+def knn_graph_blocked(
+    X,
+    k: int = 5,
+    *,
+    weighting: str = "gaussian",
+    method: str = "auto",
+    seed=0,
+    block: int = 65536,
+    mapper=None,
+    progress=None,
+    warn=True,
+):
     """:func:`~npkl_dist.knn_graph` computed in row blocks.
 
     Parameters
@@ -231,7 +249,7 @@ def iter_edge_batches(path, batch_rows: int = 1 << 20):
                 f"edges: expected shape (m, 2) or (m, 3) with columns i, j[, w], got {E.shape}"
             )
         for a in range(0, E.shape[0], batch_rows):
-            B = np.asarray(E[a: a + batch_rows], dtype=np.float64)
+            B = np.asarray(E[a : a + batch_rows], dtype=np.float64)
             yield B[:, 0], B[:, 1], (B[:, 2] if B.shape[1] == 3 else None), a
         return
     import pyarrow as pa
@@ -245,7 +263,8 @@ def iter_edge_batches(path, batch_rows: int = 1 << 20):
             import pyarrow.csv as pacsv
 
             batches = pacsv.open_csv(
-                p, read_options=pacsv.ReadOptions(block_size=max(1 << 20, batch_rows * 24)))
+                p, read_options=pacsv.ReadOptions(block_size=max(1 << 20, batch_rows * 24))
+            )
         first = 0
         for batch in batches:
             names = batch.schema.names
@@ -255,10 +274,17 @@ def iter_edge_batches(path, batch_rows: int = 1 << 20):
                     f"edges: {str(p)!r} lacks column(s) {missing}; expected a header with "
                     f"i, j[, w] (found {names[:6]})"
                 )
-            col = {c: batch.column(names.index(c)).to_numpy(zero_copy_only=False)
-                   for c in ("i", "j", "w") if c in names}
-            yield (np.asarray(col["i"], np.float64), np.asarray(col["j"], np.float64),
-                   np.asarray(col["w"], np.float64) if "w" in col else None, first)
+            col = {
+                c: batch.column(names.index(c)).to_numpy(zero_copy_only=False)
+                for c in ("i", "j", "w")
+                if c in names
+            }
+            yield (
+                np.asarray(col["i"], np.float64),
+                np.asarray(col["j"], np.float64),
+                np.asarray(col["w"], np.float64) if "w" in col else None,
+                first,
+            )
             first += batch.num_rows
     except (pa.ArrowInvalid, OSError) as exc:
         if isinstance(exc, InputFileError):
@@ -320,8 +346,11 @@ def graph_from_edge_batches(batches, n_points: int | None = None, *, warn=True) 
     if seen == 0:
         raise GraphError("edges: the edge list is empty; pass at least one edge")
     n_points = _n_points(n_points, top)
-    lo, hi, w = (np.concatenate(c) for c in zip(*parts)) if parts else (
-        np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    lo, hi, w = (
+        (np.concatenate(c) for c in zip(*parts))
+        if parts
+        else (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
+    )
     A = _max_duplicates(lo, hi, w, n_points)
     return _finish(A.maximum(A.T), None, warn=warn, given=True)
 
@@ -331,6 +360,7 @@ def _dedup(i, j, w):
     lo, hi = np.minimum(i, j), np.maximum(i, j)
     order = np.lexsort((-w, hi, lo))
     lo, hi, w = lo[order], hi[order], w[order]
-    first = np.r_[True, (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])] if lo.size else \
-        np.zeros(0, bool)
+    first = (
+        np.r_[True, (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])] if lo.size else np.zeros(0, bool)
+    )
     return lo[first], hi[first], w[first]

@@ -66,13 +66,17 @@ def _finish(S: sp.spmatrix, sigma=None, warn=True, given=False) -> Graph:
     n_iso = int(np.count_nonzero(deg == 0))
     if warn and (n_comp > 1 or n_iso):
         if given:
-            advice = ("The edge list leaves them apart: add edges between the components, "
-                      "and to the isolated nodes (nodes up to n_points - 1 that no edge "
-                      "names, or that had only self-loops), or drop those nodes")
+            advice = (
+                "The edge list leaves them apart: add edges between the components, "
+                "and to the isolated nodes (nodes up to n_points - 1 that no edge "
+                "names, or that had only self-loops), or drop those nodes"
+            )
         else:
-            advice = ("A larger knn joins nearby components; isolated points are usually "
-                      "outliers whose Gaussian weights underflow to 0 (far beyond sigma): "
-                      "remove them or use weighting='mutual'")
+            advice = (
+                "A larger knn joins nearby components; isolated points are usually "
+                "outliers whose Gaussian weights underflow to 0 (far beyond sigma): "
+                "remove them or use weighting='mutual'"
+            )
         warnings.warn(
             f"graph: {n_comp} connected components and {n_iso} isolated point(s); kernel "
             f"learning still runs (L stays positive definite through delta) but constraints "
@@ -121,7 +125,7 @@ def _column_moments(X) -> tuple[np.ndarray, np.ndarray]:
     m2 = np.zeros(d)
     seen = 0
     for a in range(0, n, _SCALE_ROWS):
-        B = np.asarray(X[a:a + _SCALE_ROWS], dtype=np.float64)
+        B = np.asarray(X[a : a + _SCALE_ROWS], dtype=np.float64)
         nb = B.shape[0]
         mb = B.mean(axis=0)
         B = B - mb
@@ -142,7 +146,8 @@ def feature_scale(X, scale: str = "none") -> dict | None:
     if scale not in SCALES:
         raise ValidationError(
             f"scale: {scale!r} is not one of {', '.join(repr(s) for s in SCALES)}; 'standard' "
-            f"centres each feature column and divides it by its standard deviation")
+            f"centres each feature column and divides it by its standard deviation"
+        )
     if scale == "none":
         return None
     mean, std = _column_moments(X)
@@ -161,11 +166,14 @@ def apply_feature_scale(X, params: dict | None) -> np.ndarray:
     if X.ndim != 2 or X.shape[1] != mean.size:
         raise ValidationError(
             f"features: {X.shape[-1] if X.ndim else 0} columns, the scaling was fitted on "
-            f"{mean.size}; pass rows with the same columns")
+            f"{mean.size}; pass rows with the same columns"
+        )
     out = np.empty(X.shape, dtype=dtype)
     inv = 1.0 / np.where(std > 0, std, 1.0)
     for a in range(0, X.shape[0], _SCALE_ROWS):
-        out[a:a + _SCALE_ROWS] = (np.asarray(X[a:a + _SCALE_ROWS], dtype=np.float64) - mean) * inv
+        out[a : a + _SCALE_ROWS] = (
+            np.asarray(X[a : a + _SCALE_ROWS], dtype=np.float64) - mean
+        ) * inv
     return out
 
 
@@ -187,7 +195,7 @@ def warn_feature_scales(X, stacklevel: int = 2) -> None:
             f"features: column {j} has a standard deviation {ratio:.0f} times the median "
             f"column's ({std[j]:.3g} against {med:.3g}), so it alone decides the kNN "
             f"distances; if the columns are on different scales, standardise them first "
-            f"(npkl fit --scale standard, [graph] scale = \"standard\", or scikit-learn's "
+            f'(npkl fit --scale standard, [graph] scale = "standard", or scikit-learn\'s '
             f"StandardScaler)",
             GraphWarning,
             stacklevel=stacklevel + 1,
@@ -235,8 +243,9 @@ def _int_seed(seed):
     return int(np.random.default_rng(seed).integers(2**31 - 1))
 
 
-def knn_graph(X, k: int = 5, *, weighting: str = "gaussian", method: str = "auto", seed=0,
-              warn=True) -> Graph:
+def knn_graph(
+    X, k: int = 5, *, weighting: str = "gaussian", method: str = "auto", seed=0, warn=True
+) -> Graph:
     """Symmetrised kNN graph of the rows of X.
 
     Parameters
@@ -273,9 +282,7 @@ def knn_graph(X, k: int = 5, *, weighting: str = "gaussian", method: str = "auto
             f"knn: expected an integer in [1, {n - 1}] for {n} points, got {fmt_value(k)}"
         )
     if weighting not in ("gaussian", "mutual"):
-        raise ValidationError(
-            f"weighting: {weighting!r} is not one of 'gaussian', 'mutual'"
-        )
+        raise ValidationError(f"weighting: {weighting!r} is not one of 'gaussian', 'mutual'")
     if warn:
         warn_feature_scales(X, stacklevel=2)
     kq = max(k, min(SIGMA_NEIGHBOURS, n - 1))
@@ -283,8 +290,7 @@ def knn_graph(X, k: int = 5, *, weighting: str = "gaussian", method: str = "auto
     return graph_from_neighbours(idx, dist, k, weighting=weighting, warn=warn)
 
 
-def graph_from_neighbours(idx, dist, k: int, *, weighting: str = "gaussian",
-                          warn=True) -> Graph:
+def graph_from_neighbours(idx, dist, k: int, *, weighting: str = "gaussian", warn=True) -> Graph:
     """The symmetric kNN graph from each point's neighbours (self excluded, ascending).
 
     Parameters
@@ -389,7 +395,9 @@ def laplacian(S, delta: float = 1e-3, dtype=np.float64) -> sp.csr_matrix:
     -------
     scipy.sparse.csr_matrix, shape (n, n), sorted indices, explicit diagonal
     """
-    if isinstance(delta, bool) or not (isinstance(delta, Real) and np.isfinite(delta) and delta > 0):
+    if isinstance(delta, bool) or not (
+        isinstance(delta, Real) and np.isfinite(delta) and delta > 0
+    ):
         raise ValidationError(
             f"delta: expected a finite number > 0 (it keeps L positive definite), got "
             f"{fmt_value(delta)}; the papers use small values such as 1e-3"

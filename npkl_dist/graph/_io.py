@@ -12,8 +12,14 @@ import numpy as np
 
 from .._errors import InputFileError
 
-__all__ = ["read_features", "iter_feature_chunks", "FeatureChunks", "read_edges",
-           "read_constraints", "read_labels"]
+__all__ = [
+    "read_features",
+    "iter_feature_chunks",
+    "FeatureChunks",
+    "read_edges",
+    "read_constraints",
+    "read_labels",
+]
 
 #: rows per chunk of a streamed feature table: about 8 MiB of float64 (the store's chunks)
 CHUNK_BYTES = 8 << 20
@@ -55,8 +61,10 @@ def _read_table(p: Path, what, header_required, empty_is_unlabelled=False):
             table = pacsv.read_csv(p, parse_options=parse)
             if not header_required and _looks_numeric(table.column_names):
                 table = pacsv.read_csv(
-                    p, read_options=pacsv.ReadOptions(autogenerate_column_names=True),
-                    parse_options=parse)
+                    p,
+                    read_options=pacsv.ReadOptions(autogenerate_column_names=True),
+                    parse_options=parse,
+                )
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputFileError(f"{what}: cannot read {str(p)!r}: {exc}") from exc
     out = {}
@@ -92,8 +100,7 @@ def read_features(path) -> np.ndarray:
     else:
         cols = _read_table(p, "features", header_required=False)
         if not cols or len(next(iter(cols.values()))) == 0:  # a header alone parses as text
-            raise InputFileError(f"features: {str(p)!r} has no data rows; pass at least one "
-                                 f"point")
+            raise InputFileError(f"features: {str(p)!r} has no data rows; pass at least one point")
         bad = [k for k, v in cols.items() if v.dtype.kind not in "fiub"]
         if bad:
             raise InputFileError(
@@ -106,7 +113,8 @@ def read_features(path) -> np.ndarray:
     if X.ndim != 2 or X.dtype.kind not in "fiub":
         raise InputFileError(
             f"features: {str(p)!r} holds a {X.ndim}-D {X.dtype} array; expected 2-D numeric "
-            f"rows (n_points, n_features)")
+            f"rows (n_points, n_features)"
+        )
     if X.shape[0] == 0:
         raise InputFileError(f"features: {str(p)!r} has no data rows; pass at least one point")
     return _finite_rows(X, str(p))
@@ -121,7 +129,8 @@ def _finite_rows(X, path, start=0):
         raise InputFileError(
             f"features: {path!r} holds NaN, inf or an empty cell in data row(s) "
             f"{rows[:10]} (0-based, header not counted); impute or drop them before "
-            f"learning a kernel")
+            f"learning a kernel"
+        )
     return X
 
 
@@ -154,11 +163,13 @@ class FeatureChunks:
             except ValueError as exc:  # object arrays, a damaged header
                 raise InputFileError(
                     f"features: cannot read {self.path!r} as a numeric .npy array ({exc}); "
-                    f"save the features with np.save(path, X.astype(np.float64))") from None
+                    f"save the features with np.save(path, X.astype(np.float64))"
+                ) from None
             if X.ndim not in (1, 2) or X.dtype.kind not in "fiub":
                 raise InputFileError(
                     f"features: {self.path!r} holds a {X.ndim}-D array of dtype {X.dtype}; "
-                    f"expected numeric rows (n, d): save a 2-D float array")
+                    f"expected numeric rows (n, d): save a 2-D float array"
+                )
             self._X = X.reshape(-1, 1) if X.ndim == 1 else X
             self.n_rows, self.n_features = (int(v) for v in self._X.shape)
         elif self._kind == ".parquet":
@@ -188,7 +199,8 @@ class FeatureChunks:
         except (pa.ArrowInvalid, OSError) as exc:
             raise InputFileError(
                 f"features: cannot read {self.path!r}: {exc}; every row needs the same "
-                f"numeric columns (header optional)") from None
+                f"numeric columns (header optional)"
+            ) from None
         self._header = not _looks_numeric(names)
         self.n_features = len(names)
         self._names = names if self._header else [f"f{k}" for k in range(len(names))]
@@ -203,7 +215,8 @@ class FeatureChunks:
 
         ro = pacsv.ReadOptions(
             block_size=max(1 << 16, min(1 << 26, self.chunk_rows * self.n_features * 24)),
-            **({} if self._header else {"column_names": self._names}))
+            **({} if self._header else {"column_names": self._names}),
+        )
         co = pacsv.ConvertOptions(column_types={c: pa.float64() for c in self._names})
         with pacsv.open_csv(self._p, read_options=ro, convert_options=co) as reader:
             yield from reader
@@ -211,27 +224,35 @@ class FeatureChunks:
     def __iter__(self):
         if self._kind == ".npy":
             for a in range(0, self.n_rows, self.chunk_rows):
-                yield a, self._check(np.asarray(self._X[a: a + self.chunk_rows],
-                                                dtype=np.float64), a)
+                yield (
+                    a,
+                    self._check(np.asarray(self._X[a : a + self.chunk_rows], dtype=np.float64), a),
+                )
             return
         import pyarrow as pa
 
         start = 0
         try:
             for batch in self._batches():
-                cols = [batch.column(k).to_numpy(zero_copy_only=False)
-                        for k in range(batch.num_columns)]
-                B = np.column_stack([np.asarray(c, dtype=np.float64) for c in cols]) \
-                    if batch.num_rows else np.zeros((0, self.n_features))
+                cols = [
+                    batch.column(k).to_numpy(zero_copy_only=False)
+                    for k in range(batch.num_columns)
+                ]
+                B = (
+                    np.column_stack([np.asarray(c, dtype=np.float64) for c in cols])
+                    if batch.num_rows
+                    else np.zeros((0, self.n_features))
+                )
                 for a in range(0, B.shape[0], self.chunk_rows):
-                    part = np.ascontiguousarray(B[a: a + self.chunk_rows])
+                    part = np.ascontiguousarray(B[a : a + self.chunk_rows])
                     yield start, self._check(part, start)
                     start += part.shape[0]
         except pa.ArrowInvalid as exc:
             raise InputFileError(
                 f"features: cannot read {self.path!r} after data row {start}: {exc}; every "
                 f"row needs the same {self.n_features} numeric columns (encode or drop "
-                f"non-numeric ones, fill empty cells)") from None
+                f"non-numeric ones, fill empty cells)"
+            ) from None
 
     def _check(self, X, start):
         return _finite_rows(X, self.path, start)
@@ -240,12 +261,19 @@ class FeatureChunks:
 def _numeric_columns(path, schema):
     import pyarrow as pa
 
-    bad = [f.name for f in schema if not (pa.types.is_integer(f.type) or
-                                          pa.types.is_floating(f.type) or
-                                          pa.types.is_boolean(f.type))]
+    bad = [
+        f.name
+        for f in schema
+        if not (
+            pa.types.is_integer(f.type)
+            or pa.types.is_floating(f.type)
+            or pa.types.is_boolean(f.type)
+        )
+    ]
     if bad:
         raise InputFileError(
-            f"features: non-numeric column(s) {bad[:5]} in {str(path)!r}; encode or drop them")
+            f"features: non-numeric column(s) {bad[:5]} in {str(path)!r}; encode or drop them"
+        )
 
 
 def iter_feature_chunks(path, chunk_rows: int | None = None):
@@ -314,7 +342,8 @@ def read_labels(path) -> np.ndarray:
     if y.ndim > 1 and sum(d > 1 for d in y.shape) > 1:
         raise InputFileError(
             f"labels: {str(p)!r} holds an array of shape {y.shape}; expected one label per "
-            f"point (a 1-D array or a single column)")
+            f"point (a 1-D array or a single column)"
+        )
     y = y.ravel()
     if y.dtype.kind == "f":
         if not np.all(np.isfinite(y)) or np.any(y != np.round(y)):

@@ -18,8 +18,9 @@ from .._errors import ValidationError, fmt_value
 __all__ = ["planted_partition"]
 
 
-def planted_partition(n_points: int, n_groups: int, degree: float = 20.0, mix: float = 0.3,
-                      seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def planted_partition(
+    n_points: int, n_groups: int, degree: float = 20.0, mix: float = 0.3, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """(edges, labels): an undirected simple graph on ``n_points`` nodes in ``n_groups`` equal
     consecutive groups (n_points // n_groups each; the remainder is dropped), expected mean
     degree ``degree``, a fraction ``mix`` of each node's expected edges leaving its group.
@@ -33,7 +34,8 @@ def planted_partition(n_points: int, n_groups: int, degree: float = 20.0, mix: f
     if size < 2:
         raise ValidationError(
             f"n_groups: {n_groups} groups of {n_points} points leave fewer than 2 per group; "
-            f"use at most {int(n_points) // 2} groups")
+            f"use at most {int(n_points) // 2} groups"
+        )
     if not 0.0 <= float(mix) <= 1.0:
         raise ValidationError(f"mix: expected a fraction in [0, 1], got {fmt_value(mix)}")
     n = size * int(n_groups)
@@ -42,12 +44,14 @@ def planted_partition(n_points: int, n_groups: int, degree: float = 20.0, mix: f
     if not (0.0 <= p_in <= 1.0 and 0.0 <= p_out <= 1.0):
         raise ValidationError(
             f"degree: {fmt_value(degree)} is more than groups of {size} points allow "
-            f"(edge probability {max(p_in, p_out):.3g} > 1); lower degree or mix")
+            f"(edge probability {max(p_in, p_out):.3g} > 1); lower degree or mix"
+        )
     try:
         import igraph
     except ImportError as err:  # pragma: no cover - the test group installs it
-        raise ImportError("planted_partition needs igraph: pip install 'npkl-dist[graphs]'") \
-            from err
+        raise ImportError(
+            "planted_partition needs igraph: pip install 'npkl-dist[graphs]'"
+        ) from err
     P = np.full((int(n_groups), int(n_groups)), p_out)
     np.fill_diagonal(P, p_in)
     igraph.set_random_number_generator(random.Random(int(seed)))

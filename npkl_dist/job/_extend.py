@@ -51,7 +51,7 @@ def extension_weights(dist, *, sigma=None, weighting: str = "gaussian") -> np.nd
                 f"sigma: expected the training graph's bandwidth (> 0), got {fmt_value(sigma)}; "
                 f"extend a run whose graph was built from features with gaussian weights"
             )
-        return np.exp(-(dist ** 2) / (2.0 * sigma * sigma))
+        return np.exp(-(dist**2) / (2.0 * sigma * sigma))
     if weighting == "mutual":
         return np.ones_like(dist)
     raise ValidationError(f"weighting: {weighting!r} is not one of 'gaussian', 'mutual'")
@@ -102,7 +102,9 @@ def extend_embedding(V, degrees, idx, weights, *, delta: float = 1e-3) -> np.nda
             f"extend: {int(alone.sum())} new point(s) have zero similarity to all their "
             f"training neighbours (e.g. rows {np.flatnonzero(alone)[:5].tolist()}): they lie far "
             f"beyond sigma and get the zero row; they are outliers of the training data",
-            GraphWarning, stacklevel=2)
+            GraphWarning,
+            stacklevel=2,
+        )
     with np.errstate(divide="ignore", invalid="ignore"):
         coef = w / np.sqrt(d_o[:, None] * (d[idx] + w))
     coef[alone] = 0.0
@@ -110,7 +112,7 @@ def extend_embedding(V, degrees, idx, weights, *, delta: float = 1e-3) -> np.nda
     # v_o = sum_k coef_ok v_k, accumulated over the k neighbours (m x r work per neighbour)
     out = np.zeros((idx.shape[0], r), np.float64)
     for t in range(idx.shape[1]):
-        out += coef[:, t: t + 1] * V[idx[:, t]]
+        out += coef[:, t : t + 1] * V[idx[:, t]]
     return out.astype(V.dtype, copy=False)
 
 
@@ -262,12 +264,21 @@ def graph_knn(X, S, Q, k: int, *, ef: int | None = None, n_entries: int = 256, s
     rng = np.random.default_rng(seed)
     piv = np.sort(rng.choice(n, min(n, n_entries), replace=False))
     P = X[piv]
-    d2 = (Q ** 2).sum(1)[:, None] - 2 * Q @ P.T + (P ** 2).sum(1)[None, :]
+    d2 = (Q**2).sum(1)[:, None] - 2 * Q @ P.T + (P**2).sum(1)[None, :]
     ne = min(4, piv.size)
     entries = piv[np.argsort(d2, axis=1)[:, :ne]].astype(np.int64)
     S = S.tocsr()
     out_idx = np.empty((Q.shape[0], k), np.int64)
     out_d2 = np.empty((Q.shape[0], k), np.float64)
-    _GRAPH_SEARCH(X, S.indptr.astype(np.int64), S.indices.astype(np.int64), Q, entries, k,
-                  ef, out_idx, out_d2)
+    _GRAPH_SEARCH(
+        X,
+        S.indptr.astype(np.int64),
+        S.indices.astype(np.int64),
+        Q,
+        entries,
+        k,
+        ef,
+        out_idx,
+        out_d2,
+    )
     return out_idx, np.sqrt(np.maximum(out_d2, 0.0))

@@ -93,7 +93,8 @@ class FitConfig:
         if self.anderson and self.solver != "admm":
             raise ValidationError(
                 f"anderson: {self.anderson} accelerates solver='admm' only, got "
-                f"solver={self.solver!r}; use anderson=0 or solver='admm'")
+                f"solver={self.solver!r}; use anderson=0 or solver='admm'"
+            )
 
 
 def default_max_iterations(solver: str) -> int:
@@ -128,8 +129,7 @@ def load_graph(cfg: FitConfig):
     if cfg.scale != "none":  # (knn_graph checks X; scaling must see checked columns)
         Xg = _check_features(X)
         Xg = apply_feature_scale(Xg, feature_scale(Xg, cfg.scale))
-    return knn_graph(Xg, cfg.knn, weighting=cfg.weighting, method=cfg.knn_method,
-                     seed=cfg.seed), X
+    return knn_graph(Xg, cfg.knn, weighting=cfg.weighting, method=cfg.knn_method, seed=cfg.seed), X
 
 
 def _learn(cfg: FitConfig, problem: NPKLProblem, executor, callback):
@@ -141,14 +141,20 @@ def _learn(cfg: FitConfig, problem: NPKLProblem, executor, callback):
 def _solver(cfg: FitConfig, executor):
     """The configured solver function and its options (all but the problem and callback)."""
     if cfg.solver == "admm":
-
-        return fit_admm, {"max_iter": cfg.max_sweeps, "tol": cfg.tol, "executor": executor,
-                          "anderson": cfg.anderson}
+        return fit_admm, {
+            "max_iter": cfg.max_sweeps,
+            "tol": cfg.tol,
+            "executor": executor,
+            "anderson": cfg.anderson,
+        }
     if cfg.solver == "simplenpkl":
-
         return fit_simplenpkl, {"B": cfg.capacity, "max_iter": cfg.max_sweeps, "tol": cfg.tol}
-    return fit_bcd, {"max_sweeps": cfg.max_sweeps, "tol": cfg.tol, "executor": executor,
-                     **bcd_options(cfg)}
+    return fit_bcd, {
+        "max_sweeps": cfg.max_sweeps,
+        "tol": cfg.tol,
+        "executor": executor,
+        **bcd_options(cfg),
+    }
 
 
 def _select_gamma(cfg: FitConfig, problem: NPKLProblem, executor):
@@ -156,9 +162,15 @@ def _select_gamma(cfg: FitConfig, problem: NPKLProblem, executor):
     labels; the 'clusters' score when ``clusters`` is given, else 'auc')."""
 
     _, options = _solver(cfg, executor)
-    return select_gamma(problem, folds=3, seed=cfg.seed, solver=cfg.solver,
-                        n_clusters=cfg.clusters, fit_options=options,
-                        normalize=cfg.normalize_kernel)
+    return select_gamma(
+        problem,
+        folds=3,
+        seed=cfg.seed,
+        solver=cfg.solver,
+        n_clusters=cfg.clusters,
+        fit_options=options,
+        normalize=cfg.normalize_kernel,
+    )
 
 
 def _cv_gamma(cfg: FitConfig) -> bool:
@@ -175,17 +187,26 @@ def _cv_gamma(cfg: FitConfig) -> bool:
 
 def bcd_options(cfg: FitConfig) -> dict:
     """The block-solve / start / stopping options of a BCD fit."""
-    return {"method": cfg.method, "start": cfg.start, "tol_objective": cfg.tol_objective,
-            "tol_kkt": cfg.tol_kkt}
+    return {
+        "method": cfg.method,
+        "start": cfg.start,
+        "tol_objective": cfg.tol_objective,
+        "tol_kkt": cfg.tol_kkt,
+    }
 
 
 def _bcd_summary(result) -> dict:
     """JSON fields of a BCD fit beyond the common ones."""
     if not hasattr(result, "kkt_trace"):
         return {}
-    return {"method": result.method, "start": result.start, "kkt": result.kkt,
-            "kkt_trace": result.kkt_trace, "cg_iterations": result.cg_iterations,
-            "joint_moves": list(getattr(result, "joint_moves", []))}
+    return {
+        "method": result.method,
+        "start": result.start,
+        "kkt": result.kkt,
+        "kkt_trace": result.kkt_trace,
+        "cg_iterations": result.cg_iterations,
+        "joint_moves": list(getattr(result, "joint_moves", [])),
+    }
 
 
 def iterations_label(summary: dict) -> str:
@@ -211,9 +232,11 @@ def result_summary(solver: str, result) -> dict:
         "sweep_seconds": [float(x) for x in result.sweep_seconds],
         "objective_seconds": [float(x) for x in result.objective_seconds],
         "fit_seconds": float(result.fit_seconds),
-        "numerical_rank": int(numerical_rank(result.V)
-                              if getattr(result, "numerical_rank", -1) < 0
-                              else result.numerical_rank),
+        "numerical_rank": int(
+            numerical_rank(result.V)
+            if getattr(result, "numerical_rank", -1) < 0
+            else result.numerical_rank
+        ),
     }
     if np.isfinite(getattr(result, "descent_curvature", float("nan"))):
         out["descent_curvature"] = float(result.descent_curvature)
@@ -223,9 +246,15 @@ def result_summary(solver: str, result) -> dict:
         out["dual_residual_trace"] = result.dual_trace
         out["rho_trace"] = result.rho_trace
     if solver == "simplenpkl":
-        out.update({"B": float(result.B), "dual_trace": list(map(float, result.dual_trace)),
-                    "duality_gap": float(result.duality_gap),
-                    "polished": bool(result.polished), "n_eigsolves": int(result.n_eigsolves)})
+        out.update(
+            {
+                "B": float(result.B),
+                "dual_trace": list(map(float, result.dual_trace)),
+                "duality_gap": float(result.duality_gap),
+                "polished": bool(result.polished),
+                "n_eigsolves": int(result.n_eigsolves),
+            }
+        )
     return out
 
 
@@ -249,8 +278,7 @@ def load_constraints(cfg: FitConfig, n: int) -> Constraints:
             f"labels: {y.shape[0]} labels for {n} points; give one label per point (-1 for "
             f"unlabelled)"
         )
-    return sample_constraints(y, cfg.n_must, cfg.n_cannot, seed=cfg.seed,
-                              diagonal=_diagonal(cfg))
+    return sample_constraints(y, cfg.n_must, cfg.n_cannot, seed=cfg.seed, diagonal=_diagonal(cfg))
 
 
 def _diagonal(cfg: FitConfig) -> bool:
@@ -258,8 +286,9 @@ def _diagonal(cfg: FitConfig) -> bool:
     return (cfg.solver == "admm") if cfg.diagonal is None else bool(cfg.diagonal)
 
 
-def run_fit(cfg: FitConfig, callback=None, executor=None
-            ) -> tuple[dict, np.ndarray, np.ndarray | None]:
+def run_fit(
+    cfg: FitConfig, callback=None, executor=None
+) -> tuple[dict, np.ndarray, np.ndarray | None]:
     """Run the main job.
 
     Returns
@@ -286,8 +315,16 @@ def run_fit(cfg: FitConfig, callback=None, executor=None
         )
     L = graph.laplacian(cfg.delta, dtype=cfg.dtype)
     cv = _cv_gamma(cfg)
-    problem = NPKLProblem.build(L, cons, loss=cfg.loss, gamma=1.0 if cv else cfg.gamma,
-                                rank=cfg.rank, bound=cfg.bound, seed=cfg.seed, dtype=cfg.dtype)
+    problem = NPKLProblem.build(
+        L,
+        cons,
+        loss=cfg.loss,
+        gamma=1.0 if cv else cfg.gamma,
+        rank=cfg.rank,
+        bound=cfg.bound,
+        seed=cfg.seed,
+        dtype=cfg.dtype,
+    )
 
     own_executor = executor is None
     executor = executor or InProcessExecutor(cfg.threads)
@@ -306,9 +343,14 @@ def run_fit(cfg: FitConfig, callback=None, executor=None
     clusters = None
     t_c = time.perf_counter()
     if k is not None:
-        clusters = cluster_kernel(result.V, k, seed=cfg.seed, normalize=cfg.normalize_kernel,
-                                  short_rows_of=cons if cfg.solver == "simplenpkl" else None,
-                                  gamma_cv=_cv_gamma(cfg))
+        clusters = cluster_kernel(
+            result.V,
+            k,
+            seed=cfg.seed,
+            normalize=cfg.normalize_kernel,
+            short_rows_of=cons if cfg.solver == "simplenpkl" else None,
+            gamma_cv=_cv_gamma(cfg),
+        )
     t_cluster = time.perf_counter() - t_c
     summary = {
         "solver": cfg.solver,
@@ -323,10 +365,15 @@ def run_fit(cfg: FitConfig, callback=None, executor=None
         "n_cannot": cons.n_cannot,
         "n_duplicates_merged": cons.n_duplicates,
         "diagonal_targets": cons.diagonal,
-        "graph": {"n_edges": int(graph.S.nnz // 2), "n_components": graph.n_components,
-                  "n_isolated": graph.n_isolated, "sigma": graph.sigma, "knn": cfg.knn,
-                  "weighting": cfg.weighting if X is not None else "given",
-                  "scale": cfg.scale if X is not None else None},
+        "graph": {
+            "n_edges": int(graph.S.nnz // 2),
+            "n_components": graph.n_components,
+            "n_isolated": graph.n_isolated,
+            "sigma": graph.sigma,
+            "knn": cfg.knn,
+            "weighting": cfg.weighting if X is not None else "given",
+            "scale": cfg.scale if X is not None else None,
+        },
         **result_summary(cfg.solver, result),
         "graph_seconds": t_graph,
         "cluster_seconds": t_cluster,
@@ -354,7 +401,8 @@ def ensure_out_dir(out_dir, name: str = "out") -> Path:
     except OSError as exc:
         raise ValidationError(
             f"{name}: cannot write to {str(out)!r} ({exc.strerror or exc}); choose a "
-            f"directory this process may create and write to") from None
+            f"directory this process may create and write to"
+        ) from None
     return out
 
 
@@ -385,6 +433,7 @@ def config_dict(cfg: FitConfig) -> dict:
 # Runs in a store: every stage's output persisted, learning checkpointed, resumable.
 # ------------------------------------------------------------------------------------------
 
+
 def _row_block(n: int) -> int:
     """Shard height of V checkpoints: a multiple of the reduction chunk (1024 rows) that
     gives at most a few hundred shards."""
@@ -393,18 +442,28 @@ def _row_block(n: int) -> int:
 
 
 def make_executor(opts: dict, row_block: int):
-
     if opts.get("executor", "inprocess") == "dask":
-
-        ex = DaskExecutor(address=opts.get("dask"), workers=int(opts.get("workers") or 2),
-                          threads=int(opts.get("threads") or 1), blocks=opts.get("blocks"))
+        ex = DaskExecutor(
+            address=opts.get("dask"),
+            workers=int(opts.get("workers") or 2),
+            threads=int(opts.get("threads") or 1),
+            blocks=opts.get("blocks"),
+        )
         ex.align = row_block
         return ex
     return InProcessExecutor(opts.get("threads"))
 
 
-def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = None,
-                     resume: bool = False, callback=None, storage_options=None, log=None):
+def run_fit_in_store(
+    cfg: FitConfig | None,
+    run: str,
+    *,
+    opts: dict | None = None,
+    resume: bool = False,
+    callback=None,
+    storage_options=None,
+    log=None,
+):
     """The main job with every stage persisted in the run store at ``run``.
 
     A new run (``resume=False``) refuses an existing one. ``resume=True`` re-opens it, reads
@@ -425,8 +484,9 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
     else:
         opts = dict(opts or {})
         _check_constraint_source(cfg)
-        store = st.RunStore.create(url, config={"fit": config_dict(cfg), "run": opts},
-                                   storage_options=storage_options)
+        store = st.RunStore.create(
+            url, config={"fit": config_dict(cfg), "run": opts}, storage_options=storage_options
+        )
     try:
         if store.stage_done("results"):
             res = store.read_results()
@@ -440,9 +500,11 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
             y_eval = cfg.y_eval
             if y_eval is None and cfg.eval_labels is not None:
                 y_eval = read_labels(cfg.eval_labels)
-            store.write_inputs(features=None if X is None else np.asarray(X, np.float64),
-                               constraints=cons,
-                               eval_labels=None if y_eval is None else np.asarray(y_eval))
+            store.write_inputs(
+                features=None if X is None else np.asarray(X, np.float64),
+                constraints=cons,
+                eval_labels=None if y_eval is None else np.asarray(y_eval),
+            )
             store.write_graph(graph.S)
         inputs = store.read_inputs()
         S = store.read_graph()
@@ -455,8 +517,16 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
                 "gamma: 'cv' is not available with --run yet; choose gamma by running the "
                 "same fit without --run (its JSON has the chosen 'gamma'), then pass that value"
             )
-        problem = NPKLProblem.build(L, cons, loss=cfg.loss, gamma=cfg.gamma, rank=cfg.rank,
-                                    bound=cfg.bound, seed=cfg.seed, dtype=cfg.dtype)
+        problem = NPKLProblem.build(
+            L,
+            cons,
+            loss=cfg.loss,
+            gamma=cfg.gamma,
+            rank=cfg.rank,
+            bound=cfg.bound,
+            seed=cfg.seed,
+            dtype=cfg.dtype,
+        )
         n, r = problem.n_points, problem.rank
         row_block = _row_block(n)
         # stage: plan (its blocks aligned to the checkpoint shards, where Dask may cut)
@@ -468,29 +538,63 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
         method = cfg.method
         if cfg.solver == "bcd" and method == "auto":
             method = choose_method(problem, executor)
-        width = admm_checkpoint_width(r, cfg.anderson) if cfg.solver == "admm" \
+        width = (
+            admm_checkpoint_width(r, cfg.anderson)
+            if cfg.solver == "admm"
             else checkpoint_width(r, method)
-        params = {"solver": cfg.solver, "loss": cfg.loss, "gamma": cfg.gamma, "rank": r,
-                  "delta": cfg.delta, "bound": cfg.bound, "seed": cfg.seed,
-                  "dtype": str(problem.dtype), "tol": cfg.tol, "max_sweeps": cfg.max_sweeps,
-                  "executor": opts.get("executor", "inprocess"), "anderson": cfg.anderson}
+        )
+        params = {
+            "solver": cfg.solver,
+            "loss": cfg.loss,
+            "gamma": cfg.gamma,
+            "rank": r,
+            "delta": cfg.delta,
+            "bound": cfg.bound,
+            "seed": cfg.seed,
+            "dtype": str(problem.dtype),
+            "tol": cfg.tol,
+            "max_sweeps": cfg.max_sweeps,
+            "executor": opts.get("executor", "inprocess"),
+            "anderson": cfg.anderson,
+        }
         # the accelerator's memory is float64 whatever the problem's dtype (resume is bitwise)
-        ck = st.StoreCheckpointer(store, every=int(opts.get("checkpoint_every") or 1),
-                                  row_block=row_block, n=n, width=width,
-                                  dtype=np.float64 if cfg.anderson else problem.dtype,
-                                  max_sweeps=cfg.max_sweeps, extra={"parameters": params})
+        ck = st.StoreCheckpointer(
+            store,
+            every=int(opts.get("checkpoint_every") or 1),
+            row_block=row_block,
+            n=n,
+            width=width,
+            dtype=np.float64 if cfg.anderson else problem.dtype,
+            max_sweeps=cfg.max_sweeps,
+            extra={"parameters": params},
+        )
         try:
             if cfg.solver == "admm":
-
-                result = fit_with_recovery(fit_admm, problem, checkpointer=ck,
-                                           executor=executor, plan=plan,
-                                           max_iter=cfg.max_sweeps, tol=cfg.tol,
-                                           anderson=cfg.anderson, callback=callback, log=log)
+                result = fit_with_recovery(
+                    fit_admm,
+                    problem,
+                    checkpointer=ck,
+                    executor=executor,
+                    plan=plan,
+                    max_iter=cfg.max_sweeps,
+                    tol=cfg.tol,
+                    anderson=cfg.anderson,
+                    callback=callback,
+                    log=log,
+                )
             elif cfg.solver == "bcd":
-                result = fit_with_recovery(fit_bcd, problem, checkpointer=ck, executor=executor,
-                                           plan=plan, max_sweeps=cfg.max_sweeps, tol=cfg.tol,
-                                           callback=callback, log=log,
-                                           **{**bcd_options(cfg), "method": method})
+                result = fit_with_recovery(
+                    fit_bcd,
+                    problem,
+                    checkpointer=ck,
+                    executor=executor,
+                    plan=plan,
+                    max_sweeps=cfg.max_sweeps,
+                    tol=cfg.tol,
+                    callback=callback,
+                    log=log,
+                    **{**bcd_options(cfg), "method": method},
+                )
             else:
                 raise ValidationError(
                     f"solver: {cfg.solver!r} does not checkpoint into a run store yet; use "
@@ -502,16 +606,30 @@ def run_fit_in_store(cfg: FitConfig | None, run: str, *, opts: dict | None = Non
         k = cfg.clusters
         if k is None and y_eval is not None:
             k = int(np.unique(y_eval[y_eval >= 0]).size)
-        clusters = (cluster_kernel(result.V, k, seed=cfg.seed, normalize=cfg.normalize_kernel)
-                    if k is not None else None)
+        clusters = (
+            cluster_kernel(result.V, k, seed=cfg.seed, normalize=cfg.normalize_kernel)
+            if k is not None
+            else None
+        )
         summary = {
-            "solver": cfg.solver, "loss": cfg.loss, "gamma": cfg.gamma, "rank": r,
-            "dtype": str(problem.dtype), "seed": cfg.seed, "n_points": n,
-            "n_constraints": cons.m, "objective": result.objective,
-            "objective_trace": result.objective_trace, "n_sweeps": result.n_sweeps,
-            "converged": bool(result.converged), "sweep_seconds": result.sweep_seconds,
-            "fit_seconds": result.fit_seconds, "graph_seconds": t_graph, "n_clusters": k,
-            "normalize_kernel": bool(cfg.normalize_kernel), "run": url,
+            "solver": cfg.solver,
+            "loss": cfg.loss,
+            "gamma": cfg.gamma,
+            "rank": r,
+            "dtype": str(problem.dtype),
+            "seed": cfg.seed,
+            "n_points": n,
+            "n_constraints": cons.m,
+            "objective": result.objective,
+            "objective_trace": result.objective_trace,
+            "n_sweeps": result.n_sweeps,
+            "converged": bool(result.converged),
+            "sweep_seconds": result.sweep_seconds,
+            "fit_seconds": result.fit_seconds,
+            "graph_seconds": t_graph,
+            "n_clusters": k,
+            "normalize_kernel": bool(cfg.normalize_kernel),
+            "run": url,
             "executor": opts.get("executor", "inprocess"),
             "checkpoints_written": ck.n_saved,
         }

@@ -33,8 +33,11 @@ class MemoryCheckpointer:
 
     def on_sweep(self, state, session):
         if state["sweep"] % self.every == 0 or state.get("converged"):
-            W = session.checkpoint_array() if hasattr(session, "checkpoint_array") \
+            W = (
+                session.checkpoint_array()
+                if hasattr(session, "checkpoint_array")
                 else session.gather()
+            )
             W = np.hstack(W) if isinstance(W, tuple) else W
             self._latest = (json.loads(json.dumps(state)), np.array(W, copy=True))
             self.n_saved += 1
@@ -43,8 +46,7 @@ class MemoryCheckpointer:
         return None if self._latest is None else copy.deepcopy(self._latest)
 
 
-def fit_with_recovery(fit, problem, *, checkpointer, max_restarts: int = 3, log=None,
-                      **kwargs):
+def fit_with_recovery(fit, problem, *, checkpointer, max_restarts: int = 3, log=None, **kwargs):
     """``fit(problem, resume=..., on_sweep=..., **kwargs)`` with restarts on lost workers.
 
     Parameters
@@ -70,4 +72,5 @@ def fit_with_recovery(fit, problem, *, checkpointer, max_restarts: int = 3, log=
             where = f"sweep {resume[0]['sweep']}" if resume else "the start"
             (log or (lambda m: print(m, file=sys.stderr)))(
                 f"npkl: a worker was lost ({exc}); resuming from {where} "
-                f"(restart {restarts}/{max_restarts})")
+                f"(restart {restarts}/{max_restarts})"
+            )

@@ -65,8 +65,9 @@ class Hierarchy:
         return float(sum(lev.A.nnz for lev in self.levels) / self.levels[0].A.nnz)
 
 
-def plain_aggregation_hierarchy(A: sp.csr_matrix, max_coarse: int = 500,
-                                max_levels: int = 10, serial: bool = False) -> Hierarchy:
+def plain_aggregation_hierarchy(
+    A: sp.csr_matrix, max_coarse: int = 500, max_levels: int = 10, serial: bool = False
+) -> Hierarchy:
     """pyamg's ``smoothed_aggregation_solver(A, symmetry='hermitian', strength=None,
     smooth=None, max_coarse=..., max_levels=...)`` hierarchy, with the Galerkin products
     compiled. ``A``: symmetric CSR, float64, canonical (sorted, no duplicates).
@@ -99,8 +100,9 @@ def plain_aggregation_hierarchy(A: sp.csr_matrix, max_coarse: int = 500,
         agg, t = _single_entry_columns(T)
         levels[-1].P = T
         structure = early.result(agg) if early is not None else None
-        ptr, idx, val = galerkin_plain(A.indptr, A.indices, A.data, agg, t, T.shape[1],
-                                       serial=serial, structure=structure)
+        ptr, idx, val = galerkin_plain(
+            A.indptr, A.indices, A.data, agg, t, T.shape[1], serial=serial, structure=structure
+        )
         # rows in scipy's entry order, as pyamg's levels (not sorted)
         levels.append(Level(sp.csr_matrix((val, idx, ptr), shape=(T.shape[1], T.shape[1]))))
     return Hierarchy(levels)
@@ -130,15 +132,13 @@ class _EarlyStructure:
     aggregation operator's pattern), else None (the caller counts again)."""
 
     def __init__(self, A, agg, n_coarse):
-
         self.agg = agg
         self._out = None
         self._error = None
 
         def run():
             try:
-                self._out = galerkin_structure(A.indptr, A.indices, agg, n_coarse,
-                                               serial=True)
+                self._out = galerkin_structure(A.indptr, A.indices, agg, n_coarse, serial=True)
             except BaseException as exc:  # re-raised by result()
                 self._error = exc
 
@@ -214,8 +214,9 @@ def _galerkin_count(indptr, indices, agg, gptr, grows, n_coarse, n_chunks):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _galerkin_fill(indptr, indices, data, agg, t, gptr, grows, cptr, n_coarse, n_chunks,
-                   n_fine, max_ra):
+def _galerkin_fill(
+    indptr, indices, data, agg, t, gptr, grows, cptr, n_coarse, n_chunks, n_fine, max_ra
+):
     """Row a of Tᵀ A T at cptr[a] .. cptr[a] + kept[a], formed as scipy forms (Tᵀ A) T:
     the same sums in the same order, the same order of the entries in a row, and no entry
     whose sum is exactly zero (see :func:`galerkin_plain`)."""
@@ -290,8 +291,9 @@ def _n_chunks(n_coarse: int, n_chunks: int | None, serial: bool) -> int:
     return max(1, min(n_coarse, int(n_chunks)))
 
 
-def galerkin_structure(indptr, indices, agg, n_coarse: int, n_chunks: int | None = None,
-                       serial: bool = False):
+def galerkin_structure(
+    indptr, indices, agg, n_coarse: int, n_chunks: int | None = None, serial: bool = False
+):
     """(gptr, grows, counts): the fine rows grouped by aggregate and each coarse row's entry
     count in Tᵀ A T, for T's aggregates ``agg`` (no values needed: what
     :func:`galerkin_plain` computes first, and takes as ``structure``)."""
@@ -303,8 +305,17 @@ def galerkin_structure(indptr, indices, agg, n_coarse: int, n_chunks: int | None
     return gptr, grows, count(indptr, indices, agg, gptr, grows, n_coarse, n_chunks)
 
 
-def galerkin_plain(indptr, indices, data, agg, t, n_coarse: int, n_chunks: int | None = None,
-                   serial: bool = False, structure=None):
+def galerkin_plain(
+    indptr,
+    indices,
+    data,
+    agg,
+    t,
+    n_coarse: int,
+    n_chunks: int | None = None,
+    serial: bool = False,
+    structure=None,
+):
     """CSR (ptr, indices, data) of Tᵀ A T for A = (indptr, indices, data) and the tentative
     prolongator T with T[i, agg[i]] = t[i] (row i empty where agg[i] < 0).
 
@@ -328,9 +339,20 @@ def galerkin_plain(indptr, indices, data, agg, t, n_coarse: int, n_chunks: int |
     cs = np.zeros(grows.shape[0] + 1, np.int64)
     np.cumsum(np.diff(np.asarray(indptr, np.int64))[grows], out=cs[1:])
     max_ra = int(np.max(cs[gptr[1:]] - cs[gptr[:-1]])) if n_coarse else 0
-    idx, val, kept = fill(indptr, indices, np.asarray(data, np.float64), agg, t,
-                                    gptr, grows, cptr, n_coarse, n_chunks, agg.shape[0],
-                                    max(max_ra, 1))
+    idx, val, kept = fill(
+        indptr,
+        indices,
+        np.asarray(data, np.float64),
+        agg,
+        t,
+        gptr,
+        grows,
+        cptr,
+        n_coarse,
+        n_chunks,
+        agg.shape[0],
+        max(max_ra, 1),
+    )
     if np.array_equal(kept, counts):  # no sum was exactly zero
         return cptr, idx, val
     return csr_compact(cptr, idx, val, kept)

@@ -85,12 +85,13 @@ def _block_dot(a, b, c, nl, r, block):
     h = nl * r
     s = c * block * r
     e = min((c + 1) * block, nl) * r
-    return _dot(a[s:e], b[s:e]) + _dot(a[h + s:h + e], b[h + s:h + e])
+    return _dot(a[s:e], b[s:e]) + _dot(a[h + s : h + e], b[h + s : h + e])
 
 
 @njit(nogil=True, cache=True)
-def anderson_record(U, Lam, inv_rho, X, Fp, Gp, dF, dG, slot, have_prev, valid, block, fpart,
-                    bpart):
+def anderson_record(
+    U, Lam, inv_rho, X, Fp, Gp, dF, dG, slot, have_prev, valid, block, fpart, bpart
+):
     """Record one application of the map on these rows, and the partial dots of the new
     difference.
 
@@ -108,8 +109,9 @@ def anderson_record(U, Lam, inv_rho, X, Fp, Gp, dF, dG, slot, have_prev, valid, 
             _record_entry(i * r + q, np.float64(U[i, q]), X, Fp, Gp, dF, dG, slot, have_prev)
     for i in range(n):
         for q in range(r):
-            _record_entry(h + i * r + q, np.float64(Lam[i, q]) * inv_rho, X, Fp, Gp, dF, dG,
-                          slot, have_prev)
+            _record_entry(
+                h + i * r + q, np.float64(Lam[i, q]) * inv_rho, X, Fp, Gp, dF, dG, slot, have_prev
+            )
     if not have_prev:
         return
     for c in range(bpart.shape[0]):
@@ -248,8 +250,32 @@ def anderson_reset(U, Lam, rho, X, ints):
 
 
 @njit(nogil=True, cache=True)
-def anderson_after(obj, rho_used, rho_next, converged, tol, vnorm, V, U, Lam, X, Fp, Gp, dF,
-                   dG, gram, order, ints, floats, bdot, Vsave, block, fpart, bpart, coef):
+def anderson_after(
+    obj,
+    rho_used,
+    rho_next,
+    converged,
+    tol,
+    vnorm,
+    V,
+    U,
+    Lam,
+    X,
+    Fp,
+    Gp,
+    dF,
+    dG,
+    gram,
+    order,
+    ints,
+    floats,
+    bdot,
+    Vsave,
+    block,
+    fpart,
+    bpart,
+    coef,
+):
     """The accelerator's part of one KL-ADMM iteration, run by the in-process loops (compiled
     and reference) after the iteration's stopping test and eq. (15); the Dask session's
     ``anderson_after`` composes the same steps over its blocks.
@@ -277,7 +303,7 @@ def anderson_after(obj, rho_used, rho_next, converged, tol, vnorm, V, U, Lam, X,
     if converged:
         n, r = U.shape
         rows = np.empty(n)
-        row_sq_dist(U, X[:n * r].reshape(n, r), rows)
+        row_sq_dist(U, X[: n * r].reshape(n, r), rows)
         if np.sqrt(_block_total(rows, n)) < tol * vnorm:
             return rho_next, True
         converged = False
@@ -286,12 +312,27 @@ def anderson_after(obj, rho_used, rho_next, converged, tol, vnorm, V, U, Lam, X,
         return rho_next, False
     slot, count = anderson_next_slot(order, ints)
     valid = anderson_valid(order, count)
-    anderson_record(U, Lam, 1.0 / rho_used, X, Fp, Gp, dF, dG, max(slot, 0), slot >= 0,
-                    valid, block, fpart, bpart)
+    anderson_record(
+        U,
+        Lam,
+        1.0 / rho_used,
+        X,
+        Fp,
+        Gp,
+        dF,
+        dG,
+        max(slot, 0),
+        slot >= 0,
+        valid,
+        block,
+        fpart,
+        bpart,
+    )
     ints[_HAVE_PREV] = 1
     ints[_COUNT] = count
-    if slot < 0 or not anderson_coefficients(fpart, bpart, slot, count, order, valid, gram,
-                                             bdot, coef):
+    if slot < 0 or not anderson_coefficients(
+        fpart, bpart, slot, count, order, valid, gram, bdot, coef
+    ):
         anderson_state(U, Lam, 1.0 / rho_used, X)  # nothing to combine yet, or singular
         return rho_next, False
     Vsave[...] = V
@@ -323,10 +364,10 @@ class RowMemory:
     def _rows(self, flat):
         """A flat state as (n, 2r): each row's U part, then its Lam / rho part."""
         n, r = self.n, self.r
-        return np.hstack([flat[:n * r].reshape(n, r), flat[n * r:].reshape(n, r)])
+        return np.hstack([flat[: n * r].reshape(n, r), flat[n * r :].reshape(n, r)])
 
     def _flat(self, rows):
-        return np.concatenate([rows[:, :self.r].ravel(), rows[:, self.r:].ravel()])
+        return np.concatenate([rows[:, : self.r].ravel(), rows[:, self.r :].ravel()])
 
     def arrays(self) -> np.ndarray:
         """(n, width) float64: X, Fp, Gp, dF, dG (n x 2r each), Vsave side by side, so that
@@ -338,12 +379,12 @@ class RowMemory:
         m, k = self.m, 2 * self.r
         W = np.asarray(W, dtype=np.float64)
         self.X[...] = self._flat(W[:, 0:k])
-        self.Fp[...] = self._flat(W[:, k:2 * k])
-        self.Gp[...] = self._flat(W[:, 2 * k:3 * k])
+        self.Fp[...] = self._flat(W[:, k : 2 * k])
+        self.Gp[...] = self._flat(W[:, 2 * k : 3 * k])
         for j in range(m):
-            self.dF[j] = self._flat(W[:, (3 + j) * k:(4 + j) * k])
-            self.dG[j] = self._flat(W[:, (3 + m + j) * k:(4 + m + j) * k])
-        self.Vsave[...] = W[:, (3 + 2 * m) * k:]
+            self.dF[j] = self._flat(W[:, (3 + j) * k : (4 + j) * k])
+            self.dG[j] = self._flat(W[:, (3 + m + j) * k : (4 + m + j) * k])
+        self.Vsave[...] = W[:, (3 + 2 * m) * k :]
 
 
 class Anderson:
@@ -356,8 +397,9 @@ class Anderson:
     ``state_dict`` / ``arrays`` / ``load`` make it part of a checkpoint, so that a resumed fit
     continues bitwise as the uninterrupted one."""
 
-    def __init__(self, n: int, r: int, m: int, dtype=np.float64, block: int = 1024,
-                 rows: bool = True):
+    def __init__(
+        self, n: int, r: int, m: int, dtype=np.float64, block: int = 1024, rows: bool = True
+    ):
         if m < 1:
             raise ValueError(f"Anderson: memory m={m} must be >= 1")
         self.n, self.r, self.m, self.block = n, r, m, int(block)
@@ -384,8 +426,23 @@ class Anderson:
     def kernel_args(self):
         """The memory in ``anderson_after``'s order (after V, U, Lam)."""
         mm = self.mem
-        return (mm.X, mm.Fp, mm.Gp, mm.dF, mm.dG, self.gram, self.order, self.ints,
-                self.floats, self.bdot, mm.Vsave, self.block, mm.fpart, mm.bpart, self.coef)
+        return (
+            mm.X,
+            mm.Fp,
+            mm.Gp,
+            mm.dF,
+            mm.dG,
+            self.gram,
+            self.order,
+            self.ints,
+            self.floats,
+            self.bdot,
+            mm.Vsave,
+            self.block,
+            mm.fpart,
+            mm.bpart,
+            self.coef,
+        )
 
     def start(self, session, rho, state=None, W=None):
         """At the fit's start (or resume: ``state`` and the memory columns ``W``)."""
@@ -400,20 +457,32 @@ class Anderson:
 
     def after(self, session, obj, rho_used, rho_next, converged, tol, vnorm):
         """``anderson_after`` on the session's arrays. Returns (next rho, converged)."""
-        args = (float(obj), float(rho_used), float(rho_next), bool(converged), float(tol),
-                float(vnorm))
+        args = (
+            float(obj),
+            float(rho_used),
+            float(rho_next),
+            bool(converged),
+            float(tol),
+            float(vnorm),
+        )
         if self.mem is None:
             rho, conv = session.anderson_after(self, *args)
         else:
-            rho, conv = anderson_after(*args, session.V, session.U, session.Lam,
-                                       *self.kernel_args())
+            rho, conv = anderson_after(
+                *args, session.V, session.U, session.Lam, *self.kernel_args()
+            )
         return float(rho), bool(conv)
 
     # -- checkpoints --------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"m": self.m, "order": self.order.tolist(), "ints": self.ints.tolist(),
-                "floats": [float(x) for x in self.floats], "gram": self.gram.tolist(),
-                "bdot": self.bdot.tolist()}
+        return {
+            "m": self.m,
+            "order": self.order.tolist(),
+            "ints": self.ints.tolist(),
+            "floats": [float(x) for x in self.floats],
+            "gram": self.gram.tolist(),
+            "bdot": self.bdot.tolist(),
+        }
 
     def arrays(self, session) -> np.ndarray:
         return self.mem.arrays() if self.mem is not None else session.anderson_rows()

@@ -86,8 +86,11 @@ def gram_square_sums(X, Y):
     rounding depends on the machine's vector width, as BLAS's does in numpy's form."""
     XT = np.ascontiguousarray(X.T).astype(np.float64)
     YT = np.ascontiguousarray(Y.T).astype(np.float64)
-    return (_gram_square_sum(XT, XT, True), _gram_square_sum(YT, YT, True),
-            _gram_square_sum(XT, YT, False))
+    return (
+        _gram_square_sum(XT, XT, True),
+        _gram_square_sum(YT, YT, True),
+        _gram_square_sum(XT, YT, False),
+    )
 
 
 @njit(nogil=True, cache=True)
@@ -201,4 +204,4 @@ def csr_compact(start, idx, val, kept):
         for k in range(kept[a]):
             idx[dst + k] = idx[src + k]
             val[dst + k] = val[src + k]
-    return ptr, idx[:ptr[n]], val[:ptr[n]]
+    return ptr, idx[: ptr[n]], val[: ptr[n]]

@@ -66,7 +66,7 @@ _EPS23 = _EPS ** (2.0 / 3.0)
 #: up to 9.3x ARPACK's tolerance (heart's A; adult-a2a 2.6-4.5x). At eps^0.6 they are at
 #: most 0.87x on the paper's sets (breast-cancer; 0.01-0.65x elsewhere), for 1.1-1.25x the
 #: time (adult-a1a 46 -> 50 ms, a5a 745 -> 928 ms; bench/RESULTS.md).
-_OMEGA_MAX = _EPS ** 0.6
+_OMEGA_MAX = _EPS**0.6
 
 #: The true residual after Rayleigh-Ritz may exceed the Lanczos bound by this factor.
 _VERIFY = 10.0
@@ -111,8 +111,9 @@ class SymUpper(NamedTuple):
     def tocsr(self) -> sp.csr_matrix:
         """The whole matrix as scipy CSR (for ARPACK; explicit zeros may be dropped)."""
         n = self.diag.size
-        U = sp.csr_matrix((self.udata, self.uidx.astype(np.int64), self.uptr.astype(np.int64)),
-                          shape=(n, n))
+        U = sp.csr_matrix(
+            (self.udata, self.uidx.astype(np.int64), self.uptr.astype(np.int64)), shape=(n, n)
+        )
         return (U + U.T + sp.diags(self.diag, format="csr")).tocsr()
 
     def toarray(self) -> np.ndarray:
@@ -317,7 +318,7 @@ def _lanczos(uptr, uidx, udata, diag, Q, a, b, w_prev, w_cur, w_next, sel, j0, j
     the estimates w_{j-1,.}, w_{j,.}; ``sel`` the rows of the last reorthogonalisation."""
     n = Q.shape[1]
     r = np.empty(n)
-    eta = _EPS ** 0.75
+    eta = _EPS**0.75
     noise = 0.5 * np.sqrt(n) * _EPS
     for j in range(j0, j1):
         q = Q[j]
@@ -346,8 +347,12 @@ def _lanczos(uptr, uidx, udata, diag, Q, a, b, w_prev, w_cur, w_next, sel, j0, j
             w_next[0] = (t + np.copysign(eps1, t)) * inv
             w_max = abs(w_next[0])
             for k in range(1, j):
-                t = ((a[k] - alpha) * w_cur[k] - bj * w_prev[k] + b[k] * w_cur[k + 1]
-                     + b[k - 1] * w_cur[k - 1])
+                t = (
+                    (a[k] - alpha) * w_cur[k]
+                    - bj * w_prev[k]
+                    + b[k] * w_cur[k + 1]
+                    + b[k - 1] * w_cur[k - 1]
+                )
                 t = (t + np.copysign(eps1, t)) * inv
                 w_next[k] = t
                 w_max = max(w_max, abs(t))
@@ -452,8 +457,9 @@ def _run(uptr, uidx, udata, diag, Q, k, tol, cap, state, first, growth):
             grown = np.empty((min(cap, max(target, 2 * (Q.shape[0] - 1))) + 1, n))
             grown[: j + 1] = Q[: j + 1]
             Q = grown
-        stepped_to = _lanczos(uptr, uidx, udata, diag, Q, a, b, w_prev, w_cur, w_next, sel,
-                              j, target, state)
+        stepped_to = _lanczos(
+            uptr, uidx, udata, diag, Q, a, b, w_prev, w_cur, w_next, sel, j, target, state
+        )
         j = stepped_to
         if not np.isfinite(b[j - 1]):
             return _NONFINITE, j, np.empty(k), np.empty((k, j)).T, Q
@@ -566,15 +572,15 @@ def lanczos_top_eigs(A, k: int, v0, tol: float, max_rows: int | None = None):
     if isinstance(A, SymUpper):
         upper = tuple(A)
     else:
-        upper = _upper_part(A.indptr, A.indices,
-                            np.ascontiguousarray(A.data, dtype=np.float64))
+        upper = _upper_part(A.indptr, A.indices, np.ascontiguousarray(A.data, dtype=np.float64))
     Q = np.empty((min(cap, 4 * k + 10) + 1, n))  # grows in _run (doubling)
     np.multiply(v0, 1.0 / norm0, out=Q[0])
     state = np.zeros(5)
     large = int(n >= _CHECK_SMALL_N)
     status, m, w, S, Q = _run(*upper, Q, k, tol, cap, state, _FIRST[large], _GROWTH)
-    stats.update(steps=int(m), reorth_steps=int(state[2]), orth_vectors=int(state[3]),
-                 checks=int(state[4]))
+    stats.update(
+        steps=int(m), reorth_steps=int(state[2]), orth_vectors=int(state[3]), checks=int(state[4])
+    )
     if status not in (_CONVERGED, _FULL):
         return None, None, stats, _FAILURES[status].format(m=m, n=n, cap=cap)
     ok, theta, Y, AY = _ritz_pairs(Q, S, m, *upper)
@@ -593,9 +599,15 @@ def lanczos_top_eigs(A, k: int, v0, tol: float, max_rows: int | None = None):
             break
     if not np.all(excess <= 1.0):
         worst = int(np.argmax(np.nan_to_num(excess, nan=np.inf)))
-        return None, None, stats, (
-            f"residual {residual[worst]:.3g} of Ritz value {theta[worst]:.6g} above "
-            f"{limit[worst]:.3g} after Rayleigh-Ritz")
+        return (
+            None,
+            None,
+            stats,
+            (
+                f"residual {residual[worst]:.3g} of Ritz value {theta[worst]:.6g} above "
+                f"{limit[worst]:.3g} after Rayleigh-Ritz"
+            ),
+        )
     return theta[::-1].copy(), np.ascontiguousarray(Y[:, ::-1]), stats, None
 
 
@@ -676,5 +688,5 @@ def _rayleigh_ritz(Z, AZ, k):
     Y, AY)."""
     H = np.dot(Z.T, AZ)
     theta, U = np.linalg.eigh(0.5 * (H + H.T))
-    U = np.ascontiguousarray(U[:, U.shape[1] - k:])
-    return theta[theta.size - k:].copy(), np.dot(Z, U), np.dot(AZ, U)
+    U = np.ascontiguousarray(U[:, U.shape[1] - k :])
+    return theta[theta.size - k :].copy(), np.dot(Z, U), np.dot(AZ, U)

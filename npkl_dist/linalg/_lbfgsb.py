@@ -35,8 +35,19 @@ _MAXLS = 20
 _DIRECT_OK: bool | None = None
 
 
-def minimize_box(fun, x0, lower, upper, *, callback=None, maxiter: int, maxfun: int,
-                 maxcor: int = 10, ftol: float = 0.0, gtol: float = 0.0) -> int:
+def minimize_box(
+    fun,
+    x0,
+    lower,
+    upper,
+    *,
+    callback=None,
+    maxiter: int,
+    maxfun: int,
+    maxcor: int = 10,
+    ftol: float = 0.0,
+    gtol: float = 0.0,
+) -> int:
     """Minimise ``fun`` (returning ``(f, gradient)``) over lower <= x <= upper by L-BFGS-B.
 
     The arguments mean what ``scipy.optimize.minimize(fun, x0, jac=True,
@@ -49,13 +60,33 @@ def minimize_box(fun, x0, lower, upper, *, callback=None, maxiter: int, maxfun: 
     if _DIRECT_OK is None:
         _DIRECT_OK = _probe()
     run = _minimize_direct if _DIRECT_OK else minimize_box_reference
-    return run(fun, x0, lower, upper, callback=callback, maxiter=maxiter, maxfun=maxfun,
-               maxcor=maxcor, ftol=ftol, gtol=gtol)
+    return run(
+        fun,
+        x0,
+        lower,
+        upper,
+        callback=callback,
+        maxiter=maxiter,
+        maxfun=maxfun,
+        maxcor=maxcor,
+        ftol=ftol,
+        gtol=gtol,
+    )
 
 
-def minimize_box_reference(fun, x0, lower, upper, *, callback=None, maxiter: int,
-                           maxfun: int, maxcor: int = 10, ftol: float = 0.0,
-                           gtol: float = 0.0) -> int:
+def minimize_box_reference(
+    fun,
+    x0,
+    lower,
+    upper,
+    *,
+    callback=None,
+    maxiter: int,
+    maxfun: int,
+    maxcor: int = 10,
+    ftol: float = 0.0,
+    gtol: float = 0.0,
+) -> int:
     """:func:`minimize_box` through ``scipy.optimize.minimize`` (the reference)."""
     count = [0]
 
@@ -64,15 +95,38 @@ def minimize_box_reference(fun, x0, lower, upper, *, callback=None, maxiter: int
         if callback is not None:
             callback(intermediate_result.x)
 
-    optimize.minimize(fun, x0, jac=True, method="L-BFGS-B",
-                      bounds=optimize.Bounds(lower, upper), callback=cb,
-                      options={"maxiter": maxiter, "maxfun": maxfun, "maxcor": maxcor,
-                               "ftol": ftol, "gtol": gtol, "maxls": _MAXLS})
+    optimize.minimize(
+        fun,
+        x0,
+        jac=True,
+        method="L-BFGS-B",
+        bounds=optimize.Bounds(lower, upper),
+        callback=cb,
+        options={
+            "maxiter": maxiter,
+            "maxfun": maxfun,
+            "maxcor": maxcor,
+            "ftol": ftol,
+            "gtol": gtol,
+            "maxls": _MAXLS,
+        },
+    )
     return count[0]
 
 
-def _minimize_direct(fun, x0, lower, upper, *, callback=None, maxiter: int, maxfun: int,
-                     maxcor: int = 10, ftol: float = 0.0, gtol: float = 0.0) -> int:
+def _minimize_direct(
+    fun,
+    x0,
+    lower,
+    upper,
+    *,
+    callback=None,
+    maxiter: int,
+    maxfun: int,
+    maxcor: int = 10,
+    ftol: float = 0.0,
+    gtol: float = 0.0,
+) -> int:
     """scipy's ``_minimize_lbfgsb`` loop (scipy >= 1.15) without its set-up."""
 
     lower = np.asarray(lower, dtype=np.float64)
@@ -98,8 +152,25 @@ def _minimize_direct(fun, x0, lower, upper, *, callback=None, maxiter: int, maxf
     x_eval = None  # the point of the last evaluation (scipy evaluates each new point once)
     nfev = nit = 0
     while True:
-        _lbfgsb.setulb(m, x, low, up, nbd, f, g, factr, gtol, wa, iwa, task, lsave, isave,
-                       dsave, _MAXLS, ln_task)
+        _lbfgsb.setulb(
+            m,
+            x,
+            low,
+            up,
+            nbd,
+            f,
+            g,
+            factr,
+            gtol,
+            wa,
+            iwa,
+            task,
+            lsave,
+            isave,
+            dsave,
+            _MAXLS,
+            ln_task,
+        )
         if task[0] == 3:  # f and g at x
             if x_eval is None or not np.array_equal(x, x_eval):
                 x_eval = x.copy()
@@ -142,8 +213,16 @@ def _probe() -> bool:
     for run in (_minimize_direct, minimize_box_reference):
         xs = []
         try:
-            nit = run(fun, np.full(n, 0.3), lower, upper, callback=lambda x: xs.append(x.copy()),
-                      maxiter=30, maxfun=70, maxcor=5)
+            nit = run(
+                fun,
+                np.full(n, 0.3),
+                lower,
+                upper,
+                callback=lambda x: xs.append(x.copy()),
+                maxiter=30,
+                maxfun=70,
+                maxcor=5,
+            )
         except Exception as exc:  # noqa: BLE001 - any failure of the private routine
             _log.debug("L-BFGS-B driver: scipy's setulb unusable (%r); using minimize", exc)
             return False

@@ -94,8 +94,15 @@ def _add_range_products(p, end, indices, data, X, y, r, sign, madd):
         w2 = sign * np.float64(data[p + 2])
         w3 = sign * np.float64(data[p + 3])
         for q in range(r):
-            y[q] = madd(w3, np.float64(X[k3, q]), madd(w2, np.float64(X[k2, q]), madd(
-                w1, np.float64(X[k1, q]), madd(w0, np.float64(X[k0, q]), y[q]))))
+            y[q] = madd(
+                w3,
+                np.float64(X[k3, q]),
+                madd(
+                    w2,
+                    np.float64(X[k2, q]),
+                    madd(w1, np.float64(X[k1, q]), madd(w0, np.float64(X[k0, q]), y[q])),
+                ),
+            )
         p += 4
     while p < end:
         k = indices[p]
@@ -203,8 +210,15 @@ def _add_row_products_fused(i, indptr, indices, data, X, y, r):
             acc = _v4_fma(s2, _v4_load(X, k2, q), acc)
             _v4_store1(y, q, _v4_fma(s3, _v4_load(X, k3, q), acc))
         for q in range(q4, r):
-            y[q] = _fma(w3, np.float64(X[k3, q]), _fma(w2, np.float64(X[k2, q]), _fma(
-                w1, np.float64(X[k1, q]), _fma(w0, np.float64(X[k0, q]), y[q]))))
+            y[q] = _fma(
+                w3,
+                np.float64(X[k3, q]),
+                _fma(
+                    w2,
+                    np.float64(X[k2, q]),
+                    _fma(w1, np.float64(X[k1, q]), _fma(w0, np.float64(X[k0, q]), y[q])),
+                ),
+            )
         p += 4
     while p < end:
         k = indices[p]
@@ -295,13 +309,23 @@ def take_rows(A, idx, dtype=None, out=None) -> np.ndarray:
     A = np.asarray(A)
     dtype = A.dtype if dtype is None else np.dtype(dtype)
     idx = np.asarray(idx)
-    if (A.ndim != 2 or A.dtype not in _ROW_DTYPES or dtype not in _ROW_DTYPES
-            or idx.ndim != 1 or idx.dtype.kind not in "iu"
-            or (idx.size and (idx.min() < 0 or idx.max() >= A.shape[0]))):
+    if (
+        A.ndim != 2
+        or A.dtype not in _ROW_DTYPES
+        or dtype not in _ROW_DTYPES
+        or idx.ndim != 1
+        or idx.dtype.kind not in "iu"
+        or (idx.size and (idx.min() < 0 or idx.max() >= A.shape[0]))
+    ):
         return np.ascontiguousarray(A[idx], dtype=dtype)
     shape = (idx.shape[0], A.shape[1])
-    if (out is None or out.shape != shape or out.dtype != dtype
-            or not out.flags.c_contiguous or not out.flags.writeable):
+    if (
+        out is None
+        or out.shape != shape
+        or out.dtype != dtype
+        or not out.flags.c_contiguous
+        or not out.flags.writeable
+    ):
         out = np.empty(shape, dtype)
     _take_rows(A, idx, out)
     return out
@@ -320,8 +344,9 @@ def serial_variant(kernel):
     """
 
     f = kernel.py_func
-    g = types.FunctionType(f.__code__, f.__globals__, f.__name__ + "_serial", f.__defaults__,
-                           f.__closure__)
+    g = types.FunctionType(
+        f.__code__, f.__globals__, f.__name__ + "_serial", f.__defaults__, f.__closure__
+    )
     g.__qualname__ = f.__qualname__ + "_serial"
     g.__module__ = f.__module__
     g.__doc__ = f.__doc__

@@ -33,23 +33,37 @@ def _prefetch_codegen(context, builder, signature, args):
     ary = context.make_array(arrty)(context, builder, args[0])
     idx = [context.cast(builder, a, t, types.intp) for a, t in zip(args[1:], signature.args[1:])]
     ptr = cgutils.get_item_pointer2(
-        context, builder, ary.data, cgutils.unpack_tuple(builder, ary.shape),
-        cgutils.unpack_tuple(builder, ary.strides), arrty.layout, idx, wraparound=False,
-        boundscheck=False)
+        context,
+        builder,
+        ary.data,
+        cgutils.unpack_tuple(builder, ary.shape),
+        cgutils.unpack_tuple(builder, ary.strides),
+        arrty.layout,
+        idx,
+        wraparound=False,
+        boundscheck=False,
+    )
     i8p = ir.IntType(8).as_pointer()
     i32 = ir.IntType(32)
     fn = builder.module.declare_intrinsic(
-        "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
-    builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
-                      ir.Constant(i32, 1)])
+        "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+    )
+    builder.call(
+        fn,
+        [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)],
+    )
     return context.get_dummy_value()
 
 
 @intrinsic
 def _prefetch(typingctx, X, i, j):
     """Prefetch the cache line of X[i, j] (a 2-D array)."""
-    if not (isinstance(X, types.Array) and X.ndim == 2 and isinstance(i, types.Integer)
-            and isinstance(j, types.Integer)):
+    if not (
+        isinstance(X, types.Array)
+        and X.ndim == 2
+        and isinstance(i, types.Integer)
+        and isinstance(j, types.Integer)
+    ):
         return None
     return types.void(X, i, j), _prefetch_codegen
 
@@ -160,8 +174,9 @@ class _F64x4Model(models.PrimitiveModel):
 
 def _v4_ok(A, ndim):
     """A float32/float64 array of ``ndim`` dimensions."""
-    return (isinstance(A, types.Array) and A.ndim == ndim
-            and A.dtype in (types.float32, types.float64))
+    return (
+        isinstance(A, types.Array) and A.ndim == ndim and A.dtype in (types.float32, types.float64)
+    )
 
 
 def _v4_addressing(context, builder, sig, args, n_index_end):
@@ -172,15 +187,25 @@ def _v4_addressing(context, builder, sig, args, n_index_end):
 
     arrty = sig.args[0]
     ary = context.make_array(arrty)(context, builder, args[0])
-    idx = [context.cast(builder, a, t, types.intp)
-           for a, t in zip(args[1:n_index_end], sig.args[1:n_index_end])]
+    idx = [
+        context.cast(builder, a, t, types.intp)
+        for a, t in zip(args[1:n_index_end], sig.args[1:n_index_end])
+    ]
     shape = cgutils.unpack_tuple(builder, ary.shape)
     strides = cgutils.unpack_tuple(builder, ary.strides)
 
     def pointer(index):
-        return cgutils.get_item_pointer2(context, builder, ary.data, shape, strides,
-                                         arrty.layout, index, wraparound=False,
-                                         boundscheck=False)
+        return cgutils.get_item_pointer2(
+            context,
+            builder,
+            ary.data,
+            shape,
+            strides,
+            arrty.layout,
+            index,
+            wraparound=False,
+            boundscheck=False,
+        )
 
     return idx, pointer
 
@@ -197,15 +222,18 @@ def _v4_load_codegen(context, builder, sig, args):
     elt = ir.FloatType() if f32 else ir.DoubleType()
     v4 = ir.VectorType(ir.DoubleType(), 4)
     if arrty.layout == "C":
-        v = builder.load(builder.bitcast(pointer(idx), ir.VectorType(elt, 4).as_pointer()),
-                         align=arrty.dtype.bitwidth // 8)
+        v = builder.load(
+            builder.bitcast(pointer(idx), ir.VectorType(elt, 4).as_pointer()),
+            align=arrty.dtype.bitwidth // 8,
+        )
         return builder.fpext(v, v4) if f32 else v
     v = ir.Constant(v4, ir.Undefined)
     for lane in range(4):
         q = builder.add(idx[-1], ir.Constant(idx[-1].type, lane))
         x = builder.load(pointer(idx[:-1] + [q]))
-        v = builder.insert_element(v, builder.fpext(x, ir.DoubleType()) if f32 else x,
-                                   ir.Constant(ir.IntType(32), lane))
+        v = builder.insert_element(
+            v, builder.fpext(x, ir.DoubleType()) if f32 else x, ir.Constant(ir.IntType(32), lane)
+        )
     return v
 
 
@@ -236,8 +264,9 @@ def _v4_fma(typingctx, a, b, c):
         from numba.core import cgutils
 
         vt = ir.VectorType(ir.DoubleType(), 4)
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt] * 3),
-                                            "llvm.fma.v4f64")
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vt, [vt] * 3), "llvm.fma.v4f64"
+        )
         return builder.call(fn, list(args))
 
     return _f64x4(_f64x4, _f64x4, _f64x4), codegen
@@ -246,6 +275,7 @@ def _v4_fma(typingctx, a, b, c):
 @intrinsic
 def _v4_zero(typingctx):
     """The vector (+0.0, +0.0, +0.0, +0.0)."""
+
     def codegen(context, builder, sig, args):
         from llvmlite import ir
 
@@ -263,8 +293,7 @@ def _v4_pair_sum(typingctx, v):
     def codegen(context, builder, sig, args):
         from llvmlite import ir
 
-        e = [builder.extract_element(args[0], ir.Constant(ir.IntType(32), k))
-             for k in range(4)]
+        e = [builder.extract_element(args[0], ir.Constant(ir.IntType(32), k)) for k in range(4)]
         return builder.fadd(builder.fadd(e[0], e[1]), builder.fadd(e[2], e[3]))
 
     return types.float64(_f64x4), codegen
@@ -284,21 +313,30 @@ def _v4_store_codegen(context, builder, sig, args):
     if f32:
         v = builder.fptrunc(v, ir.VectorType(elt, 4))
     if arrty.layout == "C":
-        builder.store(v, builder.bitcast(pointer(idx), ir.VectorType(elt, 4).as_pointer()),
-                      align=arrty.dtype.bitwidth // 8)
+        builder.store(
+            v,
+            builder.bitcast(pointer(idx), ir.VectorType(elt, 4).as_pointer()),
+            align=arrty.dtype.bitwidth // 8,
+        )
     else:
         for lane in range(4):
             q = builder.add(idx[-1], ir.Constant(idx[-1].type, lane))
-            builder.store(builder.extract_element(v, ir.Constant(ir.IntType(32), lane)),
-                          pointer(idx[:-1] + [q]))
+            builder.store(
+                builder.extract_element(v, ir.Constant(ir.IntType(32), lane)),
+                pointer(idx[:-1] + [q]),
+            )
     return context.get_dummy_value()
 
 
 @intrinsic
 def _v4_store(typingctx, A, i, q, v):
     """A[i, q:q + 4] = v (q + 4 <= A.shape[1]; float32 A: each lane rounded)."""
-    if not (_v4_ok(A, 2) and isinstance(i, types.Integer) and isinstance(q, types.Integer)
-            and v == _f64x4):
+    if not (
+        _v4_ok(A, 2)
+        and isinstance(i, types.Integer)
+        and isinstance(q, types.Integer)
+        and v == _f64x4
+    ):
         return None
     return types.void(A, i, q, v), _v4_store_codegen
 

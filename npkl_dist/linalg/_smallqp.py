@@ -232,8 +232,11 @@ def gram_upper(A, AT, p, H):
                 h = _v4_fma(v2, _v4_load(AT, c + 2, u), h)
                 _v4_store(H, s, u, _v4_fma(v3, _v4_load(AT, c + 3, u), h))
             for u in range(p4, p):
-                H[s, u] = _fma(a3, AT[c + 3, u], _fma(a2, AT[c + 2, u], _fma(
-                    a1, AT[c + 1, u], _fma(a0, AT[c, u], H[s, u]))))
+                H[s, u] = _fma(
+                    a3,
+                    AT[c + 3, u],
+                    _fma(a2, AT[c + 2, u], _fma(a1, AT[c + 1, u], _fma(a0, AT[c, u], H[s, u]))),
+                )
         for c in range(r4, r):
             a = np.float64(A[s, c])
             av = _v4_splat(a)

@@ -192,8 +192,7 @@ def _bisect_range(d, e2, first, k, pivmin, abstol):
                 out[j] = nxt
                 remaining -= 1
                 continue
-            if count_lo[j] == idx and count_hi[j] == idx + 1 and np.isfinite(S[j]) \
-                    and S[j] != 0.0:
+            if count_lo[j] == idx and count_hi[j] == idx + 1 and np.isfinite(S[j]) and S[j] != 0.0:
                 step = -1.0 / S[j]
                 xn = x[j] + step
                 if abs(step) <= tol and lo[j] <= xn <= hi[j]:
@@ -506,8 +505,9 @@ def _inverse_iteration_batched(d, e, w, Z):  # OUT: Z (n, k)
                     x[n - 2, q] = (x[n - 2, q] - up1[n - 2, q] * x[n - 1, q]) * rdiag[n - 2, q]
             for i in range(n - 3, -1, -1):
                 for q in range(B):
-                    x[i, q] = ((x[i, q] - up1[i, q] * x[i + 1, q] - up2[i, q] * x[i + 2, q])
-                               * rdiag[i, q])
+                    x[i, q] = (
+                        x[i, q] - up1[i, q] * x[i + 1, q] - up2[i, q] * x[i + 2, q]
+                    ) * rdiag[i, q]
             for q in range(nb):  # against the cluster's earlier (finished) vectors
                 j = j0 + q
                 for c in range(group[j], j):
@@ -586,7 +586,7 @@ def tridiagonal_top_eigs(M, k: int, overwrite: bool = False):
             # grouped by block and ascending within each, as dstein reads them
             m, w, block, split, info = lapack.dstebz(d, e, 0, 0.0, 0.0, 0, 0, 0.0, "B")
             if info == 0 and m == n:
-                top = np.argsort(w, kind="stable")[n - k:]
+                top = np.argsort(w, kind="stable")[n - k :]
                 top = top[np.lexsort((w[top], block[top]))]
                 # dstein takes w and iblock at length n, reading the first m = k entries
                 w[:k], block[:k], m = w[top], block[top], k
@@ -606,8 +606,9 @@ def tridiagonal_top_eigs(M, k: int, overwrite: bool = False):
             return None, None, f"inverse iteration: {info} vectors did not converge"
     # Q = H(1) ... H(n-1), the reflectors stored below the subdiagonal of c: as a QR of
     # c[1:, :n-1], applied to rows 1.. of Z (LAPACK dormtr, lower, does exactly this)
-    Zq, _, info = lapack.dormqr("L", "N", c[1:, : n - 1], tau, Z[1:], lwork=max(1, 64 * k),
-                                overwrite_c=1)
+    Zq, _, info = lapack.dormqr(
+        "L", "N", c[1:, : n - 1], tau, Z[1:], lwork=max(1, 64 * k), overwrite_c=1
+    )
     if info != 0:
         return None, None, f"dormqr: info={info}"
     Z[1:] = Zq

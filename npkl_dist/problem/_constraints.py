@@ -192,8 +192,17 @@ def _as_index_array(values, name) -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
-_TYPE_WORDS = {"must": 1, "must-link": 1, "ml": 1, "+1": 1, "1": 1,
-               "cannot": -1, "cannot-link": -1, "cl": -1, "-1": -1}
+_TYPE_WORDS = {
+    "must": 1,
+    "must-link": 1,
+    "ml": 1,
+    "+1": 1,
+    "1": 1,
+    "cannot": -1,
+    "cannot-link": -1,
+    "cl": -1,
+    "-1": -1,
+}
 
 
 def _as_type_array(values) -> np.ndarray:
@@ -304,12 +313,19 @@ def sample_constraints(
                 f"distinct {kind} pairs that the {labelled.size} labelled points allow; "
                 f"sampling all {avail[name]}. Label more points for more pairs, or set the "
                 f"count ({name}=..., npkl fit {flag[name]}, [input] {name})",
-                ConstraintWarning, stacklevel=2)
+                ConstraintWarning,
+                stacklevel=2,
+            )
             wanted[name] = avail[name]
             continue
         if avail[name] == 0:
-            why = ("no two share a class" if name == "n_must" else
-                   "fewer than two" if labelled.size < 2 else "all in one class")
+            why = (
+                "no two share a class"
+                if name == "n_must"
+                else "fewer than two"
+                if labelled.size < 2
+                else "all in one class"
+            )
             allow = "point allows" if labelled.size == 1 else "points allow"
             raise ValidationError(
                 f"{name}: {'the default round(0.6 n) = ' if defaulted[name] else ''}{val} "

@@ -70,8 +70,18 @@ class NPKLProblem:
         return int(self.L.shape[0])
 
     @classmethod
-    def build(cls, L, constraints: Constraints, *, loss: str = "square", gamma: float = 1.0,
-              rank: int | None = None, bound: float = 1.0, seed: int = 0, dtype="float64"):
+    def build(
+        cls,
+        L,
+        constraints: Constraints,
+        *,
+        loss: str = "square",
+        gamma: float = 1.0,
+        rank: int | None = None,
+        bound: float = 1.0,
+        seed: int = 0,
+        dtype="float64",
+    ):
         """Validate the parameters and return a problem (the public boundary)."""
         if not sp.issparse(L) or L.ndim != 2 or L.shape[0] != L.shape[1]:
             raise ValidationError(
@@ -92,7 +102,12 @@ class NPKLProblem:
         if loss not in LOSSES:
             raise ValidationError(f"loss: {loss!r} is not one of {', '.join(LOSSES)}")
         for name, val in (("gamma", gamma), ("bound", bound)):
-            if isinstance(val, bool) or not isinstance(val, Real) or not math.isfinite(val) or val <= 0:
+            if (
+                isinstance(val, bool)
+                or not isinstance(val, Real)
+                or not math.isfinite(val)
+                or val <= 0
+            ):
                 raise ValidationError(
                     f"{name}: expected a finite number > 0, got {fmt_value(val)}"
                 )
@@ -102,7 +117,9 @@ class NPKLProblem:
             dt = None
         # `None in (float32, float64)` is True in numpy (None means float64): test explicitly
         if dt is None or dt.kind != "f" or dt.itemsize not in (4, 8):
-            raise ValidationError(f"dtype: expected 'float32' or 'float64', got {fmt_value(dtype)}")
+            raise ValidationError(
+                f"dtype: expected 'float32' or 'float64', got {fmt_value(dtype)}"
+            )
         if rank is None:
             # Pataki's bound counts the fitted entries of K. BCD's objective has one term per
             # unordered pair (bcdkl §IV-A: m = 0.6n + 0.6n). KL-ADMM's diagonal protocol sums
@@ -122,8 +139,9 @@ class NPKLProblem:
         if not (isinstance(L, sp.csr_matrix) and L.dtype == dt):
             L = sp.csr_matrix(L, dtype=dt)  # (a CSR matrix of that dtype shares its arrays)
         L.sum_duplicates()  # canonical: sorted indices, no duplicates (and sums them)
-        finite, diag_positive, biggest, asymmetry = csr_laplacian_stats(L.indptr, L.indices,
-                                                                         L.data)
+        finite, diag_positive, biggest, asymmetry = csr_laplacian_stats(
+            L.indptr, L.indices, L.data
+        )
         if not finite:
             raise ValidationError("L: holds NaN or inf entries; rebuild it from finite data")
         if not diag_positive:

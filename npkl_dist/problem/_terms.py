@@ -41,8 +41,19 @@ def smooth_terms(indptr, indices, data, diag, V, out):
     n = out.shape[0]
     n_chunks = (n + CHUNK - 1) // CHUNK
     for ch in prange(n_chunks):
-        _smooth_rows(ch * CHUNK, min((ch + 1) * CHUNK, n), indptr, indices, data, diag, V,
-                     out, np.empty(V.shape[1]), _madd, _dot_row_vec_plain)
+        _smooth_rows(
+            ch * CHUNK,
+            min((ch + 1) * CHUNK, n),
+            indptr,
+            indices,
+            data,
+            diag,
+            V,
+            out,
+            np.empty(V.shape[1]),
+            _madd,
+            _dot_row_vec_plain,
+        )
 
 
 @njit(nogil=True, cache=True)

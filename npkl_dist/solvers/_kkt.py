@@ -34,20 +34,43 @@ KINK_TOL = 1e-7
 
 
 @njit(nogil=True, cache=True)
-def _row_kkt(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound,
-             g, A, H, qv, alpha, grad, M, wy, free):
+def _row_kkt(
+    i,
+    indptr,
+    indices,
+    data,
+    diag,
+    cptr,
+    cidx,
+    csgn,
+    V,
+    loss,
+    gamma,
+    bound,
+    g,
+    A,
+    H,
+    qv,
+    alpha,
+    grad,
+    M,
+    wy,
+    free,
+):
     """||g_i / (2 L_ii)||^2 for row i (see the module docstring)."""
     _gather(i, indptr, indices, data, V, g)
     Lii = np.float64(diag[i])
     for c in range(V.shape[1]):
         g[c] = g[c] + Lii * V[i, c]  # (L V)_i
-    return _row_kkt_lv(i, diag, cptr, cidx, csgn, V, loss, gamma, bound, g, A, H, qv, alpha,
-                       grad, M, wy, free)
+    return _row_kkt_lv(
+        i, diag, cptr, cidx, csgn, V, loss, gamma, bound, g, A, H, qv, alpha, grad, M, wy, free
+    )
 
 
 @njit(nogil=True, cache=True)
-def _row_kkt_lv(i, diag, cptr, cidx, csgn, V, loss, gamma, bound, g, A, H, qv, alpha, grad, M,
-                wy, free):
+def _row_kkt_lv(
+    i, diag, cptr, cidx, csgn, V, loss, gamma, bound, g, A, H, qv, alpha, grad, M, wy, free
+):
     """:func:`_row_kkt` with g holding (L V)_i (overwritten)."""
     r = V.shape[1]
     Lii = np.float64(diag[i])
@@ -111,13 +134,23 @@ def _row_kkt_lv(i, diag, cptr, cidx, csgn, V, loss, gamma, bound, g, A, H, qv, a
 def _kkt_scratch(pm, r):
     """A thread's work arrays for :func:`_row_kkt` (rows of at most ``pm`` pairs, rank r):
     g, A, H, qv, alpha, grad, M, wy, free."""
-    return (np.empty(r), np.empty((pm, r)), np.empty((pm, pm)), np.empty(pm), np.empty(pm),
-            np.empty(pm), np.empty((pm, pm)), np.empty(pm), np.empty(pm, np.int64))
+    return (
+        np.empty(r),
+        np.empty((pm, r)),
+        np.empty((pm, pm)),
+        np.empty(pm),
+        np.empty(pm),
+        np.empty(pm),
+        np.empty((pm, pm)),
+        np.empty(pm),
+        np.empty(pm, np.int64),
+    )
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def kkt_row_terms(rows, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound,
-                  pmax, out):
+def kkt_row_terms(
+    rows, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound, pmax, out
+):
     """out[q] = ||g_i / (2 L_ii)||^2 for i = rows[q].  out : (len(rows),) float64 OUT."""
     n_rows = rows.shape[0]
     r = V.shape[1]
@@ -126,8 +159,29 @@ def kkt_row_terms(rows, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, 
     for ch in prange(n_chunks):
         g, A, H, qv, alpha, grad, M, wy, free = _kkt_scratch(pm, r)
         for q in range(ch * CHUNK, min((ch + 1) * CHUNK, n_rows)):
-            out[q] = _row_kkt(rows[q], indptr, indices, data, diag, cptr, cidx, csgn, V, loss,
-                              gamma, bound, g, A, H, qv, alpha, grad, M, wy, free)
+            out[q] = _row_kkt(
+                rows[q],
+                indptr,
+                indices,
+                data,
+                diag,
+                cptr,
+                cidx,
+                csgn,
+                V,
+                loss,
+                gamma,
+                bound,
+                g,
+                A,
+                H,
+                qv,
+                alpha,
+                grad,
+                M,
+                wy,
+                free,
+            )
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -147,8 +201,9 @@ def rows_lv(rows, indptr, indices, data, diag, V, LV):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def lv_kkt_row_terms(rows, LV, diag, cptr, cidx, csgn, V, loss, gamma, bound, pmax, with_kkt,
-                     sm, out):
+def lv_kkt_row_terms(
+    rows, LV, diag, cptr, cidx, csgn, V, loss, gamma, bound, pmax, with_kkt, sm, out
+):
     """From (L V)_i = LV[q] for i = rows[q] (no read of the rows' neighbours): sm[q] =
     v_i'(L V)_i (float64, in column order) and, with ``with_kkt``, out[q] the KKT term of
     :func:`kkt_row_terms`."""
@@ -167,8 +222,26 @@ def lv_kkt_row_terms(rows, LV, diag, cptr, cidx, csgn, V, loss, gamma, bound, pm
             if with_kkt:
                 for c in range(r):
                     g[c] = LV[q, c]
-                out[q] = _row_kkt_lv(i, diag, cptr, cidx, csgn, V, loss, gamma, bound, g, A,
-                                     H, qv, alpha, grad, M, wy, free)
+                out[q] = _row_kkt_lv(
+                    i,
+                    diag,
+                    cptr,
+                    cidx,
+                    csgn,
+                    V,
+                    loss,
+                    gamma,
+                    bound,
+                    g,
+                    A,
+                    H,
+                    qv,
+                    alpha,
+                    grad,
+                    M,
+                    wy,
+                    free,
+                )
 
 
 def kkt_residual(prep, V) -> float:
@@ -177,8 +250,22 @@ def kkt_residual(prep, V) -> float:
     n = V.shape[0]
     rows = np.arange(n, dtype=np.int64)
     terms = np.empty(n)
-    kkt_row_terms(rows, prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx,
-                  prep.csgn, V, prep.loss_code, prep.gamma, prep.bound, prep.pmax, terms)
+    kkt_row_terms(
+        rows,
+        prep.indptr,
+        prep.indices,
+        prep.data,
+        prep.diag,
+        prep.cptr,
+        prep.cidx,
+        prep.csgn,
+        V,
+        prep.loss_code,
+        prep.gamma,
+        prep.bound,
+        prep.pmax,
+        terms,
+    )
     num = ordered_total(chunked_sums(terms))
     den = ordered_total(chunked_sums(np.einsum("ij,ij->i", V, V, dtype=np.float64)))
     return float(np.sqrt(num / den)) if den > 0 else float(np.sqrt(num))

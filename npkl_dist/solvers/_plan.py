@@ -120,7 +120,7 @@ class SweepPlan:
         return int(self.block_ptr.shape[0] - 1)
 
     def rows_of(self, c: int) -> np.ndarray:
-        return self.colour_rows[self.colour_ptr[c]: self.colour_ptr[c + 1]]
+        return self.colour_rows[self.colour_ptr[c] : self.colour_ptr[c + 1]]
 
     def units(self, c: int) -> tuple[np.ndarray, np.ndarray]:
         """``(rows, ptr)``: the rows of colour c (ascending) and the bounds of its non-empty
@@ -229,8 +229,7 @@ def split_nonzero(A: sp.csr_matrix, serial: bool = False):
     ptr, idx, val, diag, dup = split_rows(A.indptr, A.indices, A.data, n)
     if dup:
         off, diag = _split(_nonzero(A), serial=serial)
-        ptr, idx, val = (off.indptr.astype(np.int64), off.indices.astype(np.int64),
-                         off.data)
+        ptr, idx, val = (off.indptr.astype(np.int64), off.indices.astype(np.int64), off.data)
     return (ptr, idx, val), diag
 
 
@@ -293,8 +292,9 @@ def _sorted_split_rows(indptr, indices, data, n):
 _sorted_split_rows_serial = serial_variant(_sorted_split_rows)
 
 
-def permute(L: sp.csr_matrix, order: np.ndarray, rank_of: np.ndarray | None = None
-            ) -> sp.csr_matrix:
+def permute(
+    L: sp.csr_matrix, order: np.ndarray, rank_of: np.ndarray | None = None
+) -> sp.csr_matrix:
     """``L[order][:, order]`` (CSR, sorted indices; the set-ups use :func:`permute_split`,
     and this is its reference in the tests): rows gathered, then column indices
     renamed through ``rank_of`` (the inverse of ``order``) instead of scipy's column fancy
@@ -306,8 +306,9 @@ def permute(L: sp.csr_matrix, order: np.ndarray, rank_of: np.ndarray | None = No
         rank_of[order] = np.arange(order.shape[0], dtype=np.int64)
     R = L[order]
     idx_dtype = R.indices.dtype
-    out = sp.csr_matrix((R.data, rank_of[R.indices].astype(idx_dtype, copy=False),
-                         R.indptr), shape=L.shape)
+    out = sp.csr_matrix(
+        (R.data, rank_of[R.indices].astype(idx_dtype, copy=False), R.indptr), shape=L.shape
+    )
     out.sum_duplicates()  # sorted, one entry per (row, column)
     return out
 
@@ -328,8 +329,9 @@ class SplitL(NamedTuple):
         return (off + sp.diags(self.diag)).tocsr()
 
 
-def permute_split(L: sp.csr_matrix, order: np.ndarray, rank_of: np.ndarray | None = None
-                  ) -> SplitL:
+def permute_split(
+    L: sp.csr_matrix, order: np.ndarray, rank_of: np.ndarray | None = None
+) -> SplitL:
     """``_split(permute(L, order, rank_of))`` in one compiled pass, with int64 indices: row q
     of the result is row ``order[q]`` of L with its columns renamed through ``rank_of`` and
     sorted, the diagonal apart. At n = 1e6, 0.39 s against 0.48 s for the two steps
@@ -342,8 +344,9 @@ def permute_split(L: sp.csr_matrix, order: np.ndarray, rank_of: np.ndarray | Non
     if rank_of is None:
         rank_of = np.empty(order.shape[0], np.int64)
         rank_of[order] = np.arange(order.shape[0], dtype=np.int64)
-    ptr, idx, val, diag = _permute_split_rows(L.indptr, L.indices, L.data, order,
-                                              _compact_ranks(rank_of))
+    ptr, idx, val, diag = _permute_split_rows(
+        L.indptr, L.indices, L.data, order, _compact_ranks(rank_of)
+    )
     return SplitL(ptr, idx, val, diag)
 
 
@@ -352,7 +355,7 @@ def _compact_ranks(rank_of: np.ndarray) -> np.ndarray:
     are scattered, and half the bytes keep more of them in cache (n = 1e6: permute_split
     0.39-0.41 s against 0.36-0.37 s)."""
     n = rank_of.shape[0]
-    return np.asarray(rank_of, np.int32 if n < 2 ** 31 else np.int64)
+    return np.asarray(rank_of, np.int32 if n < 2**31 else np.int64)
 
 
 #: Rows per unit of ``_permute_split_rows``'s fill pass (each unit sorts in its own scratch).
@@ -518,9 +521,14 @@ def _cuthill_mckee(indptr, indices, degree, seeds, order):
             break
 
 
-def make_plan(problem: NPKLProblem, relabel: str = "rcm", scheme: str = "blocks",
-              n_blocks: int | None = None, align: int = SUM_BLOCK,
-              return_matrix: bool = False):
+def make_plan(
+    problem: NPKLProblem,
+    relabel: str = "rcm",
+    scheme: str = "blocks",
+    n_blocks: int | None = None,
+    align: int = SUM_BLOCK,
+    return_matrix: bool = False,
+):
     """Relabel, cut into blocks and colour a problem (pure; cheap relative to a fit).
 
     Parameters
@@ -563,8 +571,7 @@ def make_plan(problem: NPKLProblem, relabel: str = "rcm", scheme: str = "blocks"
     else:
         bandwidth = _bandwidth(indptr, indices)
         block_ptr = _block_bounds(n, bandwidth, n_blocks, align)
-        block = np.repeat(np.arange(block_ptr.shape[0] - 1, dtype=np.int64),
-                          np.diff(block_ptr))
+        block = np.repeat(np.arange(block_ptr.shape[0] - 1, dtype=np.int64), np.diff(block_ptr))
         deferred = np.empty(n, np.bool_)
         block_deferral(n, indptr, indices, cptr, cidx, block, deferred)
         greedy_colouring(n, indptr, indices, cptr, cidx, deferred, colour)
@@ -604,14 +611,13 @@ def _block_bounds(n: int, bandwidth: int, n_blocks: int | None, align: int) -> n
     return np.unique(np.minimum(cuts, n))
 
 
-def concurrent_conflicts(plan: SweepPlan, prep: "PreparedProblem") -> np.ndarray:
+def concurrent_conflicts(plan: SweepPlan, prep: PreparedProblem) -> np.ndarray:
     """Conflict edges (manifold edges and constraint pairs, internal rows) joining two rows
     that a sweep may update concurrently: same colour, different blocks. (k, 2) int64; a
     valid plan has none."""
     n = plan.n_points
     block = np.repeat(np.arange(plan.n_blocks, dtype=np.int64), np.diff(plan.block_ptr))
-    a = np.concatenate([np.repeat(np.arange(n, dtype=np.int64), np.diff(prep.indptr)),
-                        prep.pi])
+    a = np.concatenate([np.repeat(np.arange(n, dtype=np.int64), np.diff(prep.indptr)), prep.pi])
     b = np.concatenate([prep.indices, prep.pj])
     bad = (plan.colour[a] == plan.colour[b]) & (block[a] != block[b])
     return np.stack([a[bad], b[bad]], axis=1)
@@ -630,8 +636,9 @@ def _constraint_lists(problem, rank_of):
     return cptr, cols[order].astype(np.int64), sign[order]
 
 
-def prepare(problem: NPKLProblem, plan: SweepPlan, Lp: SplitL | sp.csr_matrix | None = None
-            ) -> PreparedProblem:
+def prepare(
+    problem: NPKLProblem, plan: SweepPlan, Lp: SplitL | sp.csr_matrix | None = None
+) -> PreparedProblem:
     """The problem's arrays in the plan's internal order (``Lp``: L already in that order,
     ``L[plan.order][:, plan.order]``, if the caller has it: a :class:`SplitL` as
     ``make_plan(..., return_matrix=True)`` gives it, or a CSR matrix)."""
@@ -648,8 +655,12 @@ def prepare(problem: NPKLProblem, plan: SweepPlan, Lp: SplitL | sp.csr_matrix | 
         indices=Lp.indices.astype(np.int64, copy=False),
         data=Lp.data.astype(problem.dtype, copy=False),
         diag=Lp.diag.astype(problem.dtype, copy=False),
-        cptr=cptr, cidx=cidx, csgn=csgn,
-        pi=plan.rank_of[c.i], pj=plan.rank_of[c.j], pt=c.t.astype(np.int8),
+        cptr=cptr,
+        cidx=cidx,
+        csgn=csgn,
+        pi=plan.rank_of[c.i],
+        pj=plan.rank_of[c.j],
+        pt=c.t.astype(np.int8),
         pmax=pmax,
         loss_code=LOSS_CODES[problem.loss],
         gamma=problem.gamma,

@@ -28,8 +28,30 @@ from ..problem._terms import loss_value
 
 
 @njit(nogil=True, cache=True)
-def update_column(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound,
-                  out, g, A, H, M, qv, alpha, grad, wy, free):
+def update_column(
+    i,
+    indptr,
+    indices,
+    data,
+    diag,
+    cptr,
+    cidx,
+    csgn,
+    V,
+    loss,
+    gamma,
+    bound,
+    out,
+    g,
+    A,
+    H,
+    M,
+    qv,
+    alpha,
+    grad,
+    wy,
+    free,
+):
     """Exact minimiser of the column-i subproblem given the other columns of V.
 
     out : (r,) float64 OUT. Returns nothing; V is not modified.
@@ -159,8 +181,26 @@ def _column_phi_row(V, i, g, A, p, Lii, gamma, loss):
 
 
 @njit(nogil=True, cache=True)
-def sweep_rows(rows, start, stop, base, indptr, indices, data, diag, cptr, cidx, csgn, V, loss,
-               gamma, bound, pmax, delta2, norm2):
+def sweep_rows(
+    rows,
+    start,
+    stop,
+    base,
+    indptr,
+    indices,
+    data,
+    diag,
+    cptr,
+    cidx,
+    csgn,
+    V,
+    loss,
+    gamma,
+    bound,
+    pmax,
+    delta2,
+    norm2,
+):
     """Update rows[start:stop] one after the other (Gauss-Seidel, in that order), in place.
 
     The rows are one *unit* of a sweep step (see ``_plan``): ascending, updated sequentially,
@@ -195,8 +235,32 @@ def sweep_rows(rows, start, stop, base, indptr, indices, data, diag, cptr, cidx,
     for q in range(start, stop):
         i = rows[q]
         if loss == 3 or cptr[i + 1] != cptr[i]:
-            _update_row(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound,
-                        out, g, A, H, M, qv, alpha, grad, wy, free, dacc, nacc)
+            _update_row(
+                i,
+                indptr,
+                indices,
+                data,
+                diag,
+                cptr,
+                cidx,
+                csgn,
+                V,
+                loss,
+                gamma,
+                bound,
+                out,
+                g,
+                A,
+                H,
+                M,
+                qv,
+                alpha,
+                grad,
+                wy,
+                free,
+                dacc,
+                nacc,
+            )
         else:
             _gather(i, indptr, indices, data, V, g)
             Lii = diag[i]
@@ -222,11 +286,57 @@ def sweep_rows(rows, start, stop, base, indptr, indices, data, diag, cptr, cidx,
 
 
 @njit(nogil=True, cache=True)
-def _update_row(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound, out, g,
-                A, H, M, qv, alpha, grad, wy, free, dacc, nacc):
+def _update_row(
+    i,
+    indptr,
+    indices,
+    data,
+    diag,
+    cptr,
+    cidx,
+    csgn,
+    V,
+    loss,
+    gamma,
+    bound,
+    out,
+    g,
+    A,
+    H,
+    M,
+    qv,
+    alpha,
+    grad,
+    wy,
+    free,
+    dacc,
+    nacc,
+):
     """v_i <- update_column(i); dacc += (v_new - v_old)^2, nacc += v_new^2 per column."""
-    update_column(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound,
-                  out, g, A, H, M, qv, alpha, grad, wy, free)
+    update_column(
+        i,
+        indptr,
+        indices,
+        data,
+        diag,
+        cptr,
+        cidx,
+        csgn,
+        V,
+        loss,
+        gamma,
+        bound,
+        out,
+        g,
+        A,
+        H,
+        M,
+        qv,
+        alpha,
+        grad,
+        wy,
+        free,
+    )
     for c in range(V.shape[1]):
         old = np.float64(V[i, c])
         V[i, c] = out[c]  # rounds to V's dtype
@@ -236,21 +346,91 @@ def _update_row(i, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def sweep_units(rows, ptr, base, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma,
-                bound, pmax, delta2, norm2):
+def sweep_units(
+    rows,
+    ptr,
+    base,
+    indptr,
+    indices,
+    data,
+    diag,
+    cptr,
+    cidx,
+    csgn,
+    V,
+    loss,
+    gamma,
+    bound,
+    pmax,
+    delta2,
+    norm2,
+):
     """One sweep step: units ``rows[ptr[u]:ptr[u + 1]]`` spread over numba's threads.
 
     The units of a step are mutually independent (no row of one is coupled to a row of
     another), so they may run in any order or concurrently; each is sequential inside."""
     for u in prange(ptr.shape[0] - 1):
-        sweep_rows(rows, ptr[u], ptr[u + 1], base, indptr, indices, data, diag, cptr, cidx,
-                   csgn, V, loss, gamma, bound, pmax, delta2, norm2)
+        sweep_rows(
+            rows,
+            ptr[u],
+            ptr[u + 1],
+            base,
+            indptr,
+            indices,
+            data,
+            diag,
+            cptr,
+            cidx,
+            csgn,
+            V,
+            loss,
+            gamma,
+            bound,
+            pmax,
+            delta2,
+            norm2,
+        )
 
 
 @njit(nogil=True, cache=True)
-def sweep_units_serial(rows, ptr, base, indptr, indices, data, diag, cptr, cidx, csgn, V, loss,
-                       gamma, bound, pmax, delta2, norm2):
+def sweep_units_serial(
+    rows,
+    ptr,
+    base,
+    indptr,
+    indices,
+    data,
+    diag,
+    cptr,
+    cidx,
+    csgn,
+    V,
+    loss,
+    gamma,
+    bound,
+    pmax,
+    delta2,
+    norm2,
+):
     """The same step on the calling thread: identical results (the units are independent)."""
     for u in range(ptr.shape[0] - 1):
-        sweep_rows(rows, ptr[u], ptr[u + 1], base, indptr, indices, data, diag, cptr, cidx,
-                   csgn, V, loss, gamma, bound, pmax, delta2, norm2)
+        sweep_rows(
+            rows,
+            ptr[u],
+            ptr[u + 1],
+            base,
+            indptr,
+            indices,
+            data,
+            diag,
+            cptr,
+            cidx,
+            csgn,
+            V,
+            loss,
+            gamma,
+            bound,
+            pmax,
+            delta2,
+            norm2,
+        )

@@ -23,8 +23,18 @@ class StoreCheckpointer:
         R; 3r for KL-ADMM's [V | U | Lam]).
     """
 
-    def __init__(self, store, *, every: int, row_block: int, n: int, width: int, dtype,
-                 extra: dict | None = None, max_sweeps: int | None = None):
+    def __init__(
+        self,
+        store,
+        *,
+        every: int,
+        row_block: int,
+        n: int,
+        width: int,
+        dtype,
+        extra: dict | None = None,
+        max_sweeps: int | None = None,
+    ):
         self.store, self.every, self.row_block = store, int(every), int(row_block)
         self.n, self.width, self.dtype = int(n), int(width), np.dtype(dtype)
         self.extra = dict(extra or {})
@@ -35,11 +45,19 @@ class StoreCheckpointer:
         last = self.max_sweeps is not None and state["sweep"] >= self.max_sweeps
         if state["sweep"] % self.every and not state.get("converged") and not last:
             return
-        ckpt = self.store.begin_checkpoint(state["sweep"], self.n, self.width, self.dtype,
-                                           row_block=self.row_block)
+        ckpt = self.store.begin_checkpoint(
+            state["sweep"], self.n, self.width, self.dtype, row_block=self.row_block
+        )
         session.write_checkpoint_blocks(self.store, ckpt, self.row_block)
-        self.store.commit_checkpoint(ckpt, {"state": state, "sweep": state["sweep"],
-                                            "objective": state["objective"], **self.extra})
+        self.store.commit_checkpoint(
+            ckpt,
+            {
+                "state": state,
+                "sweep": state["sweep"],
+                "objective": state["objective"],
+                **self.extra,
+            },
+        )
         self.n_saved += 1
 
     def load(self):

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from .._errors import NpklError, NpklWarning
 
-__all__ = ["StoreError", "RunNotFoundError", "StoreLockedError", "StoreVersionError",
-           "StoreWarning"]
+__all__ = [
+    "StoreError",
+    "RunNotFoundError",
+    "StoreLockedError",
+    "StoreVersionError",
+    "StoreWarning",
+]
 
 
 class StoreError(NpklError, OSError):

@@ -32,7 +32,15 @@ _TARGET_CHUNK_BYTES = 8 << 20  # inputs/graph/results chunks: about 8 MiB uncomp
 _HASH_BATCH_BYTES = 64 << 20  # V is read back in batches of whole blocks of about this size
 _V_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _RESERVED_MANIFEST_KEYS = (
-    "id", "step", "n", "r", "dtype", "row_block", "format_version", "created", "versions",
+    "id",
+    "step",
+    "n",
+    "r",
+    "dtype",
+    "row_block",
+    "format_version",
+    "created",
+    "versions",
     "hashes",
 )
 
@@ -129,8 +137,6 @@ def _sha_arrays(*arrays, extra=None) -> str:
 
 
 def _package_versions() -> dict:
-
-
     out = {"python": sys.version.split()[0], "npkl-dist": __version__}
     for name in ("numpy", "scipy", "numba", "zarr", "numcodecs", "fsspec", "s3fs"):
         try:
@@ -142,13 +148,13 @@ def _package_versions() -> dict:
 
 _FIXES = {
     _errno.ENOSPC: "the volume holding the run is full: free space there (e.g. delete old "
-                   "runs) or move the run to a larger volume or an object store",
+    "runs) or move the run to a larger volume or an object store",
     _errno.EDQUOT: "the disk quota of the run location is exhausted: free space or raise "
-                   "the quota",
+    "the quota",
     _errno.EACCES: "this process may not write there: fix the permissions (or the object "
-                   "store credentials) of the run location, or choose another root",
+    "store credentials) of the run location, or choose another root",
     _errno.EPERM: "this process may not write there: fix the permissions (or the object "
-                  "store credentials) of the run location, or choose another root",
+    "store credentials) of the run location, or choose another root",
     _errno.EROFS: "the run location is on a read-only file system: choose a writable root",
 }
 

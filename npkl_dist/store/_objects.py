@@ -27,7 +27,7 @@ import socket
 import time
 import uuid
 import warnings
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ._errors import StoreError, StoreLockedError, StoreWarning
 
@@ -41,7 +41,7 @@ _LISTINGS_CACHE_PROTOCOLS = {"s3", "s3a", "gs", "gcs", "abfs", "az", "abfss"}
 
 def utc_now() -> str:
     """ISO 8601 UTC timestamp with microseconds."""
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def is_local_url(url: str) -> bool:
@@ -112,7 +112,7 @@ class LocalObjects(ObjectStore):
     durable_sync = True
 
     def __init__(self, url: str):
-        path = url[len("file://"):] if url.startswith("file://") else url
+        path = url[len("file://") :] if url.startswith("file://") else url
         self.root = os.path.abspath(os.path.expanduser(path))
         super().__init__(self.root)
 
@@ -131,7 +131,7 @@ class LocalObjects(ObjectStore):
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -168,7 +168,6 @@ class LocalObjects(ObjectStore):
         _unlink_quiet(self._path(key))
 
     def delete_prefix(self, prefix):
-
         path = self._path(prefix)
         if os.path.isdir(path):
             shutil.rmtree(path)
@@ -273,9 +272,7 @@ class FsspecObjects(ObjectStore):
             entries = self.fs.ls(path, detail=False)
         except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(
-            {e.rstrip("/").rsplit("/", 1)[-1] for e in entries if e.rstrip("/") != path}
-        )
+        return sorted({e.rstrip("/").rsplit("/", 1)[-1] for e in entries if e.rstrip("/") != path})
 
     def list_files(self, prefix):
         path = self._path(prefix)
@@ -368,8 +365,9 @@ class WriterLock:
         except ValueError:
             return {"host": "?", "pid": "?", "since": "?", "token": None, "unreadable": True}
 
-    def _locked_error(self, holder: dict,
-                      what: str = "is locked by another writer") -> StoreLockedError:
+    def _locked_error(
+        self, holder: dict, what: str = "is locked by another writer"
+    ) -> StoreLockedError:
         return StoreLockedError(
             f"run {self.run_url} {what}: host {holder.get('host')!s}, pid {holder.get('pid')!s}, "
             f"since {holder.get('since')!s}. Only one process may write a run. Wait for that "
@@ -459,8 +457,8 @@ class WriterLock:
         holder = self.holder()
         if self.token is None or holder is None or holder.get("token") != self.token:
             raise self._locked_error(
-                holder or {}, what="is no longer locked by this writer (the lock was removed "
-                "or taken over)"
+                holder or {},
+                what="is no longer locked by this writer (the lock was removed or taken over)",
             )
 
     def release(self) -> None:

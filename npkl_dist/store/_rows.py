@@ -33,9 +33,16 @@ def create_row_arrays(store, group: str, arrays: dict, n: int, block: int) -> No
                 a = g[name]
                 if a.shape == shape and a.dtype == np.dtype(dtype) and a.chunks == chunks:
                     continue
-            g.create_array(name, shape=shape, dtype=dtype, chunks=chunks, fill_value=0,
-                           overwrite=True, config={"write_empty_chunks": True},
-                           chunk_key_encoding={"name": "default", "separator": "/"})
+            g.create_array(
+                name,
+                shape=shape,
+                dtype=dtype,
+                chunks=chunks,
+                fill_value=0,
+                overwrite=True,
+                config={"write_empty_chunks": True},
+                chunk_key_encoding={"name": "default", "separator": "/"},
+            )
 
 
 def write_row_block(store, path: str, start: int, rows: np.ndarray) -> None:
@@ -66,5 +73,9 @@ def read_row_arrays(store, group: str, names) -> dict:
     import zarr
 
     with store._io(f"reading {group}"):
-        return {nm: np.asarray(zarr.open_array(store._store(), path=f"{group}/{nm}",
-                                               mode="r", zarr_format=3)[...]) for nm in names}
+        return {
+            nm: np.asarray(
+                zarr.open_array(store._store(), path=f"{group}/{nm}", mode="r", zarr_format=3)[...]
+            )
+            for nm in names
+        }

@@ -74,8 +74,9 @@ class RunStore(StageData):
         Number of committed checkpoints kept (older ones are pruned at commit).
     """
 
-    def __init__(self, url, *, mode, retention=DEFAULT_RETENTION, storage_options=None,
-                 _attrs=None):
+    def __init__(
+        self, url, *, mode, retention=DEFAULT_RETENTION, storage_options=None, _attrs=None
+    ):
         # private: use create() / open()
         self._objects = objects_for(url, storage_options)
         self.url = self._objects.url
@@ -94,9 +95,15 @@ class RunStore(StageData):
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def create(cls, url, *, config: dict, overwrite: bool = False,
-               retention: int = DEFAULT_RETENTION, storage_options: dict | None = None
-               ) -> "RunStore":
+    def create(
+        cls,
+        url,
+        *,
+        config: dict,
+        overwrite: bool = False,
+        retention: int = DEFAULT_RETENTION,
+        storage_options: dict | None = None,
+    ) -> RunStore:
         """Create a new run and take its writer lock.
 
         Parameters
@@ -160,9 +167,13 @@ class RunStore(StageData):
                 # _npkl holds non-Zarr control objects; making it a group keeps a listing of
                 # the root clean. The other groups are created when first written.
                 if not objs.exists("_npkl/zarr.json"):  # (left over by an aborted create)
-                    root.create_group("_npkl", attributes={
-                        "description": "npkl-dist control objects: lock.json, pointer.json, "
-                                       "stages.json (storage/SPEC.md)"})
+                    root.create_group(
+                        "_npkl",
+                        attributes={
+                            "description": "npkl-dist control objects: lock.json, pointer.json, "
+                            "stages.json (storage/SPEC.md)"
+                        },
+                    )
                 self._root = root
         except BaseException:
             self._lock.release()
@@ -170,8 +181,14 @@ class RunStore(StageData):
         return self
 
     @classmethod
-    def open(cls, url, mode: str = "r", *, retention: int = DEFAULT_RETENTION,
-             storage_options: dict | None = None) -> "RunStore":
+    def open(
+        cls,
+        url,
+        mode: str = "r",
+        *,
+        retention: int = DEFAULT_RETENTION,
+        storage_options: dict | None = None,
+    ) -> RunStore:
         """Open an existing run.
 
         Parameters
@@ -202,7 +219,9 @@ class RunStore(StageData):
                 raise RunNotFoundError(
                     f"no run at {self.url} (no zarr.json there): create it with "
                     f"RunStore.create(url, config=...), or check the run id and the store "
-                    f"root (resolve_run)", url=self.url)
+                    f"root (resolve_run)",
+                    url=self.url,
+                )
             attrs = self._read_root_attrs()
         version = attrs.get("format_version")
         if version is None:
@@ -263,8 +282,13 @@ class RunStore(StageData):
         }
 
     def __setstate__(self, state):
-        self.__init__(state["url"], mode=state["mode"], retention=state["retention"],
-                      storage_options=state["storage_options"], _attrs=state["attrs"])
+        self.__init__(
+            state["url"],
+            mode=state["mode"],
+            retention=state["retention"],
+            storage_options=state["storage_options"],
+            _attrs=state["attrs"],
+        )
 
     # ------------------------------------------------------------------ internals
     def _store(self):
@@ -369,8 +393,10 @@ class RunStore(StageData):
             except Exception:  # best effort: the message must not fail
                 committed = None
             if committed:
-                msg += (f". Nothing committed was touched: checkpoint {committed[0]} is intact "
-                        f"and is what a resume loads")
+                msg += (
+                    f". Nothing committed was touched: checkpoint {committed[0]} is intact "
+                    f"and is what a resume loads"
+                )
             elif committed is not None:
                 msg += ". No checkpoint had been committed yet: a resume starts from the inputs"
         err = StoreError(msg)
@@ -496,7 +522,8 @@ class RunStore(StageData):
                 a = zarr.open_array(
                     self._block_store() if write else self._store(),
                     path=f"checkpoints/{ckpt_id}/V",
-                    mode="r+" if write or self.mode != "r" else "r", zarr_format=3,
+                    mode="r+" if write or self.mode != "r" else "r",
+                    zarr_format=3,
                 )
             except FileNotFoundError:
                 raise StoreError(
@@ -528,15 +555,29 @@ class RunStore(StageData):
                 f"dtype: {fmt_value(dtype)} is not a V dtype; use float32 or float64"
             )
         ckpt_id = f"ckpt-{int(step):06d}-{uuid.uuid4().hex[:8]}"
-        meta = {"id": ckpt_id, "step": int(step), "n": n, "r": r, "dtype": dt.name,
-                "row_block": row_block, "created": utc_now()}
+        meta = {
+            "id": ckpt_id,
+            "step": int(step),
+            "n": n,
+            "r": r,
+            "dtype": dt.name,
+            "row_block": row_block,
+            "created": utc_now(),
+        }
         with self._io(f"creating checkpoint {ckpt_id}", checkpoint=True):
             group = self._group("checkpoints").create_group(
-                ckpt_id, attributes={"checkpoint": meta})
+                ckpt_id, attributes={"checkpoint": meta}
+            )
             self._arrays[(ckpt_id, False)] = group.create_array(
-                "V", shape=(n, r), dtype=dt, chunks=(row_block, r), shards=(row_block, r),
-                fill_value=np.nan, config={"write_empty_chunks": True},
-                chunk_key_encoding=_KEY_ENCODING, dimension_names=("point", "rank"),
+                "V",
+                shape=(n, r),
+                dtype=dt,
+                chunks=(row_block, r),
+                shards=(row_block, r),
+                fill_value=np.nan,
+                config={"write_empty_chunks": True},
+                chunk_key_encoding=_KEY_ENCODING,
+                dimension_names=("point", "rank"),
             )
         return ckpt_id
 
@@ -582,8 +623,7 @@ class RunStore(StageData):
                 f"block: rows [{start}, {stop}) of V hold NaN/inf; the solver diverged, "
                 f"do not checkpoint it"
             )
-        with self._io(f"writing rows [{start}, {stop}) of checkpoint {ckpt_id}",
-                      checkpoint=True):
+        with self._io(f"writing rows [{start}, {stop}) of checkpoint {ckpt_id}", checkpoint=True):
             if ckpt_id in self._read_pointer().get("committed", []):
                 raise StoreError(
                     f"write_V_block: checkpoint {ckpt_id} of run {self.url} is already "
@@ -601,7 +641,7 @@ class RunStore(StageData):
         for lo in range(0, n, per * rb):
             hi = min(n, lo + per * rb)
             data = a[lo:hi]
-            hashes.extend(_sha_data(data[s: s + rb]) for s in range(0, hi - lo, rb))
+            hashes.extend(_sha_data(data[s : s + rb]) for s in range(0, hi - lo, rb))
         return hashes
 
     def commit_checkpoint(self, ckpt_id: str, manifest: dict) -> None:
@@ -648,20 +688,24 @@ class RunStore(StageData):
             hashes = self._block_hashes(a, n, rb)
             self._objects.sync_prefix(f"checkpoints/{ckpt_id}")
             full = {
-                **user, **meta,
+                **user,
+                **meta,
                 "format_version": FORMAT_VERSION,
                 "committed": utc_now(),
                 "versions": _package_versions(),
-                "hashes": {"algorithm": "sha256",
-                           "of": "row-block data, C order, little-endian",
-                           "row_block": rb, "blocks": hashes},
+                "hashes": {
+                    "algorithm": "sha256",
+                    "of": "row-block data, C order, little-endian",
+                    "row_block": rb,
+                    "blocks": hashes,
+                },
             }
             group.update_attributes({"manifest": full})
             self._objects.sync_prefix(f"checkpoints/{ckpt_id}/zarr.json")
             # a committed checkpoint found torn is not worth a retention slot
             torn = [k for k in committed if k in self._known_torn]
             retained = [ckpt_id] + [k for k in committed if k not in self._known_torn]
-            dropped = retained[self.retention:] + torn
+            dropped = retained[self.retention :] + torn
             retained = retained[: self.retention]
             sums = dict(pointer.get("manifest_sha256", {}))
             sums[ckpt_id] = _sha_json(full)
@@ -701,8 +745,9 @@ class RunStore(StageData):
         import zarr
 
         try:
-            group = zarr.open_group(self._store(), path=f"checkpoints/{ckpt_id}", mode="r",
-                                    zarr_format=3)
+            group = zarr.open_group(
+                self._store(), path=f"checkpoints/{ckpt_id}", mode="r", zarr_format=3
+            )
             manifest = dict(group.attrs).get("manifest")
         except OSError as exc:
             if exc.errno in (_errno.EACCES, _errno.EPERM):
@@ -718,14 +763,19 @@ class RunStore(StageData):
         blocks = manifest["hashes"]["blocks"]
         missing = self._missing_blocks(ckpt_id, n, rb)
         if missing:
-            raise _Torn(f"{len(missing)} row block(s) are missing, first rows "
-                        f"[{missing[0] * rb}, {min(n, (missing[0] + 1) * rb)})")
+            raise _Torn(
+                f"{len(missing)} row block(s) are missing, first rows "
+                f"[{missing[0] * rb}, {min(n, (missing[0] + 1) * rb)})"
+            )
         try:
-            a = zarr.open_array(self._store(), path=f"checkpoints/{ckpt_id}/V", mode="r",
-                                zarr_format=3)
+            a = zarr.open_array(
+                self._store(), path=f"checkpoints/{ckpt_id}/V", mode="r", zarr_format=3
+            )
             if a.shape != (n, r) or a.dtype != np.dtype(manifest["dtype"]):
-                raise _Torn(f"V has shape {a.shape} dtype {a.dtype}, the manifest says "
-                            f"({n}, {r}) {manifest['dtype']}")
+                raise _Torn(
+                    f"V has shape {a.shape} dtype {a.dtype}, the manifest says "
+                    f"({n}, {r}) {manifest['dtype']}"
+                )
             V = np.asarray(a[...])
         except _Torn:
             raise
@@ -736,7 +786,7 @@ class RunStore(StageData):
         except Exception as exc:  # a corrupt shard fails to decode (crc32c, zstd, ...)
             raise _Torn(f"reading V failed ({type(exc).__name__}: {exc})") from None
         for k, s in enumerate(range(0, n, rb)):
-            if _sha_data(V[s: s + rb]) != blocks[k]:
+            if _sha_data(V[s : s + rb]) != blocks[k]:
                 raise _Torn(f"rows [{s}, {min(n, s + rb)}) do not match their sha256")
         return manifest, V
 
@@ -755,7 +805,7 @@ class RunStore(StageData):
         with self._io("reading the latest checkpoint"):
             # A writer may replace the pointer and prune old checkpoints while we read: if
             # every listed checkpoint failed and the pointer moved meanwhile, read it again.
-            for attempt in range(2):
+            for _attempt in range(2):
                 pointer = self._read_pointer()
                 committed = pointer.get("committed", [])
                 sums = pointer.get("manifest_sha256", {})
@@ -769,13 +819,15 @@ class RunStore(StageData):
                         nxt = committed[k + 1] if k + 1 < len(committed) else None
                         warnings.warn(
                             f"run {self.url}: checkpoint {ckpt_id} is torn or corrupt ({exc}); "
-                            + (f"falling back to the previous checkpoint {nxt}" if nxt else
-                               "no older checkpoint is retained"),
+                            + (
+                                f"falling back to the previous checkpoint {nxt}"
+                                if nxt
+                                else "no older checkpoint is retained"
+                            ),
                             StoreWarning,
                             stacklevel=3,
                         )
-                if not committed or self._read_pointer().get("updated") == pointer.get(
-                        "updated"):
+                if not committed or self._read_pointer().get("updated") == pointer.get("updated"):
                     break
         if committed:
             raise StoreError(

@@ -29,8 +29,9 @@ class StageData:
     """Mixin of :class:`~npkl_dist.store.RunStore`: the arrays of the pipeline's stages."""
 
     # ------------------------------------------------------------------ inputs
-    def write_inputs(self, *, features=None, constraints=None, labels=None,
-                     eval_labels=None) -> None:
+    def write_inputs(
+        self, *, features=None, constraints=None, labels=None, eval_labels=None
+    ) -> None:
         """Write the run's inputs (each item once; same content again is a no-op).
 
         Parameters
@@ -77,30 +78,43 @@ class StageData:
             if len(ns) > 1:
                 raise ValidationError(
                     f"write_inputs: the inputs disagree on the number of points: "
-                    f"{sizes}" + (f", recorded {recorded_n}" if recorded_n is not None else "")
+                    f"{sizes}"
+                    + (f", recorded {recorded_n}" if recorded_n is not None else "")
                     + "; every input must describe the same n points"
                 )
             hashes = {name: _sha_arrays(a) for name, a in arrays.items()}
             if constraints is not None:
                 c = constraints
                 hashes["constraints"] = _sha_arrays(
-                    c.i, c.j, c.t,
-                    extra={"n_points": c.n_points, "diagonal": c.diagonal,
-                           "n_duplicates": c.n_duplicates},
+                    c.i,
+                    c.j,
+                    c.t,
+                    extra={
+                        "n_points": c.n_points,
+                        "diagonal": c.diagonal,
+                        "n_duplicates": c.n_duplicates,
+                    },
                 )
             todo = self._plan_items("inputs", hashes)
             group = self._group("inputs")
             for name in todo:
                 if name == "features":
                     X = arrays[name]
-                    rows = max(1, min(X.shape[0], _TARGET_CHUNK_BYTES
-                                      // max(1, X.shape[1] * X.itemsize)))
+                    rows = max(
+                        1, min(X.shape[0], _TARGET_CHUNK_BYTES // max(1, X.shape[1] * X.itemsize))
+                    )
                     _put_array(group, name, X, (rows, max(1, X.shape[1])))
                 elif name == "constraints":
                     c = constraints
-                    cg = group.create_group("constraints", overwrite=True, attributes={
-                        "n_points": c.n_points, "diagonal": bool(c.diagonal),
-                        "n_duplicates": int(c.n_duplicates)})
+                    cg = group.create_group(
+                        "constraints",
+                        overwrite=True,
+                        attributes={
+                            "n_points": c.n_points,
+                            "diagonal": bool(c.diagonal),
+                            "n_duplicates": int(c.n_duplicates),
+                        },
+                    )
                     for key, arr in (("i", c.i), ("j", c.j), ("t", c.t)):
                         arr = np.asarray(arr)
                         _put_array(cg, key, arr, _chunks_1d(arr.shape[0], arr.itemsize))
@@ -113,8 +127,7 @@ class StageData:
                     "inputs", {k: {"sha256": v, "kind": k} for k, v in todo.items()}, info
                 )
 
-    def write_features_chunks(self, chunks, *, n_features: int, n_rows: int | None = None
-                              ) -> int:
+    def write_features_chunks(self, chunks, *, n_features: int, n_rows: int | None = None) -> int:
         """Write ``inputs/features`` from row chunks, holding at most one store chunk.
 
         Same array, chunking and item hash as ``write_inputs(features=X)`` for the
@@ -150,11 +163,16 @@ class StageData:
                 if n_rows is not None:
                     rows = max(1, min(int(n_rows), rows))
                 a = group.create_array(
-                    "features", shape=(int(n_rows or 0), d), dtype=dtype, chunks=(rows, d),
-                    fill_value=0, overwrite=True, config={"write_empty_chunks": True},
-                    chunk_key_encoding=_KEY_ENCODING)
-            h = hashlib.sha256(f"{dtype.str}{(n_hdr, d)};".encode()) \
-                if n_hdr is not None else None
+                    "features",
+                    shape=(int(n_rows or 0), d),
+                    dtype=dtype,
+                    chunks=(rows, d),
+                    fill_value=0,
+                    overwrite=True,
+                    config={"write_empty_chunks": True},
+                    chunk_key_encoding=_KEY_ENCODING,
+                )
+            h = hashlib.sha256(f"{dtype.str}{(n_hdr, d)};".encode()) if n_hdr is not None else None
             n, pending, held = 0, [], 0
 
             def flush(block):
@@ -165,7 +183,7 @@ class StageData:
                     if n_rows is None:
                         a.append(block, axis=0)
                     else:
-                        a[n: n + block.shape[0]] = block
+                        a[n : n + block.shape[0]] = block
                 n += block.shape[0]
 
             for item in chunks:
@@ -174,7 +192,8 @@ class StageData:
                 if X.ndim != 2 or X.shape[1] != d:
                     raise ValidationError(
                         f"features: a chunk of shape {X.shape} after row {n + held}; every "
-                        f"chunk must have the same {d} columns")
+                        f"chunk must have the same {d} columns"
+                    )
                 pending.append(X)
                 held += X.shape[0]
                 while held >= rows:  # whole store chunks: one writer, one write each
@@ -189,25 +208,28 @@ class StageData:
             if n_rows is not None and n != n_rows:
                 raise ValidationError(
                     f"features: {n} rows read where the file announced {n_rows}; the file "
-                    f"changed while it was read or is damaged: read it again")
+                    f"changed while it was read or is damaged: read it again"
+                )
             if h is None:  # rows unknown before reading: hash the written array back
                 h = hashlib.sha256(f"{dtype.str}{(n, d)};".encode())
                 for s0 in range(0, n, rows):
-                    h.update(_le(np.asarray(a[s0: s0 + rows])).reshape(-1).view(np.uint8))
+                    h.update(_le(np.asarray(a[s0 : s0 + rows])).reshape(-1).view(np.uint8))
             if recorded is not None and n != n_hdr:
                 h = hashlib.sha256(f"{dtype.str}{(n, d)};".encode())  # differs: refused
             todo = self._plan_items("inputs", {"features": h.hexdigest()})
             if todo:
-                recorded_n = self._read_stages().get("inputs", {}).get("info", {}).get(
-                    "n_points")
+                recorded_n = self._read_stages().get("inputs", {}).get("info", {}).get("n_points")
                 if recorded_n is not None and recorded_n != n:
                     raise ValidationError(
                         f"write_features_chunks: {n} feature rows, but the run's other "
                         f"inputs describe {recorded_n} points; every input must describe "
-                        f"the same n points")
-                self._record_items("inputs", {"features": {"sha256": todo["features"],
-                                                           "kind": "features"}},
-                                   {"n_points": n})
+                        f"the same n points"
+                    )
+                self._record_items(
+                    "inputs",
+                    {"features": {"sha256": todo["features"], "kind": "features"}},
+                    {"n_points": n},
+                )
             return n
 
     def read_inputs(self) -> dict:
@@ -221,8 +243,12 @@ class StageData:
                     cg = group["constraints"]
                     at = dict(cg.attrs)
                     c = Constraints.from_arrays(
-                        cg["i"][...], cg["j"][...], cg["t"][...], int(at["n_points"]),
-                        diagonal=bool(at["diagonal"]), warn=False,
+                        cg["i"][...],
+                        cg["j"][...],
+                        cg["t"][...],
+                        int(at["n_points"]),
+                        diagonal=bool(at["diagonal"]),
+                        warn=False,
                     )
                     import dataclasses
 
@@ -264,16 +290,25 @@ class StageData:
             degrees = np.bincount(rows, weights=data.astype(np.float64), minlength=n)
             n_blocks = -(-n // row_block)
             block_ptr = indptr[np.minimum(np.arange(n_blocks + 1) * row_block, n)]
-            group = self._replace_group("graph", {
-                "format": "csr", "shape": [int(n), int(n)], "nnz": int(S.nnz),
-                "row_block": row_block})
+            group = self._replace_group(
+                "graph",
+                {
+                    "format": "csr",
+                    "shape": [int(n), int(n)],
+                    "nnz": int(S.nnz),
+                    "row_block": row_block,
+                },
+            )
             _put_array(group, "indptr", indptr, (min(row_block, n + 1),))
             _put_array(group, "indices", indices, _chunks_1d(indices.size, indices.itemsize))
             _put_array(group, "data", data, _chunks_1d(data.size, data.itemsize))
             _put_array(group, "degrees", degrees, (max(1, min(row_block, n)),))
             _put_array(group, "block_ptr", block_ptr, _chunks_1d(block_ptr.size, 8))
-            self._record_items("graph", {"S": {"sha256": sha, "kind": "csr"}},
-                               {"n_points": int(n), "nnz": int(S.nnz), "row_block": row_block})
+            self._record_items(
+                "graph",
+                {"S": {"sha256": sha, "kind": "csr"}},
+                {"n_points": int(n), "nnz": int(S.nnz), "row_block": row_block},
+            )
 
     def read_graph(self, rows=None) -> sp.csr_matrix:
         """The graph as CSR; ``rows=(start, stop)`` reads only those rows.
@@ -289,11 +324,14 @@ class StageData:
             if rows is None:
                 indptr = g["indptr"][...]
                 return sp.csr_matrix((g["data"][...], g["indices"][...], indptr), shape=(n, n))
-            start, stop = (rows.start or 0, n if rows.stop is None else rows.stop) \
-                if isinstance(rows, slice) else rows
+            start, stop = (
+                (rows.start or 0, n if rows.stop is None else rows.stop)
+                if isinstance(rows, slice)
+                else rows
+            )
             if not (0 <= start <= stop <= n):
                 raise ValidationError(f"rows: ({start}, {stop}) is not within [0, {n}]")
-            ptr = g["indptr"][start: stop + 1]
+            ptr = g["indptr"][start : stop + 1]
             lo, hi = int(ptr[0]), int(ptr[-1])
             return sp.csr_matrix(
                 (g["data"][lo:hi], g["indices"][lo:hi], ptr - lo), shape=(stop - start, n)
@@ -330,22 +368,32 @@ class StageData:
             sha = _sha_arrays(*arrays.values(), extra=[*sorted(arrays), plan.scheme])
             if not self._plan_items("plan", {"plan": sha}):
                 return
-            group = self._replace_group("plan", {
-                "n_points": int(n), "n_colours": int(plan.n_colours),
-                "n_blocks": int(plan.n_blocks), "scheme": plan.scheme,
-                "has_partition": partition is not None})
+            group = self._replace_group(
+                "plan",
+                {
+                    "n_points": int(n),
+                    "n_colours": int(plan.n_colours),
+                    "n_blocks": int(plan.n_blocks),
+                    "scheme": plan.scheme,
+                    "has_partition": partition is not None,
+                },
+            )
             for name, arr in arrays.items():
                 _put_array(group, name, arr, _chunks_1d(arr.shape[0], 8))
-            self._record_items("plan", {"plan": {"sha256": sha, "kind": "plan"}},
-                               {"n_points": int(n), "n_colours": int(plan.n_colours)})
+            self._record_items(
+                "plan",
+                {"plan": {"sha256": sha, "kind": "plan"}},
+                {"n_points": int(n), "n_colours": int(plan.n_colours)},
+            )
 
     def read_plan(self) -> tuple[SweepPlan, np.ndarray | None]:
         """``(plan, partition or None)``."""
         with self._io("reading the plan"):
             self._stage_items("plan", "write_plan")
             g = self._group("plan")
-            plan = SweepPlan(*(np.asarray(g[f][...]) for f in self._PLAN_FIELDS),
-                             scheme=g.attrs["scheme"])
+            plan = SweepPlan(
+                *(np.asarray(g[f][...]) for f in self._PLAN_FIELDS), scheme=g.attrs["scheme"]
+            )
             part = np.asarray(g["partition"][...]) if g.attrs.get("has_partition") else None
             return plan, part
 
@@ -379,8 +427,10 @@ class StageData:
             for name in todo:
                 if name in arrays:
                     a = arrays[name]
-                    rows = max(1, min(a.shape[0], _TARGET_CHUNK_BYTES
-                                      // max(1, a[:1].nbytes or a.itemsize)))
+                    rows = max(
+                        1,
+                        min(a.shape[0], _TARGET_CHUNK_BYTES // max(1, a[:1].nbytes or a.itemsize)),
+                    )
                     _put_array(group, name, a, (rows,) + tuple(max(1, s) for s in a.shape[1:]))
             new_values = {k: v for k, v in values.items() if k in todo}
             if new_values:

@@ -4,18 +4,19 @@ import os
 import signal
 import time
 
+import distributed  # noqa: E402 - a test dependency: missing means a broken install, not a skip
 import numpy as np
 import pytest
 
 import npkl_dist as nk
-from npkl_dist.job._recovery import MemoryCheckpointer, fit_with_recovery
 from npkl_dist.executors import InProcessExecutor
-
-import distributed  # noqa: E402 - a test dependency: missing means a broken install, not a skip
-
 from npkl_dist.executors._dask import (  # noqa: E402
-    DaskExecutor, build_blocks, partition_plan, partition_rows,
+    DaskExecutor,
+    build_blocks,
+    partition_plan,
+    partition_rows,
 )
+from npkl_dist.job._recovery import MemoryCheckpointer, fit_with_recovery
 
 pytestmark = pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
 
@@ -37,8 +38,11 @@ def clusters():
     def get(w):
         if current.get("w") != w:
             close()
-            current["client"] = distributed.Client(distributed.LocalCluster(
-                n_workers=w, threads_per_worker=1, processes=False, dashboard_address=":0"))
+            current["client"] = distributed.Client(
+                distributed.LocalCluster(
+                    n_workers=w, threads_per_worker=1, processes=False, dashboard_address=":0"
+                )
+            )
             current["w"] = w
         return current["client"]
 
@@ -71,7 +75,7 @@ def test_block_specs_route_every_halo_row():
         need = set(spec.halo.tolist())
         got = set()
         for c in range(plan.n_colours):
-            for src, pos in spec.recv[c]:
+            for _src, pos in spec.recv[c]:
                 got |= set(spec.halo[pos - spec.n_own].tolist())
                 assert np.all(plan.colour[spec.halo[pos - spec.n_own]] == c)
         assert got == need
@@ -98,8 +102,9 @@ def test_hinge_joint_moves_equal_inprocess_bitwise(clusters, global_random_seed)
     p = make_problem(global_random_seed, "hinge")
     plan = nk.make_plan(p, n_blocks=3)
     ref = nk.fit_bcd(p, max_sweeps=25, tol=0.0, plan=plan, executor=InProcessExecutor(1))
-    got = nk.fit_bcd(p, max_sweeps=25, tol=0.0, plan=plan,
-                     executor=DaskExecutor(clusters(2), blocks=3))
+    got = nk.fit_bcd(
+        p, max_sweeps=25, tol=0.0, plan=plan, executor=DaskExecutor(clusters(2), blocks=3)
+    )
     assert len(ref.joint_moves) >= 2
     assert got.joint_moves == ref.joint_moves
     np.testing.assert_array_equal(got.V, ref.V)
@@ -110,8 +115,7 @@ def test_hinge_joint_moves_equal_inprocess_bitwise(clusters, global_random_seed)
 @pytest.mark.parametrize("blocks", [1, 2, 3])
 @pytest.mark.parametrize("loss", ["hinge", "square", "linear"])
 @pytest.mark.parametrize("scheme", ["blocks", "colours"])
-def test_bcd_equals_inprocess_bitwise(clusters, global_random_seed, workers, blocks, loss,
-                                      scheme):
+def test_bcd_equals_inprocess_bitwise(clusters, global_random_seed, workers, blocks, loss, scheme):
     """Both sweep schemes; the block plan has 3 blocks (n = 3000, boundaries at 1024 and
     2048), so up to 3 Dask blocks each run whole plan blocks, deferred rows included."""
     p = make_problem(global_random_seed, loss)
@@ -131,8 +135,9 @@ def test_bcd_equals_inprocess_bitwise(clusters, global_random_seed, workers, blo
 def test_admm_equals_inprocess_bitwise(clusters, global_random_seed, workers, blocks):
     p = make_problem(global_random_seed, "square", diagonal=True)
     ref = nk.fit_admm(p, max_iter=6, tol=0.0, executor=InProcessExecutor(1))
-    got = nk.fit_admm(p, max_iter=6, tol=0.0, executor=DaskExecutor(clusters(workers),
-                                                                      blocks=blocks))
+    got = nk.fit_admm(
+        p, max_iter=6, tol=0.0, executor=DaskExecutor(clusters(workers), blocks=blocks)
+    )
     np.testing.assert_array_equal(got.V, ref.V)
     assert got.objective_trace == ref.objective_trace and got.rho_trace == ref.rho_trace
 
@@ -143,8 +148,9 @@ def test_admm_anderson_equals_inprocess_bitwise(clusters, global_random_seed, wo
     added in block order on the driver) equals the in-process fit bit for bit, with
     extrapolated steps and at least one rejected one (gamma 0.1, as the safeguard needs)."""
     p = make_problem(global_random_seed, "square", diagonal=True)
-    p = nk.NPKLProblem.build(p.L, p.constraints, loss="square", rank=p.rank, seed=p.seed,
-                             gamma=0.1)
+    p = nk.NPKLProblem.build(
+        p.L, p.constraints, loss="square", rank=p.rank, seed=p.seed, gamma=0.1
+    )
     kw = {"max_iter": 60, "tol": 0.0, "anderson": 4}
     ref = nk.fit_admm(p, executor=InProcessExecutor(1), **kw)
     got = nk.fit_admm(p, executor=DaskExecutor(clusters(workers), blocks=blocks), **kw)
@@ -152,8 +158,11 @@ def test_admm_anderson_equals_inprocess_bitwise(clusters, global_random_seed, wo
     np.testing.assert_array_equal(got.V, ref.V)
     np.testing.assert_array_equal(got.U, ref.U)
     assert got.objective_trace == ref.objective_trace and got.rho_trace == ref.rho_trace
-    assert (got.anderson_steps, got.anderson_rejected, got.objective) == \
-        (ref.anderson_steps, ref.anderson_rejected, ref.objective)
+    assert (got.anderson_steps, got.anderson_rejected, got.objective) == (
+        ref.anderson_steps,
+        ref.anderson_rejected,
+        ref.objective,
+    )
     # and resumed on Dask from a mid-fit checkpoint (V, U, Lam and every block's memory)
     mem = MemoryCheckpointer(every=25)
     ex = DaskExecutor(clusters(workers), blocks=blocks)
@@ -173,8 +182,9 @@ def test_halo_traffic_is_exactly_the_halo(clusters, global_random_seed):
     X = rng.random((20_000, 2))
     y = (X[:, 0] > 0.5).astype(np.int64)
     g = nk.knn_graph(X, 6, warn=False)
-    p = nk.NPKLProblem.build(g.laplacian(1e-3), nk.sample_constraints(y, 200, 200, seed=1),
-                             loss="square", rank=8)
+    p = nk.NPKLProblem.build(
+        g.laplacian(1e-3), nk.sample_constraints(y, 200, 200, seed=1), loss="square", rank=8
+    )
     ex = DaskExecutor(clusters(2), blocks=2)
     plan = nk.make_plan(p)
     prep = nk.prepare(p, plan)
@@ -193,8 +203,9 @@ def test_killed_worker_run_completes_identically(global_random_seed):
     checkpoint on the surviving / restarted workers and ends bitwise equal."""
     p = make_problem(global_random_seed, "square", n=20_000, rank=16)
     ref = nk.fit_bcd(p, max_sweeps=25, tol=0.0, executor=InProcessExecutor(1))
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=":0")
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    )
     client = distributed.Client(cluster)
     try:
         ex = DaskExecutor(client, blocks=4)
@@ -208,8 +219,16 @@ def test_killed_worker_run_completes_identically(global_random_seed):
                 time.sleep(1.0)
 
         ck = MemoryCheckpointer(every=3)
-        got = fit_with_recovery(nk.fit_bcd, p, checkpointer=ck, executor=ex, max_sweeps=25,
-                                tol=0.0, callback=callback, log=lambda m: None)
+        got = fit_with_recovery(
+            nk.fit_bcd,
+            p,
+            checkpointer=ck,
+            executor=ex,
+            max_sweeps=25,
+            tol=0.0,
+            callback=callback,
+            log=lambda m: None,
+        )
         assert killed
         np.testing.assert_array_equal(got.V, ref.V)
         assert got.objective_trace == ref.objective_trace
@@ -223,8 +242,9 @@ def test_existing_scheduler_address(global_random_seed):
     and gives the oracle's result."""
     p = make_problem(global_random_seed, "square", n=2500)
     ref = nk.fit_bcd(p, max_sweeps=3, tol=0.0, executor=InProcessExecutor(1))
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=":0") as cluster:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+    ) as cluster:
         ex = DaskExecutor(address=cluster.scheduler_address)
         try:
             assert ex.blocks == 2  # one block per worker
@@ -274,12 +294,20 @@ def test_block_data_is_scattered_not_sent_in_the_graph(clusters, solver):
 
     p = make_problem(3, "square", diagonal=solver == "admm", n=3000, rank=6)
     fit = nk.fit_bcd if solver == "bcd" else nk.fit_admm
-    ref = fit(p, max_iter=3, executor=InProcessExecutor(1)) if solver == "admm" else \
-        fit(p, max_sweeps=3, tol=0.0, executor=InProcessExecutor(1))
+    ref = (
+        fit(p, max_iter=3, executor=InProcessExecutor(1))
+        if solver == "admm"
+        else fit(p, max_sweeps=3, tol=0.0, executor=InProcessExecutor(1))
+    )
     ex = DaskExecutor(clusters(2))
-    with dask.config.set({"distributed.admin.large-graph-warning-threshold": "32kB"}), \
-            warnings.catch_warnings():
+    with (
+        dask.config.set({"distributed.admin.large-graph-warning-threshold": "32kB"}),
+        warnings.catch_warnings(),
+    ):
         warnings.filterwarnings("error", message="Sending large graph")
-        got = fit(p, max_iter=3, executor=ex) if solver == "admm" else \
-            fit(p, max_sweeps=3, tol=0.0, executor=ex)
+        got = (
+            fit(p, max_iter=3, executor=ex)
+            if solver == "admm"
+            else fit(p, max_sweeps=3, tol=0.0, executor=ex)
+        )
     np.testing.assert_array_equal(got.V, ref.V)

@@ -8,18 +8,16 @@ K = V V' to 1e-4 of its largest entry, both at a scaled KKT residual below 1e-7,
 the squared hinge).
 """
 
+import distributed  # noqa: E402 - a test dependency: missing means a broken install, not a skip
 import numpy as np
 import pytest
 
 import npkl_dist as nk
+from npkl_dist.executors import InProcessExecutor
+from npkl_dist.executors._dask import DaskExecutor  # noqa: E402
+from npkl_dist.job._recovery import MemoryCheckpointer, fit_with_recovery
 from npkl_dist.solvers.bcd._fit import checkpoint_width
 from npkl_dist.solvers.bcd._setup import choose_method
-from npkl_dist.job._recovery import MemoryCheckpointer, fit_with_recovery
-from npkl_dist.executors import InProcessExecutor
-
-import distributed  # noqa: E402 - a test dependency: missing means a broken install, not a skip
-
-from npkl_dist.executors._dask import DaskExecutor  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
 
@@ -35,15 +33,15 @@ def make_problem(seed, loss="square", n=3000, rank=6, frac=0.05, dtype="float64"
     g = nk.knn_graph(X, 6, warn=False)
     k = max(1, int(frac * n))
     c = nk.sample_constraints(y, k, k, seed=seed)
-    return nk.NPKLProblem.build(g.laplacian(1e-3), c, loss=loss, rank=rank, seed=seed,
-                                dtype=dtype)
+    return nk.NPKLProblem.build(g.laplacian(1e-3), c, loss=loss, rank=rank, seed=seed, dtype=dtype)
 
 
 @pytest.fixture(scope="module")
 def client():
     """A thread-based LocalCluster with 2 workers x 1 thread (fast to start)."""
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                       dashboard_address=":0")
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+    )
     c = distributed.Client(cluster)
     yield c
     c.close()
@@ -72,8 +70,9 @@ def test_jacobi_block_fit_equals_inprocess_bitwise(client, global_random_seed, b
 
 
 @pytest.mark.parametrize("blocks", [2, 3])
-def test_float32_directions_through_halos_equal_inprocess_bitwise(client, global_random_seed,
-                                                                 blocks):
+def test_float32_directions_through_halos_equal_inprocess_bitwise(
+    client, global_random_seed, blocks
+):
     """A one-step PCG (the default inner_maxiter=1) takes float32 directions
     (DIRECTION_FLOAT32): the halo rows of Z travel in float32, and every block's product
     reads its neighbours' rounded rows as their owners do, so the fit is the in-process one
@@ -121,8 +120,9 @@ def test_float32_jacobi_equals_inprocess_bitwise(client, global_random_seed):
 @pytest.mark.parametrize("loss", LOSSES)
 def test_block_jacobi_amg_objective_never_increases(client, global_random_seed, loss):
     p = make_problem(global_random_seed, loss)
-    res = nk.fit_bcd(p, method="block", max_sweeps=20, tol=0,
-                     executor=DaskExecutor(client, blocks=3))
+    res = nk.fit_bcd(
+        p, method="block", max_sweeps=20, tol=0, executor=DaskExecutor(client, blocks=3)
+    )
     trace = [res.objective_initial] + res.objective_trace
     for a, b in zip(trace, trace[1:]):
         assert b <= a + 1e-12 * max(1.0, abs(a)), (a, b)
@@ -131,28 +131,31 @@ def test_block_jacobi_amg_objective_never_increases(client, global_random_seed, 
     assert len(res.kkt_trace) == res.n_sweeps == len(res.cg_iterations)
 
 
-@pytest.mark.parametrize("loss, n, kkt", [
-    # KKT 1e-7: at 1e-6 the default (additive) preconditioner's fits stopped 1.7e-4 apart in
-    # K (flat directions), at 1e-7 1.8e-5
-    ("square", 3000, 1e-7),
-    # the squared hinge's flat directions are wider: at seed 42 the fits stopped 1.49e-4
-    # apart in K at 1e-7 (AMD EPYC, 2026-11-28), 3.97e-5 at 1e-8 and 3.94e-6 at 1e-9, their
-    # objectives 1.4e-10, 3.1e-14 and 1.2e-15 apart (relative): one optimum, approached
-    # along different paths. 1e-8 costs about 130 s here (1e-7: 27 s)
-    pytest.param("squared_hinge", 5000, 1e-8, marks=pytest.mark.heavy),
-    # not 'hinge': nonsmooth coupled terms -- runs along different paths can stop at
-    # different block-wise fixed points (both with a small KKT residual; at n = 5000 they
-    # ended 0.9% apart), see test_reference's xfail on block-wise exactness
-])
-def test_dask_block_fit_reaches_the_inprocess_optimum(client, global_random_seed, loss, n,
-                                                      kkt):
+@pytest.mark.parametrize(
+    "loss, n, kkt",
+    [
+        # KKT 1e-7: at 1e-6 the default (additive) preconditioner's fits stopped 1.7e-4 apart in
+        # K (flat directions), at 1e-7 1.8e-5
+        ("square", 3000, 1e-7),
+        # the squared hinge's flat directions are wider: at seed 42 the fits stopped 1.49e-4
+        # apart in K at 1e-7 (AMD EPYC, 2026-11-28), 3.97e-5 at 1e-8 and 3.94e-6 at 1e-9, their
+        # objectives 1.4e-10, 3.1e-14 and 1.2e-15 apart (relative): one optimum, approached
+        # along different paths. 1e-8 costs about 130 s here (1e-7: 27 s)
+        pytest.param("squared_hinge", 5000, 1e-8, marks=pytest.mark.heavy),
+        # not 'hinge': nonsmooth coupled terms -- runs along different paths can stop at
+        # different block-wise fixed points (both with a small KKT residual; at n = 5000 they
+        # ended 0.9% apart), see test_reference's xfail on block-wise exactness
+    ],
+)
+def test_dask_block_fit_reaches_the_inprocess_optimum(client, global_random_seed, loss, n, kkt):
     """Two blocks with local AMG (different iterates: both blocks hold U rows) and the
     in-process AMG, both run to a small scaled KKT residual: objectives within 1e-6
     (relative), kernels within 1e-4 of the largest entry (V itself is determined only up
     to a rotation). The default case takes ~20 s (about 2000 actor round trips)."""
     p = make_problem(global_random_seed, loss, n=n, rank=4)
-    kw = dict(method="block", max_sweeps=3000, tol=1.0, tol_kkt=kkt, inner_rtol=1e-6,
-              inner_maxiter=10)
+    kw = dict(
+        method="block", max_sweeps=3000, tol=1.0, tol_kkt=kkt, inner_rtol=1e-6, inner_maxiter=10
+    )
     ref = nk.fit_bcd(p, executor=InProcessExecutor(1), **kw)
     ex = DaskExecutor(client, blocks=2)
     got = nk.fit_bcd(p, executor=ex, **kw)
@@ -168,8 +171,9 @@ def test_dask_block_fit_reaches_the_inprocess_optimum(client, global_random_seed
 def test_dask_block_resume_is_bitwise(client, global_random_seed):
     """A fit resumed from a checkpoint (width 4r: V, S, L S, R) equals the uninterrupted one,
     with the state written through a run store by the actors shard by shard."""
-    from npkl_dist.store import RunStore, StoreCheckpointer
     import tempfile
+
+    from npkl_dist.store import RunStore, StoreCheckpointer
 
     p = make_problem(global_random_seed, "squared_hinge")
     ex = DaskExecutor(client, blocks=2)
@@ -179,8 +183,15 @@ def test_dask_block_resume_is_bitwise(client, global_random_seed):
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore.create(f"{tmp}/run", config={"test": True})
         try:
-            ck = StoreCheckpointer(store, every=3, row_block=1024, n=n, max_sweeps=4,
-                                   width=checkpoint_width(r, "block"), dtype=p.dtype)
+            ck = StoreCheckpointer(
+                store,
+                every=3,
+                row_block=1024,
+                n=n,
+                max_sweeps=4,
+                width=checkpoint_width(r, "block"),
+                dtype=p.dtype,
+            )
             part = fit_with_recovery(nk.fit_bcd, p, checkpointer=ck, max_sweeps=4, **kw)
             assert ck.n_saved == 2 and part.n_sweeps == 4
             state, W = ck.load()
@@ -198,6 +209,7 @@ def test_dask_block_resume_is_bitwise(client, global_random_seed):
 def test_auto_picks_block_on_dask(client):
     """choose_method treats the Dask executor like the in-process one."""
     from test_blocksolve import chain_problem
+
     from npkl_dist.solvers.bcd._setup import AUTO_SMALL_MIN_POINTS
 
     ex = DaskExecutor(client)
@@ -256,8 +268,9 @@ def test_killed_worker_block_fit_completes_identically(global_random_seed):
     import time
 
     p = make_problem(global_random_seed, "square", n=20_000, rank=8, frac=0.01)
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                       dashboard_address=":0")
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+    )
     c = distributed.Client(cluster)
     try:
         ex = DaskExecutor(c, blocks=4)
@@ -272,8 +285,14 @@ def test_killed_worker_block_fit_completes_identically(global_random_seed):
                 killed["at"] = sweep
                 time.sleep(1.0)
 
-        got = fit_with_recovery(nk.fit_bcd, p, checkpointer=MemoryCheckpointer(every=3),
-                                callback=callback, log=lambda m: None, **kw)
+        got = fit_with_recovery(
+            nk.fit_bcd,
+            p,
+            checkpointer=MemoryCheckpointer(every=3),
+            callback=callback,
+            log=lambda m: None,
+            **kw,
+        )
         assert killed
         _same(got, ref)
     finally:
@@ -282,8 +301,7 @@ def test_killed_worker_block_fit_completes_identically(global_random_seed):
 
 
 @pytest.mark.parametrize("blocks", [2, 3])
-def test_repeated_constrained_passes_equal_inprocess_bitwise(client, global_random_seed,
-                                                            blocks):
+def test_repeated_constrained_passes_equal_inprocess_bitwise(client, global_random_seed, blocks):
     """c_passes=3 repeats the colour steps (and their halo exchanges) on every partition:
     the Dask fit is the in-process fit bitwise (Jacobi blocks)."""
     p = make_problem(global_random_seed, "squared_hinge")

@@ -10,12 +10,48 @@ import npkl_dist as nk
 from npkl_flows.cli import build_parser, main
 
 FIT_OPTIONS = [
-    "--features", "--edges", "--n-points", "--constraints", "--labels", "--n-must",
-    "--n-cannot", "--diagonal", "--no-diagonal", "--solver", "--loss", "--rank", "--gamma", "--bound", "--capacity", "--knn", "--weighting",
-    "--knn-method", "--delta", "--max-sweeps", "--tol", "--dtype", "--seed", "--threads",
-    "--clusters", "--eval-labels", "--out", "--json", "--quiet", "--run", "--executor",
-    "--workers", "--dask", "--blocks", "--checkpoint-every", "--method", "--start", "--scale",
-    "--tol-objective", "--tol-kkt", "--normalize-kernel", "--anderson",
+    "--features",
+    "--edges",
+    "--n-points",
+    "--constraints",
+    "--labels",
+    "--n-must",
+    "--n-cannot",
+    "--diagonal",
+    "--no-diagonal",
+    "--solver",
+    "--loss",
+    "--rank",
+    "--gamma",
+    "--bound",
+    "--capacity",
+    "--knn",
+    "--weighting",
+    "--knn-method",
+    "--delta",
+    "--max-sweeps",
+    "--tol",
+    "--dtype",
+    "--seed",
+    "--threads",
+    "--clusters",
+    "--eval-labels",
+    "--out",
+    "--json",
+    "--quiet",
+    "--run",
+    "--executor",
+    "--workers",
+    "--dask",
+    "--blocks",
+    "--checkpoint-every",
+    "--method",
+    "--start",
+    "--scale",
+    "--tol-objective",
+    "--tol-kkt",
+    "--normalize-kernel",
+    "--anderson",
 ]
 
 
@@ -77,13 +113,23 @@ def test_fit_simplenpkl_partial_labels_normalize_kernel(tmp_path, capsys):
     np.save(tmp_path / "X.npy", X)
     np.save(tmp_path / "part.npy", part)
     np.save(tmp_path / "y.npy", y)
-    base = ["fit", "--features", str(tmp_path / "X.npy"), "--labels", str(tmp_path / "part.npy"),
-            "--eval-labels", str(tmp_path / "y.npy"), "--solver", "simplenpkl"]
+    base = [
+        "fit",
+        "--features",
+        str(tmp_path / "X.npy"),
+        "--labels",
+        str(tmp_path / "part.npy"),
+        "--eval-labels",
+        str(tmp_path / "y.npy"),
+        "--solver",
+        "simplenpkl",
+    ]
     acc = {}
     for loss in ("linear", "squared_hinge"):
         raw = run_json(capsys, base + ["--loss", loss])
-        unit = run_json(capsys, base + ["--loss", loss, "--normalize-kernel", "--out",
-                                        str(tmp_path / loss)])
+        unit = run_json(
+            capsys, base + ["--loss", loss, "--normalize-kernel", "--out", str(tmp_path / loss)]
+        )
         assert raw["normalize_kernel"] is False and unit["normalize_kernel"] is True
         assert raw["objective"] == unit["objective"]  # the same kernel, clustered two ways
         acc[loss] = (raw["metrics"]["rand_accuracy"], unit["metrics"]["rand_accuracy"])
@@ -97,18 +143,40 @@ def test_fit_simplenpkl_partial_labels_normalize_kernel(tmp_path, capsys):
 @pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")
 def test_fit_block_method_json(iris_files, capsys):
     d, X, y = iris_files
-    s = run_json(capsys, ["fit", "--features", str(d / "X.npy"), "--labels", str(d / "y.npy"),
-                          "--n-must", "10", "--n-cannot", "10", "--max-sweeps", "300",
-                          "--method", "block", "--start", "spectral", "--tol", "1",
-                          "--tol-kkt", "1e-4"])
+    s = run_json(
+        capsys,
+        [
+            "fit",
+            "--features",
+            str(d / "X.npy"),
+            "--labels",
+            str(d / "y.npy"),
+            "--n-must",
+            "10",
+            "--n-cannot",
+            "10",
+            "--max-sweeps",
+            "300",
+            "--method",
+            "block",
+            "--start",
+            "spectral",
+            "--tol",
+            "1",
+            "--tol-kkt",
+            "1e-4",
+        ],
+    )
     assert s["method"] == "block" and s["start"] == "spectral"
     assert s["converged"] and s["kkt"] < 1e-4 and s["kkt"] == s["kkt_trace"][-1]
     assert len(s["cg_iterations"]) == s["n_sweeps"] == len(s["kkt_trace"])
     tr = s["objective_trace"]
     assert all(b <= a * (1 + 1e-12) for a, b in zip(tr, tr[1:]))
     # auto picks sweeps for 150 points and says so
-    s = run_json(capsys, ["fit", "--features", str(d / "X.npy"), "--labels", str(d / "y.npy"),
-                          "--max-sweeps", "5"])
+    s = run_json(
+        capsys,
+        ["fit", "--features", str(d / "X.npy"), "--labels", str(d / "y.npy"), "--max-sweeps", "5"],
+    )
     assert s["method"] == "sweeps" and len(s["kkt_trace"]) == s["n_sweeps"]
 
 
@@ -117,18 +185,42 @@ def test_fit_block_method_json(iris_files, capsys):
 def test_fit_json_contract_and_outputs(iris_files, capsys, tmp_path):
     d, X, y = iris_files
     out = tmp_path / "out"
-    s = run_json(capsys, ["fit", "--features", str(d / "X.npy"), "--labels", str(d / "y.npy"),
-                          "--eval-labels", str(d / "y.npy"), "--max-sweeps", "30",
-                          "--out", str(out)])
-    for key in ("objective", "objective_trace", "n_sweeps", "sweep_seconds", "fit_seconds",
-                "rank", "n_points", "n_constraints", "metrics"):
+    s = run_json(
+        capsys,
+        [
+            "fit",
+            "--features",
+            str(d / "X.npy"),
+            "--labels",
+            str(d / "y.npy"),
+            "--eval-labels",
+            str(d / "y.npy"),
+            "--max-sweeps",
+            "30",
+            "--out",
+            str(out),
+        ],
+    )
+    for key in (
+        "objective",
+        "objective_trace",
+        "n_sweeps",
+        "sweep_seconds",
+        "fit_seconds",
+        "rank",
+        "n_points",
+        "n_constraints",
+        "metrics",
+    ):
         assert key in s, key
     assert s["n_points"] == 150
     assert s["n_constraints"] == 180  # 0.6n + 0.6n
     assert s["rank"] == 18  # largest r with r(r+1)/2 <= 180
     assert len(s["objective_trace"]) == s["n_sweeps"] == len(s["sweep_seconds"])
     assert s["objective"] == s["objective_trace"][-1]
-    assert all(b <= a * (1 + 1e-12) for a, b in zip(s["objective_trace"], s["objective_trace"][1:]))
+    assert all(
+        b <= a * (1 + 1e-12) for a, b in zip(s["objective_trace"], s["objective_trace"][1:])
+    )
     m = s["metrics"]
     assert 0.0 <= m["rand_accuracy"] <= 1.0
     assert m["rand_accuracy"] > 0.9  # 180 constraints on iris: far above k-means' 0.88
@@ -143,9 +235,26 @@ def test_fit_json_contract_and_outputs(iris_files, capsys, tmp_path):
 @pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")
 def test_fit_from_csv_pairs_and_float32(iris_files, capsys):
     d, X, y = iris_files
-    s = run_json(capsys, ["fit", "--features", str(d / "X.csv"), "--constraints",
-                          str(d / "pairs.csv"), "--clusters", "3", "--max-sweeps", "5",
-                          "--dtype", "float32", "--rank", "4", "--loss", "hinge"])
+    s = run_json(
+        capsys,
+        [
+            "fit",
+            "--features",
+            str(d / "X.csv"),
+            "--constraints",
+            str(d / "pairs.csv"),
+            "--clusters",
+            "3",
+            "--max-sweeps",
+            "5",
+            "--dtype",
+            "float32",
+            "--rank",
+            "4",
+            "--loss",
+            "hinge",
+        ],
+    )
     assert s["n_constraints"] == 60 and s["rank"] == 4 and s["dtype"] == "float32"
     assert "metrics" not in s
 
@@ -161,9 +270,20 @@ def test_fit_from_edges(tmp_path, capsys):
     y = (i >= n // 2).astype(int)
     np.save(tmp_path / "y.npy", y)
     for edges in ("E.npy", "E.csv"):
-        s = run_json(capsys, ["fit", "--edges", str(tmp_path / edges), "--labels",
-                              str(tmp_path / "y.npy"), "--eval-labels", str(tmp_path / "y.npy"),
-                              "--max-sweeps", "50"])
+        s = run_json(
+            capsys,
+            [
+                "fit",
+                "--edges",
+                str(tmp_path / edges),
+                "--labels",
+                str(tmp_path / "y.npy"),
+                "--eval-labels",
+                str(tmp_path / "y.npy"),
+                "--max-sweeps",
+                "50",
+            ],
+        )
         assert s["n_points"] == n and s["graph"]["n_edges"] == 2 * n
         assert s["metrics"]["rand_accuracy"] > 0.9
 
@@ -183,8 +303,17 @@ def test_fit_with_a_few_labels_samples_the_pairs_they_allow(tmp_path, capsys):
     part[::10] = y[::10]
     np.save(tmp_path / "y.npy", y)
     np.save(tmp_path / "part.npy", part)
-    base = ["fit", "--edges", str(tmp_path / "E.npy"), "--labels", str(tmp_path / "part.npy"),
-            "--eval-labels", str(tmp_path / "y.npy"), "--max-sweeps", "100"]
+    base = [
+        "fit",
+        "--edges",
+        str(tmp_path / "E.npy"),
+        "--labels",
+        str(tmp_path / "part.npy"),
+        "--eval-labels",
+        str(tmp_path / "y.npy"),
+        "--max-sweeps",
+        "100",
+    ]
     with pytest.warns(nk.ConstraintWarning) as rec:
         s = run_json(capsys, base + ["--out", str(tmp_path / "out")])
     text = " ".join(str(w.message) for w in rec)
@@ -202,8 +331,10 @@ def test_fit_with_a_few_labels_samples_the_pairs_they_allow(tmp_path, capsys):
         (["--features", "missing.npy", "--labels", "y.npy"], "does not exist"),
         (["--labels", "{d}/y.npy"], "exactly one of --features"),
         (["--features", "{d}/X.npy"], "exactly one of --constraints"),
-        (["--features", "{d}/X.npy", "--labels", "{d}/y.npy", "--rank", "500"],
-         "larger than possible"),
+        (
+            ["--features", "{d}/X.npy", "--labels", "{d}/y.npy", "--rank", "500"],
+            "larger than possible",
+        ),
         (["--features", "{d}/X.npy", "--labels", "{d}/y.npy", "--gamma", "-1"], "gamma"),
         (["--features", "{d}/X.npy", "--labels", "{d}/y.npy", "--knn", "200"], "knn"),
     ],
@@ -267,14 +398,35 @@ def test_demo_method_option(monkeypatch):
 
 @pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
 @pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")
-@pytest.mark.parametrize("solver, loss", [("bcd", "square"), ("admm", "square"),
-                                          ("simplenpkl", "linear"),
-                                          ("simplenpkl", "squared_hinge")])
+@pytest.mark.parametrize(
+    "solver, loss",
+    [
+        ("bcd", "square"),
+        ("admm", "square"),
+        ("simplenpkl", "linear"),
+        ("simplenpkl", "squared_hinge"),
+    ],
+)
 def test_every_solver_runs_through_fit(iris_files, capsys, solver, loss):
     d, _, _ = iris_files
-    s = run_json(capsys, ["fit", "--features", str(d / "X.npy"), "--labels", str(d / "y.npy"),
-                          "--eval-labels", str(d / "y.npy"), "--solver", solver, "--loss", loss,
-                          "--max-sweeps", "60"])
+    s = run_json(
+        capsys,
+        [
+            "fit",
+            "--features",
+            str(d / "X.npy"),
+            "--labels",
+            str(d / "y.npy"),
+            "--eval-labels",
+            str(d / "y.npy"),
+            "--solver",
+            solver,
+            "--loss",
+            loss,
+            "--max-sweeps",
+            "60",
+        ],
+    )
     assert s["solver"] == solver and s["n_sweeps"] >= 1
     assert s["diagonal_targets"] == (solver == "admm")
     # measured 0.957 (simplenpkl linear) to 0.974; plain k-means on these features: 0.88
@@ -285,9 +437,21 @@ def test_every_solver_runs_through_fit(iris_files, capsys, solver, loss):
 @pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")
 def test_fit_admm_with_anderson(iris_files, capsys):
     d, _, _ = iris_files
-    base = ["fit", "--features", str(d / "X.npy"), "--labels", str(d / "y.npy"),
-            "--eval-labels", str(d / "y.npy"), "--solver", "admm", "--loss", "square",
-            "--tol", "1e-4"]
+    base = [
+        "fit",
+        "--features",
+        str(d / "X.npy"),
+        "--labels",
+        str(d / "y.npy"),
+        "--eval-labels",
+        str(d / "y.npy"),
+        "--solver",
+        "admm",
+        "--loss",
+        "square",
+        "--tol",
+        "1e-4",
+    ]
     plain = run_json(capsys, base)
     acc = run_json(capsys, base + ["--anderson", "5"])
     assert acc["n_sweeps"] < plain["n_sweeps"]
@@ -301,13 +465,24 @@ def test_fit_admm_with_anderson(iris_files, capsys):
 @pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")
 def test_fit_on_dask_equals_inprocess(iris_files, capsys, tmp_path):
     d, _, _ = iris_files
-    base = ["fit", "--features", str(d / "X.npy"), "--labels", str(d / "y.npy"),
-            "--max-sweeps", "15", "--tol", "0", "--clusters", "3"]
+    base = [
+        "fit",
+        "--features",
+        str(d / "X.npy"),
+        "--labels",
+        str(d / "y.npy"),
+        "--max-sweeps",
+        "15",
+        "--tol",
+        "0",
+        "--clusters",
+        "3",
+    ]
     run_json(capsys, base + ["--out", str(tmp_path / "a")])
-    run_json(capsys, base + ["--out", str(tmp_path / "b"), "--executor", "dask",
-                             "--workers", "1"])
-    np.testing.assert_array_equal(np.load(tmp_path / "a" / "embedding.npy"),
-                                  np.load(tmp_path / "b" / "embedding.npy"))
+    run_json(capsys, base + ["--out", str(tmp_path / "b"), "--executor", "dask", "--workers", "1"])
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "a" / "embedding.npy"), np.load(tmp_path / "b" / "embedding.npy")
+    )
 
 
 @pytest.mark.filterwarnings("error::npkl_dist.ConvergenceWarning")
@@ -318,8 +493,20 @@ def test_fit_defaults_converge_at_the_protocol(iris_files, capsys, loss):
     stops on its step-size rule, not at the cap (the cap was 100 sweeps, and these fits need
     several hundred: bench/RESULTS.md, "Fits that end inside their cap")."""
     d, _, y = iris_files
-    s = run_json(capsys, ["fit", "--features", str(d / "X.npy"), "--labels", str(d / "y.npy"),
-                          "--eval-labels", str(d / "y.npy"), "--loss", loss])
+    s = run_json(
+        capsys,
+        [
+            "fit",
+            "--features",
+            str(d / "X.npy"),
+            "--labels",
+            str(d / "y.npy"),
+            "--eval-labels",
+            str(d / "y.npy"),
+            "--loss",
+            loss,
+        ],
+    )
     assert s["converged"] and 100 < s["n_sweeps"] < 1000
     assert s["change_trace"][-1] < 1e-5
     assert s["metrics"]["rand_accuracy"] > 0.95
@@ -328,22 +515,27 @@ def test_fit_defaults_converge_at_the_protocol(iris_files, capsys, loss):
 def test_iteration_cap_defaults_to_the_solvers_own(iris_files):
     import inspect
 
-    from npkl_flows._config import validate_config, with_defaults
-    from npkl_dist.solvers.admm._fit import fit_admm
     from npkl_dist.job._job import FitConfig, default_max_iterations
+    from npkl_dist.solvers.admm._fit import fit_admm
     from npkl_dist.solvers.simplenpkl._fit import fit_simplenpkl
+    from npkl_flows._config import validate_config, with_defaults
 
-    own = {"bcd": inspect.signature(nk.fit_bcd).parameters["max_sweeps"].default,
-           "admm": inspect.signature(fit_admm).parameters["max_iter"].default,
-           "simplenpkl": inspect.signature(fit_simplenpkl).parameters["max_iter"].default}
+    own = {
+        "bcd": inspect.signature(nk.fit_bcd).parameters["max_sweeps"].default,
+        "admm": inspect.signature(fit_admm).parameters["max_iter"].default,
+        "simplenpkl": inspect.signature(fit_simplenpkl).parameters["max_iter"].default,
+    }
     assert own == {"bcd": 1000, "admm": 500, "simplenpkl": 200}
     d, _, _ = iris_files
     for solver, cap in own.items():
         assert default_max_iterations(solver) == cap
         assert FitConfig(solver=solver).max_sweeps == cap
         assert FitConfig(solver=solver, max_sweeps=7).max_sweeps == 7
-        raw = {"run": "x", "input": {"features": str(d / "X.npy"), "labels": str(d / "y.npy")},
-               "model": {"solver": solver}}
+        raw = {
+            "run": "x",
+            "input": {"features": str(d / "X.npy"), "labels": str(d / "y.npy")},
+            "model": {"solver": solver},
+        }
         assert validate_config(raw)["model"]["max_sweeps"] == cap
         raw["model"]["max_sweeps"] = 7
         assert validate_config(raw)["model"]["max_sweeps"] == 7
@@ -364,16 +556,22 @@ def test_iterations_label_names_each_solvers_unit():
     assert iterations_label({"n_sweeps": 5, "solver": "simplenpkl"}) == "5 iterations"
 
 
-@pytest.mark.parametrize("argv", [
-    ["resume"], ["status"], ["export", "--out", "OUT"],
-    ["extend", "--features", "X", "--out", "OUT"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["resume"],
+        ["status"],
+        ["export", "--out", "OUT"],
+        ["extend", "--features", "X", "--out", "OUT"],
+    ],
+)
 def test_missing_run_is_named_in_the_clis_terms(tmp_path, capsys, argv):
     """A run that does not exist: the argument, the path, and the fix a CLI user can take
     (not the library's RunStore.create advice)."""
     missing = str(tmp_path / "no-such-run")
-    args = [a.replace("OUT", str(tmp_path / "out")).replace("X", str(tmp_path / "X.npy"))
-            for a in argv]
+    args = [
+        a.replace("OUT", str(tmp_path / "out")).replace("X", str(tmp_path / "X.npy")) for a in argv
+    ]
     np.save(tmp_path / "X.npy", np.ones((3, 2)))
     code = main([args[0], missing, *args[1:]])
     err = capsys.readouterr().err
@@ -410,12 +608,19 @@ def test_unwritable_out_is_refused_before_the_work(tmp_path, capsys, monkeypatch
 
         st.RunStore.create(str(run), config={"pipeline": {"input": {}}}).close()
     argv = {
-        "fit": ["fit", "--features", str(tmp_path / "X.npy"), "--labels",
-                str(tmp_path / "y.npy"), "--out", str(bad), "--quiet"],
+        "fit": [
+            "fit",
+            "--features",
+            str(tmp_path / "X.npy"),
+            "--labels",
+            str(tmp_path / "y.npy"),
+            "--out",
+            str(bad),
+            "--quiet",
+        ],
         "demo": ["demo", "--out", str(bad)],
         "export": ["export", str(run), "--out", str(bad)],
-        "extend": ["extend", str(run), "--features", str(tmp_path / "X.npy"), "--out",
-                   str(bad)],
+        "extend": ["extend", str(run), "--features", str(tmp_path / "X.npy"), "--out", str(bad)],
     }[command]
     code = main(argv)
     err = capsys.readouterr().err
@@ -446,8 +651,10 @@ def test_run_refuses_an_unwritable_output_out_before_the_flow(tmp_path, capsys, 
     np.save(tmp_path / "X.npy", np.random.default_rng(0).normal(size=(30, 2)))
     np.save(tmp_path / "y.npy", np.repeat([0, 1], 15))
     cfg = tmp_path / "c.toml"
-    cfg.write_text(f'run = "{tmp_path / "run"}"\n[input]\nfeatures = "X.npy"\n'
-                   f'labels = "y.npy"\n[output]\nout = "file/report"\n')
+    cfg.write_text(
+        f'run = "{tmp_path / "run"}"\n[input]\nfeatures = "X.npy"\n'
+        f'labels = "y.npy"\n[output]\nout = "file/report"\n'
+    )
     code = main(["run", str(cfg), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
@@ -463,8 +670,22 @@ def test_export_names_the_files_it_wrote(tmp_path, capsys, clusters):
     np.save(tmp_path / "y.npy", np.repeat([0, 1], 20))
     run, out = tmp_path / "run", tmp_path / "out"
     extra = [] if clusters is None else ["--clusters", str(clusters)]
-    assert main(["fit", "--features", str(tmp_path / "X.npy"), "--labels",
-                 str(tmp_path / "y.npy"), "--run", str(run), "--quiet", *extra]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--features",
+                str(tmp_path / "X.npy"),
+                "--labels",
+                str(tmp_path / "y.npy"),
+                "--run",
+                str(run),
+                "--quiet",
+                *extra,
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["export", str(run), "--out", str(out)]) == 0
     line = capsys.readouterr().out.strip()
@@ -481,15 +702,33 @@ def test_npkl_warnings_print_in_the_clis_terms(iris_files, tmp_path):
 
     d, _, _ = iris_files
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from npkl_flows.cli import main; sys.exit(main())",
-         "fit", "--features", str(d / "X.npy"), "--labels", str(d / "y.npy"), "--solver",
-         "admm", "--max-sweeps", "3", "--quiet", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-c",
+            "import sys; from npkl_flows.cli import main; sys.exit(main())",
+            "fit",
+            "--features",
+            str(d / "X.npy"),
+            "--labels",
+            str(d / "y.npy"),
+            "--solver",
+            "admm",
+            "--max-sweeps",
+            "3",
+            "--quiet",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     # one line per warning, named by the command; no library file, line or source line
     lines = [t for t in proc.stderr.splitlines() if "ConvergenceWarning" in t]
     assert len(lines) == 1 and lines[0].startswith(
-        "npkl fit: warning (ConvergenceWarning): admm: stopped after max_iter=3"), proc.stderr
+        "npkl fit: warning (ConvergenceWarning): admm: stopped after max_iter=3"
+    ), proc.stderr
     assert ".py:" not in proc.stderr and "return fit(" not in proc.stderr, proc.stderr
 
 
@@ -500,8 +739,20 @@ def test_cli_warning_format_and_its_restoration(iris_files, capsys):
     d, _, _ = iris_files
     with warnings.catch_warnings(record=True) as rec:  # recording is unaffected
         warnings.simplefilter("always")
-        code = main(["fit", "--features", str(d / "X.npy"), "--labels", str(d / "y.npy"),
-                     "--solver", "admm", "--max-sweeps", "3", "--quiet"])
+        code = main(
+            [
+                "fit",
+                "--features",
+                str(d / "X.npy"),
+                "--labels",
+                str(d / "y.npy"),
+                "--solver",
+                "admm",
+                "--max-sweeps",
+                "3",
+                "--quiet",
+            ]
+        )
         assert warnings.formatwarning is before  # restored when main returns
     assert code == 0
     assert any(issubclass(w.category, nk.ConvergenceWarning) for w in rec)

@@ -18,7 +18,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from conftest import venv_bin
 
 yaml = pytest.importorskip("yaml")
@@ -27,8 +26,9 @@ DEPLOY = ROOT / "deploy"
 
 
 def _image_tag():
-    m = re.search(r"docker build -f deploy/Dockerfile -t (\S+) \.",
-                  (DEPLOY / "Dockerfile").read_text())
+    m = re.search(
+        r"docker build -f deploy/Dockerfile -t (\S+) \.", (DEPLOY / "Dockerfile").read_text()
+    )
     assert m, "the Dockerfile documents its build command and tag"
     return m.group(1)
 
@@ -39,7 +39,8 @@ def test_dockerfile_base_installs_the_extras():
     import tomllib
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
+        "optional-dependencies"
+    ]
     m = re.search(r'pip install "\.\[(\w+)\]"', text)
     assert m and m.group(1) in extras
     for path in re.findall(r"^COPY (\S+) ", text, re.M):
@@ -109,8 +110,14 @@ def test_slurm_job_script_from_jobqueue_config():
             cluster.close()
     lines = script.splitlines()
     assert lines[0].startswith("#!/")
-    for directive in ("#SBATCH -J npkl-worker", "#SBATCH -p compute", "#SBATCH -n 1",
-                      "#SBATCH --cpus-per-task=8", "#SBATCH -t 04:00:00", "#SBATCH --exclusive"):
+    for directive in (
+        "#SBATCH -J npkl-worker",
+        "#SBATCH -p compute",
+        "#SBATCH -n 1",
+        "#SBATCH --cpus-per-task=8",
+        "#SBATCH -t 04:00:00",
+        "#SBATCH --exclusive",
+    ):
         assert directive in lines, (directive, script)
     assert any(ln.startswith("#SBATCH --mem=") for ln in lines)
     assert "source ${NPKL_VENV:-$HOME/npkl-venv}/bin/activate" in lines
@@ -126,8 +133,9 @@ def test_deployments_register_and_a_process_worker_runs_one(tmp_path, prefect_se
     prefect = venv_bin("prefect")
 
     def run(*args, timeout=300):
-        p = subprocess.run([prefect, *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                           timeout=timeout)
+        p = subprocess.run(
+            [prefect, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
         assert p.returncode == 0, (args, p.stdout[-2000:], p.stderr[-2000:])
         return p.stdout
 
@@ -135,16 +143,25 @@ def test_deployments_register_and_a_process_worker_runs_one(tmp_path, prefect_se
     out = run("--no-prompt", "deploy", "--all", "--prefect-file", "deploy/prefect.yaml")
     assert "npkl-pipeline/digits" in out and "npkl-pipeline/nightly" in out
     cfg = tmp_path / "smoke.toml"
-    cfg.write_text(f'run = "{tmp_path / "run"}"\n[input]\ndataset = "iris"\n[model]\n'
-                   f'max_sweeps = 5\n[output]\nout = "{tmp_path / "out"}"\nplots = false\n')
+    cfg.write_text(
+        f'run = "{tmp_path / "run"}"\n[input]\ndataset = "iris"\n[model]\n'
+        f'max_sweeps = 5\n[output]\nout = "{tmp_path / "out"}"\nplots = false\n'
+    )
     out = run("deployment", "run", "npkl-pipeline/digits", "--param", f"config={cfg}")
-    worker = subprocess.run([prefect, "worker", "start", "--pool", "npkl-process", "--run-once"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    worker = subprocess.run(
+        [prefect, "worker", "start", "--pool", "npkl-process", "--run-once"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     api = prefect_server["PREFECT_API_URL"]
     deadline = time.time() + 120
     while True:
-        req = urllib.request.Request(f"{api}/flow_runs/filter", data=b"{}",
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"{api}/flow_runs/filter", data=b"{}", headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=10) as r:
             runs = json.loads(r.read())
         # only runs of the deployments (the server is shared with the end-to-end test)

@@ -20,7 +20,6 @@ import uuid
 
 import numpy as np
 import pytest
-
 from conftest import free_port, venv_bin
 
 pytest.importorskip("prefect")
@@ -62,16 +61,42 @@ def dask_cluster(tmp_path_factory):
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": ROOT, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    procs = {"scheduler": subprocess.Popen(
-        [venv_bin("dask"), "scheduler", "--host", "127.0.0.1", "--port", str(port),
-         "--no-dashboard"], env=env, stdout=open(logs / "scheduler.log", "w"),
-        stderr=subprocess.STDOUT)}
+    procs = {
+        "scheduler": subprocess.Popen(
+            [
+                venv_bin("dask"),
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-dashboard",
+            ],
+            env=env,
+            stdout=open(logs / "scheduler.log", "w"),
+            stderr=subprocess.STDOUT,
+        )
+    }
     time.sleep(1.0)
     for i in range(2):
         procs[f"w{i}"] = subprocess.Popen(
-            [venv_bin("dask"), "worker", address, "--nthreads", "1", "--no-dashboard",
-             "--name", f"w{i}", "--no-nanny", "--death-timeout", "60"],
-            env=env, stdout=open(logs / f"w{i}.log", "w"), stderr=subprocess.STDOUT)
+            [
+                venv_bin("dask"),
+                "worker",
+                address,
+                "--nthreads",
+                "1",
+                "--no-dashboard",
+                "--name",
+                f"w{i}",
+                "--no-nanny",
+                "--death-timeout",
+                "60",
+            ],
+            env=env,
+            stdout=open(logs / f"w{i}.log", "w"),
+            stderr=subprocess.STDOUT,
+        )
     with Client(address, timeout=60) as c:
         c.wait_for_workers(2, timeout=120)
     yield address, procs
@@ -86,8 +111,14 @@ def dask_cluster(tmp_path_factory):
 
 
 def _npkl(args, env, **kw):
-    return subprocess.run([sys.executable, "-m", "npkl_flows.cli", *map(str, args)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "npkl_flows.cli", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        **kw,
+    )
 
 
 def _sweep(url, so):
@@ -108,21 +139,26 @@ def _actor_worker(address):
     from distributed import Client
 
     with Client(address, timeout=30) as c:
-        held = c.run_on_scheduler(lambda dask_scheduler: sorted(
-            ws.name for ws in dask_scheduler.workers.values() if ws.actors))
+        held = c.run_on_scheduler(
+            lambda dask_scheduler: sorted(
+                ws.name for ws in dask_scheduler.workers.values() if ws.actors
+            )
+        )
     assert held, "no worker holds a learn actor"
     return held[0]
 
 
 def _flow_runs(api):
-    req = urllib.request.Request(f"{api}/flow_runs/filter", data=b"{}",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"{api}/flow_runs/filter", data=b"{}", headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read())
 
 
-def test_pipeline_survives_worker_and_driver_kills(tmp_path, prefect_server, dask_cluster,
-                                                   s3_endpoint):
+def test_pipeline_survives_worker_and_driver_kills(
+    tmp_path, prefect_server, dask_cluster, s3_endpoint
+):
     from npkl_dist import store as st
 
     address, procs = dask_cluster
@@ -132,21 +168,39 @@ def test_pipeline_survives_worker_and_driver_kills(tmp_path, prefect_server, das
 
     # the uninterrupted reference: in-process, local store (bitwise equal to Dask by design)
     ref_cfg = tmp_path / "ref.toml"
-    ref_cfg.write_text(CONFIG.format(run=tmp_path / "ref-run", sweeps=sweeps,
-                                     executor="inprocess", dask="", out=tmp_path / "ref-out",
-                                     storage=""))
+    ref_cfg.write_text(
+        CONFIG.format(
+            run=tmp_path / "ref-run",
+            sweeps=sweeps,
+            executor="inprocess",
+            dask="",
+            out=tmp_path / "ref-out",
+            storage="",
+        )
+    )
     p = _npkl(["run", ref_cfg, "--quiet"], env, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
 
     url = f"s3://npkl-test/runs/e2e-{uuid.uuid4().hex[:8]}"
     cfg = tmp_path / "e2e.toml"
-    cfg.write_text(CONFIG.format(
-        run=url, sweeps=sweeps, executor="dask", dask=f'dask = "{address}"\n',
-        out=tmp_path / "e2e-out",
-        storage=f'\n[storage]\noptions = {{ endpoint_url = "{s3_endpoint}" }}\n'))
-    flow = subprocess.Popen([sys.executable, "-m", "npkl_flows.cli", "run", str(cfg), "--quiet"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    cfg.write_text(
+        CONFIG.format(
+            run=url,
+            sweeps=sweeps,
+            executor="dask",
+            dask=f'dask = "{address}"\n',
+            out=tmp_path / "e2e-out",
+            storage=f'\n[storage]\noptions = {{ endpoint_url = "{s3_endpoint}" }}\n',
+        )
+    )
+    flow = subprocess.Popen(
+        [sys.executable, "-m", "npkl_flows.cli", "run", str(cfg), "--quiet"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 600
         while _sweep(url, so) < 16:
@@ -190,8 +244,10 @@ def test_pipeline_survives_worker_and_driver_kills(tmp_path, prefect_server, das
     assert res["stages"]["learn"]["resumed_from"] == killed_at
     assert res["stages"]["learn"]["n_sweeps"] == sweeps
 
-    with st.RunStore.open(url, mode="r", storage_options=so) as a, \
-            st.RunStore.open(str(tmp_path / "ref-run"), mode="r") as b:
+    with (
+        st.RunStore.open(url, mode="r", storage_options=so) as a,
+        st.RunStore.open(str(tmp_path / "ref-run"), mode="r") as b,
+    ):
         got, ref = a.read_results(), b.read_results()
     assert np.array_equal(got["embedding"], ref["embedding"])
     assert np.array_equal(got["clusters"], ref["clusters"])

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-
 NPKL = [sys.executable, "-m", "npkl_flows.cli"]
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,9 +20,23 @@ def _data(tmp_path, n=20_000):
     y = np.repeat(np.arange(4), n // 4)
     np.save(tmp_path / "X.npy", X)
     np.save(tmp_path / "y.npy", y)
-    return ["--features", str(tmp_path / "X.npy"), "--labels", str(tmp_path / "y.npy"),
-            "--eval-labels", str(tmp_path / "y.npy"), "--max-sweeps", "40", "--tol", "0",
-            "--rank", "12", "--quiet", "--threads", "1"]
+    return [
+        "--features",
+        str(tmp_path / "X.npy"),
+        "--labels",
+        str(tmp_path / "y.npy"),
+        "--eval-labels",
+        str(tmp_path / "y.npy"),
+        "--max-sweeps",
+        "40",
+        "--tol",
+        "0",
+        "--rank",
+        "12",
+        "--quiet",
+        "--threads",
+        "1",
+    ]
 
 
 def _run(args, **kw):
@@ -48,8 +61,9 @@ def test_sigkilled_driver_resumes_bitwise(tmp_path):
     moments = []
     while kills < 20:
         cmd = ["fit", *args, "--run", str(run)] if first else ["resume", str(run), "--quiet"]
-        proc = subprocess.Popen(NPKL + cmd, cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            NPKL + cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         delay = float(rng.uniform(0.3, total))
         try:
             proc.wait(timeout=delay)
@@ -84,8 +98,13 @@ def _export(run, out):
 def test_second_writer_is_refused_and_first_unharmed(tmp_path):
     args = _data(tmp_path, n=8_000)
     run = tmp_path / "run"
-    first = subprocess.Popen(NPKL + ["fit", *args, "--run", str(run)], cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        NPKL + ["fit", *args, "--run", str(run)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for _ in range(100):  # wait until the run exists and is locked
         if (run / "zarr.json").exists():
             break

@@ -39,12 +39,14 @@ def _data(tmp_path, n=400, n_new=30, seed=0):
 
 
 def _raw(tmp_path, **over):
-    raw = {"run": str(tmp_path / "run"),
-           "input": {"features": "X.npy", "labels": "y.npy", "eval_labels": "y.npy"},
-           "model": {"max_sweeps": 15, "seed": 3},
-           "execution": {"checkpoint_every": 4},
-           "output": {"out": str(tmp_path / "report")},
-           "extend": {"features": "Xnew.npy"}}
+    raw = {
+        "run": str(tmp_path / "run"),
+        "input": {"features": "X.npy", "labels": "y.npy", "eval_labels": "y.npy"},
+        "model": {"max_sweeps": 15, "seed": 3},
+        "execution": {"checkpoint_every": 4},
+        "output": {"out": str(tmp_path / "report")},
+        "extend": {"features": "Xnew.npy"},
+    }
     for k, v in over.items():
         raw[k] = {**raw.get(k, {}), **v} if isinstance(v, dict) else v
     return raw
@@ -65,24 +67,30 @@ def test_config_defaults_and_paths(tmp_path):
     assert cfg["execution"]["executor"] == "auto"
 
 
-@pytest.mark.parametrize("over, match", [
-    ({"model": {"los": "square"}}, r"\[model\]: unknown key 'los'; did you mean 'loss'"),
-    ({"model": {"loss": "sqare"}}, r"loss = 'sqare' is not one of .*did you mean 'square'"),
-    ({"model": {"max_sweeps": "ten"}}, r"max_sweeps = 'ten' has type str; expected int"),
-    ({"model": {"max_sweeps": 0}}, r"max_sweeps = 0; expected an integer >= 1"),
-    ({"graph": {"delta": -1.0}}, r"delta = -1.0; expected a number > 0"),
-    ({"input": {"features": "missing.npy"}}, r"features = '.*missing.npy' does not exist"),
-    ({"input": {"edges": "X.npy"}}, r"exactly one of features"),
-    ({"input": {"constraints": "y.npy"}}, r"exactly one of constraints"),
-    ({"execution": {"executor": "inprocess", "dask": "tcp://h:8786"}}, r"executor = \"dask\""),
-    ({"execution": {"dask": "nonsense"}}, r"neither a scheduler address"),
-    ({"model": {"solver": "admm", "loss": "hinge"}}, r"fits the square loss only"),
-    ({"model": {"anderson": 5}}, r"anderson = 5 accelerates solver = 'admm' only"),
-    ({"model": {"solver": "admm", "anderson": -1}}, r"anderson = -1; expected an integer >= 0"),
-    ({"storage": {"options": {"anon": True}}}, r"options apply to store URLs only"),
-    ({"colour": {}}, r"unknown top-level key 'colour'"),
-    ({"output": {"normalize_kernel": "yes"}}, r"normalize_kernel = 'yes' has type str"),
-])
+@pytest.mark.parametrize(
+    "over, match",
+    [
+        ({"model": {"los": "square"}}, r"\[model\]: unknown key 'los'; did you mean 'loss'"),
+        ({"model": {"loss": "sqare"}}, r"loss = 'sqare' is not one of .*did you mean 'square'"),
+        ({"model": {"max_sweeps": "ten"}}, r"max_sweeps = 'ten' has type str; expected int"),
+        ({"model": {"max_sweeps": 0}}, r"max_sweeps = 0; expected an integer >= 1"),
+        ({"graph": {"delta": -1.0}}, r"delta = -1.0; expected a number > 0"),
+        ({"input": {"features": "missing.npy"}}, r"features = '.*missing.npy' does not exist"),
+        ({"input": {"edges": "X.npy"}}, r"exactly one of features"),
+        ({"input": {"constraints": "y.npy"}}, r"exactly one of constraints"),
+        ({"execution": {"executor": "inprocess", "dask": "tcp://h:8786"}}, r"executor = \"dask\""),
+        ({"execution": {"dask": "nonsense"}}, r"neither a scheduler address"),
+        ({"model": {"solver": "admm", "loss": "hinge"}}, r"fits the square loss only"),
+        ({"model": {"anderson": 5}}, r"anderson = 5 accelerates solver = 'admm' only"),
+        (
+            {"model": {"solver": "admm", "anderson": -1}},
+            r"anderson = -1; expected an integer >= 0",
+        ),
+        ({"storage": {"options": {"anon": True}}}, r"options apply to store URLs only"),
+        ({"colour": {}}, r"unknown top-level key 'colour'"),
+        ({"output": {"normalize_kernel": "yes"}}, r"normalize_kernel = 'yes' has type str"),
+    ],
+)
 def test_config_errors_name_key_value_and_fix(tmp_path, over, match):
     from npkl_flows._config import validate_config
 
@@ -114,6 +122,7 @@ def test_expand_run():
 
 # ------------------------------------------------------------------ stages
 
+
 @contextlib.contextmanager
 def _learn_dies_at(sweep, exc, check=None):
     """Patch the store checkpointer so that learning stops (raises ``exc``) right after the
@@ -140,8 +149,8 @@ def _learn_dies_at(sweep, exc, check=None):
 
 
 def _run_stages(cfg, create=True):
-    from npkl_flows import _stages
     from npkl_dist import store as st
+    from npkl_flows import _stages
 
     url = st.resolve_run(cfg["run"])
     if create:
@@ -172,10 +181,20 @@ def test_scale_standard_runs_as_on_prestandardised_features(tmp_path):
     np.save(tmp_path / "raw_new.npy", raw_new)
     np.save(tmp_path / "pre.npy", apply_feature_scale(raw, params))
     np.save(tmp_path / "pre_new.npy", apply_feature_scale(raw_new, params))
-    a = _cfg(tmp_path, run=str(tmp_path / "a"), graph={"scale": "standard"},
-             input={"features": "raw.npy"}, extend={"features": "raw_new.npy"})
-    b = _cfg(tmp_path, run=str(tmp_path / "b"), input={"features": "pre.npy"},
-             extend={"features": "pre_new.npy"}, output={"out": str(tmp_path / "report_b")})
+    a = _cfg(
+        tmp_path,
+        run=str(tmp_path / "a"),
+        graph={"scale": "standard"},
+        input={"features": "raw.npy"},
+        extend={"features": "raw_new.npy"},
+    )
+    b = _cfg(
+        tmp_path,
+        run=str(tmp_path / "b"),
+        input={"features": "pre.npy"},
+        extend={"features": "pre_new.npy"},
+        output={"out": str(tmp_path / "report_b")},
+    )
     _run_stages(a)
     _run_stages(b)
     with st.RunStore.open(a["run"], mode="r") as ra, st.RunStore.open(b["run"], mode="r") as rb:
@@ -189,17 +208,17 @@ def test_scale_standard_runs_as_on_prestandardised_features(tmp_path):
     s = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert s["graph"]["scale"] == "standard"
     # `npkl extend` in a new process (no cached index): the new rows scaled alike
-    p = _cli("extend", a["run"], "--features", tmp_path / "raw_new.npy", "--out",
-             tmp_path / "ext")
+    p = _cli("extend", a["run"], "--features", tmp_path / "raw_new.npy", "--out", tmp_path / "ext")
     assert p.returncode == 0, p.stderr
-    assert np.array_equal(np.load(tmp_path / "ext" / "extended_embedding.npy"),
-                          A["extended_embedding"])
+    assert np.array_equal(
+        np.load(tmp_path / "ext" / "extended_embedding.npy"), A["extended_embedding"]
+    )
 
 
 def test_unscaled_columns_warn_in_the_graph_stage(tmp_path):
-    from npkl_flows import _stages
     from npkl_dist import GraphWarning
     from npkl_dist import store as st
+    from npkl_flows import _stages
 
     X, y, Xnew = _data(tmp_path)
     X = X.copy()
@@ -233,9 +252,10 @@ def test_stages_cluster_with_the_normalised_kernel(tmp_path):
         out = rs.read_results()
     V, k = out["embedding"], int(out["clusters"].max()) + 1
     assert np.array_equal(out["clusters"], kernel_kmeans(V, k, seed=3, normalize=True))
-    assert np.array_equal(out["extended_clusters"],
-                          nearest_centre(V, out["clusters"], out["extended_embedding"],
-                                         normalize=True))
+    assert np.array_equal(
+        out["extended_clusters"],
+        nearest_centre(V, out["clusters"], out["extended_embedding"], normalize=True),
+    )
     s = json.loads((tmp_path / "report" / "summary.json").read_text())
     assert s["normalize_kernel"] is True
 
@@ -256,15 +276,21 @@ def test_stages_match_the_library_and_skip_when_done(tmp_path):
     # the same fit through the library's one-shot path
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        summary, V, clusters = run_fit(FitConfig(X=X, y_constraints=y, y_eval=y, seed=3,
-                                                 max_sweeps=15))
+        summary, V, clusters = run_fit(
+            FitConfig(X=X, y_constraints=y, y_eval=y, seed=3, max_sweeps=15)
+        )
     np.testing.assert_allclose(out["embedding"], V, rtol=1e-10, atol=1e-12)
     assert out["extended_embedding"].shape == (30, V.shape[1])
     assert out["extended_clusters"].shape == (30,)
     assert res["evaluate"]["metrics"]["rand_accuracy"] > 0.8
     rep = tmp_path / "report"
-    for f in ("summary.json", "objective.png", "embedding.png", "embedding.npy",
-              "extended_embedding.npy"):
+    for f in (
+        "summary.json",
+        "objective.png",
+        "embedding.png",
+        "embedding.npy",
+        "extended_embedding.npy",
+    ):
         assert (rep / f).is_file(), f
     s = json.loads((rep / "summary.json").read_text())
     assert s["n_sweeps"] == 15 and set(s["stages"]) == set(res) - {"report"}
@@ -274,8 +300,8 @@ def test_stages_match_the_library_and_skip_when_done(tmp_path):
 
 def _learn_killed_after(cfg, sweep):
     """A new run of ``cfg`` whose learn stage dies right after ``sweep``'s checkpoint."""
-    from npkl_flows import _stages
     from npkl_dist import store as st
+    from npkl_flows import _stages
 
     rs = st.RunStore.create(cfg["run"], config={"pipeline": cfg})
     ctx = _stages.Context(rs, cfg, quiet=True)
@@ -319,19 +345,24 @@ def test_edge_list_pipeline(tmp_path):
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    pacsv.write_csv(pa.table({"i": S.row[up], "j": S.col[up], "w": S.data[up]}),
-                    tmp_path / "edges.csv")
-    cfg = _cfg(tmp_path, input={"features": None, "edges": "edges.csv"},
-               extend={"features": None})
+    pacsv.write_csv(
+        pa.table({"i": S.row[up], "j": S.col[up], "w": S.data[up]}), tmp_path / "edges.csv"
+    )
+    cfg = _cfg(tmp_path, input={"features": None, "edges": "edges.csv"}, extend={"features": None})
     res = _run_stages(cfg)
     assert res["graph"]["source"] == "edges" and res["graph"]["n_edges"] == int(up.sum())
     assert res["evaluate"]["metrics"]["rand_accuracy"] > 0.7
 
 
 def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "npkl_flows.cli", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600,
-                          env={**(env or os.environ), "PYTHONPATH": ROOT})
+    return subprocess.run(
+        [sys.executable, "-m", "npkl_flows.cli", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**(env or os.environ), "PYTHONPATH": ROOT},
+    )
 
 
 def test_status_and_extend_commands(tmp_path):
@@ -352,38 +383,64 @@ def test_status_and_extend_commands(tmp_path):
         stored = rs.read_results()["extended_embedding"]
     assert np.array_equal(np.load(tmp_path / "ext" / "extended_embedding.npy"), stored)
     p = _cli("extend", cfg["run"], "--features", tmp_path / "y.npy", "--out", tmp_path / "e2")
-    assert p.returncode == 2 and "new points have 1 features, the run was trained on 64" in \
-        p.stderr
+    assert (
+        p.returncode == 2 and "new points have 1 features, the run was trained on 64" in p.stderr
+    )
     # --eval-labels scores the new points' clusters, printed and written
-    p = _cli("extend", cfg["run"], "--features", tmp_path / "Xnew.npy", "--eval-labels",
-             tmp_path / "ynew.npy", "--out", tmp_path / "e3")
+    p = _cli(
+        "extend",
+        cfg["run"],
+        "--features",
+        tmp_path / "Xnew.npy",
+        "--eval-labels",
+        tmp_path / "ynew.npy",
+        "--out",
+        tmp_path / "e3",
+    )
     assert p.returncode == 0, p.stderr
     from npkl_dist import clustering_metrics
 
-    want = clustering_metrics(np.load(tmp_path / "ynew.npy"),
-                              np.load(tmp_path / "e3" / "extended_clusters.npy"))
+    want = clustering_metrics(
+        np.load(tmp_path / "ynew.npy"), np.load(tmp_path / "e3" / "extended_clusters.npy")
+    )
     got = json.loads((tmp_path / "e3" / "extended_metrics.json").read_text())
     assert got == {"n_points": 30, "n_labelled": 30, **want}
     assert f"pairwise accuracy {want['rand_accuracy']:.4f}" in p.stdout
     # labels that do not match the new rows: refused before anything is written
-    p = _cli("extend", cfg["run"], "--features", tmp_path / "Xnew.npy", "--eval-labels",
-             tmp_path / "y.npy", "--out", tmp_path / "e4")
+    p = _cli(
+        "extend",
+        cfg["run"],
+        "--features",
+        tmp_path / "Xnew.npy",
+        "--eval-labels",
+        tmp_path / "y.npy",
+        "--out",
+        tmp_path / "e4",
+    )
     assert p.returncode == 2 and "--eval-labels: 400 labels for 30 new points" in p.stderr
     assert not (tmp_path / "e4").exists()
     one = np.full(30, -1)
     one[0] = 2
     np.save(tmp_path / "one.npy", one)
-    p = _cli("extend", cfg["run"], "--features", tmp_path / "Xnew.npy", "--eval-labels",
-             tmp_path / "one.npy", "--out", tmp_path / "e5")
+    p = _cli(
+        "extend",
+        cfg["run"],
+        "--features",
+        tmp_path / "Xnew.npy",
+        "--eval-labels",
+        tmp_path / "one.npy",
+        "--out",
+        tmp_path / "e5",
+    )
     assert p.returncode == 2 and "1 of the 30 new points have a label" in p.stderr
     assert not (tmp_path / "e5").exists()
 
 
 def test_status_while_learning_reports_eta(tmp_path):
     """A run stopped inside learn: status names the stage, the sweep and the time left."""
+    from npkl_dist import store as st
     from npkl_flows import _stages
     from npkl_flows._status import format_status, run_status
-    from npkl_dist import store as st
 
     _data(tmp_path)
     cfg = _cfg(tmp_path, model={"max_sweeps": 40}, execution={"checkpoint_every": 2})
@@ -391,6 +448,7 @@ def test_status_while_learning_reports_eta(tmp_path):
     ctx = _stages.Context(rs, cfg, quiet=True)
     for f in (_stages.ingest, _stages.build_graph, _stages.colour):
         f(ctx)
+
     def check(state):
         s = run_status(cfg["run"])  # from the same process, while the writer holds the lock
         assert s["stage"] == "learn" and s["sweep"] == 6
@@ -459,8 +517,7 @@ def test_admm_pipeline_matches_library(tmp_path):
         V = rs.read_results()["embedding"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _, ref, _ = run_fit(FitConfig(X=X, y_constraints=y, solver="admm", seed=3,
-                                      max_sweeps=10))
+        _, ref, _ = run_fit(FitConfig(X=X, y_constraints=y, solver="admm", seed=3, max_sweeps=10))
     np.testing.assert_allclose(V, ref, rtol=1e-10, atol=1e-12)
 
 
@@ -470,8 +527,8 @@ def test_admm_anderson_pipeline_matches_library_and_resumes(tmp_path, dtype):
     interrupted resumes from its checkpoint (V, U, Lam and the accelerator's float64 memory)
     to the same V bit for bit."""
     from npkl_dist import store as st
-    from npkl_dist.solvers.admm._fit import admm_checkpoint_width
     from npkl_dist.job._job import FitConfig, run_fit
+    from npkl_dist.solvers.admm._fit import admm_checkpoint_width
 
     X, y, _ = _data(tmp_path, n=250)
     model = {"solver": "admm", "max_sweeps": 40, "anderson": 4, "tol": 0.0, "dtype": dtype}
@@ -486,8 +543,18 @@ def test_admm_anderson_pipeline_matches_library_and_resumes(tmp_path, dtype):
     assert manifest["state"]["anderson"]["ints"][3] > 0  # extrapolated steps were taken
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _, ref, _ = run_fit(FitConfig(X=X, y_constraints=y, solver="admm", seed=3,
-                                      max_sweeps=40, anderson=4, tol=0.0, dtype=dtype))
+        _, ref, _ = run_fit(
+            FitConfig(
+                X=X,
+                y_constraints=y,
+                solver="admm",
+                seed=3,
+                max_sweeps=40,
+                anderson=4,
+                tol=0.0,
+                dtype=dtype,
+            )
+        )
     np.testing.assert_array_equal(V, ref)
     # the same run, learning killed right after iteration 16's checkpoint (every 4), resumed
     part = _cfg(tmp_path, run=str(tmp_path / "part"), model=model, extend={"features": None})
@@ -500,8 +567,8 @@ def test_admm_anderson_pipeline_matches_library_and_resumes(tmp_path, dtype):
 
 def test_new_run_over_an_existing_one_names_resume(tmp_path):
     pytest.importorskip("prefect")
-    from npkl_flows.pipeline import open_run
     from npkl_dist.store import StoreError
+    from npkl_flows.pipeline import open_run
 
     _data(tmp_path)
     cfg = _cfg(tmp_path)
@@ -524,16 +591,20 @@ def test_prefect_env_waits_longer_for_the_ephemeral_server(monkeypatch):
     monkeypatch.delenv(key, raising=False)
     cli._prefect_env()
     assert os.environ[key] == str(cli.EPHEMERAL_STARTUP_TIMEOUT) == "90"
-    code = ("import npkl_flows.cli as c; c._prefect_env(); "
-            "from prefect.settings import get_current_settings as g; "
-            "print(g().server.ephemeral.startup_timeout_seconds)")
+    code = (
+        "import npkl_flows.cli as c; c._prefect_env(); "
+        "from prefect.settings import get_current_settings as g; "
+        "print(g().server.ephemeral.startup_timeout_seconds)"
+    )
     env = {k: v for k, v in os.environ.items() if k != key}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, cwd=ROOT, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout
     assert out.strip() == "90"
     env[key] = "33"  # the user's own value wins
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, cwd=ROOT, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout
     assert out.strip() == "33"
 
 
@@ -546,7 +617,8 @@ def test_run_and_resume_through_prefect(tmp_path_factory, tmp_path):
     env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
     (tmp_path / "c.toml").write_text(
         f'run = "{tmp_path / "run"}"\n[input]\ndataset = "iris"\n[model]\nmax_sweeps = 5\n'
-        f'[output]\nout = "{tmp_path / "out"}"\nplots = false\n')
+        f'[output]\nout = "{tmp_path / "out"}"\nplots = false\n'
+    )
     p = _cli("run", tmp_path / "c.toml", "--json", env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     res = json.loads(p.stdout)
@@ -561,7 +633,8 @@ def test_run_and_resume_through_prefect(tmp_path_factory, tmp_path):
     assert p.returncode == 2 and "already exists" in p.stderr and "npkl resume" in p.stderr
     np.save(tmp_path / "y.npy", np.zeros(10, np.int64))
     (tmp_path / "bad.toml").write_text(
-        f'run = "{tmp_path / "bad"}"\n[input]\ndataset = "iris"\nlabels = "y.npy"\n')
+        f'run = "{tmp_path / "bad"}"\n[input]\ndataset = "iris"\nlabels = "y.npy"\n'
+    )
     p = _cli("run", tmp_path / "bad.toml", env=env)
     assert p.returncode == 2, p.stderr[-3000:]
     assert "npkl run: error: labels: 10 labels for 150 points" in p.stderr
@@ -571,9 +644,9 @@ def test_run_and_resume_through_prefect(tmp_path_factory, tmp_path):
 def test_graph_blocks_resume_after_a_crash(tmp_path, monkeypatch):
     """kNN row blocks land in the store one by one; a build that died after 3 blocks
     computes only the other 5 and gives the graph of an uninterrupted build."""
-    from npkl_flows import _stages
     from npkl_dist import knn_graph
     from npkl_dist import store as st
+    from npkl_flows import _stages
 
     X, _, _ = _data(tmp_path)
     cfg = _cfg(tmp_path, graph={"block": 50}, extend={"features": None})
@@ -603,10 +676,14 @@ def test_graph_blocks_resume_after_a_crash(tmp_path, monkeypatch):
     assert (S != ref).nnz == 0
 
 
-@pytest.mark.parametrize("threshold, method, processes", [
-    (50_000, "exact", False),  # threads: fast
-    # worker processes (the index pickled and shipped); pynndescent compiles for 35-70 s
-    pytest.param(100, "pynndescent", True, marks=pytest.mark.heavy)])
+@pytest.mark.parametrize(
+    "threshold, method, processes",
+    [
+        (50_000, "exact", False),  # threads: fast
+        # worker processes (the index pickled and shipped); pynndescent compiles for 35-70 s
+        pytest.param(100, "pynndescent", True, marks=pytest.mark.heavy),
+    ],
+)
 def test_knn_blocks_as_dask_tasks_equal_in_process(tmp_path, threshold, method, processes):
     """One index (above the exact-search threshold, lowered here to 100 points: one
     pynndescent index), built once and shipped to two Dask worker processes; each task
@@ -614,13 +691,14 @@ def test_knn_blocks_as_dask_tasks_equal_in_process(tmp_path, threshold, method, 
     rows: the same neighbours and graph as the in-process loop, which is also the fallback
     without a Dask client."""
     distributed = pytest.importorskip("distributed")
-    from npkl_flows import _stages
     from npkl_dist import store as st
     from npkl_dist.store._rows import read_row_arrays
+    from npkl_flows import _stages
 
     _data(tmp_path, n=400)
-    cfg = _cfg(tmp_path, graph={"exact_max_points": threshold, "block": 64},
-               extend={"features": None})
+    cfg = _cfg(
+        tmp_path, graph={"exact_max_points": threshold, "block": 64}, extend={"features": None}
+    )
 
     def build(name, client=None, index=None):
         c = {**cfg, "run": str(tmp_path / name)}
@@ -640,12 +718,14 @@ def test_knn_blocks_as_dask_tasks_equal_in_process(tmp_path, threshold, method, 
 
     info, nb, S, index = build("local")
     assert info["method"] == method and info["n_blocks"] == 7
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=processes,
-                                  dashboard_address=":0") as cluster, \
-            distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=processes, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         info2, nb2, S2, _ = build("dask", client=client, index=index)
-        ran = client.run_on_scheduler(
-            lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
+        ran = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
     assert "knn_block_to_store" in ran
     assert info2["method"] == method and info2["blocks_reused"] == 0
     np.testing.assert_array_equal(nb2["idx"], nb["idx"])
@@ -658,8 +738,8 @@ def test_report_plots_a_rank_one_kernel_and_an_unclustered_run(tmp_path, rank, e
     """The report's embedding plot: a rank-1 kernel has one principal component (the stage
     crashed taking the second), and a run without clusters is drawn in one colour (matplotlib
     warned that the colour map was ignored)."""
-    from npkl_flows import _stages
     from npkl_dist import store as st
+    from npkl_flows import _stages
 
     _data(tmp_path, n=120, n_new=5)
     inp = {"features": "X.npy", "labels": "y.npy"}
@@ -687,14 +767,27 @@ def test_report_plots_a_rank_one_kernel_and_an_unclustered_run(tmp_path, rank, e
     assert png.stat().st_size > 1000
 
 
-@pytest.mark.parametrize("summary, xlabel, title", [
-    ({"solver": "bcd", "method": "sweeps", "n_sweeps": 40}, "sweep", "objective trace (40 sweeps)"),
-    ({"solver": "bcd", "method": "block", "n_sweeps": 12}, "outer iteration",
-     "objective trace (12 outer iterations)"),
-    ({"solver": "admm", "n_sweeps": 500}, "iteration", "objective trace (500 iterations)"),
-    ({"solver": "simplenpkl", "method": "sweeps", "n_sweeps": 3}, "iteration",
-     "objective trace (3 iterations)"),
-])
+@pytest.mark.parametrize(
+    "summary, xlabel, title",
+    [
+        (
+            {"solver": "bcd", "method": "sweeps", "n_sweeps": 40},
+            "sweep",
+            "objective trace (40 sweeps)",
+        ),
+        (
+            {"solver": "bcd", "method": "block", "n_sweeps": 12},
+            "outer iteration",
+            "objective trace (12 outer iterations)",
+        ),
+        ({"solver": "admm", "n_sweeps": 500}, "iteration", "objective trace (500 iterations)"),
+        (
+            {"solver": "simplenpkl", "method": "sweeps", "n_sweeps": 3},
+            "iteration",
+            "objective trace (3 iterations)",
+        ),
+    ],
+)
 def test_objective_plot_counts_in_the_solvers_own_unit(summary, xlabel, title):
     from npkl_flows._stages import trace_labels
 
@@ -719,8 +812,16 @@ def test_extend_eval_labels_needs_a_clustered_run(tmp_path):
     cfg = _cfg(tmp_path, input={"eval_labels": None}, extend={"features": None})
     res = _run_stages(cfg)
     assert res["evaluate"]["n_clusters"] is None
-    p = _cli("extend", cfg["run"], "--features", tmp_path / "Xnew.npy", "--eval-labels",
-             tmp_path / "ynew.npy", "--out", tmp_path / "ext")
+    p = _cli(
+        "extend",
+        cfg["run"],
+        "--features",
+        tmp_path / "Xnew.npy",
+        "--eval-labels",
+        tmp_path / "ynew.npy",
+        "--out",
+        tmp_path / "ext",
+    )
     assert p.returncode == 2 and "has no clusters to score" in p.stderr
     assert "leave --eval-labels out" in p.stderr and not (tmp_path / "ext").exists()
     p = _cli("extend", cfg["run"], "--features", tmp_path / "Xnew.npy", "--out", tmp_path / "ext")

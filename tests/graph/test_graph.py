@@ -303,8 +303,7 @@ def test_edges_unweighted():
 
 
 def test_edges_weighted_duplicates_keep_max_and_self_loops_dropped():
-    E = np.array([[0, 1, 0.5], [1, 0, 2.0], [0, 1, 1.5], [1, 2, 0.25], [2, 2, 9.0],
-                  [2, 1, 0.125]])
+    E = np.array([[0, 1, 0.5], [1, 0, 2.0], [0, 1, 1.5], [1, 2, 0.25], [2, 2, 9.0], [2, 1, 0.125]])
     g = graph_from_edges(E)
     check_graph_invariants(g)
     expected = np.array([[0, 2.0, 0], [2.0, 0, 0.25], [0, 0.25, 0]])
@@ -411,7 +410,7 @@ def test_laplacian_matches_dense_formula(delta, n_isolated, rng):
     np.testing.assert_allclose(L.toarray(), dense_laplacian(S, delta), rtol=1e-12, atol=1e-15)
     # explicit diagonal in every row, isolated rows are exactly (1 + delta) e_i
     for p in range(15):
-        assert p in L.indices[L.indptr[p]:L.indptr[p + 1]]
+        assert p in L.indices[L.indptr[p] : L.indptr[p + 1]]
     for p in range(n_isolated):
         row = L.getrow(p)
         assert row.nnz == 1 and row[0, p] == 1.0 + delta

@@ -19,10 +19,12 @@ from npkl_dist.graph._blocks import (
 def test_blocked_knn_equals_knn_graph(global_random_seed, weighting, block):
     X = np.random.default_rng(global_random_seed).normal(size=(300, 4))
     ref = knn_graph(X, 5, weighting=weighting, method="exact", warn=False)
-    got, index = knn_graph_blocked(X, 5, weighting=weighting, method="exact", block=block,
-                                   warn=False)
-    assert (got.S != ref.S).nnz == 0 or np.allclose(got.S.toarray(), ref.S.toarray(),
-                                                     rtol=1e-12, atol=0)
+    got, index = knn_graph_blocked(
+        X, 5, weighting=weighting, method="exact", block=block, warn=False
+    )
+    assert (got.S != ref.S).nnz == 0 or np.allclose(
+        got.S.toarray(), ref.S.toarray(), rtol=1e-12, atol=0
+    )
     assert got.S.nnz == ref.S.nnz
     assert np.array_equal(got.S.indices, ref.S.indices)
     if weighting == "gaussian":
@@ -32,10 +34,17 @@ def test_blocked_knn_equals_knn_graph(global_random_seed, weighting, block):
 def test_blocked_knn_with_a_mapper_and_progress():
     X = np.random.default_rng(0).normal(size=(120, 3))
     seen = []
-    a, _ = knn_graph_blocked(X, 4, method="exact", block=25, progress=lambda d, t: seen.append((d, t)),
-                             warn=False)
-    b, _ = knn_graph_blocked(X, 4, method="exact", block=25, warn=False,
-                             mapper=lambda fn, ix, spans: [fn(ix, s, e) for s, e in spans[::-1]][::-1])
+    a, _ = knn_graph_blocked(
+        X, 4, method="exact", block=25, progress=lambda d, t: seen.append((d, t)), warn=False
+    )
+    b, _ = knn_graph_blocked(
+        X,
+        4,
+        method="exact",
+        block=25,
+        warn=False,
+        mapper=lambda fn, ix, spans: [fn(ix, s, e) for s, e in spans[::-1]][::-1],
+    )
     assert seen[-1] == (5, 5)
     assert (a.S != b.S).nnz == 0
 

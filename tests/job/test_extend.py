@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from npkl_dist import GraphWarning, ValidationError, knn_graph
-from npkl_dist.job._extend import extend_embedding, extend_embedding_dense, extension_weights
-from npkl_dist.graph._graph import laplacian
 from npkl_dist.graph._blocks import build_knn_index
+from npkl_dist.graph._graph import laplacian
+from npkl_dist.job._extend import extend_embedding, extend_embedding_dense, extension_weights
 
 
 def _setup(seed, n=60, m=7, d=3, r=4, k=5):
@@ -56,7 +56,9 @@ def test_batch_independent_and_dtype():
     g, V, idx, w = _setup(3, m=9)
     deg = np.asarray(g.S.sum(axis=1)).ravel()
     whole = extend_embedding(V, deg, idx, w)
-    parts = np.vstack([extend_embedding(V, deg, idx[a:a + 2], w[a:a + 2]) for a in range(0, 9, 2)])
+    parts = np.vstack(
+        [extend_embedding(V, deg, idx[a : a + 2], w[a : a + 2]) for a in range(0, 9, 2)]
+    )
     np.testing.assert_array_equal(whole, parts)
     f32 = extend_embedding(V.astype(np.float32), deg, idx, w)
     assert f32.dtype == np.float32

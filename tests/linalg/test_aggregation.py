@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from test_reference import connected_knn_laplacian
 
 from npkl_dist.linalg._aggregation import (
     _single_entry_columns,
     galerkin_plain,
     plain_aggregation_hierarchy,
 )
-from test_reference import connected_knn_laplacian
 
 
 def _symmetric(n, density, rng):
@@ -67,13 +67,23 @@ def test_galerkin_plain_is_scipys_product_bit_for_bit(index_dtype, global_random
     assert not want.has_sorted_indices  # the order checked below is scipy's, not sorted
     for chunks in (1, 3, 64):
         for serial in (False, True):  # serial: the compilation without threads
-            ptr, idx, val = galerkin_plain(A.indptr.astype(index_dtype),
-                                           A.indices.astype(index_dtype), A.data, agg, t, nc,
-                                           n_chunks=chunks, serial=serial)
+            ptr, idx, val = galerkin_plain(
+                A.indptr.astype(index_dtype),
+                A.indices.astype(index_dtype),
+                A.data,
+                agg,
+                t,
+                nc,
+                n_chunks=chunks,
+                serial=serial,
+            )
             _assert_same_csr(ptr, idx, val, want)
-    np.testing.assert_allclose(sp.csr_matrix((val, idx, ptr), shape=(nc, nc)).toarray(),
-                               (T.T @ A @ T).toarray(), rtol=1e-12,
-                               atol=1e-13 * np.abs(want.data).max())
+    np.testing.assert_allclose(
+        sp.csr_matrix((val, idx, ptr), shape=(nc, nc)).toarray(),
+        (T.T @ A @ T).toarray(),
+        rtol=1e-12,
+        atol=1e-13 * np.abs(want.data).max(),
+    )
 
 
 def test_galerkin_plain_drops_cancelling_sums_as_scipy_does():
@@ -89,8 +99,16 @@ def test_galerkin_plain_drops_cancelling_sums_as_scipy_does():
     assert want.nnz == 2
     _assert_same_csr(*galerkin_plain(A.indptr, A.indices, A.data, agg, t, 2), want)
     # (Tᵀ A)[0, 2] = 1 * 3 + 1 * (-3) = 0 exactly: dropped before the second product
-    A = sp.csr_matrix(np.array([[1.0, 0.0, 3.0, 1.0], [0.0, 1.0, -3.0, 2.0],
-                                [3.0, -3.0, 1.0, 0.0], [1.0, 2.0, 0.0, 1.0]]))
+    A = sp.csr_matrix(
+        np.array(
+            [
+                [1.0, 0.0, 3.0, 1.0],
+                [0.0, 1.0, -3.0, 2.0],
+                [3.0, -3.0, 1.0, 0.0],
+                [1.0, 2.0, 0.0, 1.0],
+            ]
+        )
+    )
     agg = np.array([0, 0, 1, 2])
     t = np.ones(4)
     T = sp.csr_matrix((t, (np.arange(4), agg)), shape=(4, 3))
@@ -116,8 +134,7 @@ def _knn_operator(n, seed):
 
 @pytest.mark.parametrize("early", [False, True])
 @pytest.mark.parametrize("n,max_coarse", [(3000, 50), (8000, 20)])
-def test_hierarchy_is_pyamgs_bit_for_bit(n, max_coarse, early, global_random_seed,
-                                         monkeypatch):
+def test_hierarchy_is_pyamgs_bit_for_bit(n, max_coarse, early, global_random_seed, monkeypatch):
     """Every level's operator (values, pattern, the order of the entries) and prolongator is
     pyamg's ``smoothed_aggregation_solver(..., strength=None, smooth=None)``'s; ``early``:
     with the finest level's counts from the thread beside the relaxation (used, and equal
@@ -140,8 +157,9 @@ def test_hierarchy_is_pyamgs_bit_for_bit(n, max_coarse, early, global_random_see
         monkeypatch.setattr(_aggregation._EarlyStructure, "result", result)
     mine = plain_aggregation_hierarchy(A, max_coarse, 10)
     assert used == ([True] if early else [])
-    ml = pyamg.smoothed_aggregation_solver(A, symmetry="hermitian", strength=None,
-                                           smooth=None, max_coarse=max_coarse, max_levels=10)
+    ml = pyamg.smoothed_aggregation_solver(
+        A, symmetry="hermitian", strength=None, smooth=None, max_coarse=max_coarse, max_levels=10
+    )
     assert len(mine.levels) == len(ml.levels) >= 3
     for lev, ref in zip(mine.levels, ml.levels):
         Ar = sp.csr_matrix(ref.A)

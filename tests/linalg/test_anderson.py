@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import npkl_dist as nk
-from npkl_dist.solvers.admm._fit import admm_objective, fit_admm
-from npkl_dist.linalg._anderson import AA_REG, Anderson, anderson_after, anderson_reset
 from npkl_dist.executors import InProcessExecutor
+from npkl_dist.linalg._anderson import AA_REG, Anderson, anderson_after, anderson_reset
+from npkl_dist.solvers.admm._fit import admm_objective, fit_admm
 
 pytestmark = pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
 
@@ -23,13 +23,14 @@ def problem(seed, n=300, gamma=2.0, dtype="float64", rank=8, diagonal=True):
     y = (X[:, 0] > 0).astype(np.int64) + 2 * (X[:, 1] > 0)
     g = nk.knn_graph(X, 5, warn=False)
     c = nk.sample_constraints(y, n // 3, n // 3, seed=seed, diagonal=diagonal)
-    return nk.NPKLProblem.build(g.laplacian(1e-2), c, loss="square", gamma=gamma, rank=rank,
-                                seed=seed, dtype=dtype)
+    return nk.NPKLProblem.build(
+        g.laplacian(1e-2), c, loss="square", gamma=gamma, rank=rank, seed=seed, dtype=dtype
+    )
 
 
 def _state(aa):
     n, r = aa.n, aa.r
-    return aa.mem.X[:n * r].reshape(n, r), aa.mem.X[n * r:].reshape(n, r)
+    return aa.mem.X[: n * r].reshape(n, r), aa.mem.X[n * r :].reshape(n, r)
 
 
 def test_extrapolation_is_the_least_squares_combination(global_random_seed):
@@ -94,15 +95,17 @@ def test_safeguard_undoes_an_iteration_that_raised_the_objective(global_random_s
     rho_next, conv = anderson_after(8.5, rho, 2 * rho, True, 1.0, 1e9, V, U, Lam, *args)
     assert (rho_next, conv) == (rho, False)
     np.testing.assert_array_equal(V, V_kept)
-    np.testing.assert_array_equal(U.ravel(), g[:n * r])  # (U, Lam) <- the plain result
-    np.testing.assert_allclose(Lam.ravel(), rho * g[n * r:], rtol=1e-15, atol=0)
+    np.testing.assert_array_equal(U.ravel(), g[: n * r])  # (U, Lam) <- the plain result
+    np.testing.assert_allclose(Lam.ravel(), rho * g[n * r :], rtol=1e-15, atol=0)
     assert list(aa.ints[:4]) == [0, 0, 0, 2] and aa.ints[4] == 1
     assert aa.floats[1] == 8.0  # the objective of the V kept
     # rho changes: the memory is cleared, the state is the current one
     U[...] += 0.01
     rho_next, conv = anderson_after(7.0, rho, 2 * rho, False, 0.0, 1.0, V, U, Lam, *args)
     assert rho_next == 2 * rho and aa.ints[0] == 0 and aa.ints[1] == 0
-    np.testing.assert_array_equal(aa.mem.X, np.concatenate([U.ravel(), (Lam * (1.0 / (2 * rho))).ravel()]))
+    np.testing.assert_array_equal(
+        aa.mem.X, np.concatenate([U.ravel(), (Lam * (1.0 / (2 * rho))).ravel()])
+    )
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -118,11 +121,15 @@ def test_fused_loop_equals_the_reference_loop_bitwise(global_random_seed, dtype,
     np.testing.assert_array_equal(got.U, ref.U)
     for key in _TRACES:
         assert getattr(got, key) == getattr(ref, key), key
-    assert (got.objective, got.anderson_steps, got.anderson_rejected) == \
-        (ref.objective, ref.anderson_steps, ref.anderson_rejected)
+    assert (got.objective, got.anderson_steps, got.anderson_rejected) == (
+        ref.objective,
+        ref.anderson_steps,
+        ref.anderson_rejected,
+    )
     # the reported objective is the kept V's (also after a rejected last iteration)
-    assert got.objective == pytest.approx(admm_objective(p, got.V), rel=1e-5 if
-                                          dtype == "float32" else 1e-10)
+    assert got.objective == pytest.approx(
+        admm_objective(p, got.V), rel=1e-5 if dtype == "float32" else 1e-10
+    )
 
 
 def test_reaches_the_plain_optimum_in_fewer_iterations(global_random_seed):
@@ -158,6 +165,7 @@ def capture(store, at):
         if state["sweep"] in at:
             W = session.checkpoint_array()
             store[state["sweep"]] = (json.loads(json.dumps(state)), np.array(W, copy=True))
+
     return on_sweep
 
 
@@ -180,8 +188,11 @@ def test_resume_is_bitwise(global_random_seed, dtype):
     with pytest.raises(nk.ValidationError, match="anderson=0"):
         fit_admm(p, resume=(state, W), max_iter=60, tol=0.0)
     with pytest.raises(nk.ValidationError, match="anderson=3"):
-        fit_admm(p, resume=({k: v for k, v in state.items() if k != "anderson"},
-                            W[:, :3 * p.rank]), **kw)
+        fit_admm(
+            p,
+            resume=({k: v for k, v in state.items() if k != "anderson"}, W[:, : 3 * p.rank]),
+            **kw,
+        )
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "5"])

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from scipy.linalg import eigvalsh_tridiagonal
 
 from npkl_dist.linalg import _lanczos as lz
+from npkl_dist.linalg import _tridiag as tri
 from npkl_dist.solvers.simplenpkl import _eigen as snp_eigen
 from npkl_dist.solvers.simplenpkl import _fit as snp_fit
-from npkl_dist.linalg import _tridiag as tri
 
 TOL = 1e-10
 
@@ -30,8 +30,10 @@ def npkl_like(n, seed, n_pairs=None, extra=3):
     m = n_pairs or n
     pi, pj = rng.integers(0, n, m), rng.integers(0, n, m)
     ok = pi != pj
-    T = sp.coo_matrix((rng.choice([-1.0, 1.0], ok.sum()) * rng.uniform(0.5, 2.0, ok.sum()),
-                       (pi[ok], pj[ok])), shape=(n, n))
+    T = sp.coo_matrix(
+        (rng.choice([-1.0, 1.0], ok.sum()) * rng.uniform(0.5, 2.0, ok.sum()), (pi[ok], pj[ok])),
+        shape=(n, n),
+    )
     A = (0.5 * (T + T.T) - L).tocsr()
     A.sum_duplicates()
     return A
@@ -41,7 +43,7 @@ def check_against_eigh(A, k, w, P):
     n = A.shape[0]
     dense = A.toarray()
     ev, U = np.linalg.eigh(dense)
-    ev, U = ev[::-1][:k + 1], U[:, ::-1]
+    ev, U = ev[::-1][: k + 1], U[:, ::-1]
     scale = np.abs(ev).max()
     np.testing.assert_allclose(w, ev[:k], rtol=0, atol=1e-10 * scale)
     assert np.all(np.diff(w) <= 0)
@@ -49,7 +51,7 @@ def check_against_eigh(A, k, w, P):
     residual = np.linalg.norm(dense @ P - P * w, axis=0)
     assert np.all(residual <= lz._VERIFY * TOL * np.maximum(lz._EPS23, np.abs(w)))
     # the eigenvectors, where the spectrum leaves a gap: the spans agree
-    gaps = ev[:k] - ev[1:k + 1]
+    gaps = ev[:k] - ev[1 : k + 1]
     for c in np.flatnonzero(gaps > 1e-4 * scale) + 1:  # top c pairs are separated
         Uc = U[:, :c]
         assert np.linalg.norm(P[:, :c] @ (P[:, :c].T @ Uc) - Uc) <= 1e-6 * np.sqrt(c)
@@ -57,8 +59,12 @@ def check_against_eigh(A, k, w, P):
 
 
 @settings(max_examples=40, deadline=None)
-@given(n=st.integers(30, 260), k_frac=st.floats(0.02, 0.3), seed=st.integers(0, 2**31),
-       pairs=st.floats(0.2, 2.0))
+@given(
+    n=st.integers(30, 260),
+    k_frac=st.floats(0.02, 0.3),
+    seed=st.integers(0, 2**31),
+    pairs=st.floats(0.2, 2.0),
+)
 # a Ritz value of 1e-4 (||A|| = 12): its limit 1e-13 took three refinements (it failed when
 # the solver stopped after two)
 @example(n=260, k_frac=0.0625, seed=2332546, pairs=1.6328125)
@@ -94,8 +100,11 @@ def test_random_start_is_fixed_by_seed_and_draw_and_fills_the_interval():
     assert abs(x.mean()) < 0.02 and abs(x.var() - 1.0 / 3.0) < 0.01
     assert np.unique(x).size == x.size
     # another seed, another draw, the largest seed: other streams, uncorrelated with this one
-    for other in (lz.random_start(50_000, 8, 0), lz.random_start(50_000, 7, 1),
-                  lz.random_start(50_000, 2**63 - 1, 0)):
+    for other in (
+        lz.random_start(50_000, 8, 0),
+        lz.random_start(50_000, 7, 1),
+        lz.random_start(50_000, 2**63 - 1, 0),
+    ):
         assert np.all(np.isfinite(other))
         assert abs(np.corrcoef(x, other)[0, 1]) < 0.03
     # a prefix of a longer vector: the first n entries do not depend on n
@@ -124,8 +133,10 @@ def test_simplenpkl_kernel_does_not_depend_on_the_start_vector(loss):
     y = np.repeat([0, 1], 120)
     L = nk.knn_graph(X, 6, warn=False).laplacian(1e-3)
     c = nk.sample_constraints(y, 60, 60, seed=1)
-    fits = [snp_fit.fit_simplenpkl(nk.NPKLProblem.build(L, c, loss=loss, seed=s), B=100.0)
-            for s in (0, 12345)]
+    fits = [
+        snp_fit.fit_simplenpkl(nk.NPKLProblem.build(L, c, loss=loss, seed=s), B=100.0)
+        for s in (0, 12345)
+    ]
     assert snp_eigen._dense_solve(240, fits[0].V.shape[1], True) is False  # the Lanczos route
     K0, K1 = (f.V @ f.V.T for f in fits)
     assert np.linalg.norm(K0 - K1) <= 1e-7 * np.linalg.norm(K0)
@@ -228,12 +239,15 @@ def test_a_ritz_value_near_zero_is_refined_and_certified():
     check_against_eigh(A, 16, w, P)
 
 
-@pytest.mark.parametrize("script, rounds, certified", [
-    ((8.0, 3.9, 1.9, 0.9), 3, True),     # each round at least halves the excess: go on
-    ((16.0, 7.9, 3.9, 1.9, 0.9), 4, True),
-    ((64.0, 31, 15, 7, 3, 1.4), 5, False),  # still converging, but _REFINE rounds ran
-    ((8.0, 3.9, 2.5), 2, False),         # 3.9 -> 2.5 is under a halving: the floor, stop
-])
+@pytest.mark.parametrize(
+    "script, rounds, certified",
+    [
+        ((8.0, 3.9, 1.9, 0.9), 3, True),  # each round at least halves the excess: go on
+        ((16.0, 7.9, 3.9, 1.9, 0.9), 4, True),
+        ((64.0, 31, 15, 7, 3, 1.4), 5, False),  # still converging, but _REFINE rounds ran
+        ((8.0, 3.9, 2.5), 2, False),  # 3.9 -> 2.5 is under a halving: the floor, stop
+    ],
+)
 def test_refinements_continue_while_they_converge(monkeypatch, script, rounds, certified):
     """The refinement loop's rule, independent of rounding: with the worst excess after
     each residual check scripted, rounds go on past two while each at least halves it, up
@@ -263,7 +277,10 @@ def test_eigsh_falls_back_to_arpack_when_lanczos_fails(monkeypatch):
     A = npkl_like(150, 2)
     v0 = np.random.default_rng(2).standard_normal(150)
     ref = snp_eigen._eigsh(A, 8, v0, False)  # the reference: ARPACK
-    monkeypatch.setattr("npkl_dist.solvers.simplenpkl._eigen.lanczos_top_eigs", lambda *a, **k: (None, None, {}, "forced failure"))
+    monkeypatch.setattr(
+        "npkl_dist.solvers.simplenpkl._eigen.lanczos_top_eigs",
+        lambda *a, **k: (None, None, {}, "forced failure"),
+    )
     w, P = snp_eigen._eigsh(A, 8, v0, True)
     np.testing.assert_array_equal(np.sort(w), np.sort(ref[0]))  # eigsh's own products
     monkeypatch.undo()
@@ -276,18 +293,28 @@ def test_eigsh_falls_back_to_arpack_from_the_upper_form(monkeypatch):
     runs on its CSR, which is the whole symmetric matrix."""
     A = npkl_like(150, 3)
     upper = lz.SymUpper(*lz._upper_part(A.indptr, A.indices, A.data))
-    np.testing.assert_array_equal(upper.tocsr().toarray(), np.triu(A.toarray(), 1)
-                                  + np.triu(A.toarray(), 1).T + np.diag(A.diagonal()))
+    np.testing.assert_array_equal(
+        upper.tocsr().toarray(),
+        np.triu(A.toarray(), 1) + np.triu(A.toarray(), 1).T + np.diag(A.diagonal()),
+    )
     v0 = np.random.default_rng(3).standard_normal(150)
     ref = snp_eigen._eigsh(upper.tocsr(), 8, v0, False)
-    monkeypatch.setattr("npkl_dist.solvers.simplenpkl._eigen.lanczos_top_eigs", lambda *a, **k: (None, None, {}, "forced failure"))
+    monkeypatch.setattr(
+        "npkl_dist.solvers.simplenpkl._eigen.lanczos_top_eigs",
+        lambda *a, **k: (None, None, {}, "forced failure"),
+    )
     w, P = snp_eigen._eigsh(upper, 8, v0, True)
     np.testing.assert_array_equal(np.sort(w), np.sort(ref[0]))
 
 
 @settings(max_examples=40, deadline=None)
-@given(n=st.integers(2, 90), seed=st.integers(0, 2**31), extra=st.integers(0, 4),
-       pair_frac=st.floats(0.0, 1.5), zeros=st.booleans())
+@given(
+    n=st.integers(2, 90),
+    seed=st.integers(0, 2**31),
+    extra=st.integers(0, 4),
+    pair_frac=st.floats(0.0, 1.5),
+    zeros=st.booleans(),
+)
 def test_upper_form_assembly_equals_the_scipy_one(n, seed, extra, pair_frac, zeros):
     """sym_upper_pattern + add_pair_slots give, bitwise, the upper form of
     -L + sum_p (w_p t_p / 2)(E_ij + E_ji) built by scipy's sums (the union pattern, -L_ij + half
@@ -332,8 +359,9 @@ def test_upper_form_assembly_equals_the_scipy_one(n, seed, extra, pair_frac, zer
     rows = np.repeat(np.arange(n), np.diff(uptr.astype(np.int64)))
     got = list(zip(rows.tolist(), uidx.astype(np.int64).tolist()))
     assert got == sorted(want)
-    np.testing.assert_array_equal(np.array(got, dtype=np.int64).reshape(-1, 2)[pos],
-                                  np.c_[pi, pj].reshape(-1, 2))
+    np.testing.assert_array_equal(
+        np.array(got, dtype=np.int64).reshape(-1, 2)[pos], np.c_[pi, pj].reshape(-1, 2)
+    )
     # the values bitwise (signed zeros too) where scipy kept the entry
     keys = rows * n + uidx.astype(np.int64)
     ref_rows = np.repeat(np.arange(n), np.diff(ref[0].astype(np.int64)))
@@ -342,8 +370,12 @@ def test_upper_form_assembly_equals_the_scipy_one(n, seed, extra, pair_frac, zer
     np.testing.assert_array_equal(np.signbit(udata[at]), np.signbit(ref[2]))
     # and the products of the upper form
     X = rng.standard_normal((n, 3))
-    np.testing.assert_allclose(lz.sym_matmat(*mine, X), A.toarray() @ X, rtol=1e-13,
-                               atol=1e-13 * (np.abs(A.data).sum() + 1))
+    np.testing.assert_allclose(
+        lz.sym_matmat(*mine, X),
+        A.toarray() @ X,
+        rtol=1e-13,
+        atol=1e-13 * (np.abs(A.data).sum() + 1),
+    )
 
 
 @settings(max_examples=30, deadline=None)
@@ -389,8 +421,9 @@ def test_compiled_rayleigh_ritz_equals_numpy_and_reports_dependent_vectors():
     np.testing.assert_allclose(Y.T @ Y, np.eye(k), atol=1e-12)
     np.testing.assert_allclose(AY, A @ Y, atol=1e-12)
     np.testing.assert_allclose(Y.T @ AY, np.diag(theta), atol=1e-12)
-    np.testing.assert_allclose(lz._residual_norms(Y, AY, theta),
-                               np.linalg.norm(A @ Y - Y * theta, axis=0), atol=1e-13)
+    np.testing.assert_allclose(
+        lz._residual_norms(Y, AY, theta), np.linalg.norm(A @ Y - Y * theta, axis=0), atol=1e-13
+    )
     S[:, 2] = 0.0
     assert not lz._ritz_pairs(Q, S, m, *upper)[0]
 
@@ -430,8 +463,9 @@ def test_compiled_residual_check_is_the_numpy_formula_bitwise(tol):
     limit, residual, excess = lz._residual_check(Y, AY, theta, tol)
     ref_limit = lz._VERIFY * tol * np.maximum(lz._EPS23, np.abs(theta))
     ref_residual = np.sqrt(((AY - theta * Y) ** 2).sum(axis=0))
-    ref_excess = np.divide(residual, ref_limit, out=np.where(residual > 0.0, np.inf, 0.0),
-                           where=ref_limit > 0.0)  # the numpy form of _excess
+    ref_excess = np.divide(
+        residual, ref_limit, out=np.where(residual > 0.0, np.inf, 0.0), where=ref_limit > 0.0
+    )  # the numpy form of _excess
     np.testing.assert_array_equal(limit, ref_limit)
     np.testing.assert_allclose(residual, ref_residual, rtol=1e-14)
     np.testing.assert_array_equal(residual, lz._residual_norms(Y, AY, theta))

@@ -43,11 +43,14 @@ def test_the_direct_driver_is_in_use_with_this_scipy():
 
 
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 30),
-       kinds=st.lists(st.sampled_from(["free", "lower", "upper", "both"]), min_size=30,
-                      max_size=30),
-       maxcor=st.integers(1, 12), maxiter=st.integers(1, 40),
-       stop_after=st.one_of(st.none(), st.integers(1, 10)))
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    n=st.integers(1, 30),
+    kinds=st.lists(st.sampled_from(["free", "lower", "upper", "both"]), min_size=30, max_size=30),
+    maxcor=st.integers(1, 12),
+    maxiter=st.integers(1, 40),
+    stop_after=st.one_of(st.none(), st.integers(1, 10)),
+)
 def test_direct_driver_equals_minimize(seed, n, kinds, maxcor, maxiter, stop_after):
     """A quartic-plus-quadratic (non-quadratic, so line searches backtrack) over a box with
     every kind of bound: the same evaluations, iterates and iteration count."""
@@ -84,8 +87,7 @@ def test_direct_driver_stops_at_maxfun_as_minimize():
 
     lo, up = np.zeros(8), np.full(8, np.inf)
     got = _recorded(_lbfgsb._minimize_direct, fun, np.ones(8), lo, up, maxiter=50, maxfun=1)
-    ref = _recorded(_lbfgsb.minimize_box_reference, fun, np.ones(8), lo, up, maxiter=50,
-                    maxfun=1)
+    ref = _recorded(_lbfgsb.minimize_box_reference, fun, np.ones(8), lo, up, maxiter=50, maxfun=1)
     assert got[0] == ref[0] == 1
     assert _same(got[1], ref[1]) and _same(got[2], ref[2])
 
@@ -101,16 +103,15 @@ def test_falls_back_to_minimize_when_the_routine_is_unusable(monkeypatch):
     monkeypatch.setattr(scipy_lbfgsb, "setulb", broken)
     assert _lbfgsb._probe() is False
     calls = []
-    monkeypatch.setattr(_lbfgsb, "minimize_box_reference",
-                        lambda *a, **k: calls.append(1) or 0)
-    _lbfgsb.minimize_box(lambda x: (0.0, 0.0 * x), np.zeros(3), np.zeros(3),
-                         np.ones(3), maxiter=5, maxfun=5)
+    monkeypatch.setattr(_lbfgsb, "minimize_box_reference", lambda *a, **k: calls.append(1) or 0)
+    _lbfgsb.minimize_box(
+        lambda x: (0.0, 0.0 * x), np.zeros(3), np.zeros(3), np.ones(3), maxiter=5, maxfun=5
+    )
     assert calls == [1] and _lbfgsb._DIRECT_OK is False
 
 
 @pytest.mark.parametrize("loss", ["squared_hinge", "square", "hinge"])
-def test_simplenpkl_fit_is_the_same_through_either_driver(global_random_seed, loss,
-                                                          monkeypatch):
+def test_simplenpkl_fit_is_the_same_through_either_driver(global_random_seed, loss, monkeypatch):
     """The whole dual fit, direct driver against minimize: identical traces and kernel."""
     rng = np.random.default_rng(global_random_seed)
     X = np.r_[rng.normal(0, 1, (30, 2)), rng.normal(4, 1, (30, 2))]

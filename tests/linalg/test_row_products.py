@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import njit
 
-from npkl_dist.solvers.block._steps import _row_times_step
 from npkl_dist.linalg._rowops import (
     _add_row_products,
     _dot_row_vec,
@@ -24,6 +23,7 @@ from npkl_dist.linalg._rowops import (
     _gather,
 )
 from npkl_dist.linalg._simd import _fma, _fmadd, _madd
+from npkl_dist.solvers.block._steps import _row_times_step
 
 
 def fma_exact(a, b, c):
@@ -42,8 +42,7 @@ def _dots(A, i, B, j, y, fused, vector=False):
     if vector:  # KL-ADMM's: the fused dots with the 4 lanes in one vector register
         return _dot_rows_fused(A, i, B, j, A.shape[1]), _dot_row_vec_fused(A, i, y, A.shape[1])
     if fused:
-        return _dot_rows(A, i, B, j, A.shape[1], _fmadd), _dot_row_vec(A, i, y, A.shape[1],
-                                                                        _fmadd)
+        return _dot_rows(A, i, B, j, A.shape[1], _fmadd), _dot_row_vec(A, i, y, A.shape[1], _fmadd)
     return _dot_rows(A, i, B, j, A.shape[1], _madd), _dot_row_vec(A, i, y, A.shape[1], _madd)
 
 
@@ -95,7 +94,8 @@ def test_add_row_products_equals_the_plain_loop_bitwise(seed, sign, dtype, fused
         y = y0.copy()
         _row_products(i, indptr, indices, data, X, y, sign, fused)
         np.testing.assert_array_equal(
-            y, _plain(i, indptr, indices, data, X, y0, sign, fused=fused))
+            y, _plain(i, indptr, indices, data, X, y0, sign, fused=fused)
+        )
     # and the sparse product, to rounding
     A = sp.csr_matrix((data.astype(np.float64), indices, indptr), shape=(n, n))
     Y = np.zeros((n, 7))
@@ -113,7 +113,8 @@ def test_gather_equals_the_plain_loop_bitwise(dtype):
     for i in range(n):
         _gather(i, indptr, indices, data, V, g)
         np.testing.assert_array_equal(
-            g, _plain(i, indptr, indices, data, V, np.zeros(5), 1.0, f64=False))
+            g, _plain(i, indptr, indices, data, V, np.zeros(5), 1.0, f64=False)
+        )
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -140,7 +141,7 @@ _finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
 def test_fma_rounds_once(a, b, c):
     """The compiled fma is a * b + c computed exactly, then rounded once."""
     exact = Fraction(a) * Fraction(b) + Fraction(c)
-    if abs(exact) >= 2.0 ** 1023:  # overflows as a double: nothing to compare
+    if abs(exact) >= 2.0**1023:  # overflows as a double: nothing to compare
         return
     assert _fma_compiled(a, b, c) == fma_exact(a, b, c)
 
@@ -187,8 +188,10 @@ def test_dots_follow_their_lane_order_bitwise(r, mode, dtype):
                 assert _dots(A, i, B, j, y, True, True) == _dots(A, i, B, j, y, True)
         # arrays that are not C-contiguous (element loads instead of one vector load)
         wide = rng.standard_normal((3, 2 * r)).astype(dtype)
-        for A2, B2, y2 in ((np.asfortranarray(A), np.asfortranarray(B), y),
-                           (wide[:, ::2], wide[:, 1::2], rng.standard_normal(2 * r)[::2])):
+        for A2, B2, y2 in (
+            (np.asfortranarray(A), np.asfortranarray(B), y),
+            (wide[:, ::2], wide[:, 1::2], rng.standard_normal(2 * r)[::2]),
+        ):
             assert _dots(A2, 1, B2, 2, y2, True, True) == _dots(A2, 1, B2, 2, y2, True)
             assert _dots(A2, 1, B2, 2, y2, True, True) == (ref(A2[1], B2[2]), ref(A2[1], y2))
 
@@ -204,8 +207,9 @@ def _without_prefetch(kernel):
     f = kernel.py_func
     g = dict(f.__globals__)
     g["prefetch_ahead"] = nothing
-    h = pytypes.FunctionType(f.__code__, g, f.__name__ + "_no_prefetch", f.__defaults__,
-                             f.__closure__)
+    h = pytypes.FunctionType(
+        f.__code__, g, f.__name__ + "_no_prefetch", f.__defaults__, f.__closure__
+    )
     return njit(nogil=True, parallel=True)(h)
 
 
@@ -216,14 +220,19 @@ def test_prefetching_products_equal_them_without_prefetch_bitwise(dtype, global_
     every length (empty rows, the last rows, whose look-ahead runs off the entries), with
     halo rows in P beyond Q's; and the prefetch itself reads nothing (any array, any row
     in range, C or F order)."""
+    from npkl_dist.linalg._simd import prefetch_row
     from npkl_dist.solvers.block._kernels import RB, _matvec_dot
     from npkl_dist.solvers.block._steps import _neg_residual_rows
-    from npkl_dist.linalg._simd import prefetch_row
 
     rng = np.random.default_rng(global_random_seed)
     n, halo, r = 3000, 200, 16
-    M = sp.random(n, n + halo, density=0.004, random_state=np.random.RandomState(
-        rng.integers(2**31)), format="csr")
+    M = sp.random(
+        n,
+        n + halo,
+        density=0.004,
+        random_state=np.random.RandomState(rng.integers(2**31)),
+        format="csr",
+    )
     M.data[:] = rng.standard_normal(M.nnz)
     M = M.tolil()
     M[5, :] = 0
@@ -242,8 +251,13 @@ def test_prefetching_products_equal_them_without_prefetch_bitwise(dtype, global_
     for a, b in zip(*outs):
         np.testing.assert_array_equal(a, b)
     # the residual reads L's rows over all n points (here: n + halo rows, square)
-    Ms = sp.random(n + halo, n + halo, density=0.004, random_state=np.random.RandomState(
-        rng.integers(2**31)), format="csr")
+    Ms = sp.random(
+        n + halo,
+        n + halo,
+        density=0.004,
+        random_state=np.random.RandomState(rng.integers(2**31)),
+        format="csr",
+    )
     Ms.data[:] = rng.standard_normal(Ms.nnz)
     V = rng.standard_normal((n + halo, r)).astype(dtype)
     X = V[:n].astype(np.float64)
@@ -252,8 +266,19 @@ def test_prefetching_products_equal_them_without_prefetch_bitwise(dtype, global_
     res = []
     for kernel in (_neg_residual_rows, _without_prefetch(_neg_residual_rows)):
         R, pa, pb = np.empty((n, r)), np.empty(n_ch), np.empty(n_ch)
-        kernel(n, Ms.indptr.astype(np.int64), Ms.indices.astype(np.int64), Ms.data.astype(dtype),
-               dres, V, X, R, dinv, pa, pb)
+        kernel(
+            n,
+            Ms.indptr.astype(np.int64),
+            Ms.indices.astype(np.int64),
+            Ms.data.astype(dtype),
+            dres,
+            V,
+            X,
+            R,
+            dinv,
+            pa,
+            pb,
+        )
         res.append((R, pa, pb))
     for a, b in zip(*res):
         np.testing.assert_array_equal(a, b)
@@ -273,7 +298,6 @@ def test_prefetching_products_equal_them_without_prefetch_bitwise(dtype, global_
 # ``admm_rows``): the same operations on the same values as the scalar loops they replace.
 
 from npkl_dist.linalg._rowops import _add_row_products_fused
-from npkl_dist.linalg._smallqp import _cholesky_body
 from npkl_dist.linalg._simd import (
     _v4_add,
     _v4_div,
@@ -285,6 +309,7 @@ from npkl_dist.linalg._simd import (
     _v4_store1,
     _v4_sub,
 )
+from npkl_dist.linalg._smallqp import _cholesky_body
 from npkl_dist.solvers.admm._kernels import admm_row_norms, admm_rows
 
 _WIDTHS = [0, 1, 3, 4, 5, 7, 8, 13, 25, 31, 103]
@@ -317,7 +342,8 @@ def test_vector_row_products_equal_the_scalar_ones_bitwise(r, dtype):
             np.testing.assert_array_equal(y, y_scalar)
             if i % 5 == 0:  # and the exactly rounded reference
                 np.testing.assert_array_equal(
-                    y, _plain(i, indptr, indices, data, X, y0, 1.0, fused=True))
+                    y, _plain(i, indptr, indices, data, X, y0, 1.0, fused=True)
+                )
 
 
 @njit
@@ -326,8 +352,13 @@ def _lanewise(A, B, y, out, s, t):
     as stored, through ``_v4_store1``."""
     r = A.shape[1]
     for q in range(0, r - r % 4, 4):
-        v = _v4_div(_v4_sub(_v4_add(_v4_mul(_v4_splat(s), _v4_load(A, 1, q)),
-                                    _v4_load(B, 2, q)), _v4_load1(y, q)), _v4_splat(t))
+        v = _v4_div(
+            _v4_sub(
+                _v4_add(_v4_mul(_v4_splat(s), _v4_load(A, 1, q)), _v4_load(B, 2, q)),
+                _v4_load1(y, q),
+            ),
+            _v4_splat(t),
+        )
         _v4_store(out, 1, q, v)
         _v4_store1(y, q, _v4_load(out, 1, q))
 
@@ -353,8 +384,27 @@ def test_vector_arithmetic_and_stores_round_as_scalar_code(r, dtype):
 
 
 @njit
-def _admm_rows_scalar(start, stop, indptr, indices, data, diag, cptr, cidx, csgn, diagonal, X,
-                      Lam, lam_sign, rho, gamma, pmax, out, sm, nrm):
+def _admm_rows_scalar(
+    start,
+    stop,
+    indptr,
+    indices,
+    data,
+    diag,
+    cptr,
+    cidx,
+    csgn,
+    diagonal,
+    X,
+    Lam,
+    lam_sign,
+    rho,
+    gamma,
+    pmax,
+    out,
+    sm,
+    nrm,
+):
     """``admm_rows`` with every elementwise pass as a plain loop over q: the form the vector
     passes replaced (commit 8b7fbc7), kept as their reference."""
     r = X.shape[1]
@@ -428,12 +478,27 @@ def test_admm_rows_equal_their_scalar_form_bitwise(r, dtype):
     Lam0 = rng.standard_normal((n, r)).astype(dtype)
     nrm = np.empty(n)
     admm_row_norms(X0, nrm)
-    for X, Lam, out_like in zip(_layouts(X0, rng), _layouts(Lam0, rng),
-                                _layouts(np.zeros((n, r), dtype), rng)):
+    for X, Lam, out_like in zip(
+        _layouts(X0, rng), _layouts(Lam0, rng), _layouts(np.zeros((n, r), dtype), rng)
+    ):
         for diagonal in (True, False):
             for lam_sign in (-1.0, 1.0):
-                args = (indptr, indices, data, diag, cptr, cidx, csgn, diagonal, X, Lam,
-                        lam_sign, 3.5, 0.7, pmax)
+                args = (
+                    indptr,
+                    indices,
+                    data,
+                    diag,
+                    cptr,
+                    cidx,
+                    csgn,
+                    diagonal,
+                    X,
+                    Lam,
+                    lam_sign,
+                    3.5,
+                    0.7,
+                    pmax,
+                )
                 out, ref = out_like.copy(), out_like.copy()
                 sm, sm_ref = np.empty(n), np.empty(n)
                 admm_rows(0, n, *args, out, sm, nrm)

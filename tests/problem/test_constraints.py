@@ -173,8 +173,7 @@ def test_from_arrays_transitivity_matches_closure(data):
     n = data.draw(st.integers(3, 8))
     all_pairs = [(a, b) for a in range(n) for b in range(a + 1, n)]
     pairs = data.draw(st.lists(st.sampled_from(all_pairs), min_size=1, max_size=12, unique=True))
-    t = data.draw(st.lists(st.sampled_from([1, 1, -1]), min_size=len(pairs),
-                           max_size=len(pairs)))
+    t = data.draw(st.lists(st.sampled_from([1, 1, -1]), min_size=len(pairs), max_size=len(pairs)))
     flip = data.draw(st.lists(st.booleans(), min_size=len(pairs), max_size=len(pairs)))
     i = [b if f else a for (a, b), f in zip(pairs, flip)]
     j = [a if f else b for (a, b), f in zip(pairs, flip)]
@@ -227,8 +226,17 @@ def test_error_hierarchy():
 
 @pytest.mark.parametrize(
     "must, cannot",
-    [(1, -1), ("must", "cannot"), ("ml", "cl"), ("ML", "CL"), ("must-link", "cannot-link"),
-     ("+1", "-1"), (" Must ", " Cannot "), (1.0, -1.0), (np.int8(1), np.int8(-1))],
+    [
+        (1, -1),
+        ("must", "cannot"),
+        ("ml", "cl"),
+        ("ML", "CL"),
+        ("must-link", "cannot-link"),
+        ("+1", "-1"),
+        (" Must ", " Cannot "),
+        (1.0, -1.0),
+        (np.int8(1), np.int8(-1)),
+    ],
 )
 def test_type_words_and_signs_accepted(must, cannot):
     c = Constraints.from_arrays([0, 2], [1, 3], [must, cannot], 4)
@@ -237,8 +245,17 @@ def test_type_words_and_signs_accepted(must, cannot):
 
 
 @pytest.mark.parametrize(
-    "bad", [["must", "maybe"], ["must", ""], [1, 0], [1, 2], [1.0, 0.5], [1.0, np.nan],
-            [1.0, np.inf], ["yes", "no"]],
+    "bad",
+    [
+        ["must", "maybe"],
+        ["must", ""],
+        [1, 0],
+        [1, 2],
+        [1.0, 0.5],
+        [1.0, np.nan],
+        [1.0, np.inf],
+        ["yes", "no"],
+    ],
 )
 def test_garbage_types_rejected(bad):
     with pytest.raises(ConstraintError, match="type"):
@@ -267,8 +284,9 @@ def test_whole_float_indices_accepted():
     assert list(zip(c.i.tolist(), c.j.tolist(), c.t.tolist())) == [(0, 2, -1), (1, 3, 1)]
 
 
-@pytest.mark.parametrize("bad", [np.array(["0", "1"]), np.array([True, False]),
-                                 np.array([0, 1], dtype=object)])
+@pytest.mark.parametrize(
+    "bad", [np.array(["0", "1"]), np.array([True, False]), np.array([0, 1], dtype=object)]
+)
 def test_non_numeric_indices_rejected(bad):
     with pytest.raises(ConstraintError, match="column i"):
         Constraints.from_arrays(bad, [2, 3], [1, 1], 4)
@@ -390,12 +408,19 @@ def test_adjacency_symmetric_and_consistent(data):
         expected[a].append((b, s))
         expected[b].append((a, s))
     for p in range(n):
-        got = list(zip(partner[indptr[p]:indptr[p + 1]].tolist(),
-                       sign[indptr[p]:indptr[p + 1]].tolist()))
+        got = list(
+            zip(
+                partner[indptr[p] : indptr[p + 1]].tolist(),
+                sign[indptr[p] : indptr[p + 1]].tolist(),
+            )
+        )
         assert got == sorted(expected[p])  # partners sorted per point
     # symmetry: q in list(p) with sign s <=> p in list(q) with sign s
-    triples = {(p, int(partner[k]), int(sign[k]))
-               for p in range(n) for k in range(indptr[p], indptr[p + 1])}
+    triples = {
+        (p, int(partner[k]), int(sign[k]))
+        for p in range(n)
+        for k in range(indptr[p], indptr[p + 1])
+    }
     assert triples == {(q, p, s) for p, q, s in triples}
     # cached: same object on the second call
     assert c.adjacency() is c.adjacency()
@@ -458,7 +483,8 @@ def test_sample_can_exhaust_all_pairs():
     labels = np.array([0, 0, 0, 1, 1, -1])
     c = sample_constraints(labels, 4, 6, seed=0)
     assert set(zip(c.i.tolist(), c.j.tolist())) == {
-        (a, b) for a in range(5) for b in range(a + 1, 5)}
+        (a, b) for a in range(5) for b in range(a + 1, 5)
+    }
     _check_sample(c, labels)
 
 
@@ -495,10 +521,13 @@ def test_sample_default_too_many_for_tiny_classes():
     assert "--n-must 0" in str(info.value)
 
 
-@pytest.mark.parametrize("labels, kwargs, why", [
-    (np.zeros(10, int), {}, "all in one class"),
-    (np.r_[0, -np.ones(9, int)], {"n_must": 0, "n_cannot": 3}, "fewer than two"),
-])
+@pytest.mark.parametrize(
+    "labels, kwargs, why",
+    [
+        (np.zeros(10, int), {}, "all in one class"),
+        (np.r_[0, -np.ones(9, int)], {"n_must": 0, "n_cannot": 3}, "fewer than two"),
+    ],
+)
 def test_sample_no_cannot_link_pair_possible(labels, kwargs, why):
     with pytest.raises(ValidationError, match="n_cannot") as info:
         sample_constraints(labels, seed=0, **kwargs)
@@ -538,8 +567,9 @@ def test_sample_bad_counts(name, bad):
         sample_constraints(np.array([0, 0, 1, 1, 2, 2]), **{name: bad})
 
 
-@pytest.mark.parametrize("labels", [np.array([0.0, 1.0, 1.0]), np.array([[0, 1], [1, 0]]),
-                                    np.array(["a", "b", "a"])])
+@pytest.mark.parametrize(
+    "labels", [np.array([0.0, 1.0, 1.0]), np.array([[0, 1], [1, 0]]), np.array(["a", "b", "a"])]
+)
 def test_sample_bad_labels(labels):
     with pytest.raises(ValidationError, match="labels"):
         sample_constraints(labels, 1, 1)

@@ -28,10 +28,10 @@ from npkl_dist import (
     objective,
     sample_constraints,
 )
-from npkl_dist.solvers.bcd._fit import STALL_KKT_FACTOR
-from npkl_dist.solvers.bcd._joint import KINK_RTOL
 from npkl_dist.evaluate import pairwise_accuracy_bruteforce
 from npkl_dist.executors import InProcessExecutor
+from npkl_dist.solvers.bcd._fit import STALL_KKT_FACTOR
+from npkl_dist.solvers.bcd._joint import KINK_RTOL
 
 N = 12
 
@@ -67,8 +67,9 @@ def problem(chain_L, cons):
 @pytest.mark.parametrize("loss", LOSSES)
 @pytest.mark.parametrize("dtype", ["float32", "float64", np.float32, np.dtype(np.float64)])
 def test_build_valid(chain_L, cons, loss, dtype):
-    p = NPKLProblem.build(chain_L, cons, loss=loss, gamma=3, rank=2, bound=0.5, seed=7,
-                          dtype=dtype)
+    p = NPKLProblem.build(
+        chain_L, cons, loss=loss, gamma=3, rank=2, bound=0.5, seed=7, dtype=dtype
+    )
     assert p.loss == loss and p.rank == 2 and p.seed == 7
     assert p.gamma == 3.0 and isinstance(p.gamma, float)
     assert p.bound == 0.5
@@ -128,66 +129,77 @@ def _zero_diag_L(L):
 @pytest.mark.parametrize(
     "make_L, kwargs, name, match",
     [
-        pytest.param(lambda L: L.toarray(), {}, "L", "expected a square scipy sparse matrix",
-                     id="L-dense"),
-        pytest.param(lambda L: L[:, :-1], {}, "L", "expected a square scipy sparse matrix",
-                     id="L-nonsquare"),
-        pytest.param(lambda L: "L", {}, "L", "expected a square scipy sparse matrix",
-                     id="L-string"),
-        pytest.param(lambda L: L, {"loss": "logistic"}, "loss", "'logistic' is not one of",
-                     id="loss-unknown"),
-        pytest.param(lambda L: L, {"loss": "Square"}, "loss", "not one of",
-                     id="loss-case"),
-        pytest.param(lambda L: L, {"gamma": 0}, "gamma", "finite number > 0",
-                     id="gamma-zero"),
-        pytest.param(lambda L: L, {"gamma": -1.0}, "gamma", "finite number > 0",
-                     id="gamma-negative"),
-        pytest.param(lambda L: L, {"gamma": np.nan}, "gamma", "finite number > 0",
-                     id="gamma-nan"),
-        pytest.param(lambda L: L, {"gamma": np.inf}, "gamma", "finite number > 0",
-                     id="gamma-inf"),
-        pytest.param(lambda L: L, {"gamma": True}, "gamma", "finite number > 0",
-                     id="gamma-bool"),
-        pytest.param(lambda L: L, {"gamma": "1"}, "gamma", "finite number > 0",
-                     id="gamma-str"),
-        pytest.param(lambda L: L, {"bound": 0.0}, "bound", "finite number > 0",
-                     id="bound-zero"),
-        pytest.param(lambda L: L, {"bound": -2}, "bound", "finite number > 0",
-                     id="bound-negative"),
-        pytest.param(lambda L: L, {"bound": np.nan}, "bound", "finite number > 0",
-                     id="bound-nan"),
-        pytest.param(lambda L: L, {"dtype": "int32"}, "dtype", "'float32' or 'float64'",
-                     id="dtype-int32"),
-        pytest.param(lambda L: L, {"dtype": "float16"}, "dtype", "'float32' or 'float64'",
-                     id="dtype-float16"),
         pytest.param(
-            lambda L: L, {"dtype": "banana"}, "dtype", "expected 'float32' or 'float64'",
+            lambda L: L.toarray(), {}, "L", "expected a square scipy sparse matrix", id="L-dense"
+        ),
+        pytest.param(
+            lambda L: L[:, :-1], {}, "L", "expected a square scipy sparse matrix", id="L-nonsquare"
+        ),
+        pytest.param(
+            lambda L: "L", {}, "L", "expected a square scipy sparse matrix", id="L-string"
+        ),
+        pytest.param(
+            lambda L: L,
+            {"loss": "logistic"},
+            "loss",
+            "'logistic' is not one of",
+            id="loss-unknown",
+        ),
+        pytest.param(lambda L: L, {"loss": "Square"}, "loss", "not one of", id="loss-case"),
+        pytest.param(lambda L: L, {"gamma": 0}, "gamma", "finite number > 0", id="gamma-zero"),
+        pytest.param(
+            lambda L: L, {"gamma": -1.0}, "gamma", "finite number > 0", id="gamma-negative"
+        ),
+        pytest.param(lambda L: L, {"gamma": np.nan}, "gamma", "finite number > 0", id="gamma-nan"),
+        pytest.param(lambda L: L, {"gamma": np.inf}, "gamma", "finite number > 0", id="gamma-inf"),
+        pytest.param(lambda L: L, {"gamma": True}, "gamma", "finite number > 0", id="gamma-bool"),
+        pytest.param(lambda L: L, {"gamma": "1"}, "gamma", "finite number > 0", id="gamma-str"),
+        pytest.param(lambda L: L, {"bound": 0.0}, "bound", "finite number > 0", id="bound-zero"),
+        pytest.param(
+            lambda L: L, {"bound": -2}, "bound", "finite number > 0", id="bound-negative"
+        ),
+        pytest.param(lambda L: L, {"bound": np.nan}, "bound", "finite number > 0", id="bound-nan"),
+        pytest.param(
+            lambda L: L, {"dtype": "int32"}, "dtype", "'float32' or 'float64'", id="dtype-int32"
+        ),
+        pytest.param(
+            lambda L: L,
+            {"dtype": "float16"},
+            "dtype",
+            "'float32' or 'float64'",
+            id="dtype-float16",
+        ),
+        pytest.param(
+            lambda L: L,
+            {"dtype": "banana"},
+            "dtype",
+            "expected 'float32' or 'float64'",
             id="dtype-unparseable",
         ),
-        pytest.param(lambda L: L, {"rank": 0}, "rank", "positive integer",
-                     id="rank-zero"),
-        pytest.param(lambda L: L, {"rank": -3}, "rank", "positive integer",
-                     id="rank-negative"),
-        pytest.param(lambda L: L, {"rank": 2.0}, "rank", "positive integer",
-                     id="rank-float"),
-        pytest.param(lambda L: L, {"rank": True}, "rank", "positive integer",
-                     id="rank-bool"),
-        pytest.param(lambda L: L, {"rank": N + 1}, "rank", "larger than possible",
-                     id="rank-above-n"),
-        pytest.param(lambda L: L, {"seed": -1}, "seed", "non-negative integer",
-                     id="seed-negative"),
-        pytest.param(lambda L: L, {"seed": 1.5}, "seed", "non-negative integer",
-                     id="seed-float"),
-        pytest.param(lambda L: L, {"seed": None}, "seed", "non-negative integer",
-                     id="seed-none"),
-        pytest.param(_nan_L, {}, "L", "NaN or inf",
-                     id="L-nan"),
-        pytest.param(_asym_L, {}, "L", "not symmetric",
-                     id="L-nonsymmetric"),
-        pytest.param(_nonpositive_diag_L, {}, "L", r"rows \[4, 8\] are",
-                     id="L-nonpositive-diagonal"),
-        pytest.param(_zero_diag_L, {}, "L", r"diagonal entries must be > 0 .* rows \[6\]",
-                     id="L-zero-diagonal"),
+        pytest.param(lambda L: L, {"rank": 0}, "rank", "positive integer", id="rank-zero"),
+        pytest.param(lambda L: L, {"rank": -3}, "rank", "positive integer", id="rank-negative"),
+        pytest.param(lambda L: L, {"rank": 2.0}, "rank", "positive integer", id="rank-float"),
+        pytest.param(lambda L: L, {"rank": True}, "rank", "positive integer", id="rank-bool"),
+        pytest.param(
+            lambda L: L, {"rank": N + 1}, "rank", "larger than possible", id="rank-above-n"
+        ),
+        pytest.param(
+            lambda L: L, {"seed": -1}, "seed", "non-negative integer", id="seed-negative"
+        ),
+        pytest.param(lambda L: L, {"seed": 1.5}, "seed", "non-negative integer", id="seed-float"),
+        pytest.param(lambda L: L, {"seed": None}, "seed", "non-negative integer", id="seed-none"),
+        pytest.param(_nan_L, {}, "L", "NaN or inf", id="L-nan"),
+        pytest.param(_asym_L, {}, "L", "not symmetric", id="L-nonsymmetric"),
+        pytest.param(
+            _nonpositive_diag_L, {}, "L", r"rows \[4, 8\] are", id="L-nonpositive-diagonal"
+        ),
+        pytest.param(
+            _zero_diag_L,
+            {},
+            "L",
+            r"diagonal entries must be > 0 .* rows \[6\]",
+            id="L-zero-diagonal",
+        ),
     ],
 )
 def test_build_errors_name_the_argument(chain_L, cons, make_L, kwargs, name, match):
@@ -268,7 +280,8 @@ def test_default_rank_large_m_exact(r0, where, data):
 
 
 @pytest.mark.parametrize(
-    "r", [10**8, 10**12 + 7, 10**15 + 3, 2**53 + 1, 10**17 + 1, 10**18 + 1, 10**20 + 1])
+    "r", [10**8, 10**12 + 7, 10**15 + 3, 2**53 + 1, 10**17 + 1, 10**18 + 1, 10**20 + 1]
+)
 def test_default_rank_at_triangular_boundaries(r):
     tri = r * (r + 1) // 2
     assert default_rank(tri - 1, HUGE, cap=HUGE) == r - 1
@@ -327,6 +340,7 @@ def test_convergence_warning_suggests_block_solves_only_where_they_apply(problem
     """A sweep fit that runs out of sweeps names method='block' when the loss and the
     executor allow it; a block fit, the linear loss or an executor without block solves
     get no such hint."""
+
     def message(p, **kw):
         with pytest.warns(ConvergenceWarning) as rec:
             fit_bcd(p, max_sweeps=2, tol=0.0, **kw)
@@ -352,8 +366,9 @@ def _stalling_hinge_problem(loss="hinge"):
     X = rng.standard_normal((100, 3))
     y = (X[:, 0] > 0).astype(np.int64) + (X[:, 1] > 0)
     g = knn_graph(X, 6, warn=False)
-    return NPKLProblem.build(g.laplacian(1e-3), sample_constraints(y, seed=0), loss=loss,
-                            rank=8, seed=0)
+    return NPKLProblem.build(
+        g.laplacian(1e-3), sample_constraints(y, seed=0), loss=loss, rank=8, seed=0
+    )
 
 
 #: The joint move of the exact kink set alone: the move that let hinge fits stall here
@@ -367,8 +382,9 @@ def test_a_stalled_fit_is_reported():
     losses on the same graph stop at a residual near tol and say nothing."""
     p = _stalling_hinge_problem()
     with pytest.warns(ConvergenceWarning, match="stalled") as rec:
-        r = fit_bcd(p, method="sweeps", max_sweeps=3000, tol=1e-5, hinge_kkt=False,
-                    kink_ladder=EXACT_KINKS)
+        r = fit_bcd(
+            p, method="sweeps", max_sweeps=3000, tol=1e-5, hinge_kkt=False, kink_ladder=EXACT_KINKS
+        )
     assert r.converged and r.kkt > STALL_KKT_FACTOR * 1e-5
     msg = str(rec[0].message)
     assert f"{r.kkt:.3g}" in msg and "tol_kkt" in msg and "method='block'" in msg
@@ -380,8 +396,7 @@ def test_a_stalled_fit_is_reported():
     for loss in ("square", "squared_hinge"):
         with warnings.catch_warnings():
             warnings.simplefilter("error", NpklWarning)
-            s = fit_bcd(_stalling_hinge_problem(loss), method="sweeps", max_sweeps=3000,
-                        tol=1e-5)
+            s = fit_bcd(_stalling_hinge_problem(loss), method="sweeps", max_sweeps=3000, tol=1e-5)
         assert s.converged and s.kkt < 2e-5
 
 
@@ -400,12 +415,27 @@ def test_hinge_default_stop_goes_on_to_a_stationary_point():
     ends = []
     for method in ("sweeps", "block"):
         with pytest.warns(ConvergenceWarning, match="stalled"):
-            stalled = fit_bcd(p, method=method, max_sweeps=3000, tol=1e-5, hinge_kkt=False,
-                              kink_ladder=EXACT_KINKS, start="random", c_passes=1)
+            stalled = fit_bcd(
+                p,
+                method=method,
+                max_sweeps=3000,
+                tol=1e-5,
+                hinge_kkt=False,
+                kink_ladder=EXACT_KINKS,
+                start="random",
+                c_passes=1,
+            )
         with warnings.catch_warnings():
             warnings.simplefilter("error", NpklWarning)
-            r = fit_bcd(p, method=method, max_sweeps=3000, tol=1e-5, kink_ladder=EXACT_KINKS,
-                        start="random", c_passes=1)
+            r = fit_bcd(
+                p,
+                method=method,
+                max_sweeps=3000,
+                tol=1e-5,
+                kink_ladder=EXACT_KINKS,
+                start="random",
+                c_passes=1,
+            )
         assert r.converged and r.kkt < 1e-5 < STALL_KKT_FACTOR * 1e-5 < stalled.kkt
         assert len(r.change_trace) > len(stalled.change_trace)
         assert r.objective < stalled.objective - 1e-2
@@ -413,8 +443,9 @@ def test_hinge_default_stop_goes_on_to_a_stationary_point():
     assert abs(ends[0][0] - ends[1][0]) > 1e-2  # two different stalls
     assert ends[0][1] == pytest.approx(ends[1][1], rel=1e-7)  # one optimum
     # an explicit tol_kkt replaces the default bound (a loose one lets the stall pass)
-    loose = fit_bcd(p, method="sweeps", max_sweeps=3000, tol=1e-5, tol_kkt=1.0,
-                    kink_ladder=EXACT_KINKS)
+    loose = fit_bcd(
+        p, method="sweeps", max_sweeps=3000, tol=1e-5, tol_kkt=1.0, kink_ladder=EXACT_KINKS
+    )
     assert loose.converged and loose.kkt > STALL_KKT_FACTOR * 1e-5
 
 
@@ -428,8 +459,7 @@ def test_kink_ladder_moves_leave_the_stall():
         with warnings.catch_warnings():
             warnings.simplefilter("error", NpklWarning)
             rule = fit_bcd(p, method=method, max_sweeps=3000, tol=1e-5, hinge_kkt=False)
-            exact = fit_bcd(p, method=method, max_sweeps=3000, tol=1e-5,
-                            kink_ladder=EXACT_KINKS)
+            exact = fit_bcd(p, method=method, max_sweeps=3000, tol=1e-5, kink_ladder=EXACT_KINKS)
         assert rule.converged and rule.kkt < 1e-5
         assert rule.objective == pytest.approx(exact.objective, rel=1e-7)
         assert len(rule.change_trace) < len(exact.change_trace)
@@ -437,8 +467,9 @@ def test_kink_ladder_moves_leave_the_stall():
         assert np.all(np.diff(trace) <= 1e-12 * np.abs(trace[1:]))
 
 
-@pytest.mark.parametrize("ladder", [(), (0.0,), (1e-3, 1.0), (float("nan"),), "1e-3", 1e-3,
-                                    (True,)])
+@pytest.mark.parametrize(
+    "ladder", [(), (0.0,), (1e-3, 1.0), (float("nan"),), "1e-3", 1e-3, (True,)]
+)
 def test_kink_ladder_bad(ladder):
     p = _stalling_hinge_problem()
     with pytest.raises(ValidationError, match=r"kink_ladder: expected a non-empty sequence"):
@@ -465,14 +496,23 @@ def test_kernel_kmeans_bad_clusters(k, rng):
         kernel_kmeans(V, k)
 
 
-@pytest.mark.parametrize("V, match", [
-    (np.ones(5), r"V: expected a 2-D numeric array \(n_points, rank\), got float64 of shape "
-                 r"\(5,\)"),
-    (np.zeros((0, 2)), r"V: expected a 2-D .* shape \(0, 2\)"),
-    (np.array([["a", "b"]]), r"V: expected a 2-D numeric array"),
-    (np.array([[1.0, 2.0], [np.nan, 0.0], [0.0, np.inf]]), r"V: holds NaN or inf in row\(s\) "
-                                                           r"\[1, 2\]; cluster a finite"),
-])
+@pytest.mark.parametrize(
+    "V, match",
+    [
+        (
+            np.ones(5),
+            r"V: expected a 2-D numeric array \(n_points, rank\), got float64 of shape "
+            r"\(5,\)",
+        ),
+        (np.zeros((0, 2)), r"V: expected a 2-D .* shape \(0, 2\)"),
+        (np.array([["a", "b"]]), r"V: expected a 2-D numeric array"),
+        (
+            np.array([[1.0, 2.0], [np.nan, 0.0], [0.0, np.inf]]),
+            r"V: holds NaN or inf in row\(s\) "
+            r"\[1, 2\]; cluster a finite",
+        ),
+    ],
+)
 def test_kernel_kmeans_bad_factor(V, match):
     """The factor is checked by name before scikit-learn sees it (its own messages name X)."""
     with pytest.raises(ValidationError, match=match):
@@ -550,8 +590,13 @@ def test_clustering_metrics_rand_matches_bruteforce(rng):
     assert 0 <= m["rand_accuracy"] <= 1 and -1 <= m["ari"] <= 1 and 0 <= m["nmi"] <= 1
 
 
-@given(n=st.integers(1, 30), density=st.floats(0.0, 0.5), sym=st.booleans(),
-       dup=st.booleans(), seed=st.integers(0, 2**31 - 1))
+@given(
+    n=st.integers(1, 30),
+    density=st.floats(0.0, 0.5),
+    sym=st.booleans(),
+    dup=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
 @settings(max_examples=80, deadline=None)
 def test_csr_laplacian_stats_equal_numpy_and_scipy(n, density, sym, dup, seed):
     """The compiled checks of NPKLProblem.build against numpy/scipy on random sparse
@@ -569,9 +614,13 @@ def test_csr_laplacian_stats_equal_numpy_and_scipy(n, density, sym, dup, seed):
             M.data[rng.integers(M.nnz)] *= 1.0 + 1e-9 * rng.uniform(-1, 1)
     if dup and M.nnz:
         M = M.tocoo()
-        M = sp.coo_matrix((np.r_[M.data, M.data[:1], 0.0],
-                           (np.r_[M.row, M.row[:1], M.row[:1]],
-                            np.r_[M.col, M.col[:1], M.col[:1]])), shape=(n, n))
+        M = sp.coo_matrix(
+            (
+                np.r_[M.data, M.data[:1], 0.0],
+                (np.r_[M.row, M.row[:1], M.row[:1]], np.r_[M.col, M.col[:1], M.col[:1]]),
+            ),
+            shape=(n, n),
+        )
     M = sp.csr_matrix(M)
     M.sum_duplicates()
     if seed % 3 == 0:  # a positive diagonal, stored

@@ -117,19 +117,22 @@ def check_schedule(plan, S, pairs):
         assert np.array_equal(rows, np.flatnonzero(plan.colour == c))
         assert uptr[0] == 0 and uptr[-1] == rows.size and np.all(np.diff(uptr) > 0)
         for u in range(uptr.size - 1):  # a unit = the colour's rows in exactly one block
-            assert np.unique(block[rows[uptr[u]:uptr[u + 1]]]).size == 1
+            assert np.unique(block[rows[uptr[u] : uptr[u + 1]]]).size == 1
         assert np.unique(block[rows]).size == uptr.size - 1
 
 
 @HYP
-@given(small_problems(), st.sampled_from(["rcm", "none"]), st.integers(1, 8),
-       st.sampled_from([1, 2, 3]))
+@given(
+    small_problems(),
+    st.sampled_from(["rcm", "none"]),
+    st.integers(1, 8),
+    st.sampled_from([1, 2, 3]),
+)
 def test_block_plan_schedule_is_valid(case, relabel, n_blocks, align):
     """Blocks scheme on random graphs and constraints, any block count and alignment:
     deferral leaves no conflict between rows of one step in different blocks."""
     problem, S, pairs = case
-    plan = make_plan(problem, relabel=relabel, scheme="blocks", n_blocks=n_blocks,
-                     align=align)
+    plan = make_plan(problem, relabel=relabel, scheme="blocks", n_blocks=n_blocks, align=align)
     assert plan.scheme == "blocks"
     check_schedule(plan, S, pairs)
     n = problem.n_points
@@ -172,12 +175,18 @@ def test_block_plan_on_long_range_graph(rng, n_blocks):
         assert kept.all()  # two blocks: nothing can clash
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"scheme": "stripes"}, "scheme"), ({"scheme": None}, "scheme"),
-    ({"n_blocks": 0}, "n_blocks"), ({"n_blocks": 2.5}, "n_blocks"),
-    ({"n_blocks": True}, "n_blocks"),
-    ({"align": 0}, "align"), ({"align": "1024"}, "align"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"scheme": "stripes"}, "scheme"),
+        ({"scheme": None}, "scheme"),
+        ({"n_blocks": 0}, "n_blocks"),
+        ({"n_blocks": 2.5}, "n_blocks"),
+        ({"n_blocks": True}, "n_blocks"),
+        ({"align": 0}, "align"),
+        ({"align": "1024"}, "align"),
+    ],
+)
 def test_make_plan_bad_scheme_arguments(kwargs, match):
     c = Constraints.from_arrays([0], [1], [1], 4)
     problem = NPKLProblem.build(laplacian(sp.csr_matrix(np.ones((4, 4)) - np.eye(4))), c, rank=1)
@@ -216,8 +225,12 @@ def test_relabel_round_trip_and_prepared_arrays(case, relabel, seed):
         expected[int(plan.rank_of[a])].append((int(plan.rank_of[b]), s))
         expected[int(plan.rank_of[b])].append((int(plan.rank_of[a]), s))
     for q in range(n):
-        got = list(zip(prep.cidx[prep.cptr[q]:prep.cptr[q + 1]].tolist(),
-                       prep.csgn[prep.cptr[q]:prep.cptr[q + 1]].tolist()))
+        got = list(
+            zip(
+                prep.cidx[prep.cptr[q] : prep.cptr[q + 1]].tolist(),
+                prep.csgn[prep.cptr[q] : prep.cptr[q + 1]].tolist(),
+            )
+        )
         assert got == sorted(expected[q])
     assert prep.pmax == max(len(v) for v in expected.values())
     # the plan with L in its order (fit_bcd and fit_admm permute L once for both): the same
@@ -289,8 +302,10 @@ def test_fit_bcd_same_objective_with_and_without_relabelling(seed):
     c = sample_constraints(labels, 15, 15, seed=seed)
     problem = NPKLProblem.build(g.laplacian(), c, loss="square", gamma=5.0, rank=3, seed=seed)
     V0 = initial_V(problem, np.random.default_rng(seed + 100))
-    results = {rl: fit_bcd(problem, V0=V0, relabel=rl, max_sweeps=3000, tol=1e-9)
-               for rl in ("rcm", "none")}
+    results = {
+        rl: fit_bcd(problem, V0=V0, relabel=rl, max_sweeps=3000, tol=1e-9)
+        for rl in ("rcm", "none")
+    }
     a, b = results["rcm"], results["none"]
     assert a.converged and b.converged
     assert a.objective < a.objective_initial
@@ -314,10 +329,16 @@ def test_permute_and_split_equal_scipys_fancy_indexing_and_coo_route():
     n = 300
     rows, cols = rng.integers(0, n, 4000), rng.integers(0, n, 4000)
     A = sp.coo_matrix((rng.standard_normal(4000), (rows, cols)), shape=(n, n))
-    A = sp.csr_matrix((A + A.T + sp.identity(n) * 5.0))
+    A = sp.csr_matrix(A + A.T + sp.identity(n) * 5.0)
     # the last row once more holds its last column (a duplicate), rows stored reversed
-    dup = sp.csr_matrix((np.r_[A.data, 1.5], np.r_[A.indices, A.indices[-1]],
-                         np.r_[A.indptr[:-1], A.indptr[-1] + 1]), shape=(n, n))
+    dup = sp.csr_matrix(
+        (
+            np.r_[A.data, 1.5],
+            np.r_[A.indices, A.indices[-1]],
+            np.r_[A.indptr[:-1], A.indptr[-1] + 1],
+        ),
+        shape=(n, n),
+    )
     for i in range(n):
         sl = slice(dup.indptr[i], dup.indptr[i + 1])
         dup.indices[sl], dup.data[sl] = dup.indices[sl][::-1].copy(), dup.data[sl][::-1].copy()
@@ -333,12 +354,13 @@ def test_permute_and_split_equal_scipys_fancy_indexing_and_coo_route():
         dense = got.toarray()
         np.testing.assert_array_equal(d, np.diag(dense))
         np.testing.assert_array_equal(off.toarray(), dense - np.diag(np.diag(dense)))
-        assert np.all(np.diff(off.indices[off.indptr[0]:off.indptr[1]]) > 0)
+        assert np.all(np.diff(off.indices[off.indptr[0] : off.indptr[1]]) > 0)
         assert not np.any(np.repeat(np.arange(n), np.diff(off.indptr)) == off.indices)
         # the plan's bandwidth pass against numpy
         rows = np.repeat(np.arange(n), np.diff(got.indptr))
         assert _bandwidth(got.indptr.astype(np.int64), got.indices.astype(np.int64)) == int(
-            np.abs(rows - got.indices).max())
+            np.abs(rows - got.indices).max()
+        )
     assert _bandwidth(np.zeros(4, np.int64), np.zeros(0, np.int64)) == 0  # no entries
 
 
@@ -362,8 +384,14 @@ def test_permute_split_is_permute_then_split(dtype, global_random_seed):
     A[5, :] = 0.0  # an empty row
     A = A.tocsr()
     A.sum_duplicates()
-    dup = sp.csr_matrix((np.r_[A.data, dtype(1.5)], np.r_[A.indices, A.indices[-1]],
-                         np.r_[A.indptr[:-1], A.indptr[-1] + 1]), shape=(n, n))
+    dup = sp.csr_matrix(
+        (
+            np.r_[A.data, dtype(1.5)],
+            np.r_[A.indices, A.indices[-1]],
+            np.r_[A.indptr[:-1], A.indptr[-1] + 1],
+        ),
+        shape=(n, n),
+    )
     for i in range(n):
         sl = slice(dup.indptr[i], dup.indptr[i + 1])
         dup.indices[sl], dup.data[sl] = dup.indices[sl][::-1].copy(), dup.data[sl][::-1].copy()
@@ -382,12 +410,12 @@ def test_permute_split_is_permute_then_split(dtype, global_random_seed):
         np.testing.assert_array_equal(got.tocsr().toarray(), M.toarray()[order][:, order])
 
 
-
 @pytest.mark.parametrize("serial", [False, True])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("n, nnz", [(301, 4000), (301, 40000), (200, 30000)])
-def test_split_nonzero_of_unsorted_rows_is_the_scipy_route(serial, index_dtype, n, nnz,
-                                                           global_random_seed):
+def test_split_nonzero_of_unsorted_rows_is_the_scipy_route(
+    serial, index_dtype, n, nnz, global_random_seed
+):
     """The AMG levels' compiled sorted split equals ``_split(_nonzero(A))`` array for array on
     rows stored in scrambled order: explicit zeros off and on the diagonal, rows without a
     diagonal, an empty row; a matrix with a duplicate column takes that route itself. Rows
@@ -427,7 +455,7 @@ def test_split_nonzero_of_unsorted_rows_is_the_scipy_route(serial, index_dtype, 
         np.testing.assert_array_equal(diag, wdiag)
         assert np.all(val != 0)
         for i in range(n):
-            assert np.all(np.diff(idx[ptr[i]:ptr[i + 1]]) > 0)
+            assert np.all(np.diff(idx[ptr[i] : ptr[i + 1]]) > 0)
     long_rows = np.diff(A.indptr) > RADIX_MIN_ROW + 1
     assert long_rows.any() if nnz > 10000 else not long_rows.all()
 
@@ -440,17 +468,25 @@ def test_radix_sort_row_is_a_stable_sort(passes, global_random_seed):
     from npkl_dist.linalg._csr import radix_passes, radix_sort_row
 
     rng = np.random.default_rng(global_random_seed)
-    hi = 256 ** passes
+    hi = 256**passes
     assert radix_passes(hi) == passes and radix_passes(hi + 1) == passes + 1
     for k in (0, 1, 2, 33, 150, 400):
         keys = rng.integers(0, hi, k + 10)
-        keys[5:5 + k // 2] = keys[5 + k // 2:5 + 2 * (k // 2)]  # equal keys in pairs
+        keys[5 : 5 + k // 2] = keys[5 + k // 2 : 5 + 2 * (k // 2)]  # equal keys in pairs
         vals = rng.standard_normal(k + 10)
         want_k, want_v = keys.copy(), vals.copy()
-        o = np.argsort(keys[5:5 + k], kind="stable")
-        want_k[5:5 + k], want_v[5:5 + k] = keys[5:5 + k][o], vals[5:5 + k][o]
-        radix_sort_row(keys, vals, 5, 5 + k, np.empty(k + 1, np.int64), np.empty(k + 1),
-                       np.empty(256, np.int64), passes)
+        o = np.argsort(keys[5 : 5 + k], kind="stable")
+        want_k[5 : 5 + k], want_v[5 : 5 + k] = keys[5 : 5 + k][o], vals[5 : 5 + k][o]
+        radix_sort_row(
+            keys,
+            vals,
+            5,
+            5 + k,
+            np.empty(k + 1, np.int64),
+            np.empty(k + 1),
+            np.empty(256, np.int64),
+            passes,
+        )
         np.testing.assert_array_equal(keys, want_k)
         np.testing.assert_array_equal(vals, want_v)
 
@@ -481,9 +517,14 @@ def test_rcm_equals_scipys_order(rng):
     from npkl_dist.solvers._plan import reverse_cuthill_mckee
 
     cases = []
-    for n, density, diagonal, components in [(1, 0.0, True, 1), (2, 0.0, False, 1),
-                                             (40, 0.05, False, 1), (200, 0.02, True, 3),
-                                             (500, 0.004, False, 5), (300, 0.05, True, 1)]:
+    for n, density, diagonal, components in [
+        (1, 0.0, True, 1),
+        (2, 0.0, False, 1),
+        (40, 0.05, False, 1),
+        (200, 0.02, True, 3),
+        (500, 0.004, False, 5),
+        (300, 0.05, True, 1),
+    ]:
         cases.append(_random_symmetric_graph(rng, n, density, diagonal, components))
     X = rng.standard_normal((600, 3))
     cases.append(sp.csr_matrix(knn_graph(X, k=6).laplacian()))

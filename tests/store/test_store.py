@@ -31,16 +31,16 @@ from hypothesis import strategies as st  # noqa: E402
 from npkl_dist import Constraints, SweepPlan, ValidationError, sample_constraints  # noqa: E402
 from npkl_dist.store import (  # noqa: E402
     FORMAT_VERSION,
+    RunNotFoundError,
     RunStore,
     StoreError,
     StoreLockedError,
     StoreVersionError,
-    RunNotFoundError,
     StoreWarning,
     resolve_run,
 )
-from npkl_dist.store._objects import WriterLock  # noqa: E402
 from npkl_dist.store._format import POINTER_KEY  # noqa: E402
+from npkl_dist.store._objects import WriterLock  # noqa: E402
 
 CONFIG = {"solver": "bcd", "rank": 4, "gamma": 0.5, "seed": 7, "loss": "square"}
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -110,13 +110,18 @@ def _commit(rs, step, V, row_block, *, rng_seed=0, order=None):
     n, r = V.shape
     ckpt = rs.begin_checkpoint(step, n, r, V.dtype, row_block=row_block)
     starts = list(range(0, n, row_block))
-    for s in (starts if order is None else [starts[k] for k in order]):
-        rs.write_V_block(ckpt, s, V[s: s + row_block])
+    for s in starts if order is None else [starts[k] for k in order]:
+        rs.write_V_block(ckpt, s, V[s : s + row_block])
     rng = np.random.default_rng(rng_seed)
-    rs.commit_checkpoint(ckpt, {
-        "sweep": step, "objective": float(np.sum(V * V)),
-        "rng_state": rng.bit_generator.state, "parameters": {"gamma": 0.5},
-    })
+    rs.commit_checkpoint(
+        ckpt,
+        {
+            "sweep": step,
+            "objective": float(np.sum(V * V)),
+            "rng_state": rng.bit_generator.state,
+            "parameters": {"gamma": 0.5},
+        },
+    )
     return ckpt
 
 
@@ -164,8 +169,9 @@ class StoreConformance:
         with pytest.raises(StoreError, match="already exists") as info:
             RunStore.create(url, config=CONFIG, storage_options=storage_options)
         assert store.url in str(info.value) and "overwrite=True" in str(info.value)
-        with RunStore.create(url, config={"new": 1}, overwrite=True,
-                             storage_options=storage_options) as rs:
+        with RunStore.create(
+            url, config={"new": 1}, overwrite=True, storage_options=storage_options
+        ) as rs:
             assert rs.config == {"new": 1}
             assert not rs.stage_done("inputs")
 
@@ -200,7 +206,8 @@ class StoreConformance:
                 r.mark_stage("x", {})
 
     def test_lock_free_handle_writes_blocks_of_uncommitted_checkpoints(
-            self, store, url, storage_options):
+        self, store, url, storage_options
+    ):
         # a Dask worker opens the run with mode="r" and writes its own row blocks
         a = _commit(store, 1, np.ones((8, 2)), 4)
         ck = store.begin_checkpoint(2, 8, 2, np.float64, row_block=4)
@@ -225,8 +232,11 @@ class StoreConformance:
         assert isinstance(gc, Constraints)
         for f in ("i", "j", "t"):
             assert np.array_equal(getattr(gc, f), getattr(c, f))
-        assert (gc.n_points, gc.diagonal, gc.n_duplicates) == (c.n_points, c.diagonal,
-                                                               c.n_duplicates)
+        assert (gc.n_points, gc.diagonal, gc.n_duplicates) == (
+            c.n_points,
+            c.diagonal,
+            c.n_duplicates,
+        )
         assert store.stage_done("inputs")
 
     def test_stage_writes_are_idempotent_and_never_change(self, store):
@@ -255,8 +265,9 @@ class StoreConformance:
             assert B.shape == (hi - lo, 40) and (B != S[lo:hi]).nnz == 0
         deg = store.read_degrees()
         assert deg.dtype == np.float64
-        np.testing.assert_allclose(deg, np.asarray(S.astype(np.float64).sum(axis=1)).ravel(),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            deg, np.asarray(S.astype(np.float64).sum(axis=1)).ravel(), rtol=1e-12
+        )
         store.write_graph(S, row_block=7)  # same graph again: no-op
         with pytest.raises(StoreError, match="different content"):
             store.write_graph(S * 2, row_block=7)
@@ -272,9 +283,15 @@ class StoreConformance:
             assert np.array_equal(getattr(got, f), getattr(plan, f))
         assert got.n_colours == plan.n_colours and got.scheme == plan.scheme
         store.write_plan(plan, part)  # the same plan again: no-op
-        other = SweepPlan(plan.order, plan.rank_of, plan.colour, plan.colour_ptr,
-                          plan.colour_rows, plan.block_ptr,
-                          "colours" if scheme == "blocks" else "blocks")
+        other = SweepPlan(
+            plan.order,
+            plan.rank_of,
+            plan.colour,
+            plan.colour_ptr,
+            plan.colour_rows,
+            plan.block_ptr,
+            "colours" if scheme == "blocks" else "blocks",
+        )
         with pytest.raises(StoreError, match="different content"):
             store.write_plan(other, part)  # the scheme is part of the plan's identity
         if with_partition:
@@ -285,8 +302,12 @@ class StoreConformance:
     def test_results_and_stage_marks(self, store):
         labels = np.arange(40) % 3
         emb = np.random.default_rng(1).normal(size=(40, 2)).astype(np.float32)
-        store.write_results(labels=labels, embedding=emb,
-                            metrics={"ari": np.float64(0.5), "rand": 0.75}, n_iter=np.int64(12))
+        store.write_results(
+            labels=labels,
+            embedding=emb,
+            metrics={"ari": np.float64(0.5), "rand": 0.75},
+            n_iter=np.int64(12),
+        )
         got = store.read_results()
         assert np.array_equal(got["labels"], labels) and got["embedding"].dtype == np.float32
         assert np.array_equal(got["embedding"], emb)
@@ -336,7 +357,7 @@ class StoreConformance:
         a = _commit(store, 1, V, 4)
         b = store.begin_checkpoint(2, 10, 2, np.float64, row_block=4)
         for s in (0, 4, 8):
-            store.write_V_block(b, s, 2 * V[s: s + 4])
+            store.write_V_block(b, s, 2 * V[s : s + 4])
         manifest, got = store.latest_checkpoint()  # no warning: nothing torn was committed
         assert manifest["id"] == a and np.array_equal(got, V)
 
@@ -412,8 +433,9 @@ class StoreConformance:
             store.latest_checkpoint()
 
     def test_retention_keeps_the_newest(self, url, storage_options):
-        with RunStore.create(url, config=CONFIG, retention=3,
-                             storage_options=storage_options) as rs:
+        with RunStore.create(
+            url, config=CONFIG, retention=3, storage_options=storage_options
+        ) as rs:
             ids = [_commit(rs, k, np.full((6, 2), float(k)), 4) for k in range(5)]
             assert rs.committed_checkpoints() == ids[::-1][:3]
             on_disk = [x for x in rs._objects.list_dir("checkpoints") if x.startswith("ckpt-")]
@@ -454,9 +476,11 @@ class StoreConformance:
         assert worker.mode == "worker" and worker.url == store.url
         worker.write_V_block(ck, 0, np.ones((4, 2)))
         worker.write_V_block(ck, 4, np.ones((4, 2)))
-        for call in (lambda: worker.commit_checkpoint(ck, {}),
-                     lambda: worker.mark_stage("x", {}),
-                     lambda: worker.begin_checkpoint(4, 8, 2, np.float64, row_block=4)):
+        for call in (
+            lambda: worker.commit_checkpoint(ck, {}),
+            lambda: worker.mark_stage("x", {}),
+            lambda: worker.begin_checkpoint(4, 8, 2, np.float64, row_block=4),
+        ):
             with pytest.raises(StoreError, match="worker"):
                 call()
         worker.close()  # must not release the driver's lock
@@ -488,8 +512,13 @@ class StoreConformance:
         store.close()
         dead = subprocess.Popen([sys.executable, "-c", "pass"])
         dead.wait()
-        lock = {"host": socket.gethostname(), "pid": dead.pid, "since": "2026-01-01T00:00:00",
-                "token": "stale", "url": url}
+        lock = {
+            "host": socket.gethostname(),
+            "pid": dead.pid,
+            "since": "2026-01-01T00:00:00",
+            "token": "stale",
+            "url": url,
+        }
         store._objects.write_atomic(WriterLock.KEY, json.dumps(lock).encode())
         with pytest.warns(StoreWarning, match="stale writer lock"):
             rs = RunStore.open(url, "a", storage_options=storage_options)
@@ -498,8 +527,13 @@ class StoreConformance:
 
     def test_lock_of_another_host_needs_break_lock(self, store, url, storage_options):
         store.close()
-        lock = {"host": "elsewhere.example", "pid": 1, "since": "2026-01-01T00:00:00",
-                "token": "theirs", "url": url}
+        lock = {
+            "host": "elsewhere.example",
+            "pid": 1,
+            "since": "2026-01-01T00:00:00",
+            "token": "theirs",
+            "url": url,
+        }
         store._objects.write_atomic(WriterLock.KEY, json.dumps(lock).encode())
         with pytest.raises(StoreLockedError, match="elsewhere.example"):
             RunStore.open(url, "a", storage_options=storage_options)
@@ -576,8 +610,11 @@ class StoreConformance:
         real_set = zstore_cls.set
 
         async def failing_set(self, key, value, *args, **kwargs):
-            if key.startswith("checkpoints/ckpt-000002") and key.endswith("zarr.json") \
-                    and b"manifest" in value.to_bytes():
+            if (
+                key.startswith("checkpoints/ckpt-000002")
+                and key.endswith("zarr.json")
+                and b"manifest" in value.to_bytes()
+            ):
                 raise OSError(errno.ENOSPC, "No space left on device")
             return await real_set(self, key, value, *args, **kwargs)
 
@@ -591,17 +628,26 @@ class StoreConformance:
     def test_V_round_trip_property(self, url, storage_options):
         runs = iter(range(10**6))
 
-        @settings(max_examples=self.hypothesis_examples, deadline=None, derandomize=True,
-                  suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                         HealthCheck.too_slow])
-        @given(n=st.integers(1, 60), r=st.integers(1, 6), row_block=st.integers(1, 25),
-               dtype=st.sampled_from([np.float32, np.float64]), seed=st.integers(0, 2**32 - 1))
+        @settings(
+            max_examples=self.hypothesis_examples,
+            deadline=None,
+            derandomize=True,
+            suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+        )
+        @given(
+            n=st.integers(1, 60),
+            r=st.integers(1, 6),
+            row_block=st.integers(1, 25),
+            dtype=st.sampled_from([np.float32, np.float64]),
+            seed=st.integers(0, 2**32 - 1),
+        )
         def check(n, r, row_block, dtype, seed):
             rng = np.random.default_rng(seed)
             V = rng.normal(size=(n, r)).astype(dtype)
             n_blocks = -(-n // row_block)
-            with RunStore.create(f"{url}-h{next(runs)}", config={},
-                                 storage_options=storage_options) as rs:
+            with RunStore.create(
+                f"{url}-h{next(runs)}", config={}, storage_options=storage_options
+            ) as rs:
                 _commit(rs, 1, V, row_block, order=list(rng.permutation(n_blocks)))
                 manifest, got = rs.latest_checkpoint()
             assert got.dtype == V.dtype and np.array_equal(got, V)
@@ -621,8 +667,12 @@ class TestLocalStore(StoreConformance):
         a = _commit(store, 1, np.ones((8, 2)), 4)
         proc = subprocess.Popen(
             [sys.executable, "-c", _SECOND_PROCESS, url, json.dumps(storage_options)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": ROOT},
         )
         try:
             line = proc.stdout.readline()
@@ -659,8 +709,7 @@ class TestLocalStore(StoreConformance):
     def test_pointer_switch_leaves_no_temporaries(self, store):
         for k in range(3):
             _commit(store, k, np.ones((4, 2)), 4)
-        leftovers = [f for f in os.listdir(os.path.join(store.url, "_npkl"))
-                     if f.endswith(".tmp")]
+        leftovers = [f for f in os.listdir(os.path.join(store.url, "_npkl")) if f.endswith(".tmp")]
         assert leftovers == []
         ptr = json.load(open(os.path.join(store.url, "_npkl", "pointer.json")))
         assert ptr["current"] == ptr["committed"][0] and len(ptr["committed"]) == 2
@@ -674,8 +723,9 @@ class TestLocalStore(StoreConformance):
     def test_real_disk_full_on_tmpfs(self, tmp_path):
         mnt = tmp_path / "small"
         mnt.mkdir()
-        res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-                             capture_output=True)
+        res = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True
+        )
         if res.returncode != 0:
             pytest.skip("cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN)")
         try:
@@ -709,11 +759,19 @@ class TestLocalStore(StoreConformance):
             RunStore.create(url, config={}, storage_options={"anon": True})
 
     def test_core_and_store_import_without_zarr(self):
-        code = ("import sys, npkl_dist, npkl_dist.store; "
-                "assert 'zarr' not in sys.modules and 'fsspec' not in sys.modules, "
-                "[m for m in sys.modules if m.startswith(('zarr', 'fsspec'))]")
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, timeout=120)
+        code = (
+            "import sys, npkl_dist, npkl_dist.store; "
+            "assert 'zarr' not in sys.modules and 'fsspec' not in sys.modules, "
+            "[m for m in sys.modules if m.startswith(('zarr', 'fsspec'))]"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": ROOT},
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
 
 

@@ -96,11 +96,24 @@ def admm_objective_dense(problem: NPKLProblem, K) -> float:
     return total
 
 
-def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
-             rho: float = 100.0, rho_min: float = 10.0, adaptive_rho: bool = True,
-             executor=None, relabel: str = "rcm", V0=None, callback=None, plan=None,
-             resume=None, on_sweep=None, fused: bool = True,
-             anderson: int = 0) -> ADMMResult:
+def fit_admm(
+    problem: NPKLProblem,
+    *,
+    max_iter: int = 500,
+    tol: float = 1e-4,
+    rho: float = 100.0,
+    rho_min: float = 10.0,
+    adaptive_rho: bool = True,
+    executor=None,
+    relabel: str = "rcm",
+    V0=None,
+    callback=None,
+    plan=None,
+    resume=None,
+    on_sweep=None,
+    fused: bool = True,
+    anderson: int = 0,
+) -> ADMMResult:
     """Fit the KL-ADMM problem (square loss on targets 1/0, optional diagonal targets).
 
     Parameters
@@ -159,7 +172,8 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
     if isinstance(anderson, bool) or not isinstance(anderson, (int, np.integer)) or anderson < 0:
         raise ValidationError(
             f"anderson: expected an integer memory >= 0 (0: plain ADMM, e.g. 5), got "
-            f"{fmt_value(anderson)}")
+            f"{fmt_value(anderson)}"
+        )
     t_start = time.perf_counter()
     if executor is None:
         executor = LocalADMM()
@@ -172,8 +186,9 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
     gamma = problem.gamma
     diagonal = problem.constraints.diagonal
     n, r = problem.n_points, problem.rank
-    res = ADMMResult(V=None, objective=np.nan, objective_initial=np.nan, n_colours=0,
-                     solver="admm")
+    res = ADMMResult(
+        V=None, objective=np.nan, objective_initial=np.nan, n_colours=0, solver="admm"
+    )
     if resume is not None:
         state, W = resume
         width = admm_checkpoint_width(r, anderson)
@@ -185,13 +200,20 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
                 f"{' | Anderson memory' if anderson else ''}]); resume with the run's own "
                 f"configuration"
             )
-        W_aa = np.asarray(W)[:, 3 * r:]
-        W = np.asarray(W[:, :3 * r], dtype=problem.dtype)
-        V, U, Lam = (np.ascontiguousarray(W[:, k * r:(k + 1) * r]) for k in range(3))
+        W_aa = np.asarray(W)[:, 3 * r :]
+        W = np.asarray(W[:, : 3 * r], dtype=problem.dtype)
+        V, U, Lam = (np.ascontiguousarray(W[:, k * r : (k + 1) * r]) for k in range(3))
         rho = float(state["rho"])
         res.objective_initial = state["objective_initial"]
-        for key in ("objective_trace", "change_trace", "sweep_seconds", "objective_seconds",
-                    "primal_trace", "dual_trace", "rho_trace"):
+        for key in (
+            "objective_trace",
+            "change_trace",
+            "sweep_seconds",
+            "objective_seconds",
+            "primal_trace",
+            "dual_trace",
+            "rho_trace",
+        ):
             getattr(res, key).extend(state[key])
         res.converged = bool(state.get("converged", False))
         it = int(state["sweep"])
@@ -210,7 +232,8 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
             session.close()
             raise ValidationError(
                 f"anderson: {type(executor).__name__} does not run Anderson acceleration; "
-                f"use anderson=0 with this executor")
+                f"use anderson=0 with this executor"
+            )
         aa = Anderson(n, r, int(anderson), problem.dtype, SUM_BLOCK, rows=in_rows)
         if resume is not None:
             aa.start(session, rho, resume[0]["anderson"], W_aa)
@@ -228,8 +251,9 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
             if run is not None:
                 chunk = 1 if (callback is not None or on_sweep is not None) else max_iter - it
                 t0 = time.perf_counter()
-                trace, rho_next, res.converged = run(chunk, rho, rho_min, gamma, diagonal, tol,
-                                                     adaptive_rho, aa)
+                trace, rho_next, res.converged = run(
+                    chunk, rho, rho_min, gamma, diagonal, tol, adaptive_rho, aa
+                )
                 if aa is not None:
                     final_obj = aa.objective_kept
                 per_it = (time.perf_counter() - t0) / max(len(trace), 1)
@@ -263,8 +287,9 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
                 elif dual > 10.0 * primal:
                     rho = max(rho / 2.0, rho_min)
             if aa is not None:
-                rho, res.converged = aa.after(session, obj, rho_used, rho, res.converged, tol,
-                                              vnorm)
+                rho, res.converged = aa.after(
+                    session, obj, rho_used, rho, res.converged, tol, vnorm
+                )
                 final_obj = aa.objective_kept
             if hook is not None:
                 hook(_admm_state(res, it, rho), session)
@@ -277,8 +302,11 @@ def fit_admm(problem: NPKLProblem, *, max_iter: int = 500, tol: float = 1e-4,
             f"{res.primal_trace[-1] / vnorm:.3g} and change {res.change_trace[-1]:.3g} "
             f"(tol={tol:g}); raise max_iter (npkl fit --max-sweeps, [model] max_sweeps) to "
             f"converge further"
-            + ("" if anderson else ", or accelerate the iteration with anderson=5 "
-               "(npkl fit --anderson 5)"),
+            + (
+                ""
+                if anderson
+                else ", or accelerate the iteration with anderson=5 (npkl fit --anderson 5)"
+            ),
             ConvergenceWarning,
             stacklevel=2,
         )
@@ -312,6 +340,7 @@ class _AndersonCheckpoint:
 def _with_anderson(on_sweep, aa):
     def hook(state, session):
         on_sweep({**state, "anderson": aa.state_dict()}, _AndersonCheckpoint(session, aa))
+
     return hook
 
 
@@ -338,8 +367,17 @@ def _admm_state(res: ADMMResult, it: int, rho: float) -> dict:
         "rho": rho,
         "objective": res.objective_trace[-1],
         "objective_initial": res.objective_initial,
-        **{key: list(getattr(res, key)) for key in (
-            "objective_trace", "change_trace", "sweep_seconds", "objective_seconds",
-            "primal_trace", "dual_trace", "rho_trace")},
+        **{
+            key: list(getattr(res, key))
+            for key in (
+                "objective_trace",
+                "change_trace",
+                "sweep_seconds",
+                "objective_seconds",
+                "primal_trace",
+                "dual_trace",
+                "rho_trace",
+            )
+        },
         "converged": bool(res.converged),
     }

@@ -39,8 +39,19 @@ def admm_smooth_terms(indptr, indices, data, diag, V, out):
     n = out.shape[0]
     n_chunks = (n + CHUNK - 1) // CHUNK
     for ch in prange(n_chunks):
-        _smooth_rows(ch * CHUNK, min((ch + 1) * CHUNK, n), indptr, indices, data, diag, V,
-                     out, np.empty(V.shape[1]), _fmadd, _dot_row_vec_fused)
+        _smooth_rows(
+            ch * CHUNK,
+            min((ch + 1) * CHUNK, n),
+            indptr,
+            indices,
+            data,
+            diag,
+            V,
+            out,
+            np.empty(V.shape[1]),
+            _fmadd,
+            _dot_row_vec_fused,
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -56,8 +67,27 @@ def admm_smooth_terms(indptr, indices, data, diag, V, out):
 
 
 @njit(nogil=True, cache=True)
-def admm_rows(start, stop, indptr, indices, data, diag, cptr, cidx, csgn, diagonal, X, Lam,
-              lam_sign, rho, gamma, pmax, out, sm, nrm):
+def admm_rows(
+    start,
+    stop,
+    indptr,
+    indices,
+    data,
+    diag,
+    cptr,
+    cidx,
+    csgn,
+    diagonal,
+    X,
+    Lam,
+    lam_sign,
+    rho,
+    gamma,
+    pmax,
+    out,
+    sm,
+    nrm,
+):
     """Half-step of KL-ADMM for rows start..stop-1.
 
     X : (n, r) IN, the other factor (U for the V-step, V^{k+1} for the U-step).
@@ -96,9 +126,16 @@ def admm_rows(start, stop, indptr, indices, data, diag, cptr, cidx, csgn, diagon
         if want_sm:
             sm[i] = _dot_row_vec_fused(X, i, y, r)
         for q in range(0, q4, 4):
-            _v4_store1(c, q, _v4_sub(_v4_add(_v4_mul(v_rho, _v4_load(X, i, q)),
-                                             _v4_mul(v_sign, _v4_load(Lam, i, q))),
-                                     _v4_load1(y, q)))
+            _v4_store1(
+                c,
+                q,
+                _v4_sub(
+                    _v4_add(
+                        _v4_mul(v_rho, _v4_load(X, i, q)), _v4_mul(v_sign, _v4_load(Lam, i, q))
+                    ),
+                    _v4_load1(y, q),
+                ),
+            )
         for q in range(q4, r):
             c[q] = rho * np.float64(X[i, q]) + lam_sign * np.float64(Lam[i, q]) - y[q]
         p_i = 0
@@ -107,8 +144,7 @@ def admm_rows(start, stop, indptr, indices, data, diag, cptr, cidx, csgn, diagon
             rows[p_i] = k
             if csgn[s] > 0:  # must-link target 1; cannot-link target 0 adds nothing
                 for q in range(0, q4, 4):
-                    _v4_store1(c, q, _v4_add(_v4_load1(c, q), _v4_mul(v_gamma,
-                                                                      _v4_load(X, k, q))))
+                    _v4_store1(c, q, _v4_add(_v4_load1(c, q), _v4_mul(v_gamma, _v4_load(X, k, q))))
                 for q in range(q4, r):
                     c[q] += gamma * X[k, q]
             p_i += 1
@@ -161,15 +197,51 @@ def admm_row_norms(X, nrm):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def admm_half_step(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, X, Lam, lam_sign,
-                   rho, gamma, pmax, out, sm, nrm):
+def admm_half_step(
+    indptr,
+    indices,
+    data,
+    diag,
+    cptr,
+    cidx,
+    csgn,
+    diagonal,
+    X,
+    Lam,
+    lam_sign,
+    rho,
+    gamma,
+    pmax,
+    out,
+    sm,
+    nrm,
+):
     """All rows of one KL-ADMM half-step, chunks spread over numba's threads (``nrm`` as
     for ``admm_rows``)."""
     n = X.shape[0]
     n_chunks = (n + CHUNK - 1) // CHUNK
     for ch in prange(n_chunks):
-        admm_rows(ch * CHUNK, min((ch + 1) * CHUNK, n), indptr, indices, data, diag, cptr,
-                  cidx, csgn, diagonal, X, Lam, lam_sign, rho, gamma, pmax, out, sm, nrm)
+        admm_rows(
+            ch * CHUNK,
+            min((ch + 1) * CHUNK, n),
+            indptr,
+            indices,
+            data,
+            diag,
+            cptr,
+            cidx,
+            csgn,
+            diagonal,
+            X,
+            Lam,
+            lam_sign,
+            rho,
+            gamma,
+            pmax,
+            out,
+            sm,
+            nrm,
+        )
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -263,10 +335,49 @@ def _admm_pair_values(k0, k1, X, pi, pj, pt, pv):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, pj, pt, V, U,
-             Lam, Vn, Un, rho, rho_min, gamma, tol, adaptive, n_iter, trace, parts, aa_on, X,
-             Fp, Gp, dF, dG, gram, order, ints, floats, bdot, Vsave, aa_block, fpart, bpart,
-             coef):
+def admm_run(
+    indptr,
+    indices,
+    data,
+    diag,
+    cptr,
+    cidx,
+    csgn,
+    diagonal,
+    pmax,
+    pi,
+    pj,
+    pt,
+    V,
+    U,
+    Lam,
+    Vn,
+    Un,
+    rho,
+    rho_min,
+    gamma,
+    tol,
+    adaptive,
+    n_iter,
+    trace,
+    parts,
+    aa_on,
+    X,
+    Fp,
+    Gp,
+    dF,
+    dG,
+    gram,
+    order,
+    ints,
+    floats,
+    bdot,
+    Vsave,
+    aa_block,
+    fpart,
+    bpart,
+    coef,
+):
     """Up to ``n_iter`` whole KL-ADMM iterations in one call (the in-process fast path).
 
     Each iteration is exactly the reference one (two ``admm_rows`` half-steps, the dual
@@ -309,11 +420,49 @@ def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, 
             # one work item (the serial compilation): separate passes, as before the fused
             # regions below (the same values; on one core 2-4% faster than the fused form,
             # bench/RESULTS.md, 2026-11-29)
-            admm_rows(0, n, indptr, indices, data, diag, cptr, cidx, csgn, diagonal, U, Lam,
-                      -1.0, rho, gamma, pmax, Vn, no_sm, nrm_u)
+            admm_rows(
+                0,
+                n,
+                indptr,
+                indices,
+                data,
+                diag,
+                cptr,
+                cidx,
+                csgn,
+                diagonal,
+                U,
+                Lam,
+                -1.0,
+                rho,
+                gamma,
+                pmax,
+                Vn,
+                no_sm,
+                nrm_u,
+            )
             _admm_row_norms_range(0, n, Vn, nrm_v)
-            admm_rows(0, n, indptr, indices, data, diag, cptr, cidx, csgn, diagonal, Vn, Lam,
-                      1.0, rho, gamma, pmax, Un, sm, nrm_v)
+            admm_rows(
+                0,
+                n,
+                indptr,
+                indices,
+                data,
+                diag,
+                cptr,
+                cidx,
+                csgn,
+                diagonal,
+                Vn,
+                Lam,
+                1.0,
+                rho,
+                gamma,
+                pmax,
+                Un,
+                sm,
+                nrm_v,
+            )
             _admm_dual_rows(0, n, V, U, Lam, Vn, Un, rho, prow, srow, vrow, drow, qrow)
             _admm_pair_values(0, m, V, pi, pj, pt, pv)
             _admm_row_norms_range(0, n, U, nrm_u)
@@ -326,19 +475,57 @@ def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, 
             # iterates are bitwise the same; fewer barriers, and a work item's rows stay in
             # its core's cache between the passes
             for ch in prange(n_parts):
-                admm_rows(parts[ch], parts[ch + 1], indptr, indices, data, diag, cptr, cidx,
-                          csgn, diagonal, U, Lam, -1.0, rho, gamma, pmax, Vn, no_sm, nrm_u)
+                admm_rows(
+                    parts[ch],
+                    parts[ch + 1],
+                    indptr,
+                    indices,
+                    data,
+                    diag,
+                    cptr,
+                    cidx,
+                    csgn,
+                    diagonal,
+                    U,
+                    Lam,
+                    -1.0,
+                    rho,
+                    gamma,
+                    pmax,
+                    Vn,
+                    no_sm,
+                    nrm_u,
+                )
                 _admm_row_norms_range(parts[ch], parts[ch + 1], Vn, nrm_v)
             for ch in prange(n_parts):
-                admm_rows(parts[ch], parts[ch + 1], indptr, indices, data, diag, cptr, cidx,
-                          csgn, diagonal, Vn, Lam, 1.0, rho, gamma, pmax, Un, sm, nrm_v)
+                admm_rows(
+                    parts[ch],
+                    parts[ch + 1],
+                    indptr,
+                    indices,
+                    data,
+                    diag,
+                    cptr,
+                    cidx,
+                    csgn,
+                    diagonal,
+                    Vn,
+                    Lam,
+                    1.0,
+                    rho,
+                    gamma,
+                    pmax,
+                    Un,
+                    sm,
+                    nrm_v,
+                )
                 # the U-step reads Lam, V and U only at its own rows, so each row's update
                 # and copies may follow its own step
-                _admm_dual_rows(parts[ch], parts[ch + 1], V, U, Lam, Vn, Un, rho, prow, srow,
-                                vrow, drow, qrow)
+                _admm_dual_rows(
+                    parts[ch], parts[ch + 1], V, U, Lam, Vn, Un, rho, prow, srow, vrow, drow, qrow
+                )
                 _admm_row_norms_range(parts[ch], parts[ch + 1], U, nrm_u)
-                _admm_pair_values(m * ch // n_parts, m * (ch + 1) // n_parts, Vn, pi, pj, pt,
-                                  pv)
+                _admm_pair_values(m * ch // n_parts, m * (ch + 1) // n_parts, Vn, pi, pj, pt, pv)
         for k in range(m):  # grouped by owner row in pair order, as np.bincount
             qrow[pi[k]] += pv[k]
         primal = np.sqrt(_block_total(prow, n))
@@ -363,14 +550,39 @@ def admm_run(indptr, indices, data, diag, cptr, cidx, csgn, diagonal, pmax, pi, 
                 rho_next = max(rho / 2.0, rho_min)
         if aa_on:
             rho_next, converged = _anderson.anderson_after(
-                obj, rho, rho_next, converged, tol, vnorm, V, U, Lam, X, Fp, Gp, dF, dG, gram,
-                order, ints, floats, bdot, Vsave, aa_block, fpart, bpart, coef)
+                obj,
+                rho,
+                rho_next,
+                converged,
+                tol,
+                vnorm,
+                V,
+                U,
+                Lam,
+                X,
+                Fp,
+                Gp,
+                dF,
+                dG,
+                gram,
+                order,
+                ints,
+                floats,
+                bdot,
+                Vsave,
+                aa_block,
+                fpart,
+                bpart,
+                coef,
+            )
             for k in prange(n):  # the accelerator may have replaced U
                 nrm_u[k] = _dot_rows_fused(U, k, U, k, r)
         rho = rho_next
         if converged:
             break
     return done, rho, converged
+
+
 admm_smooth_terms_serial = serial_variant(admm_smooth_terms)
 admm_row_norms_serial = serial_variant(admm_row_norms)
 admm_pair_terms_serial = serial_variant(admm_pair_terms)

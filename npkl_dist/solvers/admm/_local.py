@@ -38,9 +38,22 @@ class LocalADMM(LocalBCD):
         Rows are independent, so the result does not depend on the thread count.
         """
         n = X.shape[0]
-        args = (prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx,
-                prep.csgn, bool(diagonal), X, Lam, float(lam_sign), float(rho), float(gamma),
-                prep.pmax)
+        args = (
+            prep.indptr,
+            prep.indices,
+            prep.data,
+            prep.diag,
+            prep.cptr,
+            prep.cidx,
+            prep.csgn,
+            bool(diagonal),
+            X,
+            Lam,
+            float(lam_sign),
+            float(rho),
+            float(gamma),
+            prep.pmax,
+        )
         no_sm = np.empty(0)
         nrm = np.empty(n)
         if self.n_threads == 1 or n <= 2 * CHUNK:
@@ -77,7 +90,6 @@ class LocalADMM(LocalBCD):
         return _ADMMSession(self, prep, V, U, Lam)
 
 
-
 class _ADMMSession:
     def __init__(self, ex, prep, V, U, Lam):
         self.ex, self.prep = ex, prep
@@ -110,16 +122,53 @@ class _ADMMSession:
         ex, prep = self.ex, self.prep
         n = self.V.shape[0]
         trace = np.empty((int(n_iter), 5))
-        args = (prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx,
-                prep.csgn, bool(diagonal), prep.pmax, prep.pi, prep.pj, prep.pt, self.V,
-                self.U, self.Lam, self._V_new, self._U_new, float(rho), float(rho_min),
-                float(gamma), float(tol), bool(adaptive), int(n_iter), trace,
-                self._parts(n, bool(diagonal)))
+        args = (
+            prep.indptr,
+            prep.indices,
+            prep.data,
+            prep.diag,
+            prep.cptr,
+            prep.cidx,
+            prep.csgn,
+            bool(diagonal),
+            prep.pmax,
+            prep.pi,
+            prep.pj,
+            prep.pt,
+            self.V,
+            self.U,
+            self.Lam,
+            self._V_new,
+            self._U_new,
+            float(rho),
+            float(rho_min),
+            float(gamma),
+            float(tol),
+            bool(adaptive),
+            int(n_iter),
+            trace,
+            self._parts(n, bool(diagonal)),
+        )
         if anderson is None:
             z1, z2 = np.empty(0), np.empty((0, 0))
-            args += (False, z1, z1, z1, z2, z2, z2, np.empty(0, np.int64),
-                     np.empty(0, np.int64), z1, z1, np.empty((0, 0), self.V.dtype), 1, z2, z1,
-                     z1)
+            args += (
+                False,
+                z1,
+                z1,
+                z1,
+                z2,
+                z2,
+                z2,
+                np.empty(0, np.int64),
+                np.empty(0, np.int64),
+                z1,
+                z1,
+                np.empty((0, 0), self.V.dtype),
+                1,
+                z2,
+                z1,
+                z1,
+            )
         else:
             args += (True, *anderson.kernel_args())
         if self._threads(n) == 1:
@@ -146,8 +195,9 @@ class _ADMMSession:
             if threads == 1:
                 self._parts_cache = np.array([0, n], np.int64)
             else:
-                self._parts_cache = admm_parts(self.prep.indptr, self.prep.cptr, diagonal,
-                                               self.V.shape[1], 8 * threads)
+                self._parts_cache = admm_parts(
+                    self.prep.indptr, self.prep.cptr, diagonal, self.V.shape[1], 8 * threads
+                )
             self._parts_key = key
         return self._parts_cache
 
@@ -165,5 +215,3 @@ class _ADMMSession:
 
     def close(self):
         pass
-
-

@@ -151,8 +151,9 @@ def near_null_candidate(indptr, indices, data, diag, steps: int = CANDIDATE_STEP
 
 
 @njit(parallel=True, cache=True)
-def _galerkin_fill(indptr, indices, data, diag, agg, t, gptr, grows, bptr, slot, n_coarse,
-                   n_chunks):
+def _galerkin_fill(
+    indptr, indices, data, diag, agg, t, gptr, grows, bptr, slot, n_coarse, n_chunks
+):
     """Tᵀ (A + diag(diag)) T row by row into slots of a bound on each row's length
     (``bptr``): the diagonal entry first, then the columns in the order first met. Returns
     (idx, val, counts). ``slot[ch]`` is a chunk's column-to-position map, all -1 on entry and
@@ -211,21 +212,31 @@ def galerkin(indptr, indices, data, diag, agg, t, n_coarse: int) -> sp.csr_matri
     ``_aggregation.galerkin_plain`` reproduces scipy's entry order for pyamg's next
     aggregation; this start needs only the operator.)"""
 
-
     n_coarse = int(n_coarse)
     agg = np.asarray(agg, np.int64)
     gptr, grows = _group_rows(agg, n_coarse)
     n_chunks = max(1, min(n_coarse, 4 * numba.get_num_threads()))
     slot = np.full((n_chunks, n_coarse), -1, np.int64)
     has = agg >= 0
-    bound = np.bincount(agg[has], weights=np.diff(np.asarray(indptr, np.int64))[has],
-                        minlength=n_coarse).astype(np.int64)
+    bound = np.bincount(
+        agg[has], weights=np.diff(np.asarray(indptr, np.int64))[has], minlength=n_coarse
+    ).astype(np.int64)
     bptr = np.zeros(n_coarse + 1, np.int64)
     np.cumsum(np.minimum(bound + 1, n_coarse), out=bptr[1:])
-    idx, val, counts = _galerkin_fill(indptr, indices, np.asarray(data, np.float64),
-                                      np.asarray(diag, np.float64), agg,
-                                      np.asarray(t, np.float64), gptr, grows, bptr, slot,
-                                      n_coarse, n_chunks)
+    idx, val, counts = _galerkin_fill(
+        indptr,
+        indices,
+        np.asarray(data, np.float64),
+        np.asarray(diag, np.float64),
+        agg,
+        np.asarray(t, np.float64),
+        gptr,
+        grows,
+        bptr,
+        slot,
+        n_coarse,
+        n_chunks,
+    )
     cptr = np.zeros(n_coarse + 1, np.int64)
     np.cumsum(counts, out=cptr[1:])
     out_idx = np.empty(cptr[-1], np.int32)
@@ -244,8 +255,15 @@ def _row_ratio(indptr, data, diag, out):
         out[i] = 1.0 + acc / diag[i]
 
 
-def coarse_basis(indptr, indices, data, diag, rank: int, max_coarse: int = MAX_COARSE,
-                 dense_max: int = DENSE_MAX) -> CoarseBasis:
+def coarse_basis(
+    indptr,
+    indices,
+    data,
+    diag,
+    rank: int,
+    max_coarse: int = MAX_COARSE,
+    dense_max: int = DENSE_MAX,
+) -> CoarseBasis:
     """The hierarchy and eigenpairs of the coarse start for L = off-diagonal CSR (``indptr,
     indices, data``, no diagonal entries) + diag(``diag``)."""
     rank = int(rank)
@@ -347,9 +365,24 @@ def _fill_constrained_rows(indptr, indices, data, diag, nu, E, terms):
         terms[i - nu] = s + np.float64(diag[i]) * dot
 
 
-def free_start(indptr, indices, data, diag, n_free, pi, pj, pt, basis: CoarseBasis, *,
-               rank: int, loss: str, gamma: float, bound: float, dtype=np.float64, out=None
-               ) -> np.ndarray:
+def free_start(
+    indptr,
+    indices,
+    data,
+    diag,
+    n_free,
+    pi,
+    pj,
+    pt,
+    basis: CoarseBasis,
+    *,
+    rank: int,
+    loss: str,
+    gamma: float,
+    bound: float,
+    dtype=np.float64,
+    out=None,
+) -> np.ndarray:
     """``start='coarse-free'`` in the U-first order of a block fit (rows 0..n_free
     unconstrained): E_U = the basis prolongated (the bottom eigenvectors of L_UU's coarse
     Galerkin operator), E_C = one Jacobi step from E_U (:func:`_fill_constrained_rows`),
@@ -361,7 +394,7 @@ def free_start(indptr, indices, data, diag, n_free, pi, pj, pt, basis: CoarseBas
     nu = int(n_free)
     if out is None:
         E = np.empty((n, rank))
-    elif (out.shape != (n, rank) or out.dtype != np.float64 or not out.flags.c_contiguous):
+    elif out.shape != (n, rank) or out.dtype != np.float64 or not out.flags.c_contiguous:
         raise ValueError(f"free_start: out must be a C-contiguous ({n}, {rank}) float64 array")
     else:
         E = out
@@ -369,8 +402,19 @@ def free_start(indptr, indices, data, diag, n_free, pi, pj, pt, basis: CoarseBas
     terms = np.empty(n - nu)
     _fill_constrained_rows(indptr, indices, data, diag, nu, E, terms)
     a = float(np.sum(basis.w[:rank])) + float(np.sum(terms))
-    return _scaled(E, a, pi, pj, pt, rank=rank, loss=loss, gamma=gamma, bound=bound,
-                   dtype=dtype, own_norm=True)
+    return _scaled(
+        E,
+        a,
+        pi,
+        pj,
+        pt,
+        rank=rank,
+        loss=loss,
+        gamma=gamma,
+        bound=bound,
+        dtype=dtype,
+        own_norm=True,
+    )
 
 
 @njit(parallel=True, cache=True)
@@ -394,12 +438,11 @@ def prolong(basis: CoarseBasis, rank: int, dtype=np.float64, out=None) -> np.nda
     write E into (the finest level's rows go there directly, not through a copy)."""
     X = basis.X
     Y = np.zeros((X.shape[0], rank))
-    Y[:, :min(rank, X.shape[1])] = X[:, :rank]
+    Y[:, : min(rank, X.shape[1])] = X[:, :rank]
     for k in range(len(basis.aggs) - 1, -1, -1):
         shape = (basis.aggs[k].shape[0], rank)
         if k == 0 and out is not None:
-            if out.shape != shape or out.dtype != np.dtype(dtype) \
-                    or not out.flags.c_contiguous:
+            if out.shape != shape or out.dtype != np.dtype(dtype) or not out.flags.c_contiguous:
                 raise ValueError(f"prolong: out must be a C-contiguous {shape} {dtype} array")
             dst = out
         else:
@@ -418,9 +461,19 @@ def smooth_energy(basis: CoarseBasis, rank: int) -> float:
     return float(np.sum(basis.w[:rank]))
 
 
-def start_scale(loss: str, gamma: float, bound: float, a: float, z: np.ndarray,
-                max_row2: float, n: int, r: int, min_row: float = MIN_ROW_NORM,
-                endpoint: bool = True, fro2: float | None = None) -> float:
+def start_scale(
+    loss: str,
+    gamma: float,
+    bound: float,
+    a: float,
+    z: np.ndarray,
+    max_row2: float,
+    n: int,
+    r: int,
+    min_row: float = MIN_ROW_NORM,
+    endpoint: bool = True,
+    fro2: float | None = None,
+) -> float:
     """The scale s of V = sqrt(s) E: the s >= 0 minimising s a + gamma sum loss(s z) (the
     objective along the ray, where a = tr(Eᵀ L E) and z = t_p <e_i, e_j> over the pairs), but
     at least ``min_row``² n / ``fro2``, which gives V a mean squared row norm of ``min_row``²
@@ -435,7 +488,6 @@ def start_scale(loss: str, gamma: float, bound: float, a: float, z: np.ndarray,
     n = 1e6 it needed 18 outer iterations from mean row norms 1e-3 and 1e-1 alike, where a
     random start at those norms needed 31 (bench/RESULTS.md)."""
 
-
     lf = loss_fn(loss)
     z = np.asarray(z, np.float64)
 
@@ -443,7 +495,7 @@ def start_scale(loss: str, gamma: float, bound: float, a: float, z: np.ndarray,
         return s * a + gamma * float(np.sum(lf(s * z)))
 
     hi = f(0.0) / max(a, 1e-300) if f(0.0) > 0 else np.inf
-    cap = bound ** 2 / max_row2 if loss == "linear" and max_row2 > 0 else np.inf
+    cap = bound**2 / max_row2 if loss == "linear" and max_row2 > 0 else np.inf
     hi = min(hi, cap)
     if not np.isfinite(hi) or hi <= 0:
         hi = float(n) / r
@@ -451,20 +503,43 @@ def start_scale(loss: str, gamma: float, bound: float, a: float, z: np.ndarray,
     if endpoint and f(hi) <= f(s):  # the bounded search stops short of an optimum at its end
         s = hi
     fro2 = float(r) if fro2 is None else float(fro2)
-    return min(max(s, min_row ** 2 * n / max(fro2, 1e-300)), cap)
+    return min(max(s, min_row**2 * n / max(fro2, 1e-300)), cap)
 
 
-def coarse_start(indptr, indices, data, diag, pi, pj, pt, *, rank: int, loss: str,
-                 gamma: float, bound: float, dtype=np.float64, basis: CoarseBasis | None = None
-                 ) -> tuple[np.ndarray, CoarseBasis]:
+def coarse_start(
+    indptr,
+    indices,
+    data,
+    diag,
+    pi,
+    pj,
+    pt,
+    *,
+    rank: int,
+    loss: str,
+    gamma: float,
+    bound: float,
+    dtype=np.float64,
+    basis: CoarseBasis | None = None,
+) -> tuple[np.ndarray, CoarseBasis]:
     """(V, basis): the coarse start in the order of L's rows (off-diagonal CSR + diagonal)
     with the pairs (pi, pj, pt) in that order. ``basis``: one computed before for this L and
     this rank (a fit setup's cache), reused."""
     if basis is None or basis.rank != rank:
         basis = coarse_basis(indptr, indices, data, diag, rank)
     E = prolong(basis, rank, np.float64)
-    return _scaled(E, smooth_energy(basis, rank), pi, pj, pt, rank=rank, loss=loss,
-                   gamma=gamma, bound=bound, dtype=dtype), basis
+    return _scaled(
+        E,
+        smooth_energy(basis, rank),
+        pi,
+        pj,
+        pt,
+        rank=rank,
+        loss=loss,
+        gamma=gamma,
+        bound=bound,
+        dtype=dtype,
+    ), basis
 
 
 def _scaled(E, a, pi, pj, pt, *, rank, loss, gamma, bound, dtype, own_norm=False):

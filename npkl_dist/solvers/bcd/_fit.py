@@ -69,29 +69,30 @@ C_PASSES_DENSE = 2
 C_PASSES_DENSE_FRACTION = 0.5
 
 
-def resolve_c_passes(c_passes, problem: NPKLProblem, extrapolate: bool = True,
-                     n_free: int | None = None) -> int:
+def resolve_c_passes(
+    c_passes, problem: NPKLProblem, extrapolate: bool = True, n_free: int | None = None
+) -> int:
     """``c_passes`` of :func:`fit_bcd` as an int (checked; 'auto' resolved). ``n_free``: the
     problem's number of points in no pair, if known (a block layout's)."""
     if isinstance(c_passes, str) and c_passes == "auto":
         if not extrapolate:
             return 1
         if n_free is None:
-
             n_free = free_count(problem)
         n = problem.n_points
         paired = n - int(n_free)
         if paired <= C_PASSES_MAX_FRACTION * n:
             return C_PASSES_AUTO
         return C_PASSES_DENSE if paired > C_PASSES_DENSE_FRACTION * n else 1
-    if isinstance(c_passes, bool) or not isinstance(c_passes, (int, np.integer)) \
-            or c_passes < 1:
+    if isinstance(c_passes, bool) or not isinstance(c_passes, (int, np.integer)) or c_passes < 1:
         raise ValidationError(
-            f"c_passes: expected a positive integer or 'auto', got {fmt_value(c_passes)}")
+            f"c_passes: expected a positive integer or 'auto', got {fmt_value(c_passes)}"
+        )
     if c_passes > 1 and not extrapolate:
         raise ValidationError(
             f"c_passes: {int(c_passes)} passes need extrapolate=True (the step-size rule then "
-            f"measures the whole outer step); pass c_passes=1 or extrapolate=True")
+            f"measures the whole outer step); pass c_passes=1 or extrapolate=True"
+        )
     return int(c_passes)
 
 
@@ -115,11 +116,14 @@ def _check_ladder(ladder):
         vals = tuple(ladder)
     except TypeError:
         vals = None
-    if (not vals or any(isinstance(e, bool) or not isinstance(e, Real) or not np.isfinite(e)
-                        or not 0 < e < 1 for e in vals)):
+    if not vals or any(
+        isinstance(e, bool) or not isinstance(e, Real) or not np.isfinite(e) or not 0 < e < 1
+        for e in vals
+    ):
         raise ValidationError(
             f"kink_ladder: expected a non-empty sequence of kink tolerances in (0, 1), e.g. "
-            f"(1e-6, 1e-3, 1e-1), got {fmt_value(ladder)}")
+            f"(1e-6, 1e-3, 1e-1), got {fmt_value(ladder)}"
+        )
     return tuple(float(e) for e in vals)
 
 
@@ -142,14 +146,34 @@ def _small_fits_on_one_thread(fit):
 
 
 @_small_fits_on_one_thread
-def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
-            executor=None, relabel: str = "rcm", V0=None, callback=None, plan=None,
-            resume=None, on_sweep=None, method: str = "auto", start: str = "auto",
-            tol_objective: float | None = None, tol_kkt: float | None = None,
-            precond: str = "amg-additive", inner_rtol: float = 0.01, inner_maxiter: int = 1,
-            extrapolate: bool = True, scheme: str = "blocks", setup: FitSetup | None = None,
-            joint: bool = True, hinge_kkt: bool = True, kink_ladder: tuple | None = None,
-            trace: bool = True, c_passes: int | str = "auto") -> FitResult:
+def fit_bcd(
+    problem: NPKLProblem,
+    *,
+    max_sweeps: int = 1000,
+    tol: float = 1e-5,
+    executor=None,
+    relabel: str = "rcm",
+    V0=None,
+    callback=None,
+    plan=None,
+    resume=None,
+    on_sweep=None,
+    method: str = "auto",
+    start: str = "auto",
+    tol_objective: float | None = None,
+    tol_kkt: float | None = None,
+    precond: str = "amg-additive",
+    inner_rtol: float = 0.01,
+    inner_maxiter: int = 1,
+    extrapolate: bool = True,
+    scheme: str = "blocks",
+    setup: FitSetup | None = None,
+    joint: bool = True,
+    hinge_kkt: bool = True,
+    kink_ladder: tuple | None = None,
+    trace: bool = True,
+    c_passes: int | str = "auto",
+) -> FitResult:
     """Fit an NPKL problem by block coordinate descent.
 
     Parameters
@@ -278,8 +302,14 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
     -------
     FitResult
     """
-    if isinstance(max_sweeps, bool) or not isinstance(max_sweeps, (int, np.integer)) or max_sweeps < 1:
-        raise ValidationError(f"max_sweeps: expected a positive integer, got {fmt_value(max_sweeps)}")
+    if (
+        isinstance(max_sweeps, bool)
+        or not isinstance(max_sweeps, (int, np.integer))
+        or max_sweeps < 1
+    ):
+        raise ValidationError(
+            f"max_sweeps: expected a positive integer, got {fmt_value(max_sweeps)}"
+        )
     _check_tol("tol", tol, allow_none=False)
     _check_tol("tol_objective", tol_objective)
     _check_tol("tol_kkt", tol_kkt)
@@ -287,10 +317,14 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         raise ValidationError(f"method: {method!r} is not one of {', '.join(METHODS)}")
     if start not in STARTS:
         raise ValidationError(f"start: {start!r} is not one of {', '.join(STARTS)}")
-    if isinstance(inner_maxiter, bool) or not isinstance(inner_maxiter, (int, np.integer)) \
-            or inner_maxiter < 1:
+    if (
+        isinstance(inner_maxiter, bool)
+        or not isinstance(inner_maxiter, (int, np.integer))
+        or inner_maxiter < 1
+    ):
         raise ValidationError(
-            f"inner_maxiter: expected a positive integer, got {fmt_value(inner_maxiter)}")
+            f"inner_maxiter: expected a positive integer, got {fmt_value(inner_maxiter)}"
+        )
     _check_tol("inner_rtol", inner_rtol, allow_none=False)
     if not (isinstance(c_passes, str) and c_passes == "auto"):  # checked before the set-up
         c_passes = resolve_c_passes(c_passes, problem, extrapolate)
@@ -307,10 +341,12 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
     if setup is not None:
         if not isinstance(setup, FitSetup):
             raise ValidationError(
-                f"setup: expected a FitSetup from fit_setup(problem), got {fmt_value(setup)}")
+                f"setup: expected a FitSetup from fit_setup(problem), got {fmt_value(setup)}"
+            )
         if plan is not None:
             raise ValidationError(
-                "plan: pass either plan= or setup= (a FitSetup holds its own plan), not both")
+                "plan: pass either plan= or setup= (a FitSetup holds its own plan), not both"
+            )
         method, layout, prep = setup.bind(problem, method, executor)
         cache = setup.cache
         prefault = None
@@ -324,8 +360,9 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             raise
         cache = None
     plan = layout if method == "sweeps" else None
-    start = resolve_start(start, method, problem,
-                          n_free=layout.n_free if method == "block" else None)
+    start = resolve_start(
+        start, method, problem, n_free=layout.n_free if method == "block" else None
+    )
     if method == "block":  # 'auto' from the layout's count of points in no pair
         c_passes = resolve_c_passes(c_passes, problem, extrapolate, n_free=layout.n_free)
     own_cache = None
@@ -345,12 +382,21 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         V = np.ascontiguousarray(V, dtype=problem.dtype)
         width = checkpoint_width(problem.rank, method, extrapolate)
         # block checkpoints: 4r columns (V, S, L S, R), or 3r from before R was stored
-        if (method == "block" and width > problem.rank and V.ndim == 2
-                and V.shape[1] in (width, 3 * problem.rank)):
-            V, extra = (np.ascontiguousarray(V[:, :problem.rank]),
-                        np.split(V[:, problem.rank:], V.shape[1] // problem.rank - 1, axis=1))
-        elif method == "block" and width > problem.rank and V.shape == (problem.n_points,
-                                                                          problem.rank):
+        if (
+            method == "block"
+            and width > problem.rank
+            and V.ndim == 2
+            and V.shape[1] in (width, 3 * problem.rank)
+        ):
+            V, extra = (
+                np.ascontiguousarray(V[:, : problem.rank]),
+                np.split(V[:, problem.rank :], V.shape[1] // problem.rank - 1, axis=1),
+            )
+        elif (
+            method == "block"
+            and width > problem.rank
+            and V.shape == (problem.n_points, problem.rank)
+        ):
             # V alone would restart the outer steps' momentum: not the fit it claims to resume
             raise ValidationError(
                 f"resume: a block-solve checkpoint holds V, S, L S and R ({width} columns, "
@@ -364,11 +410,23 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
                 f"{(problem.n_points, problem.rank)}; resume with the run's own configuration"
             )
         rng.bit_generator.state = state["rng_state"]
-        result = FitResult(V=V, objective=state["objective_initial"],
-                           objective_initial=state["objective_initial"],
-                           n_colours=layout.n_colours, method=method, start=start)
-        for key in ("objective_trace", "change_trace", "sweep_seconds", "objective_seconds",
-                    "kkt_trace", "cg_iterations", "joint_moves"):
+        result = FitResult(
+            V=V,
+            objective=state["objective_initial"],
+            objective_initial=state["objective_initial"],
+            n_colours=layout.n_colours,
+            method=method,
+            start=start,
+        )
+        for key in (
+            "objective_trace",
+            "change_trace",
+            "sweep_seconds",
+            "objective_seconds",
+            "kkt_trace",
+            "cg_iterations",
+            "joint_moves",
+        ):
             getattr(result, key).extend(state.get(key, []))
         result.converged = bool(state.get("converged", False))
         first = int(state["sweep"]) + 1
@@ -380,11 +438,16 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             if method != "block":
                 raise ValidationError(
                     "start: 'coarse-free' is a block fit's start (it uses the U-first layout of "
-                    "method='block'); use start='coarse' with plain sweeps")
-            out = (None if prefault is None else
-                   prefault.take(START_BUFFER, (problem.n_points, problem.rank), np.float64))
-            V = _internal_free_start(problem, prep, layout, cache,
-                                     share=isinstance(executor, LocalBCD), out=out)
+                    "method='block'); use start='coarse' with plain sweeps"
+                )
+            out = (
+                None
+                if prefault is None
+                else prefault.take(START_BUFFER, (problem.n_points, problem.rank), np.float64)
+            )
+            V = _internal_free_start(
+                problem, prep, layout, cache, share=isinstance(executor, LocalBCD), out=out
+            )
         else:
             if V0 is None:
                 V0 = initial_V(problem, rng, start)
@@ -408,16 +471,23 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             raise ValidationError(
                 "setup: another fit is running with this setup (its work arrays serve one "
                 "fit at a time); wait for it, or give each concurrent fit its own "
-                "fit_setup(problem)")
+                "fit_setup(problem)"
+            )
         cache[_IN_USE] = True
     try:
         if method == "block":
             opts = {"cache": cache} if cache is not None else {}
             if prefault is not None:
                 opts["prefault"] = prefault
-            session = executor.block_session(prep, layout, V, precond=precond,
-                                             extrapolate=extrapolate,
-                                             inner_maxiter=inner_maxiter, **opts)
+            session = executor.block_session(
+                prep,
+                layout,
+                V,
+                precond=precond,
+                extrapolate=extrapolate,
+                inner_maxiter=inner_maxiter,
+                **opts,
+            )
             if extra is not None:
                 session.load_state_arrays(extra)
         else:
@@ -430,27 +500,46 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         raise
     use_joint = bool(joint) and problem.loss == "hinge"
     # the hinge's default stop: the step-size rule and a joint residual within the stall bound
-    joint_floor = (stall_bound(tol) if use_joint and hinge_kkt and tol_kkt is None and tol > 0
-                   else None)
+    joint_floor = (
+        stall_bound(tol) if use_joint and hinge_kkt and tol_kkt is None and tol > 0 else None
+    )
 
     def small(k):  # a joint residual the stop accepts
         return (tol_kkt is None or k < tol_kkt) and (joint_floor is None or k < joint_floor)
+
     # the objective after each sweep: always traced, unless trace=False and nothing reads it
-    track_obj = (bool(trace) or tol_objective is not None or use_joint
-                 or callback is not None or on_sweep is not None)
+    track_obj = (
+        bool(trace)
+        or tol_objective is not None
+        or use_joint
+        or callback is not None
+        or on_sweep is not None
+    )
     # a block session gives the objective and the KKT residual together (objective_kkt;
     # the KKT part only where it is read: an untraced hinge fit needs the objective alone)
     track_kkt = hasattr(session, "kkt") or method == "block"
     track_kkt = track_kkt and (bool(trace) or tol_kkt is not None)
     # joint-move schedule (hinge); checkpointed so that a resumed fit takes the same moves
-    joint_wait, joint_next = (1, 0) if resume is None else (
-        int(resume[0].get("joint_wait", 1)), int(resume[0].get("joint_next", 0)))
+    joint_wait, joint_next = (
+        (1, 0)
+        if resume is None
+        else (int(resume[0].get("joint_wait", 1)), int(resume[0].get("joint_next", 0)))
+    )
     try:
         if result is None:
-            obj0 = (session.objective_kkt(with_kkt=False)[0] if method == "block"
-                    else session.objective())  # the start's objective alone
-            result = FitResult(V=V, objective=obj0, objective_initial=obj0,
-                               n_colours=layout.n_colours, method=method, start=start)
+            obj0 = (
+                session.objective_kkt(with_kkt=False)[0]
+                if method == "block"
+                else session.objective()
+            )  # the start's objective alone
+            result = FitResult(
+                V=V,
+                objective=obj0,
+                objective_initial=obj0,
+                n_colours=layout.n_colours,
+                method=method,
+                start=start,
+            )
         result.setup_seconds = time.perf_counter() - t_start
         sweep = first - 1
         evaluated = None  # a block session's (objective, kkt) of the current V, if taken
@@ -468,8 +557,9 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             t1 = time.perf_counter()
             if method == "block":
                 # the pair is of the current V; kept whole for the end of an untraced fit
-                evaluated = (session.objective_kkt(with_kkt=track_kkt)
-                             if track_obj or track_kkt else None)
+                evaluated = (
+                    session.objective_kkt(with_kkt=track_kkt) if track_obj or track_kkt else None
+                )
                 obj, kkt = evaluated if evaluated is not None else (None, None)
                 obj = obj if track_obj else None
             else:
@@ -477,7 +567,9 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
                 kkt = session.kkt() if track_kkt else None
             t2 = time.perf_counter()
             change = float(np.sqrt(delta2 / norm2)) if norm2 > 0 else 0.0
-            prev = result.objective_trace[-1] if result.objective_trace else result.objective_initial
+            prev = (
+                result.objective_trace[-1] if result.objective_trace else result.objective_initial
+            )
             if obj is not None:
                 result.objective_trace.append(obj)
                 result.objective_seconds.append(t2 - t1)
@@ -491,8 +583,7 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             if tol_kkt is not None:
                 ok = ok and kkt is not None and kkt < tol_kkt
             if use_joint and (ok or sweep >= joint_next):
-                gain, rel, jkkt = _joint_step(session, prep, result, sweep, obj,
-                                              kink_ladder)
+                gain, rel, jkkt = _joint_step(session, prep, result, sweep, obj, kink_ladder)
                 if ok:  # converged only if the joint move changes V by less than tol too
                     ok = rel < tol and small(jkkt)
                     if ok and gain > 0.0 and (tol_kkt is not None or joint_floor is not None):
@@ -519,8 +610,11 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             # the trace holds each sweep's objective before its joint move (the schedule and
             # the stopping rules read it so, and resumed fits replay it); the fit's objective
             # is that of the V it returns (before, a last sweep's move went unreported)
-            result.objective_trace[-1] = (session.objective_kkt(with_kkt=False)[0]
-                                          if method == "block" else session.objective())
+            result.objective_trace[-1] = (
+                session.objective_kkt(with_kkt=False)[0]
+                if method == "block"
+                else session.objective()
+            )
         if not track_obj and result.change_trace:  # trace=False: the final objective, once
             if method == "block":
                 # the last iteration's evaluation where tol_kkt made one (the same V)
@@ -530,14 +624,12 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
                 result.objective_trace.append(session.objective())
         V = session.gather()
         if use_joint:
-
             result.kkt = joint_kkt(prep, V)
         elif final_kkt is not None:
             result.kkt = final_kkt
         elif result.kkt_trace:
             result.kkt = result.kkt_trace[-1]
         else:
-
             result.kkt = kkt_residual(prep, V)
     finally:
         session.close()
@@ -550,8 +642,11 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
     # plain sweeps where block solves apply: those converge in far fewer iterations when
     # sweeps need hundreds (bench/RESULTS.md, "Plain sweeps vs block solves on real data"),
     # and on the hinge they end at an equal or lower objective ("The hinge's stalls")
-    block_hint = (method == "sweeps" and problem.loss != "linear"
-                  and getattr(executor, "supports_block", False))
+    block_hint = (
+        method == "sweeps"
+        and problem.loss != "linear"
+        and getattr(executor, "supports_block", False)
+    )
     if not result.converged:
         hint = ", or try method='block' (npkl fit --method block)" if block_hint else ""
         warnings.warn(
@@ -563,8 +658,12 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
             stacklevel=2,
         )
     elif tol_kkt is None and tol > 0 and result.kkt > stall_bound(tol):
-        hint = (" or try method='block' (npkl fit --method block; on the hinge it ends at an "
-                "equal or lower objective)" if block_hint else "")
+        hint = (
+            " or try method='block' (npkl fit --method block; on the hinge it ends at an "
+            "equal or lower objective)"
+            if block_hint
+            else ""
+        )
         warnings.warn(
             f"bcd: stopped on the step-size rule (relative change < tol={tol:g}) with KKT "
             f"residual {result.kkt:.3g}, above {stall_bound(tol):.3g} ({STALL_KKT_FACTOR:g} x "
@@ -577,7 +676,9 @@ def fit_bcd(problem: NPKLProblem, *, max_sweeps: int = 1000, tol: float = 1e-5,
         )
     result.V = take_rows(V, layout.rank_of, out=out_V)  # undo the relabelling
     check_rank(result, problem, "bcd")
-    result.objective = result.objective_trace[-1] if result.objective_trace else result.objective_initial
+    result.objective = (
+        result.objective_trace[-1] if result.objective_trace else result.objective_initial
+    )
     result.fit_seconds = time.perf_counter() - t_start
     return result
 
@@ -602,7 +703,9 @@ def check_rank(result, problem: NPKLProblem, solver: str) -> None:
             f"{lam:.3g} < 0 along a direction outside V's span, which no row update can "
             f"reach (a rank-deficient start traps the fit in its span); refit from "
             f"start='random' (npkl fit --start random) or report this start as a bug",
-            ConvergenceWarning, stacklevel=3)
+            ConvergenceWarning,
+            stacklevel=3,
+        )
 
 
 def _joint_step(session, prep, result, sweep, obj, ladder=None):

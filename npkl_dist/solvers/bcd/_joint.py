@@ -127,8 +127,9 @@ def _box_lsq_reference(A, b):
     if A.shape[1] <= _DENSE_MAX:
         sol = lsq_linear(A.toarray(), b, bounds=(0.0, 1.0), method="bvls", tol=1e-14)
     else:
-        sol = lsq_linear(A, b, bounds=(0.0, 1.0), method="trf", lsmr_tol="auto",
-                         tol=1e-12, max_iter=200)
+        sol = lsq_linear(
+            A, b, bounds=(0.0, 1.0), method="trf", lsmr_tol="auto", tol=1e-12, max_iter=200
+        )
     return np.clip(sol.x, 0.0, 1.0)
 
 
@@ -160,8 +161,16 @@ def _box_qp(Q, c, *, tol=1e-13, max_iter=_BOX_QP_MAX_ITER):
         out[live] = sub
         return out
     a = np.clip(c / d, 0.0, 1.0)
-    if not _apg_box(Q.indptr.astype(np.int64), Q.indices.astype(np.int64), Q.data,
-                    np.asarray(c, dtype=np.float64), lip, tol * scale, int(max_iter), a):
+    if not _apg_box(
+        Q.indptr.astype(np.int64),
+        Q.indices.astype(np.int64),
+        Q.data,
+        np.asarray(c, dtype=np.float64),
+        lip,
+        tol * scale,
+        int(max_iter),
+        a,
+    ):
         return None
     lo, hi = a <= 0.0, a >= 1.0
     free = ~(lo | hi)
@@ -178,14 +187,18 @@ def _box_qp(Q, c, *, tol=1e-13, max_iter=_BOX_QP_MAX_ITER):
         else:
             dF = QFF.diagonal()
             M = spla.LinearOperator(QFF.shape, matvec=lambda x: x / dF, dtype=np.float64)
-            sol, _ = spla.cg(QFF, rhs, x0=a[free], rtol=0.0, atol=1e-13 * scale, maxiter=500,
-                             M=M)
+            sol, _ = spla.cg(QFF, rhs, x0=a[free], rtol=0.0, atol=1e-13 * scale, maxiter=500, M=M)
         ap[free] = np.atleast_1d(sol)
     g = Q @ ap - c
     ktol = 1e-12 * scale
-    if (np.all(np.isfinite(ap)) and ap.min() >= 0.0 and ap.max() <= 1.0
-            and np.all(g[lo] >= -ktol) and np.all(g[hi] <= ktol)
-            and (not free.any() or np.abs(g[free]).max() <= ktol)):
+    if (
+        np.all(np.isfinite(ap))
+        and ap.min() >= 0.0
+        and ap.max() <= 1.0
+        and np.all(g[lo] >= -ktol)
+        and np.all(g[hi] <= ktol)
+        and (not free.any() or np.abs(g[free]).max() <= ktol)
+    ):
         return ap
     return a
 
@@ -330,8 +343,9 @@ def _kink_matrix(V, G, w, ki, kj, coef):
     K = ki.size
     rows = np.unique(np.concatenate([ki, kj]))
     pos = np.searchsorted(rows, np.concatenate([ki, kj]))
-    vals = np.concatenate([coef[:, None] * V[kj] * w[ki][:, None],
-                           coef[:, None] * V[ki] * w[kj][:, None]])
+    vals = np.concatenate(
+        [coef[:, None] * V[kj] * w[ki][:, None], coef[:, None] * V[ki] * w[kj][:, None]]
+    )
     ridx = (pos[:, None] * r + np.arange(r)[None, :]).ravel()
     cidx = np.repeat(np.concatenate([np.arange(K), np.arange(K)]), r)
     A = sp.csr_matrix((vals.ravel(), (ridx, cidx)), shape=(rows.size * r, K))
@@ -358,8 +372,19 @@ def _kink_gram(V, G, w, ki, kj, coef):
     cols = np.empty(m, dtype=np.int64)
     vals = np.empty(m)
     w2 = w * w
-    _kink_gram_entries(bounds, pair.astype(np.int64), other.astype(np.int64),
-                       ends.astype(np.int64), V, w2, coef, start, rows, cols, vals)
+    _kink_gram_entries(
+        bounds,
+        pair.astype(np.int64),
+        other.astype(np.int64),
+        ends.astype(np.int64),
+        V,
+        w2,
+        coef,
+        start,
+        rows,
+        cols,
+        vals,
+    )
     Q = sp.csr_matrix((vals, (rows, cols)), shape=(K, K))
     c = np.empty(K)
     _kink_rhs(ki.astype(np.int64), kj.astype(np.int64), V, G, w2, coef, c)
@@ -412,8 +437,9 @@ def joint_kkt(prep, V, kink_rtol: float = KINK_RTOL) -> float:
     return res / vn if vn > 0 else res
 
 
-def hinge_joint_move(prep, V, kink_rtol: float = KINK_RTOL,
-                     ladder: tuple | None = None) -> JointMove:
+def hinge_joint_move(
+    prep, V, kink_rtol: float = KINK_RTOL, ladder: tuple | None = None
+) -> JointMove:
     """The joint move from V (internal order of ``prep``; hinge loss). See the module doc.
 
     ``ladder``: the kink tolerances whose directions are tried (default

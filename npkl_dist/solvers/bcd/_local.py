@@ -25,8 +25,6 @@ from ..block._session import BlockSession
 FIT_PARALLEL_MIN_N = 2 * CHUNK + 1
 
 
-
-
 class LocalBCD:
     """Runs sweeps of a :class:`~npkl_dist.solvers._plan.SweepPlan` with numba threads.
 
@@ -42,7 +40,8 @@ class LocalBCD:
 
     def __init__(self, n_threads: int | None = None):
         if n_threads is not None and (
-            isinstance(n_threads, bool) or not isinstance(n_threads, (int, np.integer))
+            isinstance(n_threads, bool)
+            or not isinstance(n_threads, (int, np.integer))
             or not 1 <= n_threads <= numba.config.NUMBA_NUM_THREADS
         ):
             raise ValidationError(
@@ -72,11 +71,30 @@ class LocalBCD:
             for c in colour_order:
                 rows, ptr = plan.units(int(c))
                 # a parallel region costs more than it saves below a few chunks of rows
-                kernel = (sweep_units if self.n_threads > 1 and ptr.shape[0] > 2
-                          and rows.shape[0] > 2 * CHUNK else sweep_units_serial)
-                kernel(rows, ptr, 0, prep.indptr, prep.indices, prep.data, prep.diag,
-                       prep.cptr, prep.cidx, prep.csgn, V, prep.loss_code, prep.gamma,
-                       prep.bound, prep.pmax, delta2, norm2)
+                kernel = (
+                    sweep_units
+                    if self.n_threads > 1 and ptr.shape[0] > 2 and rows.shape[0] > 2 * CHUNK
+                    else sweep_units_serial
+                )
+                kernel(
+                    rows,
+                    ptr,
+                    0,
+                    prep.indptr,
+                    prep.indices,
+                    prep.data,
+                    prep.diag,
+                    prep.cptr,
+                    prep.cidx,
+                    prep.csgn,
+                    V,
+                    prep.loss_code,
+                    prep.gamma,
+                    prep.bound,
+                    prep.pmax,
+                    delta2,
+                    norm2,
+                )
         finally:
             numba.set_num_threads(previous)
         return ordered_total(chunked_sums(delta2)), ordered_total(chunked_sums(norm2))
@@ -131,16 +149,33 @@ class LocalBCD:
     #: block fits may hand block_session a Prefault (work arrays touched during set-up)
     prefaults = True
 
-    def block_session(self, prep, layout, V, precond="amg-additive", extrapolate=True,
-                      cache=None, prefault=None, inner_maxiter=None):
+    def block_session(
+        self,
+        prep,
+        layout,
+        V,
+        precond="amg-additive",
+        extrapolate=True,
+        cache=None,
+        prefault=None,
+        inner_maxiter=None,
+    ):
         """A block-exact BCD fit's state (``npkl_dist.solvers.block``); V updated in place.
         ``cache``: a FitSetup's (operator, preconditioner and work arrays reused);
         ``prefault``: a ``Prefault``'s work arrays, where the cache holds none;
         ``inner_maxiter``: the PCG steps of every outer iteration, if fixed (None: any)."""
         threads = self.n_threads if V.shape[0] >= FIT_PARALLEL_MIN_N else 1
-        return BlockSession(prep, layout, V, threads, precond=precond,
-                            extrapolate=extrapolate, cache=cache, prefault=prefault,
-                            inner_maxiter=inner_maxiter)
+        return BlockSession(
+            prep,
+            layout,
+            V,
+            threads,
+            precond=precond,
+            extrapolate=extrapolate,
+            cache=cache,
+            prefault=prefault,
+            inner_maxiter=inner_maxiter,
+        )
 
     def kkt(self, prep, V) -> float:
         """Scaled KKT residual of V (internal order), see ``npkl_dist.solvers._kkt``."""
@@ -154,7 +189,7 @@ class LocalBCD:
 
 def _write_blocks(store, ckpt_id, X, row_block):
     for start in range(0, X.shape[0], row_block):
-        store.write_V_block(ckpt_id, start, X[start:start + row_block])
+        store.write_V_block(ckpt_id, start, X[start : start + row_block])
 
 
 class _BCDSession:

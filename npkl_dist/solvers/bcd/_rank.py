@@ -35,8 +35,13 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import ArpackNoConvergence, eigsh
 
-__all__ = ["numerical_rank", "complete_rank", "descent_certificate", "RANK_RTOL",
-           "CERTIFICATE_TOL"]
+__all__ = [
+    "numerical_rank",
+    "complete_rank",
+    "descent_certificate",
+    "RANK_RTOL",
+    "CERTIFICATE_TOL",
+]
 
 #: Singular values below this times the largest count as zero (numerical rank).
 RANK_RTOL = 1e-5
@@ -80,7 +85,7 @@ def complete_rank(V: np.ndarray, seed, rtol: float = RANK_RTOL) -> tuple[np.ndar
     G = _gram(V)
     w, Q = np.linalg.eigh(G)
     top = float(w[-1]) if r else 0.0
-    empty = w <= (rtol ** 2) * top if top > 0 else np.ones(r, bool)
+    empty = w <= (rtol**2) * top if top > 0 else np.ones(r, bool)
     k = int(np.count_nonzero(empty))
     if k == 0:
         return V, 0
@@ -111,8 +116,10 @@ def gradient_matrix(problem, V) -> sp.csr_matrix:
         d = -np.ones_like(z)
     w = problem.gamma * d * c.t / 2.0
     n = problem.n_points
-    P = sp.coo_matrix((np.concatenate([w, w]), (np.concatenate([c.i, c.j]),
-                                                np.concatenate([c.j, c.i]))), shape=(n, n))
+    P = sp.coo_matrix(
+        (np.concatenate([w, w]), (np.concatenate([c.i, c.j]), np.concatenate([c.j, c.i]))),
+        shape=(n, n),
+    )
     return (problem.L.astype(np.float64) + P).tocsr()
 
 

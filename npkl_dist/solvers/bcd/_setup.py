@@ -90,7 +90,6 @@ def _resolve_method(problem: NPKLProblem, method: str, executor) -> str:
     if method == "auto":
         method = choose_method(problem, executor)
     if method == "block":
-
         check_method_loss(problem.loss)
         if not getattr(executor, "supports_block", False):
             raise ValidationError(
@@ -108,7 +107,6 @@ def _build(problem: NPKLProblem, method: str, executor, relabel: str, scheme: st
     if scheme not in SCHEMES:  # checked here too: a block solve makes no sweep plan
         raise ValidationError(f"scheme: {scheme!r} is not one of {SCHEMES}")
     if method == "block":
-
         # a block solve needs the plan's locality order only (not its blocks and colours),
         # and L permuted once into the U-first order
         order = plan.order if plan is not None else relabel_order(problem, relabel)
@@ -119,8 +117,7 @@ def _build(problem: NPKLProblem, method: str, executor, relabel: str, scheme: st
         if plan is not None:
             layout, Lp = plan, None
         else:  # L permuted once for the plan and prepare
-            layout, Lp = make_plan(problem, relabel=relabel, scheme=scheme,
-                                   return_matrix=True)
+            layout, Lp = make_plan(problem, relabel=relabel, scheme=scheme, return_matrix=True)
         prep = prepare(problem, layout, Lp)
         del Lp
     return method, layout, prep
@@ -164,49 +161,67 @@ class FitSetup:
         if L is self._L:
             return True
         a, b = self._L, L
-        if a.shape != b.shape or a.nnz != b.nnz or a.format != b.format \
-                or a.format not in ("csr", "csc"):
+        if (
+            a.shape != b.shape
+            or a.nnz != b.nnz
+            or a.format != b.format
+            or a.format not in ("csr", "csc")
+        ):
             return a.shape == b.shape and (abs(a - b)).nnz == 0
-        return all(x is y or np.array_equal(x, y) for x, y in
-                   ((a.indptr, b.indptr), (a.indices, b.indices), (a.data, b.data)))
+        return all(
+            x is y or np.array_equal(x, y)
+            for x, y in ((a.indptr, b.indptr), (a.indices, b.indices), (a.data, b.data))
+        )
 
     def bind(self, problem: NPKLProblem, method: str, executor):
         """(method, layout, prepared problem) for ``problem``, which must have this setup's
         graph, constraints and dtype; gamma, the loss and its bound come from ``problem``."""
 
-
         if problem.n_points != self.n_points or np.dtype(problem.dtype) != self.dtype:
             raise ValidationError(
                 f"setup: made for {self.n_points} points in {self.dtype}, the problem has "
                 f"{problem.n_points} in {np.dtype(problem.dtype)}; make a setup for this "
-                f"problem with fit_setup(problem)")
+                f"problem with fit_setup(problem)"
+            )
         c = problem.constraints
         if not all(np.array_equal(x, y) for x, y in zip(self._pairs, (c.i, c.j, c.t))):
             raise ValidationError(
                 "setup: made for other constraint pairs than the problem's (a setup fixes "
                 "the pairs; only gamma, the loss, the rank and the start may change); make a "
-                "setup for this problem with fit_setup(problem)")
+                "setup for this problem with fit_setup(problem)"
+            )
         if not self._same_graph(problem.L):
             raise ValidationError(
                 "setup: made for another Laplacian than the problem's; make a setup for this "
-                "problem with fit_setup(problem)")
+                "problem with fit_setup(problem)"
+            )
         resolved = _resolve_method(problem, method, executor)
         if resolved != self.method:
             raise ValidationError(
                 f"method: the setup was made for method {self.method!r}, this fit resolves "
-                f"to {resolved!r}; pass method={self.method!r} or make a setup for it")
+                f"to {resolved!r}; pass method={self.method!r} or make a setup for it"
+            )
         if _executor_kind(executor) != self._executor_kind:
             raise ValidationError(
                 f"executor: the setup was made for a {self._executor_kind.__name__}, this "
                 f"fit runs on a {type(executor).__name__}; make the setup with the fit's "
-                f"executor")
-        prep = dataclasses.replace(self.prep, loss_code=LOSS_CODES[problem.loss],
-                                   gamma=problem.gamma, bound=problem.bound)
+                f"executor"
+            )
+        prep = dataclasses.replace(
+            self.prep, loss_code=LOSS_CODES[problem.loss], gamma=problem.gamma, bound=problem.bound
+        )
         return self.method, self.layout, prep
 
 
-def fit_setup(problem: NPKLProblem, *, method: str = "auto", executor=None,
-              relabel: str = "rcm", scheme: str = "blocks", plan=None) -> FitSetup:
+def fit_setup(
+    problem: NPKLProblem,
+    *,
+    method: str = "auto",
+    executor=None,
+    relabel: str = "rcm",
+    scheme: str = "blocks",
+    plan=None,
+) -> FitSetup:
     """Build a fit's set-up once, for several :func:`fit_bcd` calls on one graph and one
     constraint set that differ in gamma, the loss, the rank or the start (what
     :func:`~npkl_dist.select_gamma` does for each fold's grid). See :class:`FitSetup`.

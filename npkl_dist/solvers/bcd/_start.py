@@ -30,8 +30,9 @@ from ._setup import _build, _resolve_method
 STARTS = ("auto", "random", "propagate", "spectral", "coarse", "coarse-free")
 
 
-def resolve_start(start: str, method: str, problem: NPKLProblem | None = None,
-                  n_free: int | None = None) -> str:
+def resolve_start(
+    start: str, method: str, problem: NPKLProblem | None = None, n_free: int | None = None
+) -> str:
     """start='auto' (fit_bcd's default): for block solves 'coarse-free' where at least
     ``_coarse_start.FREE_MIN_FRACTION`` of the points are in no pair (and at least 2 rank of
     them), else 'coarse'; 'random' (the paper's) for plain sweeps, whose replication runs
@@ -53,8 +54,9 @@ def resolve_start(start: str, method: str, problem: NPKLProblem | None = None,
     return start
 
 
-def initial_V(problem: NPKLProblem, rng: np.random.Generator, start: str = "random",
-              L_precond=None) -> np.ndarray:
+def initial_V(
+    problem: NPKLProblem, rng: np.random.Generator, start: str = "random", L_precond=None
+) -> np.ndarray:
     """Starting factor in original order.
 
     start='random' (the paper's): N(0, 1/r) entries, rows of norm about 1.
@@ -86,7 +88,8 @@ def initial_V(problem: NPKLProblem, rng: np.random.Generator, start: str = "rand
     if start not in STARTS or start == "auto":
         raise ValidationError(
             f"start: {start!r} is not one of {', '.join(STARTS[1:])} ('auto' is resolved by "
-            f"fit_bcd from its method)")
+            f"fit_bcd from its method)"
+        )
     return full_rank_start(_initial_V(problem, rng, start, L_precond), problem)
 
 
@@ -107,24 +110,35 @@ def completion_seed(problem: NPKLProblem) -> np.random.SeedSequence:
     return np.random.SeedSequence([int(problem.seed), 72])
 
 
-def _initial_V(problem: NPKLProblem, rng: np.random.Generator, start: str,
-               L_precond=None) -> np.ndarray:
+def _initial_V(
+    problem: NPKLProblem, rng: np.random.Generator, start: str, L_precond=None
+) -> np.ndarray:
     n, r = problem.n_points, problem.rank
     if start == "coarse-free":  # draws nothing from rng
-
         if problem.loss == "linear":
             raise ValidationError(
                 "start: 'coarse-free' is a block fit's start, and block fits do not take the "
-                "linear loss; use start='coarse'")
+                "linear loss; use start='coarse'"
+            )
         _, layout, prep = _build(problem, "block", LocalBCD(), "rcm", "blocks", None)
         V = _internal_free_start(problem, prep, layout, None)
         return take_rows(V, layout.rank_of, problem.dtype)
     if start == "coarse":  # draws nothing from rng
-
         off, diag = _split(problem.L.tocsr())
         c = problem.constraints
-        V = coarse_start(off.indptr, off.indices, off.data, diag, c.i, c.j, c.t, rank=r,
-                         loss=problem.loss, gamma=problem.gamma, bound=problem.bound)[0]
+        V = coarse_start(
+            off.indptr,
+            off.indices,
+            off.data,
+            diag,
+            c.i,
+            c.j,
+            c.t,
+            rank=r,
+            loss=problem.loss,
+            gamma=problem.gamma,
+            bound=problem.bound,
+        )[0]
         return V.astype(problem.dtype, copy=False)
     V = rng.standard_normal((n, r))
     V /= np.sqrt(r)  # in place: at n = 1e6 each (n, r) temporary is 128 MB of fresh pages
@@ -143,14 +157,11 @@ def _initial_V(problem: NPKLProblem, rng: np.random.Generator, start: str,
 
 
 def _spectral_start(problem: NPKLProblem, X0: np.ndarray) -> np.ndarray:
-
-
     L = problem.L.astype(np.float64).tocsr()
     n, r = X0.shape
     if n <= 5 * r:  # LOBPCG needs n >> r; a dense eigensolve is cheap here
         E = np.linalg.eigh(L.toarray())[1][:, :r]
     else:
-
         with seeded_global_random():
             M = pyamg.smoothed_aggregation_solver(L, symmetry="hermitian").aspreconditioner()
         with warnings.catch_warnings():
@@ -160,8 +171,18 @@ def _spectral_start(problem: NPKLProblem, X0: np.ndarray) -> np.ndarray:
     a = float(np.sum(E * (L @ E)))
     z = c.t * np.einsum("kr,kr->k", E[c.i], E[c.j])
     max_row2 = float(np.max(np.sum(E * E, axis=1))) if problem.loss == "linear" else 0.0
-    s = start_scale(problem.loss, problem.gamma, problem.bound, a, z, max_row2, n, r,
-                    min_row=0.0, endpoint=False)
+    s = start_scale(
+        problem.loss,
+        problem.gamma,
+        problem.bound,
+        a,
+        z,
+        max_row2,
+        n,
+        r,
+        min_row=0.0,
+        endpoint=False,
+    )
     return E * np.sqrt(s)
 
 
@@ -171,17 +192,29 @@ def _internal_coarse_start(problem: NPKLProblem, prep, cache) -> np.ndarray:
     (they depend on L and the rank only)."""
 
     key = ("coarse start", int(problem.rank))
-    V, basis = coarse_start(prep.indptr, prep.indices, prep.data, prep.diag, prep.pi,
-                            prep.pj, prep.pt, rank=problem.rank, loss=problem.loss,
-                            gamma=problem.gamma, bound=problem.bound, dtype=problem.dtype,
-                            basis=None if cache is None else cache.get(key))
+    V, basis = coarse_start(
+        prep.indptr,
+        prep.indices,
+        prep.data,
+        prep.diag,
+        prep.pi,
+        prep.pj,
+        prep.pt,
+        rank=problem.rank,
+        loss=problem.loss,
+        gamma=problem.gamma,
+        bound=problem.bound,
+        dtype=problem.dtype,
+        basis=None if cache is None else cache.get(key),
+    )
     if cache is not None:
         cache[key] = basis
     return V
 
 
-def _start_prefault(problem: NPKLProblem, method: str, executor, extrapolate: bool,
-                    inner_maxiter: int):
+def _start_prefault(
+    problem: NPKLProblem, method: str, executor, extrapolate: bool, inner_maxiter: int
+):
     """A :class:`~npkl_dist.solvers.block._session.Prefault` of the block session's work arrays, started
     before the set-up, for an in-process block fit with at least ``PREFAULT_MIN_ENTRIES``
     entries in V; else None. (``method`` is resolved as ``_build`` resolves it.)"""
@@ -196,8 +229,11 @@ def _start_prefault(problem: NPKLProblem, method: str, executor, extrapolate: bo
     # first: the coarse-free start's E, which the start writes about a second into the
     # set-up (a fresh 128 MB array there cost 0.14-0.17 s of page faults at n = 1e6)
     specs = {START_BUFFER: ((n, r), np.dtype(np.float64))}
-    specs.update(session_buffers(n, free_count(problem), r, problem.dtype, bool(extrapolate),
-                                 int(inner_maxiter)))
+    specs.update(
+        session_buffers(
+            n, free_count(problem), r, problem.dtype, bool(extrapolate), int(inner_maxiter)
+        )
+    )
     # last: the fit's result V, written when the relabelling is undone at the very end (a
     # fresh 128 MB array there cost 0.17 s at n = 1e6 against 0.02 s with its pages touched).
     # With extrapolation the session's S, dead by then and of V's shape and dtype, takes it
@@ -228,8 +264,9 @@ RESULT_BUFFER = "result V"
 START_BUFFER = "start E"
 
 
-def _internal_free_start(problem: NPKLProblem, prep, layout, cache, share: bool = False,
-                         out=None) -> np.ndarray:
+def _internal_free_start(
+    problem: NPKLProblem, prep, layout, cache, share: bool = False, out=None
+) -> np.ndarray:
     """start='coarse-free' in a block fit's internal (U-first) order. ``cache``: a fit
     setup's or a standalone in-process fit's own; its basis is kept there for the next fit
     (it depends on L and the rank only), and with ``share`` (an in-process session follows)
@@ -241,7 +278,8 @@ def _internal_free_start(problem: NPKLProblem, prep, layout, cache, share: bool 
     if n_free < 1:
         raise ValidationError(
             "start: 'coarse-free' needs at least one point in no constraint pair (every point "
-            "here is in one); use start='coarse'")
+            "here is in one); use start='coarse'"
+        )
     key = ("coarse-free start", int(problem.rank))
     basis = None if cache is None else cache.get(key)
     if basis is None:
@@ -251,6 +289,20 @@ def _internal_free_start(problem: NPKLProblem, prep, layout, cache, share: bool 
             cache[key] = basis
             if share:
                 cache[HIERARCHY_KEY] = h
-    return free_start(prep.indptr, prep.indices, prep.data, prep.diag, n_free, prep.pi,
-                      prep.pj, prep.pt, basis, rank=problem.rank, loss=problem.loss,
-                      gamma=problem.gamma, bound=problem.bound, dtype=problem.dtype, out=out)
+    return free_start(
+        prep.indptr,
+        prep.indices,
+        prep.data,
+        prep.diag,
+        n_free,
+        prep.pi,
+        prep.pj,
+        prep.pt,
+        basis,
+        rank=problem.rank,
+        loss=problem.loss,
+        gamma=problem.gamma,
+        bound=problem.bound,
+        dtype=problem.dtype,
+        out=out,
+    )

@@ -24,8 +24,8 @@ from ._kernels import (
 from ._search import _save
 from ._steps import (
     _copy_delta,
-    _direction_LD,
     _direction_cg,
+    _direction_LD,
     _neg_residual_rows,
     _pair_coeffs2,
     _pair_coeffs2_cg,

@@ -35,6 +35,7 @@ def _canonical_sum(values) -> float:
     """Sum in fixed SUM_BLOCK-row chunks, added in order (thread-count independent)."""
     return ordered_total(chunked_sums(values))
 
+
 #: rows per reduction chunk (partial sums in a fixed order: thread-count independent)
 RB = SUM_BLOCK
 
@@ -42,6 +43,7 @@ RB = SUM_BLOCK
 # --------------------------------------------------------------------------------------------
 # compiled kernels (rows of the U block; reductions per RB-row chunk)
 # --------------------------------------------------------------------------------------------
+
 
 @njit(nogil=True, cache=True, inline="always")
 def _row_times(i, indptr, indices, data, diag, X, q):
@@ -107,8 +109,15 @@ def _row_times_canonical(i, indptr, indices, data, diag, X, q):
         w2 = np.float64(data[p + 2]) * np.float64(k2 != i)
         w3 = np.float64(data[p + 3]) * np.float64(k3 != i)
         for c in range(r):
-            q[c] = _madd(w3, np.float64(X[k3, c]), _madd(w2, np.float64(X[k2, c]), _madd(
-                w1, np.float64(X[k1, c]), _madd(w0, np.float64(X[k0, c]), q[c]))))
+            q[c] = _madd(
+                w3,
+                np.float64(X[k3, c]),
+                _madd(
+                    w2,
+                    np.float64(X[k2, c]),
+                    _madd(w1, np.float64(X[k1, c]), _madd(w0, np.float64(X[k0, c]), q[c])),
+                ),
+            )
         p += 4
     while p < end:
         k = indices[p]
@@ -460,4 +469,3 @@ def _diag_gershgorin(indptr, indices, data, diag, ratio):
     for i in prange(n):
         # d <= 0: ratio 0, and the caller refuses the level
         diag[i], ratio[i] = _gershgorin_row(i, indptr[i], indptr[i + 1], indices, data)
-

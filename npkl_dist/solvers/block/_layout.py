@@ -25,6 +25,7 @@ PRECONDITIONERS = ("amg", "amg-plain", "amg-additive", "jacobi")
 # layout
 # --------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class BlockLayout:
     """U-first internal order derived from a sweep plan.
@@ -46,7 +47,7 @@ class BlockLayout:
         return int(self.c_colour_ptr.shape[0] - 1)
 
     def rows_of(self, c: int) -> np.ndarray:
-        return self.c_colour_rows[self.c_colour_ptr[c]: self.c_colour_ptr[c + 1]]
+        return self.c_colour_rows[self.c_colour_ptr[c] : self.c_colour_ptr[c + 1]]
 
     def colour_order(self, rng: np.random.Generator) -> np.ndarray:
         return rng.permutation(self.n_colours)
@@ -138,8 +139,9 @@ def free_operator(indptr, indices, data, n_free_own, n_own, n_free_halo, serial=
     threads (Dask block actors)."""
     nu, n_own, nfh = int(n_free_own), int(n_own), int(n_free_halo)
     colmap = _column_map(n_own + nfh, [(0, nu, 0), (n_own, n_own + nfh, nu)])
-    return kernels(serial).select_columns(indptr, indices, data, nu, colmap, False, _NO_DIAG,
-                                          False)
+    return kernels(serial).select_columns(
+        indptr, indices, data, nu, colmap, False, _NO_DIAG, False
+    )
 
 
 def free_matrix(A_ptr, A_idx, A_data, diag, serial=False):
@@ -147,8 +149,9 @@ def free_matrix(A_ptr, A_idx, A_data, diag, serial=False):
     matrix the AMG hierarchy is built on (entries of A in halo columns are dropped)."""
     nu = diag.shape[0]
     colmap = _column_map(nu, [(0, nu, 0)])
-    ptr, idx, val = kernels(serial).select_columns(A_ptr, A_idx, A_data, nu, colmap, False,
-                                                   np.asarray(diag, np.float64), True)
+    ptr, idx, val = kernels(serial).select_columns(
+        A_ptr, A_idx, A_data, nu, colmap, False, np.asarray(diag, np.float64), True
+    )
     A = sp.csr_matrix((val, idx, ptr), shape=(nu, nu))
     A.has_sorted_indices = True
     A.has_canonical_format = True
@@ -212,13 +215,11 @@ def whole_free_blocks(indptr, indices, data, diag, n_free, bounds=None):
     gd, gr = bounds if bounds is not None else (np.empty(0), np.empty(0))
     if bounds is not None and not (gd.shape == gr.shape == (nu,)):
         raise ValueError(f"bounds: two arrays of shape ({nu},), got {gd.shape}, {gr.shape}")
-    _free_block_fill(indptr, indices, data, nu, d, fptr, fidx, fval, uptr, uidx, uval, gd,
-                     gr)
+    _free_block_fill(indptr, indices, data, nu, d, fptr, fidx, fval, uptr, uidx, uval, gd, gr)
     A = sp.csr_matrix((fval, fidx, fptr), shape=(nu, nu))
     A.has_sorted_indices = True
     A.has_canonical_format = True
-    ops = free_operator(indptr, indices, data, nu, diag.shape[0], 0) if unsorted.any() \
-        else None
+    ops = free_operator(indptr, indices, data, nu, diag.shape[0], 0) if unsorted.any() else None
     return ops, A, (uptr, uidx, uval)
 
 
@@ -247,8 +248,9 @@ def _free_block_counts(indptr, indices, data, nu, diag, cf, cu, unsorted):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _free_block_fill(indptr, indices, data, nu, diag, fptr, fidx, fval, uptr, uidx, uval,
-                     gdiag, gratio):
+def _free_block_fill(
+    indptr, indices, data, nu, diag, fptr, fidx, fval, uptr, uidx, uval, gdiag, gratio
+):
     """The rows counted by :func:`_free_block_counts`: U-column entries without exact zeros
     plus the diagonal (where nonzero), sorted by column (the AMG matrix, as
     ``_select_columns``' canonical pass over the operator leaves it); C-column entries in
@@ -281,12 +283,9 @@ def constrained_columns(indptr, indices, data, n_free_own, n_own, n_free_halo, s
     local numbering (entries keep their order). Returns (indptr, indices, data)."""
     nu, n_own, nfh = int(n_free_own), int(n_own), int(n_free_halo)
     colmap = _column_map(n_own + nfh, [(nu, n_own, nu)])  # the halo's C rows lie beyond
-    return kernels(serial).select_columns(indptr, indices, data, nu, colmap, True, _NO_DIAG,
-                                          False)
+    return kernels(serial).select_columns(indptr, indices, data, nu, colmap, True, _NO_DIAG, False)
 
 
 def check_precond(precond):
     if precond not in PRECONDITIONERS:
-        raise ValidationError(
-            f"precond: {precond!r} is not one of {', '.join(PRECONDITIONERS)}"
-        )
+        raise ValidationError(f"precond: {precond!r} is not one of {', '.join(PRECONDITIONERS)}")

@@ -32,6 +32,7 @@ from ._layout import free_matrix, whole_free_blocks
 # preconditioners (symmetric positive definite, act on all columns at once)
 # --------------------------------------------------------------------------------------------
 
+
 def _int64_csr(M):
     M = sp.csr_matrix(M, dtype=np.float64)
     M.sort_indices()
@@ -68,8 +69,12 @@ class JacobiPreconditioner:
         self.setup_seconds = 0.0
         self.K = kernels(serial)
         # no coarse correction: P with empty rows
-        self._no_P = (np.zeros(self.dinv.shape[0] + 1, np.int64), np.empty(0, np.int64),
-                      np.empty(0), np.empty((0, 0)))
+        self._no_P = (
+            np.zeros(self.dinv.shape[0] + 1, np.int64),
+            np.empty(0, np.int64),
+            np.empty(0),
+            np.empty((0, 0)),
+        )
 
     def apply_dots(self, R, Z, part_rz, part_rr):
         ptr, idx, val, X = self._no_P
@@ -159,8 +164,11 @@ CANONICAL_OPERATOR_KEY = "operator (AMG matrix)"
 
 def _same_array(a, b) -> bool:
     """Whether ``a`` and ``b`` are the same memory (one array, or views of all of it)."""
-    return (a.dtype == b.dtype and a.shape == b.shape
-            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+    )
 
 
 class AMGPreconditioner:
@@ -179,9 +187,17 @@ class AMGPreconditioner:
 
     name = "amg"
 
-    def __init__(self, A: sp.csr_matrix, max_coarse: int = AMG_MAX_COARSE,
-                 max_levels: int = AMG_MAX_LEVELS, smooth="jacobi", serial: bool = False,
-                 additive: bool = False, hierarchy=None, finest_bounds=None):
+    def __init__(
+        self,
+        A: sp.csr_matrix,
+        max_coarse: int = AMG_MAX_COARSE,
+        max_levels: int = AMG_MAX_LEVELS,
+        smooth="jacobi",
+        serial: bool = False,
+        additive: bool = False,
+        hierarchy=None,
+        finest_bounds=None,
+    ):
         """``hierarchy``: A's plain-aggregation hierarchy (``smooth=None``), already built
         with these ``max_coarse`` and ``max_levels`` (:func:`free_hierarchy`, which the
         'coarse-free' start builds first); used instead of building it again.
@@ -194,8 +210,9 @@ class AMGPreconditioner:
         self.additive = bool(additive)
         A = sp.csr_matrix(A, dtype=np.float64)
         if hierarchy is not None and smooth is not None:
-            raise ValueError("AMGPreconditioner: a given hierarchy is a plain-aggregation one "
-                             "(smooth=None)")
+            raise ValueError(
+                "AMGPreconditioner: a given hierarchy is a plain-aggregation one (smooth=None)"
+            )
         if smooth == "jacobi":
             # local (row-sum) weights instead of a power-iteration spectral radius:
             # same hierarchy quality here at a fraction of the set-up time
@@ -220,7 +237,8 @@ class AMGPreconditioner:
             elif not self._build(A[keep][:, keep].tocsr(), opts):
                 raise ValueError(
                     "precond: the AMG hierarchy of the unconstrained block is degenerate (a "
-                    "coarse level with a zero diagonal); fit with precond='jacobi'")
+                    "coarse level with a zero diagonal); fit with precond='jacobi'"
+                )
         self._finest_bounds = None  # held by the finest level where taken
         self.setup_seconds = time.perf_counter() - t0
 
@@ -238,11 +256,13 @@ class AMGPreconditioner:
             elif opts["smooth"] is None:
                 # plain aggregation: pyamg's steps, with the Galerkin products compiled
                 # (npkl_dist.linalg._aggregation; the same hierarchy bit for bit)
-                ml = plain_aggregation_hierarchy(A, opts["max_coarse"], opts["max_levels"],
-                                                 serial=self.K.serial)
+                ml = plain_aggregation_hierarchy(
+                    A, opts["max_coarse"], opts["max_levels"], serial=self.K.serial
+                )
             else:
-                ml = pyamg.smoothed_aggregation_solver(A, symmetry="hermitian", keep=False,
-                                                       **opts, **AMG_OPTIONS)
+                ml = pyamg.smoothed_aggregation_solver(
+                    A, symmetry="hermitian", keep=False, **opts, **AMG_OPTIONS
+                )
             try:
                 return self._setup_levels(ml)
             except LinAlgError:  # the coarsest matrix is not positive definite
@@ -258,16 +278,18 @@ class AMGPreconditioner:
             # the diagonal and the Gershgorin bound on rho(D^-1 A) in one pass: cheap, and a
             # smaller weight keeps the smoother convergent and the cycle SPD
             given = self._finest_bounds if k == 0 else None
-            if given is not None and _same_array(A.data, given[0]) and _same_array(
-                    A.indptr, given[1]):
+            if (
+                given is not None
+                and _same_array(A.data, given[0])
+                and _same_array(A.indptr, given[1])
+            ):
                 d, ratio = given[2], given[3]  # from the pass that wrote A
             else:
                 d, ratio = np.empty(A.shape[0]), np.empty(A.shape[0])
                 self.K.diag_gershgorin(A.indptr, A.indices, A.data, d, ratio)
             if np.any(d <= 0):
                 return False
-            level = {"diag": d, "w": (4.0 / (3.0 * ratio.max())) / d,
-                     "P": _int64_csr(lev.P)}
+            level = {"diag": d, "w": (4.0 / (3.0 * ratio.max())) / d, "P": _int64_csr(lev.P)}
             level["scatter"] = _restriction_plan(level["P"], self.K.serial)
             if level["scatter"] is None:  # restricted by the product with R = P'
                 level["R"] = _int64_csr(lev.P.T)
@@ -302,8 +324,14 @@ class AMGPreconditioner:
                 n_c = lev["P"].shape[1]
                 # base pages, mapped at once (npkl_dist.linalg._memory): level 1 at n = 1e6 holds
                 # four 4.4 MB arrays, fresh memory that huge pages make dear in this VM
-                self._work_arrays.append((populated_empty((n_k, r)), populated_empty((n_k, r)),
-                                          populated_empty((n_c, r)), populated_empty((n_c, r))))
+                self._work_arrays.append(
+                    (
+                        populated_empty((n_k, r)),
+                        populated_empty((n_k, r)),
+                        populated_empty((n_c, r)),
+                        populated_empty((n_c, r)),
+                    )
+                )
             self._work_r = r
         return self._work_arrays
 
@@ -373,8 +401,9 @@ class AMGPreconditioner:
         self._restrict(lev, b, coarse_b)
         self._cycle(1, coarse_b, coarse_x, work)
         if part_rz is not None:
-            self.K.additive_dots(lev["w"], b, P_.indptr, P_.indices, P_.data, coarse_x, out,
-                                 part_rz, part_rr)
+            self.K.additive_dots(
+                lev["w"], b, P_.indptr, P_.indices, P_.data, coarse_x, out, part_rz, part_rr
+            )
             return
         self.K.scale_rows(lev["w"], b, out)
         self.K.csr_mm(P_.indptr, P_.indices, P_.data, coarse_x, out, True)
@@ -395,6 +424,7 @@ class AMGPreconditioner:
 # --------------------------------------------------------------------------------------------
 # block PCG
 # --------------------------------------------------------------------------------------------
+
 
 def pcg_loop(precondition, matvec, update, B_norm, *, rtol: float, maxiter: int) -> int:
     """Warm-started PCG on every column at once, written against three operations so that

@@ -63,6 +63,7 @@ def subspace_search(a, B, C, gamma, loss_code):
         def fun(s):
             return _poly_phi(a, B, Q, gamma, s[0], s[1] if dims == 2 else 0.0, dims)
     else:
+
         def fun(s):
             s2 = s[1] if dims == 2 else 0.0
             f, g1, g2, h11, h12, h22 = _pair_derivs(C, s[0], s2, loss_code)
@@ -72,19 +73,37 @@ def subspace_search(a, B, C, gamma, loss_code):
     s1, s2 = float(s[0]), float(s[1]) if dims == 2 else 0.0
     if (s1 == 0.0 and s2 == 0.0) or not (np.isfinite(s1) and np.isfinite(s2)):
         return 0.0, 0.0, 0.0
-    v = (2.0 * (a[0] * s1 + a[1] * s2) + B[0, 0] * s1 * s1 + 2.0 * B[0, 1] * s1 * s2
-         + B[1, 1] * s2 * s2 + gamma * _phi_pairs(C, s1, s2, loss_code))
+    v = (
+        2.0 * (a[0] * s1 + a[1] * s2)
+        + B[0, 0] * s1 * s1
+        + 2.0 * B[0, 1] * s1 * s2
+        + B[1, 1] * s2 * s2
+        + gamma * _phi_pairs(C, s1, s2, loss_code)
+    )
     return (s1, s2, v) if v < 0.0 and np.isfinite(v) else (0.0, 0.0, 0.0)
 
 
 def _assemble(a, B, gamma, f, g1, g2, h11, h12, h22, s1, s2, dims):
     """(phi, gradient, Hessian) in the first ``dims`` coordinates from the pair sums."""
-    val = (2.0 * (a[0] * s1 + a[1] * s2) + B[0, 0] * s1 * s1 + 2.0 * B[0, 1] * s1 * s2
-           + B[1, 1] * s2 * s2 + gamma * f)
-    g = np.array([2.0 * (a[0] + B[0, 0] * s1 + B[0, 1] * s2) + gamma * g1,
-                  2.0 * (a[1] + B[0, 1] * s1 + B[1, 1] * s2) + gamma * g2])
-    H = np.array([[2.0 * B[0, 0] + gamma * h11, 2.0 * B[0, 1] + gamma * h12],
-                  [2.0 * B[0, 1] + gamma * h12, 2.0 * B[1, 1] + gamma * h22]])
+    val = (
+        2.0 * (a[0] * s1 + a[1] * s2)
+        + B[0, 0] * s1 * s1
+        + 2.0 * B[0, 1] * s1 * s2
+        + B[1, 1] * s2 * s2
+        + gamma * f
+    )
+    g = np.array(
+        [
+            2.0 * (a[0] + B[0, 0] * s1 + B[0, 1] * s2) + gamma * g1,
+            2.0 * (a[1] + B[0, 1] * s1 + B[1, 1] * s2) + gamma * g2,
+        ]
+    )
+    H = np.array(
+        [
+            [2.0 * B[0, 0] + gamma * h11, 2.0 * B[0, 1] + gamma * h12],
+            [2.0 * B[0, 1] + gamma * h12, 2.0 * B[1, 1] + gamma * h22],
+        ]
+    )
     return val, g[:dims], H[:dims, :dims]
 
 
@@ -197,7 +216,7 @@ def _pair_derivs_rows(C, s1, s2, loss_code, start, stop, out):
         c11 = C[k, 3]
         c22 = C[k, 4]
         c12 = C[k, 5]
-        z = (z0 + s1 * (C[k, 1] + s1 * c11) + s2 * (C[k, 2] + s2 * c22) + s1 * s2 * c12)
+        z = z0 + s1 * (C[k, 1] + s1 * c11) + s2 * (C[k, 2] + s2 * c22) + s1 * s2 * c12
         z1 = C[k, 1] + 2.0 * s1 * c11 + s2 * c12
         z2 = C[k, 2] + 2.0 * s2 * c22 + s1 * c12
         if loss_code == 2:
@@ -238,8 +257,9 @@ def _pair_derivs(C, s1, s2, loss_code):
     nb = (m + SUM_BLOCK - 1) // SUM_BLOCK
     part = np.zeros((nb, 6))
     for b in prange(nb):
-        _pair_derivs_rows(C, s1, s2, loss_code, b * SUM_BLOCK, min((b + 1) * SUM_BLOCK, m),
-                          part[b])
+        _pair_derivs_rows(
+            C, s1, s2, loss_code, b * SUM_BLOCK, min((b + 1) * SUM_BLOCK, m), part[b]
+        )
     t = np.zeros(6)
     for b in range(nb):
         for q in range(6):
@@ -272,8 +292,12 @@ def subspace_search_nelder_mead(a, B, C, gamma, loss_code, boxed=False, compiled
     base = _loss_sum(C[:, 0], loss_code)
 
     def smooth(s1, s2):
-        return (2.0 * (a[0] * s1 + a[1] * s2) + B[0, 0] * s1 * s1 + 2.0 * B[0, 1] * s1 * s2
-                + B[1, 1] * s2 * s2)
+        return (
+            2.0 * (a[0] * s1 + a[1] * s2)
+            + B[0, 0] * s1 * s1
+            + 2.0 * B[0, 1] * s1 * s2
+            + B[1, 1] * s2 * s2
+        )
 
     def phi(s):
         s1, s2 = float(s[0]), float(s[1])
@@ -285,10 +309,12 @@ def subspace_search_nelder_mead(a, B, C, gamma, loss_code, boxed=False, compiled
         def phi_box(s):
             s1, s2 = float(s[0]), float(s[1])
             return smooth(s1, s2) + gamma * box(s1, s2)
+
         return phi_box
 
     bracket = None
     if boxed:
+
         def bracket(lo, hi):
             f = on_box((0.5 * (lo + hi), 0.0), (0.5 * (hi - lo), 0.0))
             return lambda t: f((t, 0.0))
@@ -296,8 +322,18 @@ def subspace_search_nelder_mead(a, B, C, gamma, loss_code, boxed=False, compiled
     if compiled:
         s1, v1 = _plane_line_search(a, B, C, gamma, loss_code, base, boxed)
     else:
-        s1, v1 = line_search(a[0], B[0, 0], C[:, 0], C[:, 1], C[:, 3], gamma, loss_code,
-                             base=base, phi=lambda t: phi((t, 0.0)), bracket_phi=bracket)
+        s1, v1 = line_search(
+            a[0],
+            B[0, 0],
+            C[:, 0],
+            C[:, 1],
+            C[:, 3],
+            gamma,
+            loss_code,
+            base=base,
+            phi=lambda t: phi((t, 0.0)),
+            bracket_phi=bracket,
+        )
     best = (s1, 0.0, v1)
     exact = not boxed  # whether best's value is the pass over every pair
     if B[1, 1] > 0:
@@ -307,14 +343,28 @@ def subspace_search_nelder_mead(a, B, C, gamma, loss_code, boxed=False, compiled
         centre, half = (s1, 0.0), (2.0 * scale, 2.0 * scale)
         if compiled:
             x = np.empty(2)
-            _nelder_mead_2d(*_trial_args(a, B, C, gamma, loss_code),
-                            *_box_args(C, centre, half, boxed), simplex, float(xatol),
-                            float(fatol), 600, x)
+            _nelder_mead_2d(
+                *_trial_args(a, B, C, gamma, loss_code),
+                *_box_args(C, centre, half, boxed),
+                simplex,
+                float(xatol),
+                float(fatol),
+                600,
+                x,
+            )
         else:
             trial = on_box(centre, half) if boxed else phi
-            x = minimize(trial, np.array([s1, 0.0]), method="Nelder-Mead",
-                         options={"xatol": xatol, "fatol": fatol, "maxiter": 600,
-                                  "initial_simplex": simplex}).x
+            x = minimize(
+                trial,
+                np.array([s1, 0.0]),
+                method="Nelder-Mead",
+                options={
+                    "xatol": xatol,
+                    "fatol": fatol,
+                    "maxiter": 600,
+                    "initial_simplex": simplex,
+                },
+            ).x
         v = phi(x)
         if v < best[2]:
             best, exact = (float(x[0]), float(x[1]), v), True
@@ -341,8 +391,16 @@ def _plane_line_search(a, B, C, gamma, loss_code, base, boxed):
 
 def _trial_args(a, B, C, gamma, loss_code):
     """The search's data as the compiled trials take it (:func:`_nm_trial`)."""
-    return (float(a[0]), float(a[1]), float(B[0, 0]), float(B[0, 1]), float(B[1, 1]),
-            float(gamma), C, int(loss_code))
+    return (
+        float(a[0]),
+        float(a[1]),
+        float(B[0, 0]),
+        float(B[0, 1]),
+        float(B[1, 1]),
+        float(gamma),
+        C,
+        int(loss_code),
+    )
 
 
 def _box_args(C, centre, half, boxed):
@@ -356,17 +414,18 @@ def _box_args(C, centre, half, boxed):
 
 
 @njit(nogil=True, cache=True)
-def _line_trials(grid, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, lo, hi,
-                 out):
+def _line_trials(grid, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, lo, hi, out):
     """out[q] = the plane search's trial at (grid[q], 0).  OUT."""
     for q in range(grid.shape[0]):
-        out[q] = _nm_trial(grid[q], 0.0, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed,
-                           rest, k, lo, hi)
+        out[q] = _nm_trial(
+            grid[q], 0.0, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, lo, hi
+        )
 
 
 @njit(nogil=True, cache=True)
-def _brent_bounded(x1, x2, xatol, maxfun, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed,
-                   rest, k, lo, hi):
+def _brent_bounded(
+    x1, x2, xatol, maxfun, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, lo, hi
+):
     """scipy.optimize.minimize_scalar(method='bounded') on [x1, x2] of the plane search's
     trial at (s, 0), step for step (scipy's ``_minimize_scalar_bounded``: the same golden
     and parabolic steps by the same expressions). Returns (x, f(x))."""
@@ -414,8 +473,7 @@ def _brent_bounded(x1, x2, xatol, maxfun, a0, a1, B00, B01, B11, gamma, C, loss_
             rat = golden_mean * e
         si = np.sign(rat) + (1.0 if rat == 0 else 0.0)
         x = xf + si * max(np.abs(rat), tol1)
-        fu = _nm_trial(x, 0.0, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, lo,
-                       hi)
+        fu = _nm_trial(x, 0.0, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, lo, hi)
         num += 1
         if fu <= fx:
             if x >= xf:
@@ -467,10 +525,15 @@ def _nm_trial(s1, s2, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k
     """One Nelder-Mead trial of :func:`subspace_search_nelder_mead`: ``phi`` or, ``boxed``,
     ``phi_box`` (:class:`BoxedPairSum` with constants ``k`` on [lo, hi]), the same
     expressions in the same order."""
-    sm = (2.0 * (a0 * s1 + a1 * s2) + B00 * s1 * s1 + 2.0 * B01 * s1 * s2 + B11 * s2 * s2)
+    sm = 2.0 * (a0 * s1 + a1 * s2) + B00 * s1 * s1 + 2.0 * B01 * s1 * s2 + B11 * s2 * s2
     if boxed and lo[0] <= s1 <= hi[0] and lo[1] <= s2 <= hi[1]:
-        pairs = (k[0] - s1 * (k[1] + s1 * k[3]) - s2 * (k[2] + s2 * k[4]) - s1 * s2 * k[5]
-                 + _phi_pairs_any(rest, s1, s2, 0))
+        pairs = (
+            k[0]
+            - s1 * (k[1] + s1 * k[3])
+            - s2 * (k[2] + s2 * k[4])
+            - s1 * s2 * k[5]
+            + _phi_pairs_any(rest, s1, s2, 0)
+        )
     else:
         pairs = _phi_pairs_any(C, s1, s2, loss_code)
     return sm + gamma * pairs
@@ -502,8 +565,26 @@ def _nm_sort(sim, fsim):
 
 
 @njit(nogil=True, cache=True)
-def _nelder_mead_2d(a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, lo, hi,
-                    simplex, xatol, fatol, maxiter, x):
+def _nelder_mead_2d(
+    a0,
+    a1,
+    B00,
+    B01,
+    B11,
+    gamma,
+    C,
+    loss_code,
+    boxed,
+    rest,
+    k,
+    lo,
+    hi,
+    simplex,
+    xatol,
+    fatol,
+    maxiter,
+    x,
+):
     """scipy.optimize.minimize(method='Nelder-Mead') in two dimensions (rho 1, chi 2, psi
     0.5, sigma 0.5; no bounds, no maxfev) from ``simplex`` on :func:`_nm_trial`, step for
     step: the same reflections, expansions, contractions and shrinks, computed by the same
@@ -511,8 +592,23 @@ def _nelder_mead_2d(a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, 
     sim = simplex.copy()
     fsim = np.empty(3)
     for j in range(3):
-        fsim[j] = _nm_trial(sim[j, 0], sim[j, 1], a0, a1, B00, B01, B11, gamma, C,
-                            loss_code, boxed, rest, k, lo, hi)
+        fsim[j] = _nm_trial(
+            sim[j, 0],
+            sim[j, 1],
+            a0,
+            a1,
+            B00,
+            B01,
+            B11,
+            gamma,
+            C,
+            loss_code,
+            boxed,
+            rest,
+            k,
+            lo,
+            hi,
+        )
     _nm_sort(sim, fsim)
     iterations = 1
     while iterations < maxiter:
@@ -527,13 +623,15 @@ def _nelder_mead_2d(a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, 
         xb1 = (sim[0, 1] + sim[1, 1]) / 2
         xr0 = 2.0 * xb0 - sim[2, 0]
         xr1 = 2.0 * xb1 - sim[2, 1]
-        fxr = _nm_trial(xr0, xr1, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest,
-                        k, lo, hi)
+        fxr = _nm_trial(
+            xr0, xr1, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, lo, hi
+        )
         if fxr < fsim[0]:
             xe0 = 3.0 * xb0 - 2.0 * sim[2, 0]
             xe1 = 3.0 * xb1 - 2.0 * sim[2, 1]
-            fxe = _nm_trial(xe0, xe1, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed,
-                            rest, k, lo, hi)
+            fxe = _nm_trial(
+                xe0, xe1, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, lo, hi
+            )
             if fxe < fxr:
                 sim[2, 0], sim[2, 1], fsim[2] = xe0, xe1, fxe
             else:
@@ -545,8 +643,9 @@ def _nelder_mead_2d(a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, 
             if fxr < fsim[2]:  # outside contraction
                 xc0 = 1.5 * xb0 - 0.5 * sim[2, 0]
                 xc1 = 1.5 * xb1 - 0.5 * sim[2, 1]
-                fxc = _nm_trial(xc0, xc1, a0, a1, B00, B01, B11, gamma, C, loss_code,
-                                boxed, rest, k, lo, hi)
+                fxc = _nm_trial(
+                    xc0, xc1, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, lo, hi
+                )
                 if fxc <= fxr:
                     sim[2, 0], sim[2, 1], fsim[2] = xc0, xc1, fxc
                 else:
@@ -554,8 +653,9 @@ def _nelder_mead_2d(a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, 
             else:  # inside contraction
                 xc0 = 0.5 * xb0 + 0.5 * sim[2, 0]
                 xc1 = 0.5 * xb1 + 0.5 * sim[2, 1]
-                fxc = _nm_trial(xc0, xc1, a0, a1, B00, B01, B11, gamma, C, loss_code,
-                                boxed, rest, k, lo, hi)
+                fxc = _nm_trial(
+                    xc0, xc1, a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, lo, hi
+                )
                 if fxc < fsim[2]:
                     sim[2, 0], sim[2, 1], fsim[2] = xc0, xc1, fxc
                 else:
@@ -564,8 +664,23 @@ def _nelder_mead_2d(a0, a1, B00, B01, B11, gamma, C, loss_code, boxed, rest, k, 
                 for j in range(1, 3):
                     sim[j, 0] = sim[0, 0] + 0.5 * (sim[j, 0] - sim[0, 0])
                     sim[j, 1] = sim[0, 1] + 0.5 * (sim[j, 1] - sim[0, 1])
-                    fsim[j] = _nm_trial(sim[j, 0], sim[j, 1], a0, a1, B00, B01, B11, gamma,
-                                        C, loss_code, boxed, rest, k, lo, hi)
+                    fsim[j] = _nm_trial(
+                        sim[j, 0],
+                        sim[j, 1],
+                        a0,
+                        a1,
+                        B00,
+                        B01,
+                        B11,
+                        gamma,
+                        C,
+                        loss_code,
+                        boxed,
+                        rest,
+                        k,
+                        lo,
+                        hi,
+                    )
         iterations += 1
         _nm_sort(sim, fsim)
     x[0] = sim[0, 0]
@@ -594,28 +709,38 @@ class BoxedPairSum:
         self.lo = (c1 - h1, c2 - h2)
         self.hi = (c1 + h1, c2 + h2)
         z0 = C[:, 0]
-        zc = z0 + c1 * (C[:, 1] + c1 * C[:, 3]) + c2 * (C[:, 2] + c2 * C[:, 4]) \
-            + c1 * c2 * C[:, 5]
+        zc = z0 + c1 * (C[:, 1] + c1 * C[:, 3]) + c2 * (C[:, 2] + c2 * C[:, 4]) + c1 * c2 * C[:, 5]
         d1 = C[:, 1] + 2.0 * c1 * C[:, 3] + c2 * C[:, 5]
         d2 = C[:, 2] + 2.0 * c2 * C[:, 4] + c1 * C[:, 5]
-        b = (np.abs(d1) * h1 + np.abs(d2) * h2 + np.abs(C[:, 3]) * h1 * h1
-             + np.abs(C[:, 4]) * h2 * h2 + np.abs(C[:, 5]) * h1 * h2)
+        b = (
+            np.abs(d1) * h1
+            + np.abs(d2) * h2
+            + np.abs(C[:, 3]) * h1 * h1
+            + np.abs(C[:, 4]) * h2 * h2
+            + np.abs(C[:, 5]) * h1 * h2
+        )
         b = b + 1e-12 * (np.abs(zc) + b + 1.0)
         off = zc - b > 1.0
         on = zc + b < 1.0
         h0 = np.maximum(1.0 - z0, 0.0)
         Con = C[on]
         # active pairs: sum (1 - z(s)) - h0 = k0 - s1 k1 - s2 k2 - s1^2 k11 - s2^2 k22 - s1 s2 k12
-        self.k = (float(np.sum(1.0 - Con[:, 0] - h0[on])) - float(np.sum(h0[off])),) \
-            + tuple(float(x) for x in Con[:, 1:].sum(axis=0))
+        self.k = (float(np.sum(1.0 - Con[:, 0] - h0[on])) - float(np.sum(h0[off])),) + tuple(
+            float(x) for x in Con[:, 1:].sum(axis=0)
+        )
         self.rest = np.ascontiguousarray(C[~(on | off)])
 
     def __call__(self, s1, s2):
         if not (self.lo[0] <= s1 <= self.hi[0] and self.lo[1] <= s2 <= self.hi[1]):
             return _phi_pairs(self.C, s1, s2, 0)
         k0, k1, k2, k11, k22, k12 = self.k
-        return (k0 - s1 * (k1 + s1 * k11) - s2 * (k2 + s2 * k22) - s1 * s2 * k12
-                + _phi_pairs(self.rest, s1, s2, 0))
+        return (
+            k0
+            - s1 * (k1 + s1 * k11)
+            - s2 * (k2 + s2 * k22)
+            - s1 * s2 * k12
+            + _phi_pairs(self.rest, s1, s2, 0)
+        )
 
 
 @njit(nogil=True, cache=True, parallel=True)
@@ -632,8 +757,7 @@ def _phi_pair_rows(C, s1, s2, loss_code, start, stop):
     tot = 0.0
     for k in range(start, stop):
         z0 = C[k, 0]
-        z = (z0 + s1 * (C[k, 1] + s1 * C[k, 3]) + s2 * (C[k, 2] + s2 * C[k, 4])
-             + s1 * s2 * C[k, 5])
+        z = z0 + s1 * (C[k, 1] + s1 * C[k, 3]) + s2 * (C[k, 2] + s2 * C[k, 4]) + s1 * s2 * C[k, 5]
         if loss_code == 0:
             tot += max(1.0 - z, 0.0) - max(1.0 - z0, 0.0)
         elif loss_code == 1:
@@ -657,8 +781,7 @@ def _phi_pairs(C, s1, s2, loss_code):
     nb = (m + SUM_BLOCK - 1) // SUM_BLOCK
     part = np.zeros(nb)
     for b in prange(nb):
-        part[b] = _phi_pair_rows(C, s1, s2, loss_code, b * SUM_BLOCK,
-                                 min((b + 1) * SUM_BLOCK, m))
+        part[b] = _phi_pair_rows(C, s1, s2, loss_code, b * SUM_BLOCK, min((b + 1) * SUM_BLOCK, m))
     tot = 0.0
     for b in range(nb):
         tot += part[b]
@@ -707,16 +830,22 @@ def line_search(a, b, c0, c1, c2, gamma, loss_code, base=None, phi=None, bracket
     if base is None:
         base = _loss_sum(c0, loss_code)
     if phi is None:
+
         def phi(s):
-            return 2.0 * s * a + s * s * b + gamma * (
-                _loss_sum(c0 + s * (c1 + s * c2), loss_code) - base)
+            return (
+                2.0 * s * a
+                + s * s * b
+                + gamma * (_loss_sum(c0 + s * (c1 + s * c2), loss_code) - base)
+            )
 
     hi, grid = _line_grid(a, b, gamma, base)
     vals = np.array([phi(s) for s in grid])
     k, lo_b, hi_b = _line_bracket(grid, vals, hi)
     inner = phi if bracket_phi is None else bracket_phi(lo_b, hi_b)
-    res = minimize_scalar(inner, bounds=(lo_b, hi_b), method="bounded",
-                          options={"xatol": 1e-6 * hi_b})
-    s, v = (float(res.x), float(res.fun)) if res.fun < vals[k] else (float(grid[k]),
-                                                                       float(vals[k]))
+    res = minimize_scalar(
+        inner, bounds=(lo_b, hi_b), method="bounded", options={"xatol": 1e-6 * hi_b}
+    )
+    s, v = (
+        (float(res.x), float(res.fun)) if res.fun < vals[k] else (float(grid[k]), float(vals[k]))
+    )
     return (s, v) if v < 0.0 else (0.0, 0.0)

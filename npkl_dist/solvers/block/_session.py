@@ -90,8 +90,14 @@ PREFAULT_MIN_ENTRIES = 1 << 20
 def d_from_cg(extrapolate, dtype, inner_maxiter) -> bool:
     """Whether a block session with these settings takes D_U from its one-step PCG
     (``D_FROM_CG``)."""
-    return bool(D_FROM_CG and LD_FROM_CG and RESIDUAL_FROM_STEP and extrapolate
-                and np.dtype(dtype) == np.float64 and inner_maxiter == 1)
+    return bool(
+        D_FROM_CG
+        and LD_FROM_CG
+        and RESIDUAL_FROM_STEP
+        and extrapolate
+        and np.dtype(dtype) == np.float64
+        and inner_maxiter == 1
+    )
 
 
 def session_buffers(n, n_free, rank, dtype=np.float64, extrapolate=True, inner_maxiter=1):
@@ -101,8 +107,7 @@ def session_buffers(n, n_free, rank, dtype=np.float64, extrapolate=True, inner_m
     these)."""
     n, nu, r = int(n), int(n_free), int(rank)
     f64, vdt = np.dtype(np.float64), np.dtype(dtype)
-    specs = {"R": ((nu, r), f64), "Q": ((nu, r), f64), "delta2": ((n,), f64),
-             "norm2": ((n,), f64)}
+    specs = {"R": ((nu, r), f64), "Q": ((nu, r), f64), "delta2": ((n,), f64), "norm2": ((n,), f64)}
     one_step32 = bool(nu and inner_maxiter == 1 and DIRECTION_FLOAT32)
     if nu and not one_step32:  # a one-step PCG's direction is float32 only (Z32 below)
         specs["Z"] = ((nu, r), f64)
@@ -111,8 +116,7 @@ def session_buffers(n, n_free, rank, dtype=np.float64, extrapolate=True, inner_m
     if extrapolate:
         # the C rows' previous V and L D only where D_U comes from the PCG (D_FROM_CG)
         nc = n - nu if d_from_cg(extrapolate, vdt, inner_maxiter) else n
-        specs.update(Vprev=((nc, r), f64), LD=((nc, r), f64), S=((n, r), vdt),
-                     LS=((n, r), vdt))
+        specs.update(Vprev=((nc, r), f64), LD=((nc, r), f64), S=((n, r), vdt), LS=((n, r), vdt))
     else:
         specs["Xold"] = ((nu, r), f64)
     if one_step32:  # no PCG without U rows
@@ -217,10 +221,37 @@ class BlockPart:
     RB) or per-row values; the driver (:class:`BlockSession`) adds them in a fixed order.
     """
 
-    def __init__(self, *, V, n_own, n_free, n_free_halo, base, indptr, indices, data, diag,
-                 cptr, cidx, csgn, pmax, colour_rows, unit_ptr, pair_own, pair_other, pair_t,
-                 loss_code, gamma, bound, precond="amg-additive", extrapolate=True,
-                 serial=False, cache=None, prefault=None, inner_maxiter=None):
+    def __init__(
+        self,
+        *,
+        V,
+        n_own,
+        n_free,
+        n_free_halo,
+        base,
+        indptr,
+        indices,
+        data,
+        diag,
+        cptr,
+        cidx,
+        csgn,
+        pmax,
+        colour_rows,
+        unit_ptr,
+        pair_own,
+        pair_other,
+        pair_t,
+        loss_code,
+        gamma,
+        bound,
+        precond="amg-additive",
+        extrapolate=True,
+        serial=False,
+        cache=None,
+        prefault=None,
+        inner_maxiter=None,
+    ):
         self.K = kernels(serial)
         self._prefault = prefault
         # cache (a FitSetup's): what does not depend on gamma, the loss or V's values -- the
@@ -248,8 +279,11 @@ class BlockPart:
             self.A_ptr, self.A_idx, self.A_data = A.indptr, A.indices, A.data
         else:
             self.A_ptr, self.A_idx, self.A_data = self._cached(
-                "operator", lambda: free_operator(indptr, indices, data, nu, self.n_own,
-                                                  int(n_free_halo), serial=serial))
+                "operator",
+                lambda: free_operator(
+                    indptr, indices, data, nu, self.n_own, int(n_free_halo), serial=serial
+                ),
+            )
         self.A_diag = np.asarray(diag[:nu], np.float64)
         self.dinv = 1.0 / self.A_diag
         fast = extrapolate and V.dtype == np.float64 and nu > 0
@@ -260,8 +294,12 @@ class BlockPart:
         self.d_from_cg = d_from_cg(extrapolate, V.dtype, inner_maxiter)
         self.nfh = int(n_free_halo)
         if self.ld_from_cg or self.d_from_cg:
-            self.uc = self._cached("uc", lambda: constrained_columns(
-                indptr, indices, data, nu, self.n_own, int(n_free_halo), serial=serial))
+            self.uc = self._cached(
+                "uc",
+                lambda: constrained_columns(
+                    indptr, indices, data, nu, self.n_own, int(n_free_halo), serial=serial
+                ),
+            )
         if self.d_from_cg:  # the U rows with C neighbours, and their L_UC D_C
             self.ucr = self._cached("uc rows", lambda: np.flatnonzero(np.diff(self.uc[0])))
             self.UCD = populated_empty((self.ucr.shape[0], V.shape[1]))  # 16 MB at 1e6
@@ -272,11 +310,15 @@ class BlockPart:
         self._lv_ok = False
         # the PCG's X += alpha Z folded into the direction and step passes (FOLD_X_UPDATE):
         # in-process only (a halo row's owner would not know which rows others read early)
-        self.fold_x = (self.d_from_cg and bool(FOLD_X_UPDATE) and n_loc == self.n_own
-                       and nu > 0)
+        self.fold_x = self.d_from_cg and bool(FOLD_X_UPDATE) and n_loc == self.n_own and nu > 0
         self._x_pending = False
-        self.upd = (self._cached("C rows' U columns", lambda: _u_columns_of_c_rows(
-            indptr, indices, nu, self.n_own)) if self.fold_x else np.empty(0, np.int64))
+        self.upd = (
+            self._cached(
+                "C rows' U columns", lambda: _u_columns_of_c_rows(indptr, indices, nu, self.n_own)
+            )
+            if self.fold_x
+            else np.empty(0, np.int64)
+        )
         self._cg_steps, self._alpha, self._r_moved = 0, None, False
         self._finish_parts = None
         self._no_q = np.empty((0, V.shape[1]))  # Q and uc of the plain product (unused)
@@ -356,23 +398,54 @@ class BlockPart:
         return a
 
     @classmethod
-    def whole(cls, prep, layout, V, precond="amg-additive", extrapolate=True, cache=None,
-              prefault=None, inner_maxiter=None):
+    def whole(
+        cls,
+        prep,
+        layout,
+        V,
+        precond="amg-additive",
+        extrapolate=True,
+        cache=None,
+        prefault=None,
+        inner_maxiter=None,
+    ):
         """The one part of an in-process solve: every row, no halo."""
         n = V.shape[0]
         units = [colour_units(layout, c) for c in range(layout.n_colours)]
         rows, ptrs = [u[0] for u in units], [u[1] for u in units]
-        return cls(V=V, n_own=n, n_free=layout.n_free, n_free_halo=0, base=0,
-                   indptr=prep.indptr, indices=prep.indices, data=prep.data, diag=prep.diag,
-                   cptr=prep.cptr, cidx=prep.cidx, csgn=prep.csgn, pmax=prep.pmax,
-                   colour_rows=rows, unit_ptr=ptrs, pair_own=prep.pi, pair_other=prep.pj,
-                   pair_t=prep.pt, loss_code=prep.loss_code, gamma=prep.gamma,
-                   bound=prep.bound, precond=precond, extrapolate=extrapolate, cache=cache,
-                   prefault=prefault, inner_maxiter=inner_maxiter)
+        return cls(
+            V=V,
+            n_own=n,
+            n_free=layout.n_free,
+            n_free_halo=0,
+            base=0,
+            indptr=prep.indptr,
+            indices=prep.indices,
+            data=prep.data,
+            diag=prep.diag,
+            cptr=prep.cptr,
+            cidx=prep.cidx,
+            csgn=prep.csgn,
+            pmax=prep.pmax,
+            colour_rows=rows,
+            unit_ptr=ptrs,
+            pair_own=prep.pi,
+            pair_other=prep.pj,
+            pair_t=prep.pt,
+            loss_code=prep.loss_code,
+            gamma=prep.gamma,
+            bound=prep.bound,
+            precond=precond,
+            extrapolate=extrapolate,
+            cache=cache,
+            prefault=prefault,
+            inner_maxiter=inner_maxiter,
+        )
 
     def precond_setup(self, precond, serial):
-        self.M = self._cached(("precond", precond, bool(serial)),
-                              lambda: self._make_precond(precond, serial))
+        self.M = self._cached(
+            ("precond", precond, bool(serial)), lambda: self._make_precond(precond, serial)
+        )
 
     def _make_precond(self, precond, serial):
         nu = self.nu
@@ -383,19 +456,37 @@ class BlockPart:
         A = self._cache.pop(_AMG_MATRIX_KEY, None) if self._cache is not None else None
         # its diagonal and Gershgorin ratios, if the pass that formed it took them
         fb = self._cache.pop(_FINEST_BOUNDS_KEY, None) if self._cache is not None else None
-        if (h is not None and precond in ("amg-additive", "amg-plain") and nu > 0
-                and self.base == 0 and h.levels[0].A.shape[0] == nu):
-            return AMGPreconditioner(h.levels[0].A, serial=serial, smooth=None,
-                                     additive=precond == "amg-additive", hierarchy=h,
-                                     finest_bounds=fb)
+        if (
+            h is not None
+            and precond in ("amg-additive", "amg-plain")
+            and nu > 0
+            and self.base == 0
+            and h.levels[0].A.shape[0] == nu
+        ):
+            return AMGPreconditioner(
+                h.levels[0].A,
+                serial=serial,
+                smooth=None,
+                additive=precond == "amg-additive",
+                hierarchy=h,
+                finest_bounds=fb,
+            )
         if precond.startswith("amg") and nu > 0:
             if A is None:
-                A = self._canonical if self._canonical is not None else free_matrix(
-                    self.A_ptr, self.A_idx, self.A_data, self.A_diag, serial=serial)
-            return AMGPreconditioner(A, serial=serial,
-                                     smooth="jacobi" if precond == "amg" else None,
-                                     additive=precond == "amg-additive",
-                                     finest_bounds=fb)
+                A = (
+                    self._canonical
+                    if self._canonical is not None
+                    else free_matrix(
+                        self.A_ptr, self.A_idx, self.A_data, self.A_diag, serial=serial
+                    )
+                )
+            return AMGPreconditioner(
+                A,
+                serial=serial,
+                smooth="jacobi" if precond == "amg" else None,
+                additive=precond == "amg-additive",
+                finest_bounds=fb,
+            )
         return JacobiPreconditioner(self.A_diag, serial=serial)
 
     def _chunks(self, n, width=None):
@@ -407,8 +498,19 @@ class BlockPart:
         """R = -(L V)_U for the own U rows; chunk sums of X*R and ||dinv R||^2."""
         pxr, pg = self._chunks(self.nu), self._chunks(self.nu)
         if self.nu:
-            self.K.neg_residual_rows(self.nu, self.indptr, self.indices, self.data, self.diag,
-                                     self.V, self.X, self.R, self.dinv, pxr, pg)
+            self.K.neg_residual_rows(
+                self.nu,
+                self.indptr,
+                self.indices,
+                self.data,
+                self.diag,
+                self.V,
+                self.X,
+                self.R,
+                self.dinv,
+                pxr,
+                pg,
+            )
         return pxr, pg
 
     def save(self):
@@ -418,8 +520,8 @@ class BlockPart:
         if self.extrapolate and not self._vprev_is_v:
             if self.d_from_cg:  # the C rows only: own, then the halo's
                 nc = self.n_own - self.nu
-                self.Vprev[:nc] = self.V[self.nu:self.n_own]
-                self.Vprev[nc:] = self.V[self.n_own + self.nfh:]
+                self.Vprev[:nc] = self.V[self.nu : self.n_own]
+                self.Vprev[nc:] = self.V[self.n_own + self.nfh :]
             else:
                 self.K.save(self.V, self.Vprev)
         self._vprev_is_v = False  # the step moves V from here on
@@ -438,7 +540,7 @@ class BlockPart:
             self.Z = self._Z64
         r = self.R.shape[1]
         pa, pb = self._chunks(self.nu, r), self._chunks(self.nu, r)
-        self.M.apply_dots(self.R, self.Z[:self.nu], pa, pb)
+        self.M.apply_dots(self.R, self.Z[: self.nu], pa, pb)
         return pa, pb
 
     def pcg_matvec(self, beta):
@@ -447,8 +549,16 @@ class BlockPart:
         else:
             self.K.direction(self._P, self.Z, beta)
         part = self._chunks(self.nu, self.R.shape[1])
-        self.K.matvec_dot(self.A_ptr, self.A_idx, self.A_data, self.A_diag, self._P, self.Q,
-                          part, self._canonical is not None)
+        self.K.matvec_dot(
+            self.A_ptr,
+            self.A_idx,
+            self.A_data,
+            self.A_diag,
+            self._P,
+            self.Q,
+            part,
+            self._canonical is not None,
+        )
         return part
 
     def pcg_update(self, alpha, precondition):
@@ -502,15 +612,34 @@ class BlockPart:
     def colour_step(self, c):
         rows, ptr = self.colour_rows[c], self.unit_ptr[c]
         if rows.shape[0]:
-            kernel = (sweep_units if not self.K.serial and numba.get_num_threads() > 1
-                      and rows.shape[0] > 2 * CHUNK else sweep_units_serial)
-            kernel(rows, ptr, self.base, self.indptr, self.indices, self.data, self.diag,
-                   self.cptr, self.cidx, self.csgn, self.V, self.loss_code, self.gamma,
-                   self.bound, self.pmax, self.delta2, self.norm2)
+            kernel = (
+                sweep_units
+                if not self.K.serial and numba.get_num_threads() > 1 and rows.shape[0] > 2 * CHUNK
+                else sweep_units_serial
+            )
+            kernel(
+                rows,
+                ptr,
+                self.base,
+                self.indptr,
+                self.indices,
+                self.data,
+                self.diag,
+                self.cptr,
+                self.cidx,
+                self.csgn,
+                self.V,
+                self.loss_code,
+                self.gamma,
+                self.bound,
+                self.pmax,
+                self.delta2,
+                self.norm2,
+            )
 
     def c_change(self):
         """Per-row change and norm sums of the own C rows (see ``sweep_rows``)."""
-        return self.delta2[self.nu:].copy(), self.norm2[self.nu:].copy()
+        return self.delta2[self.nu :].copy(), self.norm2[self.nu :].copy()
 
     # -- subspace search ------------------------------------------------------------------
     def direction(self):
@@ -521,30 +650,97 @@ class BlockPart:
         if self.d_from_cg:  # D_U = alpha Z, (L D)_U = alpha Q + L_UC D_C
             use_q, alpha = self._cg_step()
             Z = self._z_or_empty()
-            K.uc_products(self.ucr, *self.uc, self.V, self.Vprev, self.nu, n, self.nfh,
-                          self.UCD)
+            K.uc_products(self.ucr, *self.uc, self.V, self.Vprev, self.nu, n, self.nfh, self.UCD)
             n2 = self._chunks(self.nu)
-            K.direction_cg(self.ucr, self.UCD, self.nu, n, self.nfh, self.indptr,
-                           self.indices, self.data, self.diag, self.V, self.Vprev, Z, alpha,
-                           use_q, self.Q, self.LD, self.S, self.LS, pa, pb, part, self.upd,
-                           self._x_pending, n2)
+            K.direction_cg(
+                self.ucr,
+                self.UCD,
+                self.nu,
+                n,
+                self.nfh,
+                self.indptr,
+                self.indices,
+                self.data,
+                self.diag,
+                self.V,
+                self.Vprev,
+                Z,
+                alpha,
+                use_q,
+                self.Q,
+                self.LD,
+                self.S,
+                self.LS,
+                pa,
+                pb,
+                part,
+                self.upd,
+                self._x_pending,
+                n2,
+            )
             coeffs = np.empty((self.pair_own.shape[0], 6))
-            K.pair_coeffs2_cg(self.pair_own, self.pair_other, self.pair_t, self.V, self.Vprev,
-                              self.S, Z, alpha, use_q, self.nu, n, self.nfh, coeffs)
+            K.pair_coeffs2_cg(
+                self.pair_own,
+                self.pair_other,
+                self.pair_t,
+                self.V,
+                self.Vprev,
+                self.S,
+                Z,
+                alpha,
+                use_q,
+                self.nu,
+                n,
+                self.nfh,
+                coeffs,
+            )
             # ||X||^2 over the U rows where the update was folded (finish_block gave zeros)
             return pa, pb, part, coeffs, (n2 if self._x_pending else None)
         if self.ld_from_cg and self._cg_steps <= 1:  # (L D)_U from the PCG step
             use_q, alpha = self._cg_step()
-            K.direction_LD(*self.uc, self.nu, self.indptr, self.indices, self.data,
-                           self.diag, self.V, self.Vprev, self.Q, alpha, use_q, self.LD,
-                           self.S, self.LS, pa, pb, part)
+            K.direction_LD(
+                *self.uc,
+                self.nu,
+                self.indptr,
+                self.indices,
+                self.data,
+                self.diag,
+                self.V,
+                self.Vprev,
+                self.Q,
+                alpha,
+                use_q,
+                self.LD,
+                self.S,
+                self.LS,
+                pa,
+                pb,
+                part,
+            )
         else:  # the product with L on every row
-            K.direction_LD(*self._no_uc, 0, self.indptr, self.indices, self.data, self.diag,
-                           self.V, self.Vprev, self._no_q, self._alpha0(), False, self.LD,
-                           self.S, self.LS, pa, pb, part)
+            K.direction_LD(
+                *self._no_uc,
+                0,
+                self.indptr,
+                self.indices,
+                self.data,
+                self.diag,
+                self.V,
+                self.Vprev,
+                self._no_q,
+                self._alpha0(),
+                False,
+                self.LD,
+                self.S,
+                self.LS,
+                pa,
+                pb,
+                part,
+            )
         coeffs = np.empty((self.pair_own.shape[0], 6))
-        K.pair_coeffs2(self.pair_own, self.pair_other, self.pair_t, self.V, self.Vprev, self.S,
-                      coeffs)
+        K.pair_coeffs2(
+            self.pair_own, self.pair_other, self.pair_t, self.V, self.Vprev, self.S, coeffs
+        )
         return pa, pb, part, coeffs
 
     def subspace_step(self, s1, s2):
@@ -555,24 +751,61 @@ class BlockPart:
         pxr, pg = self._chunks(self.nu), self._chunks(self.nu)
         use_q, alpha = self._cg_step()
         if self.d_from_cg:
-            self.K.subspace_step_cg(self.V, self.Vprev, self.LD, self.S, self.LS, s1, s2, part,
-                                    self.R, self.Q, alpha, use_q, use_q and self._r_moved,
-                                    self.dinv, fused, pxr, pg, self.ucr, self.UCD,
-                                    self._z_or_empty(),
-                                    self.nu, self.n_own, self.nfh, self.upd, self._x_pending,
-                                    self.LVC if self._lv_ok else self._no_lv)
+            self.K.subspace_step_cg(
+                self.V,
+                self.Vprev,
+                self.LD,
+                self.S,
+                self.LS,
+                s1,
+                s2,
+                part,
+                self.R,
+                self.Q,
+                alpha,
+                use_q,
+                use_q and self._r_moved,
+                self.dinv,
+                fused,
+                pxr,
+                pg,
+                self.ucr,
+                self.UCD,
+                self._z_or_empty(),
+                self.nu,
+                self.n_own,
+                self.nfh,
+                self.upd,
+                self._x_pending,
+                self.LVC if self._lv_ok else self._no_lv,
+            )
             self._x_pending = False
             self._vprev_is_v = True
             self._vn = part[:, 1]
             return part, ((pxr, pg) if fused else self.residual())
         # R is R_start - alpha Q where the PCG's one step updated it, else R_start
-        self.K.subspace_step(self.V, self.Vprev, self.LD, self.S, self.LS, s1, s2, part,
-                             self.R, self.Q, alpha, use_q and self._r_moved, self.dinv, fused,
-                             pxr, pg)
+        self.K.subspace_step(
+            self.V,
+            self.Vprev,
+            self.LD,
+            self.S,
+            self.LS,
+            s1,
+            s2,
+            part,
+            self.R,
+            self.Q,
+            alpha,
+            use_q and self._r_moved,
+            self.dinv,
+            fused,
+            pxr,
+            pg,
+        )
         self._vprev_is_v = True
         self._vn = part[:, 1]  # ||V||^2 of the V this step leaves, per chunk
         if self.nu and not self._x_is_v:
-            self.X[...] = self.V[:self.nu]
+            self.X[...] = self.V[: self.nu]
         return part, ((pxr, pg) if fused else self.residual())
 
     def _alpha0(self):
@@ -616,23 +849,36 @@ class BlockPart:
         if not (self.lv_from_step and self._lv_ok):
             self.K.rows_lv(c, self.indptr, self.indices, self.data, self.diag, V, LVC)
             self._lv_ok = self.lv_from_step
-        self.K.lv_kkt_row_terms(c, LVC, self.diag, self.cptr, self.cidx, self.csgn, V,
-                                self.loss_code, self.gamma, self.bound, self.pmax,
-                                bool(with_kkt), sm, g)
+        self.K.lv_kkt_row_terms(
+            c,
+            LVC,
+            self.diag,
+            self.cptr,
+            self.cidx,
+            self.csgn,
+            V,
+            self.loss_code,
+            self.gamma,
+            self.bound,
+            self.pmax,
+            bool(with_kkt),
+            sm,
+            g,
+        )
         pairs = np.empty(self.pair_own.shape[0])
-        self.K.pair_terms(self.pair_own, self.pair_other, self.pair_t, V, self.loss_code,
-                          pairs)
+        self.K.pair_terms(self.pair_own, self.pair_other, self.pair_t, V, self.loss_code, pairs)
         if not with_kkt:
             vn = []
         elif self._vn is not None:
             vn = self._vn
         else:
-            vn = chunked_sums(np.einsum("ij,ij->i", V[:self.n_own], V[:self.n_own],
-                                        dtype=np.float64))
+            vn = chunked_sums(
+                np.einsum("ij,ij->i", V[: self.n_own], V[: self.n_own], dtype=np.float64)
+            )
         return sm, g, pairs, vn
 
     def own(self):
-        return self.V[:self.n_own]
+        return self.V[: self.n_own]
 
     def state_arrays(self):
         """Own rows of S, LS and the residual R (on the C rows: the carried (L V)_C where
@@ -640,10 +886,10 @@ class BlockPart:
         if not self.extrapolate:
             return []
         R = np.zeros((self.n_own, self.V.shape[1]), self.V.dtype)
-        R[:self.nu] = self.R
+        R[: self.nu] = self.R
         if self.lv_from_step and self._lv_ok:  # the C rows' block: the carried (L V)_C
-            R[self.nu:] = self.LVC
-        return [self.S[:self.n_own], self.LS, R]
+            R[self.nu :] = self.LVC
+        return [self.S[: self.n_own], self.LS, R]
 
     def load_state(self, S, LS, R=None):
         """S for the own and halo rows, LS and R (None: checkpoints before R was stored) for
@@ -653,12 +899,12 @@ class BlockPart:
             self.S[...] = S
             self.LS[...] = LS
         self._lv_ok = False
-        if R is not None and self.lv_from_step and np.any(R[self.nu:self.n_own]):
+        if R is not None and self.lv_from_step and np.any(R[self.nu : self.n_own]):
             # the carried (L V)_C (checkpoints from before it was stored: zeros, formed anew)
-            self.LVC[...] = R[self.nu:self.n_own]
+            self.LVC[...] = R[self.nu : self.n_own]
             self._lv_ok = True
         if R is not None and self.r_from_step:
-            self.R[...] = R[:self.nu]
+            self.R[...] = R[: self.nu]
             return self._residual_sums()
         return self.residual()
 
@@ -671,7 +917,7 @@ class BlockPart:
         self._lv_ok = False
         if self.nu:
             if not self._x_is_v:
-                self.X[...] = self.V[:self.nu]
+                self.X[...] = self.V[: self.nu]
             if not self.extrapolate:
                 self.Xold[...] = self.X
         if self.extrapolate:
@@ -705,8 +951,18 @@ class BlockSession:
         where the cache holds none.
     """
 
-    def __init__(self, prep, layout, V, n_threads=1, precond="amg-additive", extrapolate=True,
-                 cache=None, prefault=None, inner_maxiter=None):
+    def __init__(
+        self,
+        prep,
+        layout,
+        V,
+        n_threads=1,
+        precond="amg-additive",
+        extrapolate=True,
+        cache=None,
+        prefault=None,
+        inner_maxiter=None,
+    ):
         check_precond(precond)
         self._prefault = prefault
         # the PCG steps each outer iteration takes, where fixed for the session (1: the
@@ -719,17 +975,28 @@ class BlockSession:
         self.cg_iterations = []
         self.steps_taken = []
         self._cache = cache
-        self._noise = (SEARCH_NOISE * float(np.finfo(np.float64).eps)
-                       * (float(np.max(prep.diag)) if prep.diag.size else 0.0))
+        self._noise = (
+            SEARCH_NOISE
+            * float(np.finfo(np.float64).eps)
+            * (float(np.max(prep.diag)) if prep.diag.size else 0.0)
+        )
         self._threads(self._setup, prep, layout, V, precond)
         self._threads(self._residual)
 
     def _setup(self, prep, layout, V, precond):
         self.V = V
-        self.parts = [BlockPart.whole(prep, layout, V, precond=precond,
-                                      extrapolate=self.extrapolate, cache=self._cache,
-                                      prefault=self._prefault,
-                                      inner_maxiter=self.inner_maxiter)]
+        self.parts = [
+            BlockPart.whole(
+                prep,
+                layout,
+                V,
+                precond=precond,
+                extrapolate=self.extrapolate,
+                cache=self._cache,
+                prefault=self._prefault,
+                inner_maxiter=self.inner_maxiter,
+            )
+        ]
         self.pair_index = [np.arange(prep.pi.shape[0])]
 
     # -- how parts are called (overridden by the partitioned session) ------------------------
@@ -771,7 +1038,8 @@ class BlockSession:
             raise ValueError(
                 f"maxiter: this session was set up for {self.inner_maxiter} PCG step(s) per "
                 f"outer iteration (its work arrays depend on it), got {maxiter}; make a "
-                f"session with inner_maxiter={maxiter}")
+                f"session with inner_maxiter={maxiter}"
+            )
         return self._threads(self._step, colour_order, rtol, maxiter)
 
     def _pcg(self, rtol, maxiter):
@@ -882,13 +1150,14 @@ class BlockSession:
 
     def checkpoint_array(self):
         """V and the state arrays side by side: what a checkpoint stores."""
-        return np.hstack([self.gather()] + self.state_arrays()) if self.extrapolate \
-            else self.gather()
+        return (
+            np.hstack([self.gather()] + self.state_arrays()) if self.extrapolate else self.gather()
+        )
 
     def write_checkpoint_blocks(self, store, ckpt_id, row_block):
         W = self.checkpoint_array()
         for start in range(0, W.shape[0], row_block):
-            store.write_V_block(ckpt_id, start, W[start:start + row_block])
+            store.write_V_block(ckpt_id, start, W[start : start + row_block])
 
     def close(self):
         pass

@@ -84,10 +84,13 @@ def _row_times_step(i, indptr, indices, data, diag, V, Vprev, q):
         w2 = np.float64(data[p + 2])
         w3 = np.float64(data[p + 3])
         for c in range(r):
-            q[c] = ((((q[c] + w0 * (np.float64(V[k0, c]) - Vprev[k0, c]))
-                      + w1 * (np.float64(V[k1, c]) - Vprev[k1, c]))
-                     + w2 * (np.float64(V[k2, c]) - Vprev[k2, c]))
-                    + w3 * (np.float64(V[k3, c]) - Vprev[k3, c]))
+            q[c] = (
+                (
+                    (q[c] + w0 * (np.float64(V[k0, c]) - Vprev[k0, c]))
+                    + w1 * (np.float64(V[k1, c]) - Vprev[k1, c])
+                )
+                + w2 * (np.float64(V[k2, c]) - Vprev[k2, c])
+            ) + w3 * (np.float64(V[k3, c]) - Vprev[k3, c])
         p += 4
     while p < end:
         k = indices[p]
@@ -98,8 +101,27 @@ def _row_times_step(i, indptr, indices, data, diag, V, Vprev, q):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _direction_LD(uc_ptr, uc_idx, uc_data, nu, indptr, indices, data, diag, V, Vprev,
-                  Q, alpha, use_q, LD, S, LS, part_a, part_b, part):
+def _direction_LD(
+    uc_ptr,
+    uc_idx,
+    uc_data,
+    nu,
+    indptr,
+    indices,
+    data,
+    diag,
+    V,
+    Vprev,
+    Q,
+    alpha,
+    use_q,
+    LD,
+    S,
+    LS,
+    part_a,
+    part_b,
+    part,
+):
     """LD = L D for LD's rows (the own rows), D = V - Vprev (float64; never stored: formed
     where it is read), with chunk sums of <LD, V> and <LD, D>, and in the same pass those
     of <LS, V>, <LD, S>, <LS, S> (part[:, 0..2]) for the subspace search.
@@ -167,8 +189,9 @@ def _residual_dots(R, X, dinv, part_xr, part_g):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _subspace_step(V, Vprev, LD, S, LS, s1, s2, part, R, Q, alpha, use_q, dinv, res,
-                   part_xr, part_g):
+def _subspace_step(
+    V, Vprev, LD, S, LS, s1, s2, part, R, Q, alpha, use_q, dinv, res, part_xr, part_g
+):
     """V += s1 D + s2 S with D = V - Vprev; then the outer iteration's whole step
     S <- (1 + s1) D + s2 S and LS <- (1 + s1) LD + s2 LS (stored in V's dtype, so a resumed
     fit reproduces them), with chunk sums of ||S||^2 and ||V||^2 over the own rows (LD's).
@@ -232,8 +255,14 @@ def _pair_terms(acc, vi, vj, di, dj, si, sj):
     """One column's terms of a pair's (c0, c1, c2, c11, c22, c12) (see ``_pair_coeffs2``)
     added to ``acc``."""
     c0, c1, c2, c11, c22, c12 = acc
-    return (c0 + vi * vj, c1 + (vi * dj + di * vj), c2 + (vi * sj + si * vj),
-            c11 + di * dj, c22 + si * sj, c12 + (di * sj + si * dj))
+    return (
+        c0 + vi * vj,
+        c1 + (vi * dj + di * vj),
+        c2 + (vi * sj + si * vj),
+        c11 + di * dj,
+        c22 + si * sj,
+        c12 + (di * sj + si * dj),
+    )
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -255,8 +284,15 @@ def _pair_coeffs2(pi, pj, pt, V, Vprev, S, out):
         for c in range(r):
             vi = np.float64(V[i, c])
             vj = np.float64(V[j, c])
-            acc = _pair_terms(acc, vi, vj, vi - Vprev[i, c], vj - Vprev[j, c],
-                              np.float64(S[i, c]), np.float64(S[j, c]))
+            acc = _pair_terms(
+                acc,
+                vi,
+                vj,
+                vi - Vprev[i, c],
+                vj - Vprev[j, c],
+                np.float64(S[i, c]),
+                np.float64(S[j, c]),
+            )
         _store_pair(out, k, pt[k], acc)
 
 
@@ -265,6 +301,7 @@ def _pair_coeffs2(pi, pj, pt, V, Vprev, S, out):
 # their step D_U is alpha Z, formed where it is read: Vprev and L D are stored for the C rows
 # only (local rows: own U [0, nu), own C [nu, n_own), halo U [n_own, n_own + nfh), halo C
 # after; ``Vp`` holds the own C rows, then the halo C rows).
+
 
 @njit(nogil=True, cache=True, inline="always")
 def _step_of(k, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh):
@@ -304,8 +341,32 @@ def _uc_products(ucr, uc_ptr, uc_idx, uc_data, V, Vp, nu, n_own, nfh, UCD):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _direction_cg(ucr, UCD, nu, n_own, nfh, indptr, indices, data, diag, V, Vp, Z, alpha,
-                  use_q, Q, LDC, S, LS, part_a, part_b, part, upd, pend, n2_part):
+def _direction_cg(
+    ucr,
+    UCD,
+    nu,
+    n_own,
+    nfh,
+    indptr,
+    indices,
+    data,
+    diag,
+    V,
+    Vp,
+    Z,
+    alpha,
+    use_q,
+    Q,
+    LDC,
+    S,
+    LS,
+    part_a,
+    part_b,
+    part,
+    upd,
+    pend,
+    n2_part,
+):
     """:func:`_direction_LD` with D_U = alpha Z: the sums of <LD, V>, <LD, D>, <LS, V>,
     <LD, S>, <LS, S> over the own rows, with (L D)_U = alpha Q + L_UC D_C (``UCD`` of
     :func:`_uc_products` on the rows ``ucr``) formed and summed (not stored: the step forms
@@ -393,16 +454,47 @@ def _pair_coeffs2_cg(pi, pj, pt, V, Vp, S, Z, alpha, use_q, nu, n_own, nfh, out)
         j = pj[k]
         acc = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         for c in range(r):
-            acc = _pair_terms(acc, np.float64(V[i, c]), np.float64(V[j, c]),
-                              _step_of(i, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh),
-                              _step_of(j, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh),
-                              np.float64(S[i, c]), np.float64(S[j, c]))
+            acc = _pair_terms(
+                acc,
+                np.float64(V[i, c]),
+                np.float64(V[j, c]),
+                _step_of(i, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh),
+                _step_of(j, c, V, Vp, Z, alpha, use_q, nu, n_own, nfh),
+                np.float64(S[i, c]),
+                np.float64(S[j, c]),
+            )
         _store_pair(out, k, pt[k], acc)
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def _subspace_step_cg(V, Vp, LDC, S, LS, s1, s2, part, R, Q, alpha, use_q, r_moved, dinv,
-                      res, part_xr, part_g, ucr, UCD, Z, nu, n_own, nfh, upd, pend, LVC):
+def _subspace_step_cg(
+    V,
+    Vp,
+    LDC,
+    S,
+    LS,
+    s1,
+    s2,
+    part,
+    R,
+    Q,
+    alpha,
+    use_q,
+    r_moved,
+    dinv,
+    res,
+    part_xr,
+    part_g,
+    ucr,
+    UCD,
+    Z,
+    nu,
+    n_own,
+    nfh,
+    upd,
+    pend,
+    LVC,
+):
     """:func:`_subspace_step` with D_U = alpha Z: V += s1 D + s2 S, S <- (1 + s1) D + s2 S,
     LS <- (1 + s1) LD + s2 LS, Vp <- V on the C rows; ||S||^2 and ||V||^2 chunk sums over
     the own rows; ``res``: the residual R_start (- alpha Q where the step moved R) - (L S)_U

@@ -95,8 +95,9 @@ class _SymA:
     def __init__(self, problem: NPKLProblem):
         c = problem.constraints
         L = problem.L
-        if not (isinstance(L, sp.csr_matrix) and L.has_canonical_format
-                and L.dtype == np.float64):  # as build() leaves it
+        if not (
+            isinstance(L, sp.csr_matrix) and L.has_canonical_format and L.dtype == np.float64
+        ):  # as build() leaves it
             L = sp.csr_matrix(L, dtype=np.float64, copy=True)
             L.sum_duplicates()
             L.sort_indices()
@@ -104,8 +105,12 @@ class _SymA:
             L = L.copy()
             L.eliminate_zeros()
         self.uptr, self.uidx, self.base, self.diag, self.pos = sym_upper_pattern(
-            L.indptr, L.indices, L.data, np.asarray(c.i, dtype=np.int64),
-            np.asarray(c.j, dtype=np.int64))  # pairs have i < j (Constraints)
+            L.indptr,
+            L.indices,
+            L.data,
+            np.asarray(c.i, dtype=np.int64),
+            np.asarray(c.j, dtype=np.int64),
+        )  # pairs have i < j (Constraints)
         self.t = c.t.astype(np.float64)
         self.shape = L.shape
 
@@ -318,8 +323,9 @@ def _eigsh(A, k, v0, fast):
         w, P, stats, failure = lanczos_top_eigs(A, k, v0, _EIG_TOL)
         if failure is None:
             return w, P  # descending, C-contiguous (lanczos_top_eigs)
-        _log.debug("simplenpkl: Lanczos (k=%d, n=%d) fell back to ARPACK: %s %s",
-                   k, n, failure, stats)
+        _log.debug(
+            "simplenpkl: Lanczos (k=%d, n=%d) fell back to ARPACK: %s %s", k, n, failure, stats
+        )
     if isinstance(A, SymUpper):
         A = A.tocsr()
     op = _CSROperator(A) if fast and _csr_matvec is not None else A
@@ -330,8 +336,17 @@ def _eigsh(A, k, v0, fast):
         return _descending(*spla.eigsh(op, k=k, which="LA", v0=v0, tol=_EIG_TOL, ncv=ncv))
     except spla.ArpackNoConvergence:
         try:
-            return _descending(*spla.eigsh(op, k=k, which="LA", v0=v0, tol=_EIG_TOL,
-                                           ncv=min(n, max(4 * k + 1, 40)), maxiter=100 * n))
+            return _descending(
+                *spla.eigsh(
+                    op,
+                    k=k,
+                    which="LA",
+                    v0=v0,
+                    tol=_EIG_TOL,
+                    ncv=min(n, max(4 * k + 1, 40)),
+                    maxiter=100 * n,
+                )
+            )
         except spla.ArpackNoConvergence as exc:
             raise NpklError(
                 f"simplenpkl: the Lanczos eigensolver (eigsh, k={k}) did not converge on the "

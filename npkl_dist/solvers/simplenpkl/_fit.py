@@ -256,8 +256,12 @@ class SimpleNPKLResult(FitResult):
 
 
 def _check_B(B) -> float:
-    if (isinstance(B, bool) or not isinstance(B, (int, float, np.integer, np.floating))
-            or not np.isfinite(B) or B <= 0):
+    if (
+        isinstance(B, bool)
+        or not isinstance(B, (int, float, np.integer, np.floating))
+        or not np.isfinite(B)
+        or B <= 0
+    ):
         raise ValidationError(
             f"B: expected a finite number > 0 (the capacity tr(K^2) <= B), got {fmt_value(B)}; "
             f"the papers use B = 100 (100 n on the adult data sets)"
@@ -365,11 +369,15 @@ def _surrogate(loss: str, mu: float = 0.0):
     replaced by its Huber smoothing of width mu (curvature 1/mu, within mu/2 of the hinge).
     """
     if loss == "squared_hinge":
-        return (lambda z: np.maximum(1.0 - z, 0.0) ** 2,
-                lambda z: -2.0 * np.maximum(1.0 - z, 0.0), 2.0)
+        return (
+            lambda z: np.maximum(1.0 - z, 0.0) ** 2,
+            lambda z: -2.0 * np.maximum(1.0 - z, 0.0),
+            2.0,
+        )
     if loss == "square":
         return lambda z: (1.0 - z) ** 2, lambda z: -2.0 * (1.0 - z), 2.0
     if loss == "hinge":
+
         def value(z):
             u = 1.0 - z
             return np.where(u >= mu, u - 0.5 * mu, np.maximum(u, 0.0) ** 2 / (2.0 * mu))
@@ -550,19 +558,29 @@ def warn_short_free_rows(constraints, V, stacklevel: int = 2, gamma_cv: bool = F
             f"points' (medians), so kernel k-means on V lumps them together; cluster with "
             f"the normalised kernel (npkl fit --normalize-kernel, [output] normalize_kernel, "
             f"kernel_kmeans(V, k, normalize=True))"
-            + ("" if gamma_cv else
-               " and choose gamma by cross-validation (npkl fit --gamma cv, select_gamma), "
-               "since normalising alone does not always separate them")
+            + (
+                ""
+                if gamma_cv
+                else " and choose gamma by cross-validation (npkl fit --gamma cv, select_gamma), "
+                "since normalising alone does not always separate them"
+            )
             + "; or fit with solver 'bcd'",
             ConstraintWarning,
             stacklevel=stacklevel + 1,
         )
 
 
-def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: int = 200,
-                   tol: float = 1e-5, rank: int | None = None,
-                   callback=None, eigensolver: str | None = None,
-                   dual: str | None = None) -> SimpleNPKLResult:
+def fit_simplenpkl(
+    problem: NPKLProblem,
+    *,
+    B: float | None = None,
+    max_iter: int = 200,
+    tol: float = 1e-5,
+    rank: int | None = None,
+    callback=None,
+    eigensolver: str | None = None,
+    dual: str | None = None,
+) -> SimpleNPKLResult:
     """Fit SimpleNPKL: min P(K) over K psd, tr(K^2) <= B (p = 2), K = V V'.
 
     Parameters
@@ -632,8 +650,12 @@ def fit_simplenpkl(problem: NPKLProblem, *, B: float | None = None, max_iter: in
     B = DEFAULT_B if B is None else _check_B(B)
     if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
         raise ValidationError(f"max_iter: expected a positive integer, got {fmt_value(max_iter)}")
-    if (isinstance(tol, bool) or not isinstance(tol, (int, float, np.integer, np.floating))
-            or not np.isfinite(tol) or tol < 0):
+    if (
+        isinstance(tol, bool)
+        or not isinstance(tol, (int, float, np.integer, np.floating))
+        or not np.isfinite(tol)
+        or tol < 0
+    ):
         raise ValidationError(f"tol: expected a finite number >= 0, got {fmt_value(tol)}")
     n = problem.n_points
     if rank is None:
@@ -733,8 +755,9 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
 
     def refine(V, P):
         """Subspace refinement of K = V V' in span(P); (V, objective, duals) or None."""
-        S, f_s, its, mu = _polish(problem, P, np.diag(_column_sq_norms(V)), B, L64,
-                                  tol=min(tol, 1e-7))
+        S, f_s, its, mu = _polish(
+            problem, P, np.diag(_column_sq_norms(V)), B, L64, tol=min(tol, 1e-7)
+        )
         res.polish_iterations += its
         if not f_s < primal(V):
             return None
@@ -769,8 +792,9 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
         return norm == 0.0 or res.capacity_slope > -1e-9 * (abs(obj) + 1.0)
 
     alpha = np.full(c.m, gamma)  # the linear-loss weights: K(alpha_0) is its closed form
-    res = SimpleNPKLResult(V=np.zeros((n, rank)), objective=0.0, objective_initial=0.0,
-                           solver="simplenpkl", B=B)
+    res = SimpleNPKLResult(
+        V=np.zeros((n, rank)), objective=0.0, objective_initial=0.0, solver="simplenpkl", B=B
+    )
     res.setup_seconds = time.perf_counter() - t_start
     t0 = time.perf_counter()
     sigma, P, V, norm, J, complete = solve(alpha, None)
@@ -817,8 +841,9 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
                 eta *= 0.5
             sigma, P, V_new, norm, J, complete = out
             a_norm = float(np.linalg.norm(a_new))
-            change = max(_k_change(V_new, V),
-                         float(np.linalg.norm(d)) / a_norm if a_norm > 0 else 0.0)
+            change = max(
+                _k_change(V_new, V), float(np.linalg.norm(d)) / a_norm if a_norm > 0 else 0.0
+            )
             alpha, V = a_new, V_new
             t1 = time.perf_counter()
             obj = primal(V)
@@ -868,8 +893,10 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
             a = np.array(a, dtype=np.float64)
             out = kernel_step_at(a)  # the last point evaluated, but check
             a_norm = float(np.linalg.norm(a))
-            change = max(_k_change(out[2], acc["out"][2]),
-                         float(np.linalg.norm(a - acc["a"])) / a_norm if a_norm > 0 else 0.0)
+            change = max(
+                _k_change(out[2], acc["out"][2]),
+                float(np.linalg.norm(a - acc["a"])) / a_norm if a_norm > 0 else 0.0,
+            )
             t1 = time.perf_counter()
             obj_a = primal(out[2])
             t2 = time.perf_counter()
@@ -903,9 +930,16 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
         upper = np.full(c.m, gamma if loss == "hinge" else np.inf)
         while True:
             acc["stop"] = None
-            minimize_box(neg_dual, acc["a"], lower, upper, callback=record,
-                         maxiter=max_iter - acc["it"], maxfun=2 * (max_iter - acc["it"]) + 10,
-                         maxcor=_LBFGS_MEMORY)
+            minimize_box(
+                neg_dual,
+                acc["a"],
+                lower,
+                upper,
+                callback=record,
+                maxiter=max_iter - acc["it"],
+                maxfun=2 * (max_iter - acc["it"]) + 10,
+                maxcor=_LBFGS_MEMORY,
+            )
             if acc["it"] == 0:
                 # L-BFGS-B stopped before a step (the start satisfies the bounds' KKT
                 # conditions): record the start as the one iteration
@@ -957,10 +991,13 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
     res.duality_gap = float(obj - J)
     res.converged = bool(res.duality_gap <= np.sqrt(tol) * scale)
     if not res.converged:
-        hint = ("the capacity tr(K^2) <= B is slack at the solution, where Alg. 1 (whose "
-                "kernels all have tr(K^2) = B) stalls; lower B (npkl fit --capacity) or raise "
-                "max_iter (npkl fit --max-sweeps)" if slack else
-                "raise max_iter (npkl fit --max-sweeps, [model] max_sweeps)")
+        hint = (
+            "the capacity tr(K^2) <= B is slack at the solution, where Alg. 1 (whose "
+            "kernels all have tr(K^2) = B) stalls; lower B (npkl fit --capacity) or raise "
+            "max_iter (npkl fit --max-sweeps)"
+            if slack
+            else "raise max_iter (npkl fit --max-sweeps, [model] max_sweeps)"
+        )
         warnings.warn(
             f"simplenpkl: relative duality gap {res.duality_gap / scale:.3g} > sqrt(tol)="
             f"{np.sqrt(tol):.3g} after {res.n_sweeps} iteration(s) (B={B:g}); {hint}",

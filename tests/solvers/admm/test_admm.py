@@ -5,9 +5,9 @@ import pytest
 import scipy.optimize as so
 
 import npkl_dist as nk
+from npkl_dist.executors import InProcessExecutor
 from npkl_dist.solvers.admm._fit import admm_objective, admm_objective_dense, fit_admm
 from npkl_dist.solvers.admm._kernels import admm_row_norms, admm_rows
-from npkl_dist.executors import InProcessExecutor
 
 pytestmark = pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
 
@@ -23,8 +23,9 @@ def small_problem(seed, n=40, n_pairs=30, diagonal=True, rank=6, dtype="float64"
     y = (X[:, 0] > 0).astype(np.int64)
     g = nk.knn_graph(X, k, warn=False)
     c = nk.sample_constraints(y, n_pairs // 2, n_pairs // 2, seed=seed, diagonal=diagonal)
-    return nk.NPKLProblem.build(g.laplacian(1e-2), c, loss="square", gamma=2.0, rank=rank,
-                                seed=seed, dtype=dtype), y
+    return nk.NPKLProblem.build(
+        g.laplacian(1e-2), c, loss="square", gamma=2.0, rank=rank, seed=seed, dtype=dtype
+    ), y
 
 
 def augmented_lagrangian_row(problem, i, X, Lam, rho, lam_sign, diagonal):
@@ -61,9 +62,27 @@ def test_half_step_rows_are_exact_minimisers(seed, lam_sign):
     out = np.zeros((n, r))
     nrm = np.empty(n)
     admm_row_norms(X, nrm)
-    admm_rows(0, n, prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx,
-              prep.csgn, True, X, Lam, lam_sign, rho, problem.gamma, prep.pmax, out, np.empty(0),
-              nrm)
+    admm_rows(
+        0,
+        n,
+        prep.indptr,
+        prep.indices,
+        prep.data,
+        prep.diag,
+        prep.cptr,
+        prep.cidx,
+        prep.csgn,
+        True,
+        X,
+        Lam,
+        lam_sign,
+        rho,
+        problem.gamma,
+        prep.pmax,
+        out,
+        np.empty(0),
+        nrm,
+    )
     eye = np.eye(r)
     for i in range(n):
         f = augmented_lagrangian_row(problem, i, X, Lam, rho, lam_sign, True)
@@ -72,8 +91,9 @@ def test_half_step_rows_are_exact_minimisers(seed, lam_sign):
         f0 = f(np.zeros(r))
         fe = np.array([f(eye[a]) for a in range(r)])
         b = (fe - np.array([f(-eye[a]) for a in range(r)])) / 2
-        H = np.array([[f(eye[a] + eye[c]) - fe[a] - fe[c] + f0 for c in range(r)]
-                      for a in range(r)])
+        H = np.array(
+            [[f(eye[a] + eye[c]) - fe[a] - fe[c] + f0 for c in range(r)] for a in range(r)]
+        )
         ref = np.linalg.solve(H, -b)
         np.testing.assert_allclose(out[i], ref, rtol=1e-8, atol=1e-10)
         # and no general-purpose minimiser does better
@@ -84,8 +104,9 @@ def test_half_step_rows_are_exact_minimisers(seed, lam_sign):
 def test_objective_sparse_equals_dense(seed):
     problem, _ = small_problem(seed)
     V = np.random.default_rng(seed).standard_normal((problem.n_points, problem.rank))
-    assert admm_objective(problem, V) == pytest.approx(admm_objective_dense(problem, V @ V.T),
-                                                       rel=1e-12)
+    assert admm_objective(problem, V) == pytest.approx(
+        admm_objective_dense(problem, V @ V.T), rel=1e-12
+    )
 
 
 def test_primal_residual_goes_to_zero(seed):
@@ -141,19 +162,20 @@ def test_thread_count_does_not_change_the_result(seed):
     assert a.objective_trace == b.objective_trace
 
 
-
 _TRACES = ("objective_trace", "primal_trace", "dual_trace", "change_trace", "rho_trace")
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("threads, n, diagonal", [(1, 300, True), (2, 3000, True),
-                                                  (1, 1200, False)])
+@pytest.mark.parametrize(
+    "threads, n, diagonal", [(1, 300, True), (2, 3000, True), (1, 1200, False)]
+)
 def test_fused_loop_equals_the_reference_loop_bitwise(seed, dtype, threads, n, diagonal):
     """The compiled loop (``_kernels.admm_run``) against one ``session.iterate`` +
     ``session.objective`` per iteration: same V, U and every trace, bit for bit -- with
     adaptive rho (eq. 15) moving and the stopping test ending the run mid-call."""
-    problem, _ = small_problem(seed, n=n, n_pairs=2 * n // 3, diagonal=diagonal, rank=8,
-                               dtype=dtype, k=5)
+    problem, _ = small_problem(
+        seed, n=n, n_pairs=2 * n // 3, diagonal=diagonal, rank=8, dtype=dtype, k=5
+    )
     kw = {"max_iter": 300, "tol": 1e-3, "executor": InProcessExecutor(threads)}
     ref = fit_admm(problem, fused=False, **kw)
     got = fit_admm(problem, **kw)
@@ -184,7 +206,7 @@ def test_admm_parts_cut_rows_into_runs_of_equal_cost(seed, diagonal, n_parts):
     assert len(b) - 1 == n_parts
     p = ncon + (1 if diagonal else 0)
     cost = np.array([(deg[i] + p[i] * (p[i] + 3) / 2 + 4) * r for i in range(n)])
-    run_costs = np.array([cost[b[k]:b[k + 1]].sum() for k in range(len(b) - 1)])
+    run_costs = np.array([cost[b[k] : b[k + 1]].sum() for k in range(len(b) - 1)])
     assert np.all(np.abs(run_costs - cost.sum() / n_parts) <= cost.max())
     # more runs than rows: none empty; rows of equal cost get one run each
     few = admm_parts(indptr[:4], cptr[:4], diagonal, r, 10)
@@ -202,7 +224,10 @@ def test_fused_loop_is_bitwise_the_same_for_any_row_runs(seed, monkeypatch):
     ref = fit_admm(problem, **kw)
     n = problem.n_points
     for cuts in ([0, n], [0, 1, 2, 3, 1500, n], [0, 700, 701, n - 1, n]):
-        monkeypatch.setattr("npkl_dist.solvers.admm._local.admm_parts", lambda *a, cuts=cuts: np.array(cuts, np.int64))
+        monkeypatch.setattr(
+            "npkl_dist.solvers.admm._local.admm_parts",
+            lambda *a, cuts=cuts: np.array(cuts, np.int64),
+        )
         got = fit_admm(problem, **kw)
         np.testing.assert_array_equal(got.V, ref.V)
         np.testing.assert_array_equal(got.U, ref.U)
@@ -215,11 +240,18 @@ def test_fused_loop_with_hooks_runs_one_iteration_per_call(seed):
     of the reference loop; without hooks the whole run is one call."""
     problem, _ = small_problem(seed, n=200, n_pairs=150, rank=8)
     seen_ref, seen, states = [], [], []
-    ref = fit_admm(problem, max_iter=40, tol=0.0, fused=False,
-                   callback=lambda *a: seen_ref.append(a))
-    got = fit_admm(problem, max_iter=40, tol=0.0, callback=lambda *a: seen.append(a),
-                   on_sweep=lambda state, session: states.append(
-                       (state["sweep"], state["rho"], session.gather()[0].copy())))
+    ref = fit_admm(
+        problem, max_iter=40, tol=0.0, fused=False, callback=lambda *a: seen_ref.append(a)
+    )
+    got = fit_admm(
+        problem,
+        max_iter=40,
+        tol=0.0,
+        callback=lambda *a: seen.append(a),
+        on_sweep=lambda state, session: states.append(
+            (state["sweep"], state["rho"], session.gather()[0].copy())
+        ),
+    )
     assert seen == seen_ref and len(seen) == 40
     assert [s[0] for s in states] == list(range(1, 41))
     # the state after iteration k carries the rho the reference uses for iteration k + 1
@@ -243,8 +275,22 @@ def test_half_step_smooth_by_product_equals_smooth_terms(seed):
     n, r = problem.n_points, problem.rank
     X, Lam = rng.standard_normal((n, r)), rng.standard_normal((n, r))
     out, out_plain, sm, ref = np.empty((n, r)), np.empty((n, r)), np.empty(n), np.empty(n)
-    args = (prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx, prep.csgn,
-            True, X, Lam, 1.0, 7.0, problem.gamma, prep.pmax)
+    args = (
+        prep.indptr,
+        prep.indices,
+        prep.data,
+        prep.diag,
+        prep.cptr,
+        prep.cidx,
+        prep.csgn,
+        True,
+        X,
+        Lam,
+        1.0,
+        7.0,
+        problem.gamma,
+        prep.pmax,
+    )
     nrm = np.empty(n)
     admm_row_norms(X, nrm)
     admm_rows(0, n, *args, out, sm, nrm)
@@ -252,9 +298,10 @@ def test_half_step_smooth_by_product_equals_smooth_terms(seed):
     admm_smooth_terms(prep.indptr, prep.indices, prep.data, prep.diag, X, ref)
     np.testing.assert_array_equal(sm, ref)
     np.testing.assert_array_equal(out, out_plain)
-    assert sm.sum() == pytest.approx(np.sum(X * (problem.L.toarray()[np.ix_(plan.order,
-                                                                              plan.order)] @ X)),
-                                     rel=1e-12)
+    assert sm.sum() == pytest.approx(
+        np.sum(X * (problem.L.toarray()[np.ix_(plan.order, plan.order)] @ X)), rel=1e-12
+    )
+
 
 def test_float32_agrees_with_float64(seed):
     """float32 and float64 agree to 1e-4 relative in V after 50 iterations (measured: ~1e-6)."""
@@ -313,9 +360,11 @@ def test_threaded_loop_from_its_threshold_is_bitwise_the_serial_fit(seed, monkey
     used = []
     for name in ("admm_run", "admm_run_serial"):
         real = getattr(_inprocess, name)
-        monkeypatch.setattr(_inprocess, name,
-                            lambda *a, real=real, name=name: (used.append((name, len(a[24]) - 1)),
-                                                              real(*a))[1])
+        monkeypatch.setattr(
+            _inprocess,
+            name,
+            lambda *a, real=real, name=name: (used.append((name, len(a[24]) - 1)), real(*a))[1],
+        )
     n = _inprocess.ADMM_PARALLEL_MIN_N
     problem, _ = small_problem(seed, n=n, n_pairs=n // 2, rank=7, k=5)
     for anderson in (0, 3):

@@ -12,10 +12,15 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from test_blocksolve import sparse_constrained_problem
 
 import npkl_dist as nk
 from npkl_dist import ConvergenceWarning, ValidationError, fit_bcd, fit_setup, initial_V
+from npkl_dist.executors import InProcessExecutor
+from npkl_dist.linalg._rowops import take_rows
+from npkl_dist.solvers._plan import _split
 from npkl_dist.solvers.bcd._coarse_start import (
+    FREE_MIN_FRACTION,
     MIN_ROW_NORM,
     _aggregate,
     coarse_basis,
@@ -27,12 +32,6 @@ from npkl_dist.solvers.bcd._coarse_start import (
 )
 from npkl_dist.solvers.bcd._start import resolve_start
 from npkl_dist.solvers.block._layout import constrained_mask
-from npkl_dist.solvers.bcd._coarse_start import FREE_MIN_FRACTION
-from npkl_dist.linalg._rowops import take_rows
-from npkl_dist.solvers._plan import _split
-from npkl_dist.executors import InProcessExecutor
-
-from test_blocksolve import sparse_constrained_problem
 
 
 def _prolongator(agg, t, n_coarse):
@@ -48,8 +47,7 @@ def _mixture_problem(seed, loss="square", n=4000, rank=6, frac=0.02, dtype="floa
     g = nk.knn_graph(X, 6, warn=False)
     k = max(1, int(frac * n) // 2)
     c = nk.sample_constraints(y, k, k, seed=seed)
-    return nk.NPKLProblem.build(g.laplacian(1e-3), c, loss=loss, rank=rank, seed=seed,
-                                dtype=dtype)
+    return nk.NPKLProblem.build(g.laplacian(1e-3), c, loss=loss, rank=rank, seed=seed, dtype=dtype)
 
 
 def test_galerkin_equals_scipys_products(global_random_seed):
@@ -140,12 +138,23 @@ def test_scale_minimises_the_objective_along_the_ray(loss, global_random_seed):
     p = sparse_constrained_problem(global_random_seed, loss, n=600, rank=4)
     off, diag = _split(p.L.tocsr())
     c = p.constraints
-    V, b = coarse_start(off.indptr, off.indices, off.data, diag, c.i, c.j, c.t, rank=p.rank,
-                        loss=p.loss, gamma=p.gamma, bound=p.bound)
+    V, b = coarse_start(
+        off.indptr,
+        off.indices,
+        off.data,
+        diag,
+        c.i,
+        c.j,
+        c.t,
+        rank=p.rank,
+        loss=p.loss,
+        gamma=p.gamma,
+        bound=p.bound,
+    )
     np.testing.assert_array_equal(V, initial_V(p, np.random.default_rng(0), "coarse"))
     E = prolong(b, p.rank)
     s = float(np.sum(V * V) / np.sum(E * E))
-    floor = MIN_ROW_NORM ** 2 * p.n_points / p.rank
+    floor = MIN_ROW_NORM**2 * p.n_points / p.rank
     norms = np.linalg.norm(V, axis=1)
     ray = [p.objective(np.sqrt(x) * E) for x in np.geomspace(1e-6 * s, s, 60)]
     f = [p.objective(m * V) for m in (0.97, 1.0, 1.03)]
@@ -163,7 +172,7 @@ def test_scale_minimises_the_objective_along_the_ray(loss, global_random_seed):
 
 def test_floor_is_a_mean_row_norm():
     s = start_scale("square", 1.0, 1.0, 10.0, np.zeros(5), 0.0, 1000, 4)
-    assert s == pytest.approx(MIN_ROW_NORM ** 2 * 1000 / 4)
+    assert s == pytest.approx(MIN_ROW_NORM**2 * 1000 / 4)
 
 
 def test_start_scale_matches_a_fine_grid():
@@ -198,9 +207,19 @@ def test_fit_from_the_coarse_start_equals_a_fit_from_that_v0(method, global_rand
     assert got.objective_trace == ref.objective_trace
     # and the internal start is the construction on L in that order
     off, diag = _split(p.L.tocsr()[s.layout.order][:, s.layout.order])
-    Vref = coarse_start(off.indptr, off.indices, off.data, diag, s.layout.rank_of[c.i],
-                        s.layout.rank_of[c.j], c.t, rank=p.rank, loss=p.loss,
-                        gamma=p.gamma, bound=p.bound)[0]
+    Vref = coarse_start(
+        off.indptr,
+        off.indices,
+        off.data,
+        diag,
+        s.layout.rank_of[c.i],
+        s.layout.rank_of[c.j],
+        c.t,
+        rank=p.rank,
+        loss=p.loss,
+        gamma=p.gamma,
+        bound=p.bound,
+    )[0]
     np.testing.assert_allclose(Vint, Vref, rtol=1e-12, atol=1e-14)
 
 
@@ -264,13 +283,16 @@ def test_auto_start_rule_at_the_threshold(monkeypatch):
     n_free = p.n_points - np.count_nonzero(constrained_mask(p))
     monkeypatch.setattr("npkl_dist.solvers.bcd._start.FREE_MIN_FRACTION", n_free / p.n_points)
     assert resolve_start("auto", "block", p) == "coarse-free"
-    monkeypatch.setattr("npkl_dist.solvers.bcd._start.FREE_MIN_FRACTION", (n_free + 1) / p.n_points)
+    monkeypatch.setattr(
+        "npkl_dist.solvers.bcd._start.FREE_MIN_FRACTION", (n_free + 1) / p.n_points
+    )
     assert resolve_start("auto", "block", p) == "coarse"
     assert resolve_start("auto", "sweeps", p) == "random"
     assert resolve_start("spectral", "block", p) == "spectral"
 
 
 # -- start='coarse-free': the block solver's own hierarchy of L_UU -------------------------
+
 
 def _free_reference(p, layout, prep, rank):
     """Dense references of the coarse-free start: the hierarchy's coarsest operator rebuilt
@@ -280,8 +302,9 @@ def _free_reference(p, layout, prep, rank):
 
     nu = layout.n_free
     n = p.n_points
-    L = (sp.csr_matrix((prep.data, prep.indices, prep.indptr), shape=(n, n))
-         + sp.diags(prep.diag)).toarray()
+    L = (
+        sp.csr_matrix((prep.data, prep.indices, prep.indptr), shape=(n, n)) + sp.diags(prep.diag)
+    ).toarray()
     h = free_hierarchy(prep, nu)
     A = L[:nu, :nu]
     T = np.eye(nu)
@@ -292,8 +315,9 @@ def _free_reference(p, layout, prep, rank):
         np.testing.assert_allclose(P.T @ P, np.eye(P.shape[1]), atol=1e-12)
         A = P.T @ A @ P
         T = T @ P
-    np.testing.assert_allclose(h.levels[-1].A.toarray(), A, rtol=1e-10,
-                               atol=1e-12 * np.abs(A).max())
+    np.testing.assert_allclose(
+        h.levels[-1].A.toarray(), A, rtol=1e-10, atol=1e-12 * np.abs(A).max()
+    )
     w, X = np.linalg.eigh(A)
     k = min(rank, A.shape[0])
     E = np.zeros((n, rank))
@@ -304,9 +328,9 @@ def _free_reference(p, layout, prep, rank):
 
 @pytest.mark.parametrize("loss", ["square", "squared_hinge", "hinge"])
 def test_free_start_against_dense_references(loss, global_random_seed):
+    from npkl_dist.problem._objective import loss_fn
     from npkl_dist.solvers.bcd._setup import _build
     from npkl_dist.solvers.bcd._start import _internal_free_start
-    from npkl_dist.problem._objective import loss_fn
 
     p = _mixture_problem(global_random_seed, loss=loss, n=2500, rank=5, frac=0.1)
     _, layout, prep = _build(p, "block", InProcessExecutor(2), "rcm", "blocks", None)
@@ -324,7 +348,7 @@ def test_free_start_against_dense_references(loss, global_random_seed):
     def f(t):
         return t * a + p.gamma * float(np.sum(lf(t * z)))
 
-    floor = MIN_ROW_NORM ** 2 * p.n_points / np.sum(E * E)
+    floor = MIN_ROW_NORM**2 * p.n_points / np.sum(E * E)
     grid = np.concatenate([np.linspace(0, 4 * max(s, floor), 4001), [s]])
     best = min(f(t) for t in grid if t >= floor * (1 - 1e-12))
     assert s >= floor * (1 - 1e-9)
@@ -333,10 +357,11 @@ def test_free_start_against_dense_references(loss, global_random_seed):
     from npkl_dist.solvers.bcd._coarse_start import _fill_constrained_rows
 
     E2 = np.zeros_like(E)
-    E2[:layout.n_free] = E[:layout.n_free]
+    E2[: layout.n_free] = E[: layout.n_free]
     terms = np.empty(p.n_points - layout.n_free)
-    _fill_constrained_rows(prep.indptr, prep.indices, prep.data, prep.diag, layout.n_free, E2,
-                           terms)
+    _fill_constrained_rows(
+        prep.indptr, prep.indices, prep.data, prep.diag, layout.n_free, E2, terms
+    )
     np.testing.assert_allclose(E2, E, rtol=1e-10, atol=1e-13)
     assert np.sum(w) + np.sum(terms) == pytest.approx(a, rel=1e-9)
 
@@ -392,8 +417,8 @@ def test_free_start_errors():
 def test_a_given_hierarchy_must_be_plain_aggregation():
     """AMGPreconditioner takes a prebuilt hierarchy only for plain aggregation (smooth=None):
     a smoothed one would need its own prolongators."""
-    from npkl_dist.solvers.block._precond import AMGPreconditioner, free_hierarchy
     from npkl_dist.solvers.bcd._setup import _build
+    from npkl_dist.solvers.block._precond import AMGPreconditioner, free_hierarchy
 
     p = _mixture_problem(0, n=1500, rank=4, frac=0.05)
     _, layout, prep = _build(p, "block", InProcessExecutor(1), "rcm", "blocks", None)
@@ -420,27 +445,39 @@ def test_prolong_into_out_and_the_starts_scaling_passes(global_random_seed):
     assert basis.aggs  # levels to prolongate through
     want = prolong(basis, 5)
     out = np.full((p.n_points + 3, 5), np.nan)
-    got = prolong(basis, 5, out=out[:p.n_points])
+    got = prolong(basis, 5, out=out[: p.n_points])
     assert np.shares_memory(got, out)
-    np.testing.assert_array_equal(out[:p.n_points], want)
-    assert np.isnan(out[p.n_points:]).all()
+    np.testing.assert_array_equal(out[: p.n_points], want)
+    assert np.isnan(out[p.n_points :]).all()
     with pytest.raises(ValueError, match="out"):
         prolong(basis, 5, out=np.empty((p.n_points, 4)))
-    from npkl_dist.solvers.bcd._setup import _build
     from npkl_dist.solvers.bcd._coarse_start import free_basis, free_start
+    from npkl_dist.solvers.bcd._setup import _build
     from npkl_dist.solvers.block._precond import free_hierarchy
 
     _, layout, prep = _build(p, "block", InProcessExecutor(1), "rcm", "blocks", None)
     fb = free_basis(free_hierarchy(prep, layout.n_free), 5)
-    args = (prep.indptr, prep.indices, prep.data, prep.diag, layout.n_free, prep.pi, prep.pj,
-            prep.pt, fb)
+    args = (
+        prep.indptr,
+        prep.indices,
+        prep.data,
+        prep.diag,
+        layout.n_free,
+        prep.pi,
+        prep.pj,
+        prep.pt,
+        fb,
+    )
     kw = dict(rank=5, loss="square", gamma=p.gamma, bound=p.bound)
     buf = np.empty((p.n_points, 5))
     V = free_start(*args, **kw, out=buf)
     assert V is buf  # float64: the start is the buffer itself
     np.testing.assert_array_equal(V, free_start(*args, **kw))
-    for bad in (np.empty((p.n_points, 4)), np.empty((p.n_points, 5), np.float32),
-                np.empty((5, p.n_points)).T):
+    for bad in (
+        np.empty((p.n_points, 4)),
+        np.empty((p.n_points, 5), np.float32),
+        np.empty((5, p.n_points)).T,
+    ):
         with pytest.raises(ValueError, match="free_start: out must be"):
             free_start(*args, **kw, out=bad)
     rng = np.random.default_rng(global_random_seed)
@@ -448,4 +485,3 @@ def test_prolong_into_out_and_the_starts_scaling_passes(global_random_seed):
     F = E.copy()
     _scale_in_place(F, 0.37)
     np.testing.assert_array_equal(F, E * 0.37)
-

@@ -8,13 +8,12 @@ import warnings
 
 import numpy as np
 import pytest
+from test_blocksolve import sparse_constrained_problem
 
 import npkl_dist as nk
 from npkl_dist import ConvergenceWarning, NPKLProblem, ValidationError, fit_bcd, fit_setup
 from npkl_dist.executors import InProcessExecutor
 from npkl_dist.model_selection import heldout_score
-
-from test_blocksolve import sparse_constrained_problem
 
 
 def _fit(problem, **kw):
@@ -25,8 +24,14 @@ def _fit(problem, **kw):
 
 def _variant(problem, **changes):
     """The problem with other gamma / loss / rank (same Laplacian and pairs)."""
-    kw = dict(loss=problem.loss, gamma=problem.gamma, rank=problem.rank, seed=problem.seed,
-              dtype=problem.dtype, bound=problem.bound)
+    kw = dict(
+        loss=problem.loss,
+        gamma=problem.gamma,
+        rank=problem.rank,
+        seed=problem.seed,
+        dtype=problem.dtype,
+        bound=problem.bound,
+    )
     kw.update(changes)
     return NPKLProblem.build(problem.L, problem.constraints, **kw)
 
@@ -42,22 +47,29 @@ def _same(a, b):
 # a sequence of fits through one setup: the second and later fits run on the arrays the
 # earlier ones left behind (other gamma, loss, rank), so any state leaking from one fit into
 # the next shows up as a difference from the fit that builds its own set-up
-SEQUENCE = [dict(gamma=1.0), dict(gamma=10.0, loss="squared_hinge"), dict(gamma=0.3, rank=5),
-            dict(gamma=1.0)]
+SEQUENCE = [
+    dict(gamma=1.0),
+    dict(gamma=10.0, loss="squared_hinge"),
+    dict(gamma=0.3, rank=5),
+    dict(gamma=1.0),
+]
 
 
-@pytest.mark.parametrize("method,precond,extrapolate,dtype", [
-    ("block", "amg-additive", True, "float64"),
-    ("block", "amg-plain", True, "float64"),
-    ("block", "amg", False, "float64"),
-    ("block", "jacobi", True, "float64"),
-    ("block", "amg-additive", True, "float32"),
-    ("sweeps", None, True, "float64"),
-])
-def test_fits_through_one_setup_are_bitwise_those_without(method, precond, extrapolate, dtype,
-                                                          global_random_seed):
-    base = sparse_constrained_problem(global_random_seed, "square", n=600, frac=0.05,
-                                      dtype=dtype)
+@pytest.mark.parametrize(
+    "method,precond,extrapolate,dtype",
+    [
+        ("block", "amg-additive", True, "float64"),
+        ("block", "amg-plain", True, "float64"),
+        ("block", "amg", False, "float64"),
+        ("block", "jacobi", True, "float64"),
+        ("block", "amg-additive", True, "float32"),
+        ("sweeps", None, True, "float64"),
+    ],
+)
+def test_fits_through_one_setup_are_bitwise_those_without(
+    method, precond, extrapolate, dtype, global_random_seed
+):
+    base = sparse_constrained_problem(global_random_seed, "square", n=600, frac=0.05, dtype=dtype)
     ex = InProcessExecutor(2)
     kw = dict(method=method, max_sweeps=6, tol=0, executor=ex)
     if method == "block":
@@ -109,8 +121,7 @@ def test_select_gamma_with_block_fits_equals_fits_without_a_setup():
     for f, out in enumerate(sel.heldout):
         keep = np.ones(c.m, bool)
         keep[out] = False
-        train = nk.Constraints.from_arrays(c.i[keep], c.j[keep], c.t[keep], p.n_points,
-                                           warn=False)
+        train = nk.Constraints.from_arrays(c.i[keep], c.j[keep], c.t[keep], p.n_points, warn=False)
         for q, g in enumerate(grid):
             fp = NPKLProblem.build(p.L, train, loss=p.loss, gamma=g, rank=p.rank, seed=p.seed)
             V = _fit(fp, **opts).V
@@ -127,8 +138,10 @@ def test_setup_refuses_another_problem(global_random_seed):
     L2 = p.L.copy()
     L2.data = L2.data * 1.5
     cases = [
-        (NPKLProblem.build(p.L, other.constraints, loss="square", rank=p.rank),
-         "other constraint pairs"),
+        (
+            NPKLProblem.build(p.L, other.constraints, loss="square", rank=p.rank),
+            "other constraint pairs",
+        ),
         (NPKLProblem.build(p.L, flipped, loss="square", rank=p.rank), "other constraint pairs"),
         (NPKLProblem.build(L2, c, loss="square", rank=p.rank), "another Laplacian"),
         (_variant(p, dtype="float32"), "float64"),
@@ -146,8 +159,10 @@ def test_setup_refuses_another_problem(global_random_seed):
         nk.select_gamma(p, (1.0,), folds=2, score="auc", fit_options={"setup": setup})
     # an equal copy of the Laplacian is the same graph
     same = NPKLProblem.build(p.L.copy(), c, loss="square", rank=p.rank, seed=p.seed)
-    _same(_fit(same, setup=setup, method="block", max_sweeps=2, tol=0),
-          _fit(p, method="block", max_sweeps=2, tol=0))
+    _same(
+        _fit(same, setup=setup, method="block", max_sweeps=2, tol=0),
+        _fit(p, method="block", max_sweeps=2, tol=0),
+    )
 
 
 def test_setup_refuses_another_executor(global_random_seed):
@@ -177,5 +192,7 @@ def test_one_fit_at_a_time_and_released_after_a_failure(method, global_random_se
         fit_bcd(p, setup=setup, method=method, max_sweeps=3, tol=0, on_sweep=nested)
     assert seen == [1]
     # released: the next fit runs, and equals one without the setup
-    _same(_fit(p, setup=setup, method=method, max_sweeps=3, tol=0),
-          _fit(p, method=method, max_sweeps=3, tol=0))
+    _same(
+        _fit(p, setup=setup, method=method, max_sweeps=3, tol=0),
+        _fit(p, method=method, max_sweeps=3, tol=0),
+    )

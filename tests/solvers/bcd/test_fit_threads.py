@@ -17,20 +17,28 @@ def _problem(n, loss, seed=0):
     X = rng.standard_normal((n, 3))
     y = (X[:, 0] > 0).astype(np.int64)
     g = nk.knn_graph(X, 5, warn=False)
-    return nk.NPKLProblem.build(g.laplacian(1e-3), nk.sample_constraints(y, seed=seed),
-                                loss=loss, seed=seed)
+    return nk.NPKLProblem.build(
+        g.laplacian(1e-3), nk.sample_constraints(y, seed=seed), loss=loss, seed=seed
+    )
 
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs two numba threads")
-@pytest.mark.parametrize("n, loss, method", [(60, "hinge", "block"), (300, "square", "block"),
-                                             (300, "squared_hinge", "sweeps")])
+@pytest.mark.parametrize(
+    "n, loss, method",
+    [(60, "hinge", "block"), (300, "square", "block"), (300, "squared_hinge", "sweeps")],
+)
 def test_a_small_fit_runs_on_one_thread_and_fits_the_same(n, loss, method):
     assert n < FIT_PARALLEL_MIN_N
     p = _problem(n, loss)
     seen = []
     numba.set_num_threads(2)
-    got = nk.fit_bcd(p, max_sweeps=40, method=method, executor=InProcessExecutor(2),
-                     callback=lambda *a: seen.append(numba.get_num_threads()))
+    got = nk.fit_bcd(
+        p,
+        max_sweeps=40,
+        method=method,
+        executor=InProcessExecutor(2),
+        callback=lambda *a: seen.append(numba.get_num_threads()),
+    )
     assert seen and set(seen) == {1}
     assert numba.get_num_threads() == 2  # restored after the fit
     ref = nk.fit_bcd(p, max_sweeps=40, method=method, executor=InProcessExecutor(1))

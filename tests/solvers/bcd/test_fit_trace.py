@@ -20,15 +20,24 @@ def _problem(loss, seed=0, n_per=50):
     return NPKLProblem.build(L, sample_constraints(y, seed=seed), loss=loss, seed=seed)
 
 
-@pytest.mark.parametrize("method, loss", [("sweeps", "hinge"), ("sweeps", "squared_hinge"),
-                                          ("sweeps", "square"), ("sweeps", "linear"),
-                                          ("block", "hinge"), ("block", "squared_hinge"),
-                                          ("block", "square")])
+@pytest.mark.parametrize(
+    "method, loss",
+    [
+        ("sweeps", "hinge"),
+        ("sweeps", "squared_hinge"),
+        ("sweeps", "square"),
+        ("sweeps", "linear"),
+        ("block", "hinge"),
+        ("block", "squared_hinge"),
+        ("block", "square"),
+    ],
+)
 @pytest.mark.parametrize("extra", [{}, {"tol_kkt": 1e-3}, {"tol_objective": 1e-6}])
 def test_untraced_fit_is_bitwise_the_traced_fit(method, loss, extra):
     p = _problem(loss)
-    kw = dict(max_sweeps=150, tol=1e-6, executor=InProcessExecutor(n_threads=1),
-              method=method, **extra)
+    kw = dict(
+        max_sweeps=150, tol=1e-6, executor=InProcessExecutor(n_threads=1), method=method, **extra
+    )
     a = fit_bcd(p, trace=True, **kw)
     b = fit_bcd(p, trace=False, **kw)
     assert np.array_equal(a.V, b.V)
@@ -50,7 +59,13 @@ def test_untraced_fit_is_bitwise_the_traced_fit(method, loss, extra):
 def test_untraced_fit_still_calls_back_with_the_objective():
     p = _problem("square")
     seen = []
-    res = fit_bcd(p, max_sweeps=20, tol=1e-6, executor=InProcessExecutor(n_threads=1),
-                  trace=False, callback=lambda s, obj, ch, sec: seen.append(obj))
+    res = fit_bcd(
+        p,
+        max_sweeps=20,
+        tol=1e-6,
+        executor=InProcessExecutor(n_threads=1),
+        trace=False,
+        callback=lambda s, obj, ch, sec: seen.append(obj),
+    )
     assert len(seen) == res.n_sweeps and all(np.isfinite(seen))
     assert seen == res.objective_trace

@@ -14,14 +14,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.optimize as so
-
-from npkl_dist import (NPKLProblem, fit_bcd, knn_graph, make_plan, objective, prepare,
-                       sample_constraints)
-from npkl_dist.solvers.bcd._joint import KINK_LADDER, KINK_RTOL, hinge_joint_move, joint_kkt
-from npkl_dist.solvers._kkt import kkt_residual
-from npkl_dist.executors import InProcessExecutor
-
 from test_reference import fit_tiny, solve_sdp, tiny_problem
+
+from npkl_dist import (
+    NPKLProblem,
+    fit_bcd,
+    knn_graph,
+    make_plan,
+    objective,
+    prepare,
+    sample_constraints,
+)
+from npkl_dist.executors import InProcessExecutor
+from npkl_dist.solvers._kkt import kkt_residual
+from npkl_dist.solvers.bcd._joint import KINK_LADDER, KINK_RTOL, hinge_joint_move, joint_kkt
 
 pytestmark = pytest.mark.filterwarnings("ignore::npkl_dist._errors.ConvergenceWarning")
 
@@ -78,9 +84,14 @@ def test_direction_is_steepest_descent_of_the_subdifferential():
     # least W-norm: L-BFGS-B on the same bounded least squares, and random multipliers
     WA = (w[:, None, None] * np.stack(cols, axis=-1)).reshape(-1, len(cols))
     WG = (w[:, None] * G).ravel()
-    ref = so.minimize(lambda a: 0.5 * np.sum((WG + WA @ a) ** 2), np.full(len(cols), 0.5),
-                      jac=lambda a: WA.T @ (WG + WA @ a), method="L-BFGS-B",
-                      bounds=[(0, 1)] * len(cols), options={"ftol": 1e-15, "gtol": 1e-12})
+    ref = so.minimize(
+        lambda a: 0.5 * np.sum((WG + WA @ a) ** 2),
+        np.full(len(cols), 0.5),
+        jac=lambda a: WA.T @ (WG + WA @ a),
+        method="L-BFGS-B",
+        bounds=[(0, 1)] * len(cols),
+        options={"ftol": 1e-15, "gtol": 1e-12},
+    )
     best = np.linalg.norm(w[:, None] * gstar)
     assert best == pytest.approx(np.linalg.norm(WG + WA @ ref.x), rel=1e-7)
     rng = np.random.default_rng(0)
@@ -90,7 +101,7 @@ def test_direction_is_steepest_descent_of_the_subdifferential():
     f0 = f_internal(problem, plan, V)
     for h in (1e-5, 1e-6):
         fd = (f_internal(problem, plan, V + h * move.direction) - f0) / h
-        assert fd == pytest.approx(-best**2, rel=1e-3)
+        assert fd == pytest.approx(-(best**2), rel=1e-3)
     # the line search's decrease is the objective's
     f1 = f_internal(problem, plan, V + move.step * move.direction)
     assert move.step > 0 and f1 - f0 == pytest.approx(move.decrease, rel=1e-9, abs=1e-14)
@@ -103,11 +114,22 @@ def creeping(n=300, sweeps=200):
     rng = np.random.default_rng(0)
     X = rng.standard_normal((n, 3))
     y = (X[:, 0] > 0).astype(np.int64) + (X[:, 1] > 0)
-    problem = NPKLProblem.build(knn_graph(X, 6, warn=False).laplacian(1e-3),
-                                sample_constraints(y, seed=0), loss="hinge", rank=8, seed=0)
+    problem = NPKLProblem.build(
+        knn_graph(X, 6, warn=False).laplacian(1e-3),
+        sample_constraints(y, seed=0),
+        loss="hinge",
+        rank=8,
+        seed=0,
+    )
     plan = make_plan(problem)
-    res = fit_bcd(problem, method="sweeps", max_sweeps=sweeps, kink_ladder=(KINK_RTOL,),
-                  hinge_kkt=False, plan=plan)
+    res = fit_bcd(
+        problem,
+        method="sweeps",
+        max_sweeps=sweeps,
+        kink_ladder=(KINK_RTOL,),
+        hinge_kkt=False,
+        plan=plan,
+    )
     return problem, plan, prepare(problem, plan), res.V[plan.order].astype(np.float64)
 
 
@@ -132,13 +154,18 @@ def test_kink_ladder_move_is_the_best_of_its_epsilon_directions():
     assert len(cols) == move.n_kink
     WA = (w[:, None, None] * np.stack(cols, axis=-1)).reshape(-1, len(cols))
     WG = (w[:, None] * G).ravel()
-    ref = so.minimize(lambda a: 0.5 * np.sum((WG + WA @ a) ** 2), np.full(len(cols), 0.5),
-                      jac=lambda a: WA.T @ (WG + WA @ a), method="L-BFGS-B",
-                      bounds=[(0, 1)] * len(cols), options={"ftol": 1e-15, "gtol": 1e-12,
-                                                             "maxiter": 5000})
+    ref = so.minimize(
+        lambda a: 0.5 * np.sum((WG + WA @ a) ** 2),
+        np.full(len(cols), 0.5),
+        jac=lambda a: WA.T @ (WG + WA @ a),
+        method="L-BFGS-B",
+        bounds=[(0, 1)] * len(cols),
+        options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 5000},
+    )
     gstar = -move.direction / w[:, None] ** 2
     assert np.linalg.norm(w[:, None] * gstar) == pytest.approx(
-        np.linalg.norm(WG + WA @ ref.x), rel=1e-6)
+        np.linalg.norm(WG + WA @ ref.x), rel=1e-6
+    )
     A = np.stack([c.ravel() for c in cols], axis=1)
     alpha, *_ = np.linalg.lstsq(A, (gstar - G).ravel(), rcond=None)
     assert np.allclose(A @ alpha, (gstar - G).ravel(), atol=1e-9)
@@ -163,8 +190,9 @@ def test_fit_takes_moves_only_where_they_lower_the_objective():
     assert np.all(np.diff(trace) <= 1e-12 * np.abs(trace[1:]))
     assert res.joint_moves == sorted(set(res.joint_moves)) and len(res.joint_moves) >= 3
     # smooth losses never move jointly
-    sq = NPKLProblem.build(problem.L, problem.constraints, loss="squared_hinge",
-                           rank=problem.rank, seed=problem.seed)
+    sq = NPKLProblem.build(
+        problem.L, problem.constraints, loss="squared_hinge", rank=problem.rank, seed=problem.seed
+    )
     assert fit_tiny(sq).joint_moves == []
 
 
@@ -244,8 +272,9 @@ def test_compiled_projected_gradient_equals_its_numpy_form(n_pairs, global_rando
     for cap in (1, 7, 30, 5000):
         ref, ok_ref = _box_qp_reference_loop(Q, c, start.copy(), lip, atol, cap)
         a = start.copy()
-        ok = _apg_box(Q.indptr.astype(np.int64), Q.indices.astype(np.int64), Q.data, c, lip,
-                      atol, cap, a)
+        ok = _apg_box(
+            Q.indptr.astype(np.int64), Q.indices.astype(np.int64), Q.data, c, lip, atol, cap, a
+        )
         assert ok == ok_ref
         assert np.abs(a - ref).max() <= 1e-9
     assert ok  # the last cap is the default's, and it converges
@@ -328,8 +357,9 @@ def test_box_qp_declines_when_not_converged_and_the_reference_decides(monkeypatc
     monkeypatch.setattr(_joint._box_qp, "__kwdefaults__", {"tol": 1e-13, "max_iter": 1})
     calls = []
     real = _joint._box_lsq_reference
-    monkeypatch.setattr(_joint, "_box_lsq_reference",
-                        lambda A_, b_: calls.append(1) or real(A_, b_))
+    monkeypatch.setattr(
+        _joint, "_box_lsq_reference", lambda A_, b_: calls.append(1) or real(A_, b_)
+    )
     alpha = _joint._min_norm_multipliers((A.T @ A).tocsr(), A.T @ b, lambda: (A, b))
     assert calls == [1]
     assert np.array_equal(alpha, real(A, b))
@@ -352,8 +382,8 @@ def test_joint_move_fast_multipliers_equal_the_reference_path(seed, monkeypatch)
     """On a stalled hinge fit of 150 points with dozens of kink pairs, the joint move (KKT
     residual, direction, step, decrease) is the same with the fast multipliers as with
     scipy's lsq_linear on A (forced by making _box_qp decline)."""
-    from npkl_dist.solvers.bcd import _joint
     from npkl_dist import knn_graph, sample_constraints
+    from npkl_dist.solvers.bcd import _joint
 
     rng = np.random.default_rng(seed)
     y = np.repeat([0, 1, 2], 50)
@@ -361,8 +391,9 @@ def test_joint_move_fast_multipliers_equal_the_reference_path(seed, monkeypatch)
     L = knn_graph(X, 5, seed=seed, warn=False).laplacian(1e-3)
     cons = sample_constraints(y, seed=seed)
     problem = NPKLProblem.build(L, cons, loss="hinge", seed=seed)
-    res = fit_bcd(problem, max_sweeps=300, tol=1e-9, joint=False,
-                  executor=InProcessExecutor(n_threads=1))
+    res = fit_bcd(
+        problem, max_sweeps=300, tol=1e-9, joint=False, executor=InProcessExecutor(n_threads=1)
+    )
     plan = make_plan(problem)
     prep = prepare(problem, plan)
     V = res.V[plan.order].astype(np.float64)

@@ -15,13 +15,13 @@ import warnings
 
 import numpy as np
 import pytest
+from test_reference import solve_sdp, tiny_problem
 
 import npkl_dist as nk
-from npkl_dist.solvers.bcd import _rank
-from npkl_dist.solvers.bcd._start import STARTS, initial_V
-from npkl_dist.solvers.bcd._coarse_start import basis_level
 from npkl_dist.problem._objective import objective
-from test_reference import solve_sdp, tiny_problem
+from npkl_dist.solvers.bcd import _rank
+from npkl_dist.solvers.bcd._coarse_start import basis_level
+from npkl_dist.solvers.bcd._start import STARTS, initial_V
 
 
 def low_rank(rng, n, r, k):
@@ -160,8 +160,9 @@ def test_propagate_start_with_fewer_constrained_points_than_the_rank(global_rand
 def best_of_random(p, seeds, **kw):
     best = None
     for s in seeds:
-        ps = nk.NPKLProblem.build(p.L, p.constraints, loss=p.loss, gamma=p.gamma, rank=p.rank,
-                                  bound=p.bound, seed=s)
+        ps = nk.NPKLProblem.build(
+            p.L, p.constraints, loss=p.loss, gamma=p.gamma, rank=p.rank, bound=p.bound, seed=s
+        )
         r = nk.fit_bcd(ps, start="random", **kw)
         best = r if best is None or r.objective < best.objective else best
     return best

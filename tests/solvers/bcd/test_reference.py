@@ -35,9 +35,9 @@ from npkl_dist import (
     sample_constraints,
 )
 from npkl_dist.evaluate import clustering_metrics, pairwise_accuracy_bruteforce
+from npkl_dist.executors import InProcessExecutor
 from npkl_dist.linalg._rowops import CHUNK
 from npkl_dist.solvers._sweeps import update_column
-from npkl_dist.executors import InProcessExecutor
 
 LOSSES = ("hinge", "squared_hinge", "square", "linear")
 
@@ -97,6 +97,7 @@ def scipy_column(loss, Lii, g, A, gamma, bound):
     r, p = g.size, A.shape[0]
     v0 = -g / Lii
     if loss in ("square", "squared_hinge"):
+
         def fun(v):
             z = A @ v
             w = 1.0 - z if loss == "square" else np.maximum(1.0 - z, 0.0)
@@ -107,26 +108,34 @@ def scipy_column(loss, Lii, g, A, gamma, bound):
             act = np.ones(p, bool) if loss == "square" else (A @ v < 1.0)
             return 2 * Lii * np.eye(r) + 2 * gamma * A[act].T @ A[act]
 
-        res = so.minimize(fun, v0, jac=True, hess=hess, method="trust-exact",
-                          options={"gtol": 1e-14})
+        res = so.minimize(
+            fun, v0, jac=True, hess=hess, method="trust-exact", options={"gtol": 1e-14}
+        )
         return res.x
     if loss == "hinge":
         # smooth reformulation: min L|v|^2 + 2g'v + gamma 1'xi, xi >= 0, xi_j >= 1 - a_j'v
         x0 = np.r_[v0, np.maximum(1.0 - A @ v0, 0.0)]
         res = so.minimize(
-            lambda x: Lii * x[:r] @ x[:r] + 2 * g @ x[:r] + gamma * x[r:].sum(), x0,
+            lambda x: Lii * x[:r] @ x[:r] + 2 * g @ x[:r] + gamma * x[r:].sum(),
+            x0,
             jac=lambda x: np.r_[2 * Lii * x[:r] + 2 * g, gamma * np.ones(p)],
             method="SLSQP",
             bounds=[(None, None)] * r + [(0.0, None)] * p,
-            constraints=[{"type": "ineq", "fun": lambda x: x[r:] - 1.0 + A @ x[:r],
-                          "jac": lambda x: np.c_[A, np.eye(p)]}],
+            constraints=[
+                {
+                    "type": "ineq",
+                    "fun": lambda x: x[r:] - 1.0 + A @ x[:r],
+                    "jac": lambda x: np.c_[A, np.eye(p)],
+                }
+            ],
             options={"ftol": 1e-16, "maxiter": 1000},
         )
         return res.x[:r]
     # linear with the ball constraint
     s = A.sum(axis=0) if p else np.zeros(r)
     res = so.minimize(
-        lambda v: Lii * v @ v + 2 * g @ v - gamma * s @ v, np.zeros(r),
+        lambda v: Lii * v @ v + 2 * g @ v - gamma * s @ v,
+        np.zeros(r),
         jac=lambda v: 2 * Lii * v + 2 * g - gamma * s,
         method="SLSQP",
         constraints=[{"type": "ineq", "fun": lambda v: bound**2 - v @ v, "jac": lambda v: -2 * v}],
@@ -170,17 +179,22 @@ def polish_column(loss, Lii, g, A, gamma, bound, v_raw):
             if E.any():
                 base = A[lo].T @ alpha[lo] / 2 - g
                 AE = A[E]
-                alpha[E] = np.linalg.lstsq(AE @ AE.T / (2 * Lii), 1 - AE @ base / Lii,
-                                           rcond=None)[0]
+                alpha[E] = np.linalg.lstsq(AE @ AE.T / (2 * Lii), 1 - AE @ base / Lii, rcond=None)[
+                    0
+                ]
             over, under = E & (alpha > gamma), E & (alpha < 0)
             if not (over.any() or under.any()):
                 break
             lo, hi = lo | over, hi | under
         v = (A.T @ alpha / 2 - g) / Lii
         z = A @ v
-        ok = (np.all(alpha >= 0) and np.all(alpha <= gamma)
-              and np.all(z[lo] <= 1 + 1e-12) and np.all(z[hi] >= 1 - 1e-12)
-              and np.all(np.abs(z[E] - 1) <= 1e-12))
+        ok = (
+            np.all(alpha >= 0)
+            and np.all(alpha <= gamma)
+            and np.all(z[lo] <= 1 + 1e-12)
+            and np.all(z[hi] >= 1 - 1e-12)
+            and np.all(np.abs(z[E] - 1) <= 1e-12)
+        )
         if ok:
             return v, True
     return v, False
@@ -215,9 +229,30 @@ def kernel_column(prep, V, i):
     A, H, M = np.full((pm, r), nan), np.full((max(pm, r), pm), nan), np.full((max(pm, r), pm), nan)
     qv, alpha, grad, wy = (np.full(pm, nan) for _ in range(4))
     free = np.zeros(pm, np.int64)
-    update_column(int(i), prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx,
-                  prep.csgn, V, prep.loss_code, prep.gamma, prep.bound, out, g, A, H, M, qv,
-                  alpha, grad, wy, free)
+    update_column(
+        int(i),
+        prep.indptr,
+        prep.indices,
+        prep.data,
+        prep.diag,
+        prep.cptr,
+        prep.cidx,
+        prep.csgn,
+        V,
+        prep.loss_code,
+        prep.gamma,
+        prep.bound,
+        out,
+        g,
+        A,
+        H,
+        M,
+        qv,
+        alpha,
+        grad,
+        wy,
+        free,
+    )
     return out
 
 
@@ -281,12 +316,14 @@ def hub_problem(seed, loss, *, n=30, rank=5, gamma=1.0, bound=1.0):
             pairs[(a, b)] = 1 if labels[a] == labels[b] else -1
     ij = np.array(list(pairs))
     C = Constraints.from_arrays(ij[:, 0], ij[:, 1], np.array(list(pairs.values())), n)
-    return NPKLProblem.build(connected_knn_laplacian(X, 5), C, loss=loss, gamma=gamma,
-                             rank=rank, bound=bound, seed=seed)
+    return NPKLProblem.build(
+        connected_knn_laplacian(X, 5), C, loss=loss, gamma=gamma, rank=rank, bound=bound, seed=seed
+    )
 
 
-def blob_problem(seed, loss, *, n, rank, dtype="float64", n_pairs=None, gamma=1.0, k=5,
-                 n_features=2):
+def blob_problem(
+    seed, loss, *, n, rank, dtype="float64", n_pairs=None, gamma=1.0, k=5, n_features=2
+):
     """Two Gaussian blobs, kNN Laplacian, label-sampled must/cannot pairs."""
     rng = np.random.default_rng(seed)
     half = n // 2
@@ -306,8 +343,9 @@ def tiny_problem(seed, loss, *, n=12, rank=None):
     L = connected_knn_laplacian(X, 3)
     labels = (X[:, 0] > np.median(X[:, 0])).astype(np.int64)
     C = sample_constraints(labels, 3, 3, seed=seed)
-    return NPKLProblem.build(L, C, loss=loss, gamma=1.0, rank=n if rank is None else rank,
-                             bound=1.0, seed=seed)
+    return NPKLProblem.build(
+        L, C, loss=loss, gamma=1.0, rank=n if rank is None else rank, bound=1.0, seed=seed
+    )
 
 
 def random_V(rng, n, r):
@@ -322,8 +360,11 @@ def random_V(rng, n, r):
 
 
 @pytest.mark.parametrize("loss", LOSSES)
-@pytest.mark.parametrize("variant", [(0.5, 0.5), (1.0, 1.0), (3.0, 2.0)],
-                         ids=["gamma0.5-b0.5", "gamma1-b1", "gamma3-b2"])
+@pytest.mark.parametrize(
+    "variant",
+    [(0.5, 0.5), (1.0, 1.0), (3.0, 2.0)],
+    ids=["gamma0.5-b0.5", "gamma1-b1", "gamma3-b2"],
+)
 def test_update_column_matches_scipy(loss, variant, global_random_seed):
     """``update_column`` returns the exact column minimiser for every loss.
 
@@ -530,13 +571,15 @@ def test_objective_never_increases(loss, plan_kw, global_random_seed):
     up to 1e-12 |f| rounding; the trace also matches ``objective`` of the returned V. Plans:
     the default, 6 blocks with deferred rows, and the reference colour scheme."""
     problem = blob_problem(global_random_seed, loss, n=300, rank=6)
-    kw = {"default": {}, "blocks6": {"n_blocks": 6, "align": 1},
-          "colours": {"scheme": "colours"}}[plan_kw]
+    kw = {"default": {}, "blocks6": {"n_blocks": 6, "align": 1}, "colours": {"scheme": "colours"}}[
+        plan_kw
+    ]
     plan = make_plan(problem, **kw)
     if plan_kw == "blocks6":
         assert plan.n_colours > 2  # some rows deferred
-    res = fit_bcd(problem, max_sweeps=40, tol=0, plan=plan,
-                  executor=InProcessExecutor(n_threads=1))
+    res = fit_bcd(
+        problem, max_sweeps=40, tol=0, plan=plan, executor=InProcessExecutor(n_threads=1)
+    )
     trace = np.array([res.objective_initial] + res.objective_trace)
     assert trace.size == 41 and np.all(np.isfinite(trace))
     steps = np.diff(trace)
@@ -586,12 +629,17 @@ def test_parallel_equals_sequential(loss, scheme, global_random_seed):
     L = laplacian(knn_graph(X, k=5, warn=False).S)
     problem = NPKLProblem.build(L, C, loss=loss, rank=8, seed=global_random_seed)
     plan = make_plan(problem, scheme=scheme)
-    big = [c for c in range(plan.n_colours)
-           if plan.units(c)[0].size > 2 * CHUNK and plan.units(c)[1].size > 2]
+    big = [
+        c
+        for c in range(plan.n_colours)
+        if plan.units(c)[0].size > 2 * CHUNK and plan.units(c)[1].size > 2
+    ]
     assert len(big) >= 2, np.diff(plan.colour_ptr)  # threaded steps do run
 
-    fits = [fit_bcd(problem, max_sweeps=3, tol=0, plan=plan,
-                    executor=InProcessExecutor(n_threads=k)) for k in (1, 2)]
+    fits = [
+        fit_bcd(problem, max_sweeps=3, tol=0, plan=plan, executor=InProcessExecutor(n_threads=k))
+        for k in (1, 2)
+    ]
     np.testing.assert_array_equal(fits[0].V, fits[1].V)
     assert fits[0].objective_trace == fits[1].objective_trace
     assert fits[0].change_trace == fits[1].change_trace
@@ -606,9 +654,25 @@ def test_parallel_equals_sequential(loss, scheme, global_random_seed):
     try:
         for c in order:
             rows, ptr = plan.units(int(c))
-            sweep_units(rows, ptr, 0, prep.indptr, prep.indices, prep.data, prep.diag,
-                        prep.cptr, prep.cidx, prep.csgn, V_par, prep.loss_code, prep.gamma,
-                        prep.bound, prep.pmax, d2, n2)
+            sweep_units(
+                rows,
+                ptr,
+                0,
+                prep.indptr,
+                prep.indices,
+                prep.data,
+                prep.diag,
+                prep.cptr,
+                prep.cidx,
+                prep.csgn,
+                V_par,
+                prep.loss_code,
+                prep.gamma,
+                prep.bound,
+                prep.pmax,
+                d2,
+                n2,
+            )
     finally:
         numba.set_num_threads(previous)
     python_sweep(prep, plan, V_seq, order)
@@ -639,10 +703,10 @@ def test_float32_matches_float64(loss, global_random_seed):
     """
     fits = {}
     for dtype in ("float32", "float64"):
-        problem = blob_problem(global_random_seed, loss, n=400, rank=10, dtype=dtype,
-                               n_pairs=60)
-        fits[dtype] = fit_bcd(problem, max_sweeps=20, tol=0, method="sweeps",
-                              executor=InProcessExecutor(n_threads=1))
+        problem = blob_problem(global_random_seed, loss, n=400, rank=10, dtype=dtype, n_pairs=60)
+        fits[dtype] = fit_bcd(
+            problem, max_sweeps=20, tol=0, method="sweeps", executor=InProcessExecutor(n_threads=1)
+        )
     f32, f64 = fits["float32"], fits["float64"]
     assert f32.V.dtype == np.float32 and f64.V.dtype == np.float64
     dV = np.linalg.norm(f32.V.astype(np.float64) - f64.V) / np.linalg.norm(f64.V)
@@ -670,8 +734,9 @@ def solve_sdp(problem):
         "linear": lambda z: -cp.sum(z),
     }[problem.loss](z)
     cons = [cp.diag(K) <= problem.bound**2] if problem.loss == "linear" else []
-    prob = cp.Problem(cp.Minimize(cp.trace(problem.L.toarray() @ K) + problem.gamma * loss_term),
-                      cons)
+    prob = cp.Problem(
+        cp.Minimize(cp.trace(problem.L.toarray() @ K) + problem.gamma * loss_term), cons
+    )
     for solver, opts in (("CLARABEL", {}), ("SCS", {"eps": 1e-9, "max_iters": 200_000})):
         try:
             with warnings.catch_warnings():  # "may be inaccurate": the status says it too
@@ -699,9 +764,14 @@ def test_bcd_reaches_sdp_optimum(loss, rank, global_random_seed):
     n = 10 + global_random_seed % 5
     problem = tiny_problem(global_random_seed, loss, n=n)
     if rank == "default":
-        problem = NPKLProblem.build(problem.L, problem.constraints, loss=loss,
-                                    gamma=problem.gamma, bound=problem.bound,
-                                    seed=problem.seed)
+        problem = NPKLProblem.build(
+            problem.L,
+            problem.constraints,
+            loss=loss,
+            gamma=problem.gamma,
+            bound=problem.bound,
+            seed=problem.seed,
+        )
         assert problem.rank < n
     f_sdp, _ = solve_sdp(problem)
     f_bcd = fit_tiny(problem).objective
@@ -775,8 +845,14 @@ def test_bcd_hinge_reaches_sdp_optimum(rank, global_random_seed):
     n = 10 + global_random_seed % 5
     problem = tiny_problem(global_random_seed, "hinge", n=n)
     if rank == "default":
-        problem = NPKLProblem.build(problem.L, problem.constraints, loss="hinge",
-                                    gamma=problem.gamma, bound=problem.bound, seed=problem.seed)
+        problem = NPKLProblem.build(
+            problem.L,
+            problem.constraints,
+            loss="hinge",
+            gamma=problem.gamma,
+            bound=problem.bound,
+            seed=problem.seed,
+        )
         assert problem.rank < n
     f_sdp, _ = solve_sdp(problem)
     res = fit_tiny(problem, max_sweeps=30_000)
@@ -825,6 +901,27 @@ def test_update_column_refuses_workspaces_too_small_for_the_transpose():
     csgn = np.array([1.0, -1.0, 1.0, -1.0])
     ws = lambda *s: np.zeros(s)  # noqa: E731
     with pytest.raises(ValueError, match="max\\(pmax, r\\) rows"):
-        update_column(0, indptr, np.zeros(0, np.int64), np.zeros(0), np.ones(3), cptr, cidx,
-                      csgn, V, 2, 1.0, np.inf, ws(r), ws(r), ws(pm, r), ws(pm, pm), ws(pm, pm),
-                      ws(pm), ws(pm), ws(pm), ws(pm), np.zeros(pm, np.int64))
+        update_column(
+            0,
+            indptr,
+            np.zeros(0, np.int64),
+            np.zeros(0),
+            np.ones(3),
+            cptr,
+            cidx,
+            csgn,
+            V,
+            2,
+            1.0,
+            np.inf,
+            ws(r),
+            ws(r),
+            ws(pm, r),
+            ws(pm, pm),
+            ws(pm, pm),
+            ws(pm),
+            ws(pm),
+            ws(pm),
+            ws(pm),
+            np.zeros(pm, np.int64),
+        )

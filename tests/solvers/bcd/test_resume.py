@@ -24,10 +24,14 @@ def capture(store, at):
         if state["sweep"] in at:
             # the checkpoint's columns (block solves: V, S, L S, R), as npkl_dist.job._recovery
             # takes them
-            W = session.checkpoint_array() if hasattr(session, "checkpoint_array") \
+            W = (
+                session.checkpoint_array()
+                if hasattr(session, "checkpoint_array")
                 else session.gather()
+            )
             W = np.hstack(W) if isinstance(W, tuple) else W
             store[state["sweep"]] = (json.loads(json.dumps(state)), W.copy())
+
     return on_sweep
 
 
@@ -38,8 +42,9 @@ def test_bcd_resume_is_bitwise(global_random_seed, loss, method):
         pytest.skip("block solves do not take the linear loss (its row constraints)")
     p = problem(global_random_seed, loss)
     snaps = {}
-    full = nk.fit_bcd(p, max_sweeps=12, tol=0.0, method=method,
-                      on_sweep=capture(snaps, {1, 5, 11}))
+    full = nk.fit_bcd(
+        p, max_sweeps=12, tol=0.0, method=method, on_sweep=capture(snaps, {1, 5, 11})
+    )
     assert len(snaps) == 3
     for k, snap in snaps.items():
         resumed = nk.fit_bcd(p, max_sweeps=12, tol=0.0, method=method, resume=snap)
@@ -68,7 +73,7 @@ def test_block_resume_from_V_alone_is_refused(global_random_seed):
     state, W = snaps[1]
     assert W.shape == (p.n_points, 4 * p.rank)
     with pytest.raises(nk.ValidationError, match="checkpoint_array"):
-        nk.fit_bcd(p, method="block", resume=(state, W[:, :p.rank]))
+        nk.fit_bcd(p, method="block", resume=(state, W[:, : p.rank]))
 
 
 def test_resume_with_a_wrong_shape_is_refused(global_random_seed):
@@ -89,15 +94,17 @@ def sparse_problem(seed, loss="square", n=3000, dtype="float64"):
     pts = rng.choice(n, 60, replace=False)
     i, j = pts[::2], pts[1::2]
     c = nk.Constraints.from_arrays(i, j, np.where(y[i] == y[j], 1, -1), n)
-    return nk.NPKLProblem.build(g.laplacian(1e-3), c, loss=loss, rank=6, seed=seed,
-                                dtype=dtype)
+    return nk.NPKLProblem.build(g.laplacian(1e-3), c, loss=loss, rank=6, seed=seed, dtype=dtype)
 
 
 def capture_all(store, at):
     def on_sweep(state, session):
         if state["sweep"] in at:
-            store[state["sweep"]] = (json.loads(json.dumps(state)),
-                                     session.checkpoint_array().copy())
+            store[state["sweep"]] = (
+                json.loads(json.dumps(state)),
+                session.checkpoint_array().copy(),
+            )
+
     return on_sweep
 
 
@@ -105,8 +112,9 @@ def capture_all(store, at):
 def test_block_resume_is_bitwise(global_random_seed, loss):
     p = sparse_problem(global_random_seed, loss)
     snaps = {}
-    full = nk.fit_bcd(p, method="block", max_sweeps=9, tol=0.0,
-                      on_sweep=capture_all(snaps, {1, 4, 8}))
+    full = nk.fit_bcd(
+        p, method="block", max_sweeps=9, tol=0.0, on_sweep=capture_all(snaps, {1, 4, 8})
+    )
     for k, snap in snaps.items():
         # V, previous step S, L S, residual R (carried from step to step, not recomputed)
         assert snap[1].shape == (p.n_points, 4 * p.rank)
@@ -124,8 +132,7 @@ def test_block_resume_is_bitwise_float32():
     pick up V's rounding); their checkpoints resume bitwise too."""
     p = sparse_problem(7, "squared_hinge", dtype="float32")
     snaps = {}
-    full = nk.fit_bcd(p, method="block", max_sweeps=8, tol=0.0,
-                      on_sweep=capture_all(snaps, {3}))
+    full = nk.fit_bcd(p, method="block", max_sweeps=8, tol=0.0, on_sweep=capture_all(snaps, {3}))
     assert full.V.dtype == np.float32
     resumed = nk.fit_bcd(p, method="block", max_sweeps=8, tol=0.0, resume=snaps[3])
     np.testing.assert_array_equal(resumed.V, full.V)
@@ -139,10 +146,9 @@ def test_block_resume_from_a_checkpoint_without_the_residual():
     last bits)."""
     p = sparse_problem(5, "square")
     snaps = {}
-    full = nk.fit_bcd(p, method="block", max_sweeps=12, tol=0.0,
-                      on_sweep=capture_all(snaps, {4}))
+    full = nk.fit_bcd(p, method="block", max_sweeps=12, tol=0.0, on_sweep=capture_all(snaps, {4}))
     state, W = snaps[4]
-    old = np.ascontiguousarray(W[:, :3 * p.rank])
+    old = np.ascontiguousarray(W[:, : 3 * p.rank])
     resumed = nk.fit_bcd(p, method="block", max_sweeps=12, tol=0.0, resume=(state, old))
     np.testing.assert_allclose(resumed.objective_trace, full.objective_trace, rtol=1e-7)
     assert len(resumed.objective_trace) == 12
@@ -158,8 +164,18 @@ def test_block_run_store_crash_and_resume(tmp_path):
     yl = np.full(3000, -1)
     keep = rng.choice(3000, 60, replace=False)
     yl[keep] = y[keep]
-    cfg = dict(X=X, y_constraints=yl, n_must=20, n_cannot=20, method="block", rank=5,
-               max_sweeps=8, tol=0.0, clusters=2, knn=6)
+    cfg = dict(
+        X=X,
+        y_constraints=yl,
+        n_must=20,
+        n_cannot=20,
+        method="block",
+        rank=5,
+        max_sweeps=8,
+        tol=0.0,
+        clusters=2,
+        knn=6,
+    )
     ref, V_ref, _ = run_fit_in_store(FitConfig(**cfg), str(tmp_path / "ref"))
     assert ref["method"] == "block" and len(ref["kkt_trace"]) == 8
 

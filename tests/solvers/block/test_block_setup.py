@@ -9,7 +9,7 @@ from npkl_dist.solvers.block._layout import constrained_columns, free_matrix, fr
 
 def _reference_entries(indptr, indices, data, nu, keep_fn, rename_fn):
     end = int(indptr[nu])
-    rows = np.repeat(np.arange(nu), np.diff(indptr[:nu + 1]))
+    rows = np.repeat(np.arange(nu), np.diff(indptr[: nu + 1]))
     cols = np.asarray(indices[:end], np.int64)
     vals = np.asarray(data[:end], np.float64)
     keep = keep_fn(cols)
@@ -38,24 +38,32 @@ def _part(seed, n_own, nu, n_halo, n_free_halo, dtype):
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("n_halo,n_free_halo", [(0, 0), (30, 12), (25, 25), (20, 0)])
-def test_setup_operators_equal_the_numpy_and_scipy_references(seed, dtype, n_halo,
-                                                              n_free_halo):
+def test_setup_operators_equal_the_numpy_and_scipy_references(seed, dtype, n_halo, n_free_halo):
     n_own, nu = 120, 90
     M, diag = _part(seed, n_own, nu, n_halo, n_free_halo, dtype)
     ip, ix, da = M.indptr.astype(np.int64), M.indices.astype(np.int64), M.data
 
     got = free_operator(ip, ix, da, nu, n_own, n_free_halo)
     ref = _reference_entries(
-        ip, ix, da, nu,
+        ip,
+        ix,
+        da,
+        nu,
         lambda c: (c < nu) | ((c >= n_own) & (c < n_own + n_free_halo)),
-        lambda c: np.where(c < nu, c, c - n_own + nu))
+        lambda c: np.where(c < nu, c, c - n_own + nu),
+    )
     for g, r in zip(got, ref):
         assert g.dtype == r.dtype and np.array_equal(g, r)
 
     got = constrained_columns(ip, ix, da, nu, n_own, n_free_halo)
     ref = _reference_entries(
-        ip, ix, da, nu,
-        lambda c: ((c >= nu) & (c < n_own)) | (c >= n_own + n_free_halo), lambda c: c)
+        ip,
+        ix,
+        da,
+        nu,
+        lambda c: ((c >= nu) & (c < n_own)) | (c >= n_own + n_free_halo),
+        lambda c: c,
+    )
     for g, r in zip(got, ref):
         assert g.dtype == r.dtype and np.array_equal(g, r)
 
@@ -73,14 +81,15 @@ def test_setup_operators_equal_the_numpy_and_scipy_references(seed, dtype, n_hal
     assert np.array_equal(got.data, ref.data)  # bitwise: the same hierarchy follows
     assert (got != ref).nnz == 0
     # the serial compilations (Dask block actors) give the same arrays
-    for fn, args in ((free_operator, (ip, ix, da, nu, n_own, n_free_halo)),
-                     (constrained_columns, (ip, ix, da, nu, n_own, n_free_halo))):
+    for fn, args in (
+        (free_operator, (ip, ix, da, nu, n_own, n_free_halo)),
+        (constrained_columns, (ip, ix, da, nu, n_own, n_free_halo)),
+    ):
         for g, r in zip(fn(*args, serial=True), fn(*args)):
             assert g.dtype == r.dtype and np.array_equal(g, r)
     ser = free_matrix(A_ptr, A_idx, A_data, A_diag, serial=True)
     for attr in ("indptr", "indices", "data"):
         assert np.array_equal(getattr(ser, attr), getattr(got, attr))
-
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -121,7 +130,7 @@ def test_whole_free_blocks_equal_the_three_selections(seed, dtype, sort_rows):
     assert A.indices.dtype == np.int32 and A.indptr.dtype == np.int32
     for g, r in ((A.indptr, ref.indptr), (A.indices, ref.indices), (A.data, ref.data)):
         assert np.array_equal(g, r)
-    assert A[3, 3] == 0 and 3 not in A.indices[A.indptr[3]:A.indptr[4]]
+    assert A[3, 3] == 0 and 3 not in A.indices[A.indptr[3] : A.indptr[4]]
     # the diagonal and Gershgorin ratios from the same pass: _diag_gershgorin's, bitwise
     from npkl_dist.solvers.block._kernels import _diag_gershgorin
 
@@ -183,17 +192,17 @@ def test_fit_through_the_one_pass_equals_the_three_selections(monkeypatch, start
     three separate selections; the AMG matrix does not outlive the preconditioner's set-up."""
     import warnings
 
+    from test_blocksolve import sparse_constrained_problem
+
     from npkl_dist import ConvergenceWarning, fit_bcd, fit_setup
+    from npkl_dist.executors import InProcessExecutor
+    from npkl_dist.solvers.block import _kernels as _blocksolve_kernels
     from npkl_dist.solvers.block import _layout as _blocksolve_layout
     from npkl_dist.solvers.block import _precond as _blocksolve_precond
-    from npkl_dist.solvers.block import _kernels as _blocksolve_kernels
-    from npkl_dist.executors import InProcessExecutor
-    from test_blocksolve import sparse_constrained_problem
 
     p = sparse_constrained_problem(5, "square", n=700, frac=0.05)
     ex = InProcessExecutor(2)
-    kw = dict(method="block", max_sweeps=6, tol=0, start=start, precond=precond,
-              executor=ex)
+    kw = dict(method="block", max_sweeps=6, tol=0, start=start, precond=precond, executor=ex)
     calls = []
     one_pass = _blocksolve_layout.whole_free_blocks
 

@@ -14,6 +14,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.optimize import lsq_linear
 from scipy.sparse.linalg import spsolve
+from test_reference import blob_problem, random_V
 
 from npkl_dist import (
     Constraints,
@@ -25,15 +26,13 @@ from npkl_dist import (
     make_plan,
     prepare,
 )
+from npkl_dist.executors import InProcessExecutor
+from npkl_dist.solvers._kkt import kkt_residual
 from npkl_dist.solvers.bcd._setup import AUTO_SMALL_MIN_POINTS, choose_method
 from npkl_dist.solvers.bcd._start import initial_V
-from npkl_dist.solvers.block._precond import AMGPreconditioner, JacobiPreconditioner, block_pcg
 from npkl_dist.solvers.block._layout import block_layout
+from npkl_dist.solvers.block._precond import AMGPreconditioner, JacobiPreconditioner, block_pcg
 from npkl_dist.solvers.block._search import line_search
-from npkl_dist.solvers._kkt import kkt_residual
-from npkl_dist.executors import InProcessExecutor
-
-from test_reference import blob_problem, random_V
 
 SMOOTH_LOSSES = ("hinge", "squared_hinge", "square")
 
@@ -61,6 +60,7 @@ def _split(A):
 # block PCG against a direct solve
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("precond", ["jacobi", "amg", "amg-plain", "amg-additive"])
 def test_block_pcg_matches_direct_solve(precond, global_random_seed):
     rng = np.random.default_rng(global_random_seed)
@@ -69,9 +69,13 @@ def test_block_pcg_matches_direct_solve(precond, global_random_seed):
     B = rng.standard_normal((A.shape[0], 5))
     X = rng.standard_normal(B.shape)  # warm start far from the solution
     R = B - A @ X
-    M = (AMGPreconditioner(A, smooth="jacobi" if precond == "amg" else None,
-                           additive=precond == "amg-additive")
-         if precond.startswith("amg") else JacobiPreconditioner(d))
+    M = (
+        AMGPreconditioner(
+            A, smooth="jacobi" if precond == "amg" else None, additive=precond == "amg-additive"
+        )
+        if precond.startswith("amg")
+        else JacobiPreconditioner(d)
+    )
     r0 = np.linalg.norm(R, axis=0)
     its = block_pcg(off, d, M, X, R, r0, rtol=1e-10, maxiter=2000)
     ref = spsolve(A.tocsc(), B)
@@ -89,8 +93,9 @@ def test_amg_beats_jacobi_iterations():
     for name, M in (("amg", AMGPreconditioner(A)), ("jacobi", JacobiPreconditioner(d))):
         X = np.zeros_like(B)
         R = B.copy()
-        counts[name] = block_pcg(off, d, M, X, R, np.linalg.norm(B, axis=0), rtol=1e-8,
-                                 maxiter=5000)
+        counts[name] = block_pcg(
+            off, d, M, X, R, np.linalg.norm(B, axis=0), rtol=1e-8, maxiter=5000
+        )
     assert counts["amg"] * 3 < counts["jacobi"], counts
 
 
@@ -141,8 +146,13 @@ def test_amg_preconditioner_decouples_rows_where_the_hierarchy_degenerates(addit
     problem, A = _degenerate_uu_block()
     with seeded_global_random():  # the degeneracy this is about
         ml = pyamg.smoothed_aggregation_solver(
-            A, symmetry="hermitian", max_coarse=500, strength=None, keep=False,
-            smooth=("jacobi", {"weighting": "local"}))
+            A,
+            symmetry="hermitian",
+            max_coarse=500,
+            strength=None,
+            keep=False,
+            smooth=("jacobi", {"weighting": "local"}),
+        )
     assert any(np.any(lev.A.diagonal() <= 0) for lev in ml.levels[1:])
     M = AMGPreconditioner(A, additive=additive)
     assert M._split is not None
@@ -162,13 +172,19 @@ def test_amg_preconditioner_decouples_rows_where_the_hierarchy_degenerates(addit
     Xs = np.zeros_like(B)
     R = B.copy()
     off = (A - sp.diags(A.diagonal())).tocsr()
-    its = block_pcg(off, A.diagonal(), M, Xs, R, np.linalg.norm(B, axis=0), rtol=1e-10,
-                    maxiter=500)
+    its = block_pcg(
+        off, A.diagonal(), M, Xs, R, np.linalg.norm(B, axis=0), rtol=1e-10, maxiter=500
+    )
     assert its < 500 and np.allclose(A @ Xs, B, atol=1e-8 * np.abs(B).max())
     # the block fits of the problem: finite, monotone
-    res = fit_bcd(problem, method="block", max_sweeps=5, tol=0,
-                  precond="amg-additive" if additive else "amg",
-                  executor=InProcessExecutor(n_threads=1))
+    res = fit_bcd(
+        problem,
+        method="block",
+        max_sweeps=5,
+        tol=0,
+        precond="amg-additive" if additive else "amg",
+        executor=InProcessExecutor(n_threads=1),
+    )
     trace = np.array([res.objective_initial] + res.objective_trace)
     assert np.all(np.isfinite(trace)) and np.all(np.isfinite(res.V))
     assert np.all(np.diff(trace) <= 1e-12 * np.abs(trace[1:]))
@@ -197,19 +213,20 @@ def test_amg_hierarchy_is_pyamgs_default_one(smooth):
     pyamg builds with its default symmetric strength, level by level and bit for bit, on a
     kNN Laplacian (uneven weights) with a shifted diagonal."""
     import pyamg
+    from test_reference import connected_knn_laplacian
 
     from npkl_dist.solvers.block._precond import AMG_OPTIONS, seeded_global_random
-    from test_reference import connected_knn_laplacian
 
     assert AMG_OPTIONS.get("strength", "symmetric") is None  # what this test is about
     rng = np.random.default_rng(3)
-    A = (connected_knn_laplacian(rng.standard_normal((3000, 3)), 8) + sp.identity(3000) * 1e-3)
+    A = connected_knn_laplacian(rng.standard_normal((3000, 3)), 8) + sp.identity(3000) * 1e-3
     A = sp.csr_matrix(A, dtype=np.float64)
     sm = ("jacobi", {"weighting": "local"}) if smooth else None
     M = AMGPreconditioner(A, smooth=smooth, max_coarse=50)
     with seeded_global_random():
-        ml = pyamg.smoothed_aggregation_solver(A, symmetry="hermitian", max_coarse=50,
-                                               smooth=sm, max_levels=10, keep=False)
+        ml = pyamg.smoothed_aggregation_solver(
+            A, symmetry="hermitian", max_coarse=50, smooth=sm, max_levels=10, keep=False
+        )
     assert len(ml.levels) == M.n_levels >= 3
     for lev, mine in zip(ml.levels[:-1], M.levels):
         P = sp.csr_matrix(lev.P)
@@ -274,17 +291,21 @@ def test_amg_apply_dots_equals_apply_then_dots(smooth, additive, serial, global_
         R = rng.standard_normal((A.shape[0], r))
         Z = np.full((A.shape[0] + 7, r), np.nan)
         pa, pb = np.full((n_ch, r), np.nan), np.full((n_ch, r), np.nan)
-        M.apply_dots(R, Z[:A.shape[0]], pa, pb)
+        M.apply_dots(R, Z[: A.shape[0]], pa, pb)
         Zw = np.empty_like(R)
         qa, qb = np.empty((n_ch, r)), np.empty((n_ch, r))
         M.apply_to(R, Zw)
         _dots(R, Zw, qa, qb)
-        np.testing.assert_array_equal(Z[:A.shape[0]], Zw)
-        assert np.isnan(Z[A.shape[0]:]).all()  # nothing written past the view
+        np.testing.assert_array_equal(Z[: A.shape[0]], Zw)
+        assert np.isnan(Z[A.shape[0] :]).all()  # nothing written past the view
         np.testing.assert_array_equal(pa, qa)
         np.testing.assert_array_equal(pb, qb)
-        np.testing.assert_allclose(Zw, _vcycle_reference(M, 0, R) if not additive else
-                                   _additive_reference(M, R), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(
+            Zw,
+            _vcycle_reference(M, 0, R) if not additive else _additive_reference(M, R),
+            rtol=1e-10,
+            atol=1e-12,
+        )
 
 
 @pytest.mark.parametrize("serial", [False, True])
@@ -392,8 +413,7 @@ def test_additive_amg_cycle_is_jacobi_plus_the_coarse_correction():
 @pytest.mark.parametrize("serial", [False, True])
 @pytest.mark.parametrize("parts", [1, 2, 3, 5])
 @pytest.mark.parametrize("additive", [True, False])
-def test_scatter_restriction_is_the_product_with_r_bitwise(monkeypatch, additive, parts,
-                                                           serial):
+def test_scatter_restriction_is_the_product_with_r_bitwise(monkeypatch, additive, parts, serial):
     """Levels restricted by the scatter plan (the coarse rows cut into one range per thread,
     each range's fine rows added in ascending order) give the product with R = P' bit for
     bit, for any number of ranges, serially (Dask's block actors), and the whole cycle with
@@ -401,26 +421,24 @@ def test_scatter_restriction_is_the_product_with_r_bitwise(monkeypatch, additive
     import numba
 
     from npkl_dist.solvers.block import _kernels as _blocksolve_kernels
-
     from npkl_dist.solvers.block import _precond as _blocksolve_precond
 
     monkeypatch.setattr(numba, "get_num_threads", lambda: parts)  # ranges in the plan
 
     A = (grid_laplacian(40) + sp.identity(1600) * 1e-3).tocsr()
-    A = A[np.random.default_rng(0).permutation(1600)][:, np.random.default_rng(0).permutation(
-        1600)].tocsr()  # aggregates scattered over the rows, as RCM leaves them at scale
+    A = A[np.random.default_rng(0).permutation(1600)][
+        :, np.random.default_rng(0).permutation(1600)
+    ].tocsr()  # aggregates scattered over the rows, as RCM leaves them at scale
     A.sort_indices()
     rng = np.random.default_rng(4)
     B = rng.standard_normal((1600, 5))
     outs = {}
     for min_rows in (1 << 62, 100):
         monkeypatch.setattr(_blocksolve_kernels, "RESTRICT_SCATTER_MIN_ROWS", min_rows)
-        M = AMGPreconditioner(A, smooth=None, max_coarse=20, additive=additive,
-                              serial=serial)
+        M = AMGPreconditioner(A, smooth=None, max_coarse=20, additive=additive, serial=serial)
         plans = [lev.get("scatter") for lev in M.levels]
         if min_rows == 100:
-            assert plans[0] is not None and len(plans[0][1]) - 1 == (
-                1 if serial else parts)
+            assert plans[0] is not None and len(plans[0][1]) - 1 == (1 if serial else parts)
             for lev in M.levels:  # each planned level: R's sums, bitwise
                 if lev.get("scatter") is None:
                     assert "R" in lev
@@ -430,7 +448,7 @@ def test_scatter_restriction_is_the_product_with_r_bitwise(monkeypatch, additive
                 bounds, ptr, rows = lev["scatter"]
                 agg = Pl.indices[Pl.indptr[rows]]
                 for k in range(len(ptr) - 1):  # part k: its coarse range's rows, ascending
-                    mine, a = rows[ptr[k]:ptr[k + 1]], agg[ptr[k]:ptr[k + 1]]
+                    mine, a = rows[ptr[k] : ptr[k + 1]], agg[ptr[k] : ptr[k + 1]]
                     assert np.all(np.diff(mine) > 0)
                     assert np.all((bounds[k] <= a) & (a < bounds[k + 1]))
                 assert np.array_equal(np.sort(rows), np.flatnonzero(np.diff(Pl.indptr)))
@@ -453,11 +471,12 @@ def test_scatter_restriction_is_the_product_with_r_bitwise(monkeypatch, additive
 # the fit
 # --------------------------------------------------------------------------------------------
 
+
 def sparse_constrained_problem(seed, loss, *, n=400, rank=4, frac=0.1, dtype="float64"):
     """A grid-like kNN problem where only ``frac`` of the points are constrained."""
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, 2))
-    X[n // 2:, 0] += 4.0
+    X[n // 2 :, 0] += 4.0
     labels = (np.arange(n) >= n // 2).astype(np.int64)
     from test_reference import connected_knn_laplacian
 
@@ -479,8 +498,15 @@ def _fit(problem, **kw):
 @pytest.mark.parametrize("extrapolate", [True, False])
 def test_block_objective_never_increases(loss, precond, extrapolate, global_random_seed):
     problem = sparse_constrained_problem(global_random_seed, loss)
-    res = _fit(problem, method="block", precond=precond, extrapolate=extrapolate,
-               max_sweeps=25, tol=0, inner_maxiter=2)
+    res = _fit(
+        problem,
+        method="block",
+        precond=precond,
+        extrapolate=extrapolate,
+        max_sweeps=25,
+        tol=0,
+        inner_maxiter=2,
+    )
     trace = [res.objective_initial] + res.objective_trace
     for a, b in zip(trace, trace[1:]):
         assert b <= a + 1e-12 * max(1.0, abs(a)), (a, b)
@@ -499,8 +525,16 @@ def test_block_reaches_the_sweeps_optimum(loss, global_random_seed):
     # at 1e-8 the two methods agree to 2.4e-10 or better on seeds 0-29 (bench/RESULTS.md).
     # The sweeps need up to 65,000 passes there (squared hinge, seed 9); hence the caps.
     sweeps = _fit(problem, method="sweeps", V0=V0, max_sweeps=200000, tol=1.0, tol_kkt=1e-8)
-    block = _fit(problem, method="block", V0=V0, max_sweeps=20000, tol=1.0, tol_kkt=1e-8,
-                 inner_rtol=1e-6, inner_maxiter=200)
+    block = _fit(
+        problem,
+        method="block",
+        V0=V0,
+        max_sweeps=20000,
+        tol=1.0,
+        tol_kkt=1e-8,
+        inner_rtol=1e-6,
+        inner_maxiter=200,
+    )
     assert sweeps.converged and block.converged
     assert block.kkt < 1e-8 and sweeps.kkt < 1e-8
     assert block.objective == pytest.approx(sweeps.objective, rel=1e-8)
@@ -522,8 +556,7 @@ def test_block_gains_more_per_iteration_than_sweeps():
 
 
 def test_block_threads_and_resume_bitwise(global_random_seed):
-    problem = sparse_constrained_problem(global_random_seed, "squared_hinge", n=5000,
-                                         frac=0.05)
+    problem = sparse_constrained_problem(global_random_seed, "squared_hinge", n=5000, frac=0.05)
     kw = dict(method="block", max_sweeps=6, tol=0, precond="amg")
     one = _fit(problem, executor=InProcessExecutor(1), **kw)
     two = _fit(problem, executor=InProcessExecutor(2), **kw)
@@ -580,8 +613,9 @@ def test_block_float32_hinge_reaches_float64s_optimum():
     fits = {}
     for dtype in ("float32", "float64"):
         p = blob_problem(3, "hinge", n=400, rank=10, dtype=dtype, n_pairs=60)
-        V0 = initial_V(blob_problem(3, "hinge", n=400, rank=10, n_pairs=60),
-                       np.random.default_rng(3))
+        V0 = initial_V(
+            blob_problem(3, "hinge", n=400, rank=10, n_pairs=60), np.random.default_rng(3)
+        )
         fits[dtype] = _fit(p, method="block", V0=V0, max_sweeps=2000, tol=1e-6)
     a, b = fits["float32"], fits["float64"]
     assert a.V.dtype == np.float32 and a.converged and b.converged
@@ -603,6 +637,7 @@ def test_kkt_stopping_and_objective_stopping():
 # line search
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("loss_code", [0, 1, 2])
 def test_line_search_finds_the_1d_minimum(loss_code, global_random_seed):
     rng = np.random.default_rng(global_random_seed)
@@ -613,8 +648,12 @@ def test_line_search_finds_the_1d_minimum(loss_code, global_random_seed):
     from npkl_dist.solvers.block._search import _loss_sum
 
     def phi(t):
-        return 2 * t * a + t * t * b + _loss_sum(c0 + t * c1 + t * t * c2, loss_code) \
+        return (
+            2 * t * a
+            + t * t * b
+            + _loss_sum(c0 + t * c1 + t * t * c2, loss_code)
             - _loss_sum(c0, loss_code)
+        )
 
     grid = np.linspace(0, 20, 200001)
     best = min(phi(t) for t in grid[::50])
@@ -646,8 +685,9 @@ def _subspace_instance(rng, m, with_s=True):
 
 @pytest.mark.parametrize("loss_code", [1, 2])
 @pytest.mark.parametrize("with_s", [True, False])
-def test_subspace_search_newton_matches_the_derivative_free_reference(loss_code, with_s,
-                                                                      global_random_seed):
+def test_subspace_search_newton_matches_the_derivative_free_reference(
+    loss_code, with_s, global_random_seed
+):
     """The Newton searches (square: polynomial; squared hinge: a pass per step) reach the
     value of the Nelder-Mead reference, or a lower one (the reference's first stage only
     looks at s1 >= 0), and only ever return a decrease."""
@@ -665,8 +705,13 @@ def test_subspace_search_newton_matches_the_derivative_free_reference(loss_code,
         assert v <= 0.0
         if not with_s:
             assert s2 == 0.0
-        exact = (2 * (a[0] * s1 + a[1] * s2) + B[0, 0] * s1 * s1 + 2 * B[0, 1] * s1 * s2
-                 + B[1, 1] * s2 * s2 + _phi_pairs(C, s1, s2, loss_code))
+        exact = (
+            2 * (a[0] * s1 + a[1] * s2)
+            + B[0, 0] * s1 * s1
+            + 2 * B[0, 1] * s1 * s2
+            + B[1, 1] * s2 * s2
+            + _phi_pairs(C, s1, s2, loss_code)
+        )
         assert v == exact
         assert v <= rv + 1e-9 * max(1.0, abs(rv))
 
@@ -683,21 +728,28 @@ def test_pair_passes_are_thread_count_independent_and_equal_direct_sums(global_r
     _, _, C = _subspace_instance(rng, 5000)
     s1, s2 = rng.standard_normal(2) * 0.7
     z0 = C[:, 0]
-    z = z0 + s1 * C[:, 1] + s2 * C[:, 2] + s1 ** 2 * C[:, 3] + s2 ** 2 * C[:, 4] \
-        + s1 * s2 * C[:, 5]
+    z = z0 + s1 * C[:, 1] + s2 * C[:, 2] + s1**2 * C[:, 3] + s2**2 * C[:, 4] + s1 * s2 * C[:, 5]
     z1 = C[:, 1] + 2 * s1 * C[:, 3] + s2 * C[:, 5]
     z2 = C[:, 2] + 2 * s2 * C[:, 4] + s1 * C[:, 5]
-    losses = {0: lambda x: np.maximum(1 - x, 0), 1: lambda x: np.maximum(1 - x, 0) ** 2,
-              2: lambda x: (1 - x) ** 2, 3: lambda x: -x}
+    losses = {
+        0: lambda x: np.maximum(1 - x, 0),
+        1: lambda x: np.maximum(1 - x, 0) ** 2,
+        2: lambda x: (1 - x) ** 2,
+        3: lambda x: -x,
+    }
     P = np.column_stack([1 - z0, -C[:, 1:]])
     previous = numba.get_num_threads()
     results = []
     try:
         for threads in sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}):
             numba.set_num_threads(threads)
-            results.append(([_phi_pairs(C, s1, s2, code) for code in range(4)],
-                            [_pair_derivs(C, s1, s2, code) for code in (1, 2)],
-                            _pair_gram(C)))
+            results.append(
+                (
+                    [_phi_pairs(C, s1, s2, code) for code in range(4)],
+                    [_pair_derivs(C, s1, s2, code) for code in (1, 2)],
+                    _pair_gram(C),
+                )
+            )
     finally:
         numba.set_num_threads(previous)
     phis, derivs, Q = results[0]
@@ -710,9 +762,14 @@ def test_pair_passes_are_thread_count_independent_and_equal_direct_sums(global_r
     for d, code in zip(derivs, (1, 2)):
         e = np.maximum(1 - z, 0) if code == 1 else 1 - z
         l1, l2 = -2 * e, (e > 0) * 2.0 if code == 1 else np.full_like(z, 2.0)
-        want = [np.sum(losses[code](z) - losses[code](z0)), np.sum(l1 * z1), np.sum(l1 * z2),
-                np.sum(l2 * z1 * z1 + 2 * l1 * C[:, 3]), np.sum(l2 * z1 * z2 + l1 * C[:, 5]),
-                np.sum(l2 * z2 * z2 + 2 * l1 * C[:, 4])]
+        want = [
+            np.sum(losses[code](z) - losses[code](z0)),
+            np.sum(l1 * z1),
+            np.sum(l1 * z2),
+            np.sum(l2 * z1 * z1 + 2 * l1 * C[:, 3]),
+            np.sum(l2 * z1 * z2 + l1 * C[:, 5]),
+            np.sum(l2 * z2 * z2 + 2 * l1 * C[:, 4]),
+        ]
         assert list(d) == pytest.approx(want, rel=1e-11, abs=1e-8)
     assert Q == pytest.approx(P.T @ P, rel=1e-12, abs=1e-9)
 
@@ -752,8 +809,13 @@ def test_hinge_search_on_the_box_matches_the_reference(with_s, global_random_see
         s1, s2, v = subspace_search(a, B, C, 1.0, 0)
         r1, r2, rv = subspace_search_nelder_mead(a, B, C, 1.0, 0)
         assert v <= 0.0
-        exact = (2 * (a[0] * s1 + a[1] * s2) + B[0, 0] * s1 * s1 + 2 * B[0, 1] * s1 * s2
-                 + B[1, 1] * s2 * s2 + _phi_pairs(C, s1, s2, 0))
+        exact = (
+            2 * (a[0] * s1 + a[1] * s2)
+            + B[0, 0] * s1 * s1
+            + 2 * B[0, 1] * s1 * s2
+            + B[1, 1] * s2 * s2
+            + _phi_pairs(C, s1, s2, 0)
+        )
         assert v == exact
         assert v == pytest.approx(rv, rel=1e-9, abs=1e-9)
 
@@ -772,8 +834,7 @@ def test_compiled_nelder_mead_is_scipys_bit_for_bit(m, global_random_seed):
         C[rng.choice(m, m // 8, replace=False), 0] = 1.0  # on the kink at s = 0
         for code, boxed in ((0, True), (0, False), (3, False)):
             got = subspace_search_nelder_mead(a, B, C, 1.0, code, boxed=boxed)
-            want = subspace_search_nelder_mead(a, B, C, 1.0, code, boxed=boxed,
-                                               compiled=False)
+            want = subspace_search_nelder_mead(a, B, C, 1.0, code, boxed=boxed, compiled=False)
             assert got == want
             assert got[2] < 0.0 or got == (0.0, 0.0, 0.0)
 
@@ -790,44 +851,67 @@ def test_pair_polynomial_and_derivatives_against_direct_sums(global_random_seed)
     h = 1e-5
     for s1, s2 in rng.standard_normal((4, 2)) * 0.7:
         val, g, H = _poly_phi(a, B, Q, 1.0, s1, s2, 2)
-        smooth = 2 * (a[0] * s1 + a[1] * s2) + B[0, 0] * s1 ** 2 + 2 * B[0, 1] * s1 * s2 \
-            + B[1, 1] * s2 ** 2
+        smooth = (
+            2 * (a[0] * s1 + a[1] * s2) + B[0, 0] * s1**2 + 2 * B[0, 1] * s1 * s2 + B[1, 1] * s2**2
+        )
         assert val == pytest.approx(smooth + _phi_pairs(C, s1, s2, 2), rel=1e-10, abs=1e-9)
         for code in (1, 2):
+
             def f(x, y):
                 return _pair_derivs(C, x, y, code)[0]
 
             d = _pair_derivs(C, s1, s2, code)
             assert d[0] == pytest.approx(_phi_pairs(C, s1, s2, code), rel=1e-12, abs=1e-9)
-            fd_g = [(f(s1 + h, s2) - f(s1 - h, s2)) / (2 * h),
-                    (f(s1, s2 + h) - f(s1, s2 - h)) / (2 * h)]
-            fd_h11 = (f(s1 + h, s2) - 2 * f(s1, s2) + f(s1 - h, s2)) / h ** 2
-            fd_h22 = (f(s1, s2 + h) - 2 * f(s1, s2) + f(s1, s2 - h)) / h ** 2
-            fd_h12 = (f(s1 + h, s2 + h) - f(s1 + h, s2 - h) - f(s1 - h, s2 + h)
-                      + f(s1 - h, s2 - h)) / (4 * h * h)
+            fd_g = [
+                (f(s1 + h, s2) - f(s1 - h, s2)) / (2 * h),
+                (f(s1, s2 + h) - f(s1, s2 - h)) / (2 * h),
+            ]
+            fd_h11 = (f(s1 + h, s2) - 2 * f(s1, s2) + f(s1 - h, s2)) / h**2
+            fd_h22 = (f(s1, s2 + h) - 2 * f(s1, s2) + f(s1, s2 - h)) / h**2
+            fd_h12 = (
+                f(s1 + h, s2 + h) - f(s1 + h, s2 - h) - f(s1 - h, s2 + h) + f(s1 - h, s2 - h)
+            ) / (4 * h * h)
             assert d[1:3] == pytest.approx(fd_g, rel=1e-5, abs=1e-5)
-            assert [d[3], d[5], d[4]] == pytest.approx([fd_h11, fd_h22, fd_h12], rel=1e-3,
-                                                       abs=1e-2)
+            assert [d[3], d[5], d[4]] == pytest.approx(
+                [fd_h11, fd_h22, fd_h12], rel=1e-3, abs=1e-2
+            )
             if code == 2:  # the polynomial's derivatives are the same sums
-                assert g == pytest.approx([2 * (a[0] + B[0, 0] * s1 + B[0, 1] * s2) + d[1],
-                                           2 * (a[1] + B[0, 1] * s1 + B[1, 1] * s2) + d[2]],
-                                          rel=1e-9, abs=1e-8)
-                assert H == pytest.approx(np.array([[2 * B[0, 0] + d[3], 2 * B[0, 1] + d[4]],
-                                                    [2 * B[0, 1] + d[4], 2 * B[1, 1] + d[5]]]),
-                                          rel=1e-9, abs=1e-8)
+                assert g == pytest.approx(
+                    [
+                        2 * (a[0] + B[0, 0] * s1 + B[0, 1] * s2) + d[1],
+                        2 * (a[1] + B[0, 1] * s1 + B[1, 1] * s2) + d[2],
+                    ],
+                    rel=1e-9,
+                    abs=1e-8,
+                )
+                assert H == pytest.approx(
+                    np.array(
+                        [
+                            [2 * B[0, 0] + d[3], 2 * B[0, 1] + d[4]],
+                            [2 * B[0, 1] + d[4], 2 * B[1, 1] + d[5]],
+                        ]
+                    ),
+                    rel=1e-9,
+                    abs=1e-8,
+                )
 
 
 # --------------------------------------------------------------------------------------------
 # KKT residual against dense references
 # --------------------------------------------------------------------------------------------
 
+
 def dense_gradient(problem, V):
     L = problem.L.toarray()
     c = problem.constraints
     G = 2 * L @ V
     z = c.t * np.einsum("kr,kr->k", V[c.i], V[c.j])
-    d = {"squared_hinge": -2 * np.maximum(1 - z, 0), "square": -2 * (1 - z),
-         "linear": -np.ones_like(z), "hinge": -(z < 1).astype(float)}[problem.loss]
+    d = {
+        "squared_hinge": -2 * np.maximum(1 - z, 0),
+        "square": -2 * (1 - z),
+        "linear": -np.ones_like(z),
+        "hinge": -(z < 1).astype(float),
+    }[problem.loss]
     for k in range(c.m):
         G[c.i[k]] += problem.gamma * d[k] * c.t[k] * V[c.j[k]]
         G[c.j[k]] += problem.gamma * d[k] * c.t[k] * V[c.i[k]]
@@ -862,7 +946,7 @@ def test_u_columns_of_c_rows_are_np_unique_of_them(nu, global_random_seed):
     for idx_dtype in (np.int32, np.int64):
         indptr, indices = A.indptr.astype(np.int64), A.indices.astype(idx_dtype)
         for n_own in (nu, 100 if nu <= 100 else 120, 120):
-            cols = indices[indptr[nu]:indptr[n_own]]
+            cols = indices[indptr[nu] : indptr[n_own]]
             ref = np.unique(cols[cols < nu]).astype(np.int64)
             got = _u_columns_of_c_rows(indptr, indices, nu, n_own)
             assert got.dtype == np.int64
@@ -872,8 +956,9 @@ def test_u_columns_of_c_rows_are_np_unique_of_them(nu, global_random_seed):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("loss", ["hinge", "squared_hinge", "square", "linear"])
-def test_kkt_terms_from_lv_equal_those_from_the_neighbours_bitwise(loss, dtype,
-                                                                  global_random_seed):
+def test_kkt_terms_from_lv_equal_those_from_the_neighbours_bitwise(
+    loss, dtype, global_random_seed
+):
     """The block objective's terms of the C rows from (L V)_C (``rows_lv``, then
     ``lv_kkt_row_terms``, which reads no neighbour): the KKT terms are kkt_row_terms' bit for
     bit in float64 (in float32, which kkt_row_terms multiplies in float32, to its rounding),
@@ -898,13 +983,41 @@ def test_kkt_terms_from_lv_equal_those_from_the_neighbours_bitwise(loss, dtype,
     assert len(set(lengths % 4)) > 1  # the unrolled body and its tails
     rows = np.arange(60, dtype=np.int64)
     g_ref = np.empty(60)
-    kkt_row_terms(rows, prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx,
-                  prep.csgn, V, prep.loss_code, prep.gamma, prep.bound, prep.pmax, g_ref)
+    kkt_row_terms(
+        rows,
+        prep.indptr,
+        prep.indices,
+        prep.data,
+        prep.diag,
+        prep.cptr,
+        prep.cidx,
+        prep.csgn,
+        V,
+        prep.loss_code,
+        prep.gamma,
+        prep.bound,
+        prep.pmax,
+        g_ref,
+    )
     LV = np.full((60, 5), np.nan)
     rows_lv(rows, prep.indptr, prep.indices, prep.data, prep.diag, V, LV)
     sm, g = np.full(60, np.nan), np.full(60, np.nan)
-    lv_kkt_row_terms(rows, LV, prep.diag, prep.cptr, prep.cidx, prep.csgn, V, prep.loss_code,
-                     prep.gamma, prep.bound, prep.pmax, True, sm, g)
+    lv_kkt_row_terms(
+        rows,
+        LV,
+        prep.diag,
+        prep.cptr,
+        prep.cidx,
+        prep.csgn,
+        V,
+        prep.loss_code,
+        prep.gamma,
+        prep.bound,
+        prep.pmax,
+        True,
+        sm,
+        g,
+    )
     if dtype == "float64":
         np.testing.assert_array_equal(g, g_ref)
     else:
@@ -913,11 +1026,26 @@ def test_kkt_terms_from_lv_equal_those_from_the_neighbours_bitwise(loss, dtype,
     Lp = problem.L.tocsr()[plan.order][:, plan.order].astype(np.float64)
     dense = Lp @ V.astype(np.float64)
     np.testing.assert_allclose(LV, dense, rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(sm, np.einsum("ir,ir->i", V.astype(np.float64), dense),
-                               rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(
+        sm, np.einsum("ir,ir->i", V.astype(np.float64), dense), rtol=1e-12, atol=1e-13
+    )
     sm2, untouched = np.full(60, np.nan), np.full(60, 7.0)
-    lv_kkt_row_terms(rows, LV, prep.diag, prep.cptr, prep.cidx, prep.csgn, V, prep.loss_code,
-                     prep.gamma, prep.bound, prep.pmax, False, sm2, untouched)
+    lv_kkt_row_terms(
+        rows,
+        LV,
+        prep.diag,
+        prep.cptr,
+        prep.cidx,
+        prep.csgn,
+        V,
+        prep.loss_code,
+        prep.gamma,
+        prep.bound,
+        prep.pmax,
+        False,
+        sm2,
+        untouched,
+    )
     assert sm2.tobytes() == sm.tobytes() and np.all(untouched == 7.0)
 
 
@@ -982,6 +1110,7 @@ def test_kkt_vanishes_at_a_converged_fit():
 # starts, layout, automatic choice, errors
 # --------------------------------------------------------------------------------------------
 
+
 def test_spectral_start_is_scaled_bottom_eigenvectors():
     problem = sparse_constrained_problem(4, "square", n=600, rank=4)
     V = initial_V(problem, np.random.default_rng(0), "spectral")
@@ -995,8 +1124,7 @@ def test_spectral_start_is_scaled_bottom_eigenvectors():
     # and its scale minimises the objective along the ray
     f = [problem.objective(s * V) for s in (0.98, 1.0, 1.02)]
     assert f[1] <= min(f[0], f[2])
-    assert problem.objective(V) < problem.objective(initial_V(problem,
-                                                              np.random.default_rng(0)))
+    assert problem.objective(V) < problem.objective(initial_V(problem, np.random.default_rng(0)))
 
 
 def test_spectral_start_is_reproducible():
@@ -1024,7 +1152,7 @@ def test_block_layout_puts_free_rows_first_and_colours_properly():
     lay = block_layout(problem, plan)
     prep = prepare(problem, lay)
     deg = np.diff(prep.cptr)
-    assert np.all(deg[:lay.n_free] == 0) and np.all(deg[lay.n_free:] > 0)
+    assert np.all(deg[: lay.n_free] == 0) and np.all(deg[lay.n_free :] > 0)
     assert sorted(lay.order.tolist()) == list(range(problem.n_points))
     seen = set()
     for c in range(lay.n_colours):
@@ -1032,8 +1160,8 @@ def test_block_layout_puts_free_rows_first_and_colours_properly():
         assert not rows & seen
         seen |= rows
         for i in rows:
-            nb = set(prep.indices[prep.indptr[i]:prep.indptr[i + 1]].tolist())
-            nb |= set(prep.cidx[prep.cptr[i]:prep.cptr[i + 1]].tolist())
+            nb = set(prep.indices[prep.indptr[i] : prep.indptr[i + 1]].tolist())
+            nb |= set(prep.cidx[prep.cptr[i] : prep.cptr[i + 1]].tolist())
             assert not nb & rows
     assert seen == set(range(lay.n_free, problem.n_points))
 
@@ -1095,6 +1223,7 @@ def test_errors_name_the_argument():
 # L D on the U rows from the one-step PCG (LD_FROM_CG) against the product with L
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("loss", ["square", "squared_hinge", "hinge"])
 @pytest.mark.parametrize("maxiter,rtol", [(1, 1e-12), (3, 1e-12), (3, 0.9)])
 def test_direction_from_the_cg_step_equals_the_product_with_L(loss, maxiter, rtol):
@@ -1112,8 +1241,10 @@ def test_direction_from_the_cg_step_equals_the_product_with_L(loss, maxiter, rto
     session = bs_session.BlockSession(prep, lay, V)
     part = session.parts[0]
     assert part.ld_from_cg
-    Lfull = (sp.csr_matrix((prep.data, prep.indices, prep.indptr), shape=(500, 500))
-             + sp.diags(prep.diag)).tocsr()
+    Lfull = (
+        sp.csr_matrix((prep.data, prep.indices, prep.indptr), shape=(500, 500))
+        + sp.diags(prep.diag)
+    ).tocsr()
     seen = []  # D = V - Vprev as direction() saw it (the subspace step then moves V)
     direction = part.direction
 
@@ -1136,7 +1267,7 @@ def test_direction_from_the_cg_step_equals_the_product_with_L(loss, maxiter, rto
         assert np.linalg.norm(D) > 0
         np.testing.assert_allclose(LD, want, rtol=0, atol=1e-12 * np.abs(want).max())
         # and the residual carried from step to step is the exact -(L V)_U
-        exact = -(Lfull @ part.V)[:lay.n_free]
+        exact = -(Lfull @ part.V)[: lay.n_free]
         np.testing.assert_allclose(part.R, exact, rtol=0, atol=1e-11 * np.abs(exact).max())
     if maxiter == 1:
         assert paths == {(1, False)}
@@ -1170,8 +1301,7 @@ def test_fit_with_direction_from_cg_follows_the_reference(loss, monkeypatch):
     for res in (fast, ref):
         assert np.all(np.diff(res.objective_trace) <= 1e-12 * abs(res.objective_trace[0]))
     head = 15 if loss == "hinge" else None  # the iterations before a kink can amplify
-    np.testing.assert_allclose(fast.objective_trace[:head], ref.objective_trace[:head],
-                               rtol=1e-7)
+    np.testing.assert_allclose(fast.objective_trace[:head], ref.objective_trace[:head], rtol=1e-7)
     np.testing.assert_allclose(fast.kkt_trace[:head], ref.kkt_trace[:head], rtol=1e-5)
     if loss == "hinge":  # after the kinks: two descent paths, still close
         np.testing.assert_allclose(fast.objective_trace, ref.objective_trace, rtol=1e-3)
@@ -1181,14 +1311,15 @@ def test_fit_with_direction_from_cg_follows_the_reference(loss, monkeypatch):
 # the U rows' outer step from the one-step PCG (D_FROM_CG): Vprev and L D on the C rows only
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("loss", ["square", "hinge"])
 def test_carried_lv_of_the_c_rows_gives_the_fit_of_the_exact_one(loss, monkeypatch):
     """LV_FROM_STEP: the C rows' (L V)_C carried by the steps gives the same iterates bit for
     bit (the objective feeds no step) and an objective and KKT trace within rounding of the
     fit that reads the neighbours at every objective; the carried terms are the exact ones
     of the final V to rounding."""
-    from npkl_dist.solvers.block import _session as bs_session
     from npkl_dist.solvers._kkt import kkt_row_terms
+    from npkl_dist.solvers.block import _session as bs_session
 
     p = sparse_constrained_problem(6, loss, n=900, rank=5, frac=0.06)
     kw = dict(method="block", max_sweeps=25, tol=0, start="random", executor=InProcessExecutor(2))
@@ -1215,10 +1346,26 @@ def test_carried_lv_of_the_c_rows_gives_the_fit_of_the_exact_one(loss, monkeypat
     sm, g, _, _ = part.objective_parts()
     c = np.arange(part.nu, part.n_own, dtype=np.int64)
     g_ref = np.empty(c.size)
-    kkt_row_terms(c, prep.indptr, prep.indices, prep.data, prep.diag, prep.cptr, prep.cidx,
-                  prep.csgn, part.V, prep.loss_code, prep.gamma, prep.bound, prep.pmax, g_ref)
-    Lfull = (sp.csr_matrix((prep.data, prep.indices, prep.indptr), shape=part.V.shape[:1] * 2)
-             + sp.diags(prep.diag)).tocsr()
+    kkt_row_terms(
+        c,
+        prep.indptr,
+        prep.indices,
+        prep.data,
+        prep.diag,
+        prep.cptr,
+        prep.cidx,
+        prep.csgn,
+        part.V,
+        prep.loss_code,
+        prep.gamma,
+        prep.bound,
+        prep.pmax,
+        g_ref,
+    )
+    Lfull = (
+        sp.csr_matrix((prep.data, prep.indices, prep.indptr), shape=part.V.shape[:1] * 2)
+        + sp.diags(prep.diag)
+    ).tocsr()
     sm_ref = np.einsum("ir,ir->i", part.V[c], (Lfull @ part.V)[c])
     np.testing.assert_allclose(sm, sm_ref, rtol=1e-9, atol=1e-12 * np.abs(sm_ref).max())
     np.testing.assert_allclose(g, g_ref, rtol=1e-6, atol=1e-12 * g_ref.max())
@@ -1249,8 +1396,9 @@ def test_step_from_the_cg_direction_is_the_step_taken(loss, threads, monkeypatch
     part = session.parts[0]
     assert part.d_from_cg
     assert part.Vprev.shape == (n - nu, 5) and part.LD.shape == (n - nu, 5)
-    Lfull = (sp.csr_matrix((prep.data, prep.indices, prep.indptr), shape=(n, n))
-             + sp.diags(prep.diag)).tocsr()
+    Lfull = (
+        sp.csr_matrix((prep.data, prep.indices, prep.indptr), shape=(n, n)) + sp.diags(prep.diag)
+    ).tocsr()
     seen = []
     direction, pcg_update = part.direction, part.pcg_update
 
@@ -1280,8 +1428,9 @@ def test_step_from_the_cg_direction_is_the_step_taken(loss, threads, monkeypatch
         np.testing.assert_allclose(part.LVC, LV, rtol=0, atol=1e-11 * np.abs(LV).max())
         (_, moved), (_, D, LDC) = seen[-2:]
         assert np.linalg.norm(D[:nu]) > 0 and np.linalg.norm(D[nu:]) > 0
-        np.testing.assert_allclose(D[:nu], moved, rtol=0,
-                                   atol=4 * np.finfo(float).eps * np.abs(start).max())
+        np.testing.assert_allclose(
+            D[:nu], moved, rtol=0, atol=4 * np.finfo(float).eps * np.abs(start).max()
+        )
         want = (Lfull @ D)[nu:]
         np.testing.assert_allclose(LDC, want, rtol=0, atol=1e-12 * np.abs(want).max())
         np.testing.assert_array_equal(part.Vprev, part.V[nu:])  # the next step's start
@@ -1318,8 +1467,7 @@ def test_fit_with_the_cg_step_follows_the_reference(loss, monkeypatch):
 
 @pytest.mark.parametrize("loss", ["square", "squared_hinge", "hinge"])
 @pytest.mark.parametrize("c_passes", [1, 3])
-def test_folded_x_update_is_the_update_bitwise(loss, c_passes, monkeypatch,
-                                               global_random_seed):
+def test_folded_x_update_is_the_update_bitwise(loss, c_passes, monkeypatch, global_random_seed):
     """FOLD_X_UPDATE: the PCG's X += alpha Z taken by the direction and step passes (and
     before the C rows' updates on the U rows they read) gives the fit of the update as a
     pass of its own, bit for bit: V, objectives, step sizes (whose norm the direction pass
@@ -1352,10 +1500,12 @@ def test_folded_x_update_is_the_update_bitwise(loss, c_passes, monkeypatch,
 # a one-step PCG's direction in float32 (DIRECTION_FLOAT32)
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("serial", [False, True])
 @pytest.mark.parametrize("precond", ["amg-additive", "amg-plain", "amg", "jacobi", "coarse"])
-def test_float32_direction_is_rounded_once_and_summed_as_stored(precond, serial,
-                                                                global_random_seed):
+def test_float32_direction_is_rounded_once_and_summed_as_stored(
+    precond, serial, global_random_seed
+):
     """apply_dots into a float32 Z stores the float64 Z rounded once (each preconditioner:
     the fused additive level, the V-cycles' last smoothing, Jacobi, the exact coarse solve
     of a hierarchy without levels), and its R*Z sums are those of the stored values (so
@@ -1369,9 +1519,13 @@ def test_float32_direction_is_rounded_once_and_summed_as_stored(precond, serial,
     if precond == "jacobi":
         M = JacobiPreconditioner(A.diagonal(), serial=serial)
     else:
-        M = AMGPreconditioner(A, smooth="jacobi" if precond == "amg" else None,
-                              additive=precond == "amg-additive",
-                              max_coarse=100 if precond == "coarse" else 30, serial=serial)
+        M = AMGPreconditioner(
+            A,
+            smooth="jacobi" if precond == "amg" else None,
+            additive=precond == "amg-additive",
+            max_coarse=100 if precond == "coarse" else 30,
+            serial=serial,
+        )
         assert (len(M.levels) == 0) == (precond == "coarse")
     n_ch = (n + RB - 1) // RB
     for r in (1, 3, 16):
@@ -1407,8 +1561,9 @@ def test_one_step_pcg_takes_its_float32_direction_exactly(loss, monkeypatch):
     part = session.parts[0]
     assert part.M.levels and part.M.additive
     nu = lay.n_free
-    L_UU = (sp.csr_matrix((prep.data, prep.indices, prep.indptr), shape=(n, n))
-            + sp.diags(prep.diag)).tocsr()[:nu, :nu]
+    L_UU = (
+        sp.csr_matrix((prep.data, prep.indices, prep.indptr), shape=(n, n)) + sp.diags(prep.diag)
+    ).tocsr()[:nu, :nu]
     seen = []
     update = part.pcg_update
 
@@ -1441,9 +1596,9 @@ def test_objective_kkt_takes_the_norm_sums_of_the_subspace_step(dtype):
     from the subspace step's own pass: the same sums (to rounding) as a pass over V, so the
     same objective and KKT residual; a joint move (assign) drops them, and the next
     evaluation sums V itself."""
-    from npkl_dist.solvers.block import _session as bs_session
-    from npkl_dist.solvers._kkt import kkt_residual
     from npkl_dist.linalg._reductions import chunked_sums
+    from npkl_dist.solvers._kkt import kkt_residual
+    from npkl_dist.solvers.block import _session as bs_session
 
     problem = sparse_constrained_problem(4, "square", n=1500, rank=4, frac=0.1, dtype=dtype)
     lay = block_layout(problem, make_plan(problem))
@@ -1456,8 +1611,9 @@ def test_objective_kkt_takes_the_norm_sums_of_the_subspace_step(dtype):
         session.step(lay.colour_order(rng), 0.01, 1)
         assert part._vn is not None
         Vo = part.V.astype(np.float64)
-        np.testing.assert_allclose(part._vn, chunked_sums(np.einsum("ij,ij->i", Vo, Vo)),
-                                   rtol=1e-13)
+        np.testing.assert_allclose(
+            part._vn, chunked_sums(np.einsum("ij,ij->i", Vo, Vo)), rtol=1e-13
+        )
         obj, kkt = session.objective_kkt()
         cached = part._vn
         part._vn = None
@@ -1484,8 +1640,7 @@ def test_fit_with_float32_directions_reaches_the_float64_fit(loss, monkeypatch):
     multi = _fit(problem, method="block", max_sweeps=10, tol=0, inner_maxiter=3, joint=False)
     monkeypatch.setattr(bs_session, "DIRECTION_FLOAT32", False)
     ref = _fit(problem, method="block", max_sweeps=300, tol=0)
-    ref_multi = _fit(problem, method="block", max_sweeps=10, tol=0, inner_maxiter=3,
-                     joint=False)
+    ref_multi = _fit(problem, method="block", max_sweeps=10, tol=0, inner_maxiter=3, joint=False)
     for res in (single, ref):
         assert np.all(np.diff(res.objective_trace) <= 1e-12 * abs(res.objective_trace[0]))
     k = 10
@@ -1504,8 +1659,8 @@ def test_search_steps_within_rounding_are_refused(dtype, monkeypatch):
     (SEARCH_NOISE: near a stationary point the search found steps of 1e7 whose claimed
     decrease of 3e-9 was an increase) is refused: the outer iteration keeps its block step,
     the objective stays monotone and its by-product equals the exact objective."""
-    from npkl_dist.solvers.block import _search as bs_search
     from npkl_dist.problem._objective import objective
+    from npkl_dist.solvers.block import _search as bs_search
 
     problem = blob_problem(3, "square", n=200, rank=4, dtype=dtype)
     ex = InProcessExecutor(n_threads=1)
@@ -1567,7 +1722,7 @@ def _gershgorin_weights_reference(off_indptr, off_data, d):
     rho = 0.0
     for i in range(d.shape[0]):
         s = abs(float(d[i]))
-        for v in off_data[off_indptr[i]:off_indptr[i + 1]]:
+        for v in off_data[off_indptr[i] : off_indptr[i + 1]]:
             s += abs(float(v))  # a loop, not sum(): Python 3.12's float sum() compensates
         rho = max(rho, s / float(d[i]))
     return (4.0 / (3.0 * rho)) / d
@@ -1575,14 +1730,12 @@ def _gershgorin_weights_reference(off_indptr, off_data, d):
 
 @pytest.mark.parametrize("serial", [False, True])
 @pytest.mark.parametrize("additive", [True, False])
-def test_additive_finest_level_weights_equal_the_split_route(serial, additive,
-                                                             global_random_seed):
+def test_additive_finest_level_weights_equal_the_split_route(serial, additive, global_random_seed):
     """Every level's diagonal and Jacobi weights, from one pass over its CSR rows
     (``_diag_gershgorin``), equal those of the split route (off-diagonal part without
     explicit zeros, its entries added in order) bit for bit, also with explicit zeros; the
     additive finest level, which never smooths, keeps no off-diagonal part."""
-    from npkl_dist.solvers._plan import _nonzero
-    from npkl_dist.solvers._plan import _split
+    from npkl_dist.solvers._plan import _nonzero, _split
 
     rng = np.random.default_rng(global_random_seed)
     G = sp.triu(grid_laplacian(40), k=1).tocoo()  # a grid's edges, random weights
@@ -1599,8 +1752,7 @@ def test_additive_finest_level_weights_equal_the_split_route(serial, additive,
         Z[j, i] = 0.0
     assert Z.nnz == A.nnz and np.count_nonzero(Z.data == 0) == 80
     for M in (A, Z):
-        pre = AMGPreconditioner(M, smooth=None, additive=additive, max_coarse=30,
-                                serial=serial)
+        pre = AMGPreconditioner(M, smooth=None, additive=additive, max_coarse=30, serial=serial)
         assert len(pre.levels) >= 2 and pre.additive == additive
         for k, level in enumerate(pre.levels):
             if k == 0:
@@ -1611,12 +1763,12 @@ def test_additive_finest_level_weights_equal_the_split_route(serial, additive,
                 d = level["diag"]
             np.testing.assert_array_equal(level["diag"], d)
             np.testing.assert_array_equal(
-                level["w"], _gershgorin_weights_reference(off.indptr, off.data, d))
+                level["w"], _gershgorin_weights_reference(off.indptr, off.data, d)
+            )
 
 
 @pytest.mark.parametrize("loss", ["square", "squared_hinge", "hinge"])
-def test_repeated_constrained_passes_are_monotone_and_reach_the_optimum(loss,
-                                                                       global_random_seed):
+def test_repeated_constrained_passes_are_monotone_and_reach_the_optimum(loss, global_random_seed):
     """c_passes > 1 repeats the exact updates of the constrained rows after each block
     solve: still block coordinate descent (monotone, the by-product objective exact), with
     the optimum of one pass. (Whether it takes fewer outer iterations is the benchmark's
@@ -1632,8 +1784,9 @@ def test_repeated_constrained_passes_are_monotone_and_reach_the_optimum(loss,
     # the optimum: both to a scaled KKT residual of 1e-8 on test_block_reaches_the_sweeps_
     # optimum's problem, which pins the objective to 1e-8 (its comment)
     problem = sparse_constrained_problem(global_random_seed, loss, n=300, frac=0.2)
-    kw = dict(method="block", max_sweeps=20000, tol=1.0, tol_kkt=1e-8, inner_rtol=1e-6,
-              inner_maxiter=200)
+    kw = dict(
+        method="block", max_sweeps=20000, tol=1.0, tol_kkt=1e-8, inner_rtol=1e-6, inner_maxiter=200
+    )
     one = _fit(problem, c_passes=1, **kw)
     more = _fit(problem, c_passes=3, **kw)
     assert one.converged and more.converged
@@ -1657,8 +1810,13 @@ def test_c_passes_auto_and_errors():
     dense = sparse_constrained_problem(1, "square", n=1000, frac=1.0)
     for p in (sparse, middle, dense):
         paired = (p.n_points - free_count(p)) / p.n_points
-        want = (C_PASSES_AUTO if paired <= C_PASSES_MAX_FRACTION else
-                C_PASSES_DENSE if paired > C_PASSES_DENSE_FRACTION else 1)
+        want = (
+            C_PASSES_AUTO
+            if paired <= C_PASSES_MAX_FRACTION
+            else C_PASSES_DENSE
+            if paired > C_PASSES_DENSE_FRACTION
+            else 1
+        )
         assert resolve_c_passes("auto", p) == want
         assert resolve_c_passes("auto", p, n_free=free_count(p)) == want  # the layout's
         assert resolve_c_passes("auto", p, extrapolate=False) == 1

@@ -9,14 +9,13 @@ import warnings
 
 import numpy as np
 import pytest
+from test_blocksolve import sparse_constrained_problem
 
 from npkl_dist import ConvergenceWarning, fit_bcd, fit_setup
-from npkl_dist.solvers.bcd import _start as _bcd_start
-from npkl_dist.linalg import _memory
-from npkl_dist.solvers.block._session import Prefault, session_buffers
 from npkl_dist.executors import InProcessExecutor
-
-from test_blocksolve import sparse_constrained_problem
+from npkl_dist.linalg import _memory
+from npkl_dist.solvers.bcd import _start as _bcd_start
+from npkl_dist.solvers.block._session import Prefault, session_buffers
 
 
 def _fit(problem, **kw):
@@ -44,11 +43,17 @@ def prefaults(monkeypatch):
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("extrapolate", [True, False])
 @pytest.mark.parametrize("inner_maxiter", [1, 3])
-def test_session_takes_exactly_the_prefaulted_arrays(prefaults, dtype, extrapolate,
-                                                     inner_maxiter):
+def test_session_takes_exactly_the_prefaulted_arrays(prefaults, dtype, extrapolate, inner_maxiter):
     p = sparse_constrained_problem(3, "squared_hinge", n=600, frac=0.1, dtype=dtype)
-    _fit(p, method="block", max_sweeps=4, tol=0, extrapolate=extrapolate,
-         inner_maxiter=inner_maxiter, executor=InProcessExecutor(2))
+    _fit(
+        p,
+        method="block",
+        max_sweeps=4,
+        tol=0,
+        extrapolate=extrapolate,
+        inner_maxiter=inner_maxiter,
+        executor=InProcessExecutor(2),
+    )
     assert prefaults == [([], [])]  # every array taken, none asked for that was not held
 
 
@@ -79,8 +84,14 @@ def test_prefault_only_for_standalone_in_process_block_fits(prefaults, monkeypat
     ex = InProcessExecutor(1)
     _fit(p, method="sweeps", max_sweeps=2, tol=0, executor=ex)
     assert prefaults == []
-    _fit(p, method="block", max_sweeps=2, tol=0, executor=ex, setup=fit_setup(p, method="block",
-                                                                               executor=ex))
+    _fit(
+        p,
+        method="block",
+        max_sweeps=2,
+        tol=0,
+        executor=ex,
+        setup=fit_setup(p, method="block", executor=ex),
+    )
     assert prefaults == []  # a setup keeps its own work arrays
 
     class NoPrefaults(InProcessExecutor):
@@ -88,7 +99,9 @@ def test_prefault_only_for_standalone_in_process_block_fits(prefaults, monkeypat
 
     _fit(p, method="block", max_sweeps=2, tol=0, executor=NoPrefaults(1))
     assert prefaults == []
-    monkeypatch.setattr("npkl_dist.solvers.bcd._start.PREFAULT_MIN_ENTRIES", p.n_points * p.rank + 1)
+    monkeypatch.setattr(
+        "npkl_dist.solvers.bcd._start.PREFAULT_MIN_ENTRIES", p.n_points * p.rank + 1
+    )
     _fit(p, method="block", max_sweeps=2, tol=0, executor=ex)
     assert prefaults == []  # below the size floor
     monkeypatch.setattr("npkl_dist.solvers.bcd._start.PREFAULT_MIN_ENTRIES", p.n_points * p.rank)
@@ -155,15 +168,15 @@ def record_prefault_arrays(monkeypatch):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("extrapolate", [True, False])
-def test_result_is_written_into_the_prefaulted_array(prefaults, monkeypatch, dtype,
-                                                     extrapolate):
+def test_result_is_written_into_the_prefaulted_array(prefaults, monkeypatch, dtype, extrapolate):
     """The fit's result V (the relabelling undone) goes into an array the prefault touched,
     with the values of a fit without it: the session's S, dead after the last outer
     iteration (a standalone fit's cache is its own), or without extrapolation (no S) an
     array of its own."""
     p = sparse_constrained_problem(4, "square", n=600, frac=0.1, dtype=dtype)
-    kw = dict(method="block", max_sweeps=3, tol=0, executor=InProcessExecutor(2),
-              extrapolate=extrapolate)
+    kw = dict(
+        method="block", max_sweeps=3, tol=0, executor=InProcessExecutor(2), extrapolate=extrapolate
+    )
     held = record_prefault_arrays(monkeypatch)
     res = _fit(p, **kw)
     assert (_bcd_start.RESULT_BUFFER in held) is not extrapolate
@@ -240,6 +253,7 @@ def test_take_rows_writes_into_out_only_where_it_fits():
 # work arrays on base pages, mapped in one call (npkl_dist.linalg._memory)
 # --------------------------------------------------------------------------------------------
 
+
 def _vma_of(addr):
     """The /proc/self/smaps entry (header and fields) of the mapping holding ``addr``."""
     import re
@@ -267,8 +281,11 @@ def test_populated_empty_maps_every_page_on_base_pages(monkeypatch, dtype, popul
         pytest.skip("base-page mappings are Linux's")
     if not populate:  # an older kernel: MADV_POPULATE_WRITE refused
         real = _memory._madvise
-        monkeypatch.setattr(_memory, "_madvise", lambda a, n, adv: (
-            False if adv == _memory.MADV_POPULATE_WRITE else real(a, n, adv)))
+        monkeypatch.setattr(
+            _memory,
+            "_madvise",
+            lambda a, n, adv: (False if adv == _memory.MADV_POPULATE_WRITE else real(a, n, adv)),
+        )
     shape = ((3 << 20) // np.dtype(dtype).itemsize, 4)  # 12 MB
     a = _memory.populated_empty(shape, dtype)
     assert a.shape == shape and a.dtype == np.dtype(dtype) and a.flags.writeable
@@ -294,8 +311,11 @@ def test_populated_zeros_are_zeros_where_the_heap_held_garbage(monkeypatch, popu
 
     if not populate:
         real = _memory._madvise
-        monkeypatch.setattr(_memory, "_madvise", lambda a, n, adv: (
-            False if adv == _memory.MADV_POPULATE_WRITE else real(a, n, adv)))
+        monkeypatch.setattr(
+            _memory,
+            "_madvise",
+            lambda a, n, adv: (False if adv == _memory.MADV_POPULATE_WRITE else real(a, n, adv)),
+        )
     for _ in range(3):
         junk = np.empty(shape)
         junk[...] = np.nan

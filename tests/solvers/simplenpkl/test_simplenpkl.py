@@ -26,8 +26,18 @@ from npkl_dist.solvers.simplenpkl._fit import fit_simplenpkl, simplenpkl_objecti
 cp = pytest.importorskip("cvxpy")
 
 
-def tiny_problem(seed, loss="linear", n=12, n_pairs=6, gamma=1.0, rank="n", k=4,
-                 delta=1e-2, dtype="float64", diagonal=False):
+def tiny_problem(
+    seed,
+    loss="linear",
+    n=12,
+    n_pairs=6,
+    gamma=1.0,
+    rank="n",
+    k=4,
+    delta=1e-2,
+    dtype="float64",
+    diagonal=False,
+):
     """Connected kNN graph on random 2-D points; rank n unless given (None: Pataki)."""
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, 2))
@@ -36,8 +46,15 @@ def tiny_problem(seed, loss="linear", n=12, n_pairs=6, gamma=1.0, rank="n", k=4,
         y[0] = 1 - y[0]
     g = nk.knn_graph(X, k, warn=False)
     c = nk.sample_constraints(y, n_pairs // 2, n_pairs // 2, seed=seed, diagonal=diagonal)
-    return nk.NPKLProblem.build(g.laplacian(delta), c, loss=loss, gamma=gamma,
-                                rank=n if rank == "n" else rank, seed=seed, dtype=dtype)
+    return nk.NPKLProblem.build(
+        g.laplacian(delta),
+        c,
+        loss=loss,
+        gamma=gamma,
+        rank=n if rank == "n" else rank,
+        seed=seed,
+        dtype=dtype,
+    )
 
 
 def dense_T(problem):
@@ -60,13 +77,16 @@ def sdp_reference(problem, B):
         "squared_hinge": cp.sum_squares(cp.pos(1 - z)),
         "square": cp.sum_squares(1 - z),
     }[problem.loss]
-    prob = cp.Problem(cp.Minimize(cp.trace(problem.L.toarray() @ K) + problem.gamma * loss),
-                      [cp.norm(K, "fro") <= np.sqrt(B)])
+    prob = cp.Problem(
+        cp.Minimize(cp.trace(problem.L.toarray() @ K) + problem.gamma * loss),
+        [cp.norm(K, "fro") <= np.sqrt(B)],
+    )
     # CLARABEL's default stopping sometimes ends 'optimal_inaccurate' on these tiny SDPs
-    for solver, opts in (("CLARABEL", {}),
-                         ("CLARABEL", {"tol_gap_abs": 1e-7, "tol_gap_rel": 1e-7,
-                                       "tol_feas": 1e-7}),
-                         ("SCS", {"eps": 1e-9, "max_iters": 200_000})):
+    for solver, opts in (
+        ("CLARABEL", {}),
+        ("CLARABEL", {"tol_gap_abs": 1e-7, "tol_gap_rel": 1e-7, "tol_feas": 1e-7}),
+        ("SCS", {"eps": 1e-9, "max_iters": 200_000}),
+    ):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             prob.solve(solver=solver, **opts)
@@ -89,8 +109,7 @@ def test_sparse_A_is_gamma_T_over_2_minus_L(global_random_seed):
     op = snp_eigen._SparseA(p)
     A = op.set(np.full(p.constraints.m, p.gamma))
     assert sp.issparse(A)
-    np.testing.assert_allclose(A.toarray(), p.gamma * dense_T(p) / 2 - p.L.toarray(),
-                               atol=1e-15)
+    np.testing.assert_allclose(A.toarray(), p.gamma * dense_T(p) / 2 - p.L.toarray(), atol=1e-15)
     # tr(A K) = gamma sum_pairs t K_ij - tr(LK): the linear objective is -tr(AK)
     rng = np.random.default_rng(global_random_seed)
     V = rng.standard_normal((p.n_points, 3))
@@ -120,8 +139,7 @@ def test_linear_closed_form_is_the_sdp_optimum(global_random_seed, n, B):
     # Prop. 1 by hand: K = sqrt(B) A_+ / ||A_+||_F, value -sqrt(B) ||A_+||_F
     w, Q = np.linalg.eigh(p.gamma * dense_T(p) / 2 - p.L.toarray())
     wp = np.maximum(w, 0.0)
-    np.testing.assert_allclose(K, np.sqrt(B) * (Q * wp) @ Q.T / np.linalg.norm(wp),
-                               atol=1e-10)
+    np.testing.assert_allclose(K, np.sqrt(B) * (Q * wp) @ Q.T / np.linalg.norm(wp), atol=1e-10)
     assert np.isclose(res.objective, -np.sqrt(B) * np.linalg.norm(wp), rtol=1e-10)
     assert np.isclose(np.sum(K * K), B, rtol=1e-10)
     assert np.isclose(res.objective, simplenpkl_objective(p, res.V, B), rtol=1e-12)
@@ -218,8 +236,9 @@ def test_slack_capacity_is_refined_to_the_interior_optimum(global_random_seed):
         if dual == "alg1":
             assert res.capacity_slope > 0
         else:  # L-BFGS-B's steps may end exactly on A(alpha)_+ = 0: kernel 0, slope 0
-            assert res.capacity_slope > 0 or (res.capacity_slope == 0
-                                              and res.objective_trace[-1] == p.gamma * 6)
+            assert res.capacity_slope > 0 or (
+                res.capacity_slope == 0 and res.objective_trace[-1] == p.gamma * 6
+            )
         assert res.objective_trace[-1] > val * 1.01  # the sphere kernels are far off
         assert abs(res.objective - val) <= 1e-4 * abs(val)
 
@@ -245,9 +264,14 @@ def _stored_zero_variants(L0):
     canonical = sp.csr_matrix((vals, (rows, cols)), shape=L0.shape)
     assert canonical.has_canonical_format and canonical.nnz == L0.nnz + 2
     lo, hi = canonical.indptr[0], canonical.indptr[1]
-    unsorted = sp.csr_matrix((np.r_[canonical.data[lo:hi][::-1], canonical.data[hi:]],
-                              np.r_[canonical.indices[lo:hi][::-1], canonical.indices[hi:]],
-                              canonical.indptr), shape=L0.shape)
+    unsorted = sp.csr_matrix(
+        (
+            np.r_[canonical.data[lo:hi][::-1], canonical.data[hi:]],
+            np.r_[canonical.indices[lo:hi][::-1], canonical.indices[hi:]],
+            canonical.indptr,
+        ),
+        shape=L0.shape,
+    )
     assert hi - lo > 1 and not unsorted.has_canonical_format
     return canonical, unsorted
 
@@ -276,7 +300,9 @@ def test_dense_A_equals_the_sparse_one(global_random_seed, loss, single):
         w = rng.standard_normal(q.constraints.m)
         M = snp_eigen._DenseA(q, single=single).set(w)
         np.testing.assert_array_equal(M, snp_eigen._SparseA(q).set(w).toarray())
-        np.testing.assert_array_equal(np.signbit(M), np.signbit(snp_eigen._SparseA(q).set(w).toarray()))
+        np.testing.assert_array_equal(
+            np.signbit(M), np.signbit(snp_eigen._SparseA(q).set(w).toarray())
+        )
 
 
 def test_upper_form_of_A_equals_the_sparse_one(global_random_seed):
@@ -317,9 +343,13 @@ def test_dual_gradient_and_local_lipschitz_bound(global_random_seed):
     g, J, norm = _grad_and_J(p, op, alpha, B)
     assert norm > 0
     h = 1e-6
-    fd = np.array([(_grad_and_J(p, op, alpha + h * e, B)[1]
-                    - _grad_and_J(p, op, alpha - h * e, B)[1]) / (2 * h)
-                   for e in np.eye(p.constraints.m)])
+    fd = np.array(
+        [
+            (_grad_and_J(p, op, alpha + h * e, B)[1] - _grad_and_J(p, op, alpha - h * e, B)[1])
+            / (2 * h)
+            for e in np.eye(p.constraints.m)
+        ]
+    )
     np.testing.assert_allclose(fd, g, atol=1e-6)
     lip = np.sqrt(B) / (2 * norm) + 1 / (2 * p.gamma)
     for _ in range(20):
@@ -382,9 +412,11 @@ def test_linear_on_20000_points_never_densifies(monkeypatch):
     assert res.V.shape == (20_000, p.rank) == (20_000, 5)
     assert np.all(np.isfinite(res.V)) and res.converged
     assert np.isclose(np.sum((res.V.T @ res.V) ** 2), snp_fit.DEFAULT_B, rtol=1e-8)
-    assert np.isclose(res.objective,
-                      -np.sqrt(snp_fit.DEFAULT_B) * np.linalg.norm(np.maximum(res.eigenvalues, 0)),
-                      rtol=1e-8)
+    assert np.isclose(
+        res.objective,
+        -np.sqrt(snp_fit.DEFAULT_B) * np.linalg.norm(np.maximum(res.eigenvalues, 0)),
+        rtol=1e-8,
+    )
 
 
 @pytest.mark.heavy
@@ -402,8 +434,7 @@ def test_large_sparse_run(monkeypatch, loss):
 
 
 def test_result_contract_and_callback(global_random_seed):
-    p = tiny_problem(global_random_seed, "squared_hinge", n=14, n_pairs=8, rank=4,
-                     dtype="float32")
+    p = tiny_problem(global_random_seed, "squared_hinge", n=14, n_pairs=8, rank=4, dtype="float32")
     calls = []
     res = fit_simplenpkl(p, B=10.0, callback=lambda *a: calls.append(a))
     assert isinstance(res, nk.FitResult) and res.solver == "simplenpkl"
@@ -429,8 +460,7 @@ def test_returned_kernel_is_the_lowest_iterate(global_random_seed, dual, max_ite
     res = quiet_fit(p, B=100.0 * p.n_points, max_iter=max_iter, tol=0.0, dual=dual)
     seen = [res.objective_initial, *res.objective_trace]
     assert res.objective == pytest.approx(min(seen), rel=1e-9, abs=1e-12)
-    assert np.isclose(res.objective, simplenpkl_objective(p, res.V, 100.0 * p.n_points),
-                      rtol=1e-6)
+    assert np.isclose(res.objective, simplenpkl_objective(p, res.V, 100.0 * p.n_points), rtol=1e-6)
 
 
 def test_default_B_and_rank(global_random_seed):
@@ -465,23 +495,26 @@ def test_unconverged_fit_warns(global_random_seed, monkeypatch, dual):
 # ----------------------------------------------------------------- input validation
 
 
-@pytest.mark.parametrize("kw, match", [
-    ({"B": 0.0}, r"B: .*> 0.*got 0\.0"),
-    ({"B": -5}, r"B: .*got -5"),
-    ({"B": float("nan")}, "B: "),
-    ({"B": True}, "B: "),
-    ({"B": "100"}, "B: "),
-    ({"max_iter": 0}, "max_iter: .*positive integer"),
-    ({"max_iter": 2.5}, "max_iter: "),
-    ({"tol": -1e-3}, "tol: .*>= 0"),
-    ({"tol": float("inf")}, "tol: "),
-    ({"rank": 0}, r"rank: .*\[1, 12\]"),
-    ({"rank": 13}, r"rank: .*\[1, 12\].*13"),
-    ({"rank": 2.0}, "rank: "),
-    ({"callback": 3}, "callback: .*callable"),
-    ({"dual": "newton"}, "dual: .*'lbfgs', 'alg1'.*newton"),
-    ({"dual": 1}, "dual: "),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"B": 0.0}, r"B: .*> 0.*got 0\.0"),
+        ({"B": -5}, r"B: .*got -5"),
+        ({"B": float("nan")}, "B: "),
+        ({"B": True}, "B: "),
+        ({"B": "100"}, "B: "),
+        ({"max_iter": 0}, "max_iter: .*positive integer"),
+        ({"max_iter": 2.5}, "max_iter: "),
+        ({"tol": -1e-3}, "tol: .*>= 0"),
+        ({"tol": float("inf")}, "tol: "),
+        ({"rank": 0}, r"rank: .*\[1, 12\]"),
+        ({"rank": 13}, r"rank: .*\[1, 12\].*13"),
+        ({"rank": 2.0}, "rank: "),
+        ({"callback": 3}, "callback: .*callable"),
+        ({"dual": "newton"}, "dual: .*'lbfgs', 'alg1'.*newton"),
+        ({"dual": 1}, "dual: "),
+    ],
+)
 def test_validation_errors(kw, match):
     p = tiny_problem(0, "linear")
     with pytest.raises(ValidationError, match=match):
@@ -555,11 +588,17 @@ def test_the_job_tells_the_short_rows_warning_whether_gamma_was_cross_validated(
     from npkl_dist.job._job import FitConfig, run_fit
 
     seen = []
-    monkeypatch.setattr("npkl_dist.evaluate.warn_short_free_rows", lambda cons, V, stacklevel=2, gamma_cv=False: seen.append(gamma_cv))
+    monkeypatch.setattr(
+        "npkl_dist.evaluate.warn_short_free_rows",
+        lambda cons, V, stacklevel=2, gamma_cv=False: seen.append(gamma_cv),
+    )
     X, y = load_iris(return_X_y=True)
     for gamma in (1.0, "cv"):
-        run_fit(FitConfig(X=X, y_constraints=y, y_eval=y, solver="simplenpkl", loss="linear",
-                          gamma=gamma))
+        run_fit(
+            FitConfig(
+                X=X, y_constraints=y, y_eval=y, solver="simplenpkl", loss="linear", gamma=gamma
+            )
+        )
     assert seen == [False, True]
 
 
@@ -576,8 +615,7 @@ def test_short_rows_advice_works_where_normalising_alone_does_not():
     X, y = make_blobs(3000, n_features=10, centers=5, cluster_std=4, random_state=0)
     part = y.copy()
     part[np.random.default_rng(0).random(y.size) > 0.1] = -1
-    cfg = dict(X=X, y_constraints=part, y_eval=y, solver="simplenpkl", loss="linear",
-               clusters=5)
+    cfg = dict(X=X, y_constraints=part, y_eval=y, solver="simplenpkl", loss="linear", clusters=5)
     with pytest.warns(nk.ConstraintWarning, match=r"normalize-kernel.*--gamma cv"):
         plain, _, _ = run_fit(FitConfig(**cfg))
     alone, _, _ = run_fit(FitConfig(**cfg, normalize_kernel=True))

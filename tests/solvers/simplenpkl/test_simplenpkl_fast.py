@@ -12,9 +12,9 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-import scipy.sparse as sp
 
 import npkl_dist as nk
 from npkl_dist import ConvergenceWarning, ValidationError
@@ -99,20 +99,23 @@ def test_fast_fit_matches_the_reference(global_random_seed, loss, B, n_pairs, du
         assert abs(refined.objective_trace[-1] - refined.objective) <= 1e-12 * scale
     assert abs(fast.objective - ref.objective) <= 1e-6 * scale
     assert abs(fast.duality_gap - ref.duality_gap) <= 1e-6 * scale
-    np.testing.assert_allclose(fast.objective_trace, ref.objective_trace, rtol=1e-6,
-                               atol=1e-9 * scale)
+    np.testing.assert_allclose(
+        fast.objective_trace, ref.objective_trace, rtol=1e-6, atol=1e-9 * scale
+    )
     np.testing.assert_allclose(fast.dual_trace, ref.dual_trace, rtol=1e-6, atol=1e-9 * scale)
     np.testing.assert_allclose(fast.eigenvalues, ref.eigenvalues, atol=1e-7)
     # the kernel is less well determined than the objective where the capacity is slack
-    np.testing.assert_allclose(_kernel(fast.V), _kernel(ref.V),
-                               atol=2e-4 * np.abs(_kernel(ref.V)).max() + 1e-12)
+    np.testing.assert_allclose(
+        _kernel(fast.V), _kernel(ref.V), atol=2e-4 * np.abs(_kernel(ref.V)).max() + 1e-12
+    )
     assert fast.V.shape == ref.V.shape == (p.n_points, p.rank)
 
 
 @pytest.mark.parametrize("dual", ["alg1", "lbfgs"])
 @pytest.mark.parametrize("loss", ["squared_hinge", "square"])
-def test_partial_steps_happen_and_keep_the_iterates(global_random_seed, loss, monkeypatch,
-                                                    dual, no_lanczos):
+def test_partial_steps_happen_and_keep_the_iterates(
+    global_random_seed, loss, monkeypatch, dual, no_lanczos
+):
     """The positive-only steps are exercised (few positive eigenvalues at the end) and every
     iterate equals the reference's; max_iter = 23 ends on a partial step, re-solved in full
     for the certificate and the reported eigenvalues. (ARPACK on both sides: the
@@ -138,8 +141,7 @@ def test_partial_steps_happen_and_keep_the_iterates(global_random_seed, loss, mo
 
 
 @pytest.mark.parametrize("loss", ["squared_hinge", "hinge"])
-def test_partial_steps_with_lanczos_follow_the_reference(global_random_seed, loss,
-                                                         monkeypatch):
+def test_partial_steps_with_lanczos_follow_the_reference(global_random_seed, loss, monkeypatch):
     """The default fast path (Lanczos for the sparse solves) with partial steps: the
     iterates before the first refinement equal the reference's to 1e-9 (the eigenpairs
     agree to eigsh's tolerance), and the fit ends at the reference's objective."""
@@ -149,13 +151,17 @@ def test_partial_steps_with_lanczos_follow_the_reference(global_random_seed, los
     calls = _spy_partial(monkeypatch)
     used = []
     real = snp_eigen.lanczos_top_eigs
-    monkeypatch.setattr("npkl_dist.solvers.simplenpkl._eigen.lanczos_top_eigs", lambda *a, **k: used.append(1) or real(*a, **k))
+    monkeypatch.setattr(
+        "npkl_dist.solvers.simplenpkl._eigen.lanczos_top_eigs",
+        lambda *a, **k: used.append(1) or real(*a, **k),
+    )
     fast = quiet(p, B=B, eigensolver="fast", max_iter=23, tol=0.0, dual="alg1")
     assert calls["partial"] > 0 and len(used) >= fast.n_eigsolves
     assert fast.n_sweeps == ref.n_sweeps == 23
     first = snp_fit._SLACK_CHECK - 1  # the trace entry of the first refinement's iteration
-    np.testing.assert_allclose(fast.objective_trace[:first], ref.objective_trace[:first],
-                               rtol=1e-9)
+    np.testing.assert_allclose(
+        fast.objective_trace[:first], ref.objective_trace[:first], rtol=1e-9
+    )
     np.testing.assert_allclose(fast.dual_trace[:first], ref.dual_trace[:first], rtol=1e-9)
     scale = abs(ref.objective) + 1.0
     assert abs(fast.objective - ref.objective) <= 1e-6 * scale
@@ -195,8 +201,10 @@ def test_fast_fit_blas_threads(global_random_seed, monkeypatch):
     seen = []
 
     def blas_threads():
-        return max((i["num_threads"] for i in threadpoolctl.threadpool_info()
-                    if i["user_api"] == "blas"), default=1)
+        return max(
+            (i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"),
+            default=1,
+        )
 
     def cb(*args):
         seen.append(blas_threads())
@@ -233,8 +241,12 @@ def _random_sparse_symmetric(rng, n, density, spectrum=None):
         # R diag(d_i, d_j) R'
         rows += [i, i, j, j]
         cols += [i, j, i, j]
-        vals += [c * c * d[i] + s * s * d[j], c * s * (d[i] - d[j]),
-                 c * s * (d[i] - d[j]), s * s * d[i] + c * c * d[j]]
+        vals += [
+            c * c * d[i] + s * s * d[j],
+            c * s * (d[i] - d[j]),
+            c * s * (d[i] - d[j]),
+            s * s * d[i] + c * c * d[j],
+        ]
     if n % 2:
         rows.append(perm[-1])
         cols.append(perm[-1])
@@ -289,11 +301,10 @@ def test_positive_eigenpairs_match_dense_eigh(global_random_seed, case):
     v0 = rng.standard_normal(n)
     sigma, P, complete = snp_eigen._top_eigs_positive(A, k, v0, n_pos + 4)
     assert not complete and sigma.shape == (k,) and P.shape == (n, k)
-    assert np.all(P[:, n_pos + 4:] == 0.0) and np.all(sigma[n_pos + 4:] <= 0.0)
-    np.testing.assert_allclose(sigma[:n_pos + 4], wd[:n_pos + 4], atol=1e-9)
+    assert np.all(P[:, n_pos + 4 :] == 0.0) and np.all(sigma[n_pos + 4 :] <= 0.0)
+    np.testing.assert_allclose(sigma[: n_pos + 4], wd[: n_pos + 4], atol=1e-9)
     # what the kernel step uses: A_+ restricted to the top k (rotation invariant)
-    np.testing.assert_allclose(_positive_kernel(sigma, P), _positive_kernel(wd, Pd),
-                               atol=1e-7)
+    np.testing.assert_allclose(_positive_kernel(sigma, P), _positive_kernel(wd, Pd), atol=1e-7)
     # and through the kernel step itself
     V, norm = snp_fit._kernel_step(sigma, P, 10.0)
     Vd, norm_d = snp_fit._kernel_step(wd, Pd, 10.0)
@@ -347,8 +358,7 @@ def test_eigsh_no_convergence_retries_then_raises(monkeypatch, no_lanczos):
     monkeypatch.setattr(snp_eigen.spla, "eigsh", flaky)
     sigma, P, complete = snp_eigen._top_eigs_positive(A, 10, None, 6)
     assert len(calls) >= 2 and calls[1] > calls[0]
-    np.testing.assert_allclose(sigma[:6], np.linalg.eigvalsh(A.toarray())[::-1][:6],
-                               atol=1e-9)
+    np.testing.assert_allclose(sigma[:6], np.linalg.eigvalsh(A.toarray())[::-1][:6], atol=1e-9)
 
     def never(*args, **kw):
         raise spla.ArpackNoConvergence("no", np.zeros(0), np.zeros((120, 0)))
@@ -358,8 +368,10 @@ def test_eigsh_no_convergence_retries_then_raises(monkeypatch, no_lanczos):
         snp_eigen._top_eigs_positive(A, 10, None, 6)
 
 
-@pytest.mark.parametrize("n, k", [(1, 1), (2, 1), (47, 6), (128, 1), (150, 18), (150, 149),
-                                  (150, 150), (200, 1), (240, 24)])
+@pytest.mark.parametrize(
+    "n, k",
+    [(1, 1), (2, 1), (47, 6), (128, 1), (150, 18), (150, 149), (150, 150), (200, 1), (240, 24)],
+)
 def test_dense_top_eigs_match_numpy_eigh(global_random_seed, n, k, monkeypatch):
     """The fast path's dense solve (tridiagonalisation, compiled bisection for eigenvalues
     n-k+1..n, inverse iteration) against the reference numpy.linalg.eigh (all n): same top-k
@@ -386,8 +398,13 @@ def test_dense_top_eigs_match_numpy_eigh(global_random_seed, n, k, monkeypatch):
     np.testing.assert_allclose(P * signs, Pd, atol=1e-9)
 
 
-@given(n=st.integers(2, 60), k_frac=st.floats(0.0, 1.0), levels=st.integers(1, 4),
-       split=st.booleans(), seed=st.integers(0, 2**31 - 1))
+@given(
+    n=st.integers(2, 60),
+    k_frac=st.floats(0.0, 1.0),
+    levels=st.integers(1, 4),
+    split=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
 @settings(max_examples=60, deadline=None)
 def test_tridiagonal_top_eigs_on_repeated_and_split_spectra(n, k_frac, levels, split, seed):
     """The hard cases for bisection plus inverse iteration: eigenvalues repeated many times
@@ -411,7 +428,7 @@ def test_tridiagonal_top_eigs_on_repeated_and_split_spectra(n, k_frac, levels, s
     w, Z, failure = tridiagonal_top_eigs(M, k)
     assert failure is None
     scale = max(1.0, np.abs(spec).max())
-    np.testing.assert_allclose(w, np.linalg.eigvalsh(M)[n - k:], atol=1e-12 * n * scale)
+    np.testing.assert_allclose(w, np.linalg.eigvalsh(M)[n - k :], atol=1e-12 * n * scale)
     np.testing.assert_allclose(Z.T @ Z, np.eye(k), atol=1e-11 * n)
     np.testing.assert_allclose(M @ Z, Z * w, atol=1e-11 * n * scale)
 
@@ -431,7 +448,7 @@ def test_tridiagonal_top_eigs_when_dstebz_cannot_count_a_range():
     for k in (1, 3, 8):
         w, Z, failure = tridiagonal_top_eigs(M, k)
         assert failure is None
-        np.testing.assert_allclose(w, np.linalg.eigvalsh(M)[n - k:], atol=1e-12 * n * 2)
+        np.testing.assert_allclose(w, np.linalg.eigvalsh(M)[n - k :], atol=1e-12 * n * 2)
         np.testing.assert_allclose(Z.T @ Z, np.eye(k), atol=1e-11 * n)
         np.testing.assert_allclose(M @ Z, Z * w, atol=1e-11 * n * 2)
 
@@ -449,7 +466,7 @@ def test_tridiagonal_top_eigs_at_extreme_scales(global_random_seed, scale):
     M = (X + X.T) * scale
     w, Z, failure = tridiagonal_top_eigs(M, k)
     assert failure is None
-    ref = np.linalg.eigvalsh(M / scale)[n - k:]
+    ref = np.linalg.eigvalsh(M / scale)[n - k :]
     np.testing.assert_allclose(w / scale, ref, rtol=0, atol=1e-12 * np.abs(ref).max() * n)
     np.testing.assert_allclose(Z.T @ Z, np.eye(k), atol=1e-12 * n)
     np.testing.assert_allclose((M / scale) @ Z, Z * (w / scale), atol=1e-11 * n)
@@ -467,8 +484,13 @@ def test_tridiagonal_bisection_matches_lapack_dstebz(global_random_seed):
     d, e = rng.standard_normal(n), rng.standard_normal(n - 1)
     m, w_ref, *_ = lapack.dstebz(d, e, 2, 0.0, 0.0, n - k + 1, n, 0.0, "B")
     e2 = e * e
-    w = tri._bisect_top(d, e2, k, tri._SAFMIN * max(1.0, e2.max()),
-                        tri._EPS * (np.abs(d).max() + 2 * np.abs(e).max()))
+    w = tri._bisect_top(
+        d,
+        e2,
+        k,
+        tri._SAFMIN * max(1.0, e2.max()),
+        tri._EPS * (np.abs(d).max() + 2 * np.abs(e).max()),
+    )
     assert m == k
     np.testing.assert_allclose(w, w_ref[:k], rtol=0, atol=8 * tri._EPS * np.abs(w_ref).max())
 
@@ -504,18 +526,25 @@ def test_inverse_iteration_matches_lapack_dstein(global_random_seed):
         np.testing.assert_allclose(Z.T @ Z, np.eye(k), atol=1e-13 * n)
         np.testing.assert_allclose(T @ Z, Z * w, atol=1e-13 * n * np.abs(w).max())
         if not clustered:  # vectors unique up to sign, sign fixed by the largest entry
-            np.testing.assert_allclose(Z, Z_ref * np.sign(Z_ref[np.abs(Z_ref).argmax(0),
-                                                                 np.arange(k)]), atol=1e-12)
+            np.testing.assert_allclose(
+                Z, Z_ref * np.sign(Z_ref[np.abs(Z_ref).argmax(0), np.arange(k)]), atol=1e-12
+            )
         else:  # the cluster's invariant subspace is
             P, P_ref = Z[:, -3:] @ Z[:, -3:].T, Z_ref[:, -3:] @ Z_ref[:, -3:].T
             np.testing.assert_allclose(P, P_ref, atol=1e-7)
-            np.testing.assert_allclose(Z[:, :-3], Z_ref[:, :-3] * np.sign(
-                Z_ref[np.abs(Z_ref[:, :-3]).argmax(0), np.arange(k - 3)]), atol=1e-10)
+            np.testing.assert_allclose(
+                Z[:, :-3],
+                Z_ref[:, :-3] * np.sign(Z_ref[np.abs(Z_ref[:, :-3]).argmax(0), np.arange(k - 3)]),
+                atol=1e-10,
+            )
 
 
-@given(n=st.integers(2, 70), k_frac=st.floats(0.0, 1.0),
-       kind=st.sampled_from(["random", "levels", "cluster", "graded"]),
-       seed=st.integers(0, 2**31 - 1))
+@given(
+    n=st.integers(2, 70),
+    k_frac=st.floats(0.0, 1.0),
+    kind=st.sampled_from(["random", "levels", "cluster", "graded"]),
+    seed=st.integers(0, 2**31 - 1),
+)
 @settings(max_examples=80, deadline=None)
 def test_batched_inverse_iteration_equals_the_sequential_one(n, k_frac, kind, seed):
     """The route's inverse iteration runs up to _LANES eigenvalues side by side; its vectors
@@ -550,8 +579,7 @@ def test_batched_inverse_iteration_equals_the_sequential_one(n, k_frac, kind, se
     assume(not splits)  # split T goes to LAPACK's dstebz + dstein instead
     w = tri._bisect_top(d, e2, k, pivmin, tri._EPS * tnorm)
     Z, Z_batched = np.empty((n, k), order="F"), np.empty((n, k), order="F")
-    assert tri._inverse_iteration_batched(d, e, w, Z_batched) == tri._inverse_iteration(
-        d, e, w, Z)
+    assert tri._inverse_iteration_batched(d, e, w, Z_batched) == tri._inverse_iteration(d, e, w, Z)
     np.testing.assert_array_equal(Z_batched, Z)
 
 
@@ -562,7 +590,10 @@ def test_dense_top_eigs_size_rule(monkeypatch):
 
     calls = []
     real = tri.tridiagonal_top_eigs
-    monkeypatch.setattr("npkl_dist.solvers.simplenpkl._eigen.tridiagonal_top_eigs", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    monkeypatch.setattr(
+        "npkl_dist.solvers.simplenpkl._eigen.tridiagonal_top_eigs",
+        lambda *a, **kw: calls.append(1) or real(*a, **kw),
+    )
     rng = np.random.default_rng(0)
     for n, expect in ((snp_eigen._TRIDIAG_MIN_N - 1, 0), (snp_eigen._TRIDIAG_MIN_N, 1)):
         X = rng.standard_normal((n, n))
@@ -619,8 +650,9 @@ def test_fast_small_n_solve_is_dense_top_eigs(global_random_seed, monkeypatch):
     p = medium_problem(global_random_seed, "squared_hinge")
     calls = []
     real = snp_eigen._dense_top_eigs
-    monkeypatch.setattr(snp_eigen, "_dense_top_eigs",
-                        lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    monkeypatch.setattr(
+        snp_eigen, "_dense_top_eigs", lambda *a, **kw: calls.append(1) or real(*a, **kw)
+    )
     fast = quiet(p, B=10.0, eigensolver="fast", max_iter=20)
     assert fast.n_sweeps >= 1 and len(calls) >= fast.n_sweeps  # one or more per iteration
     calls.clear()
@@ -648,8 +680,9 @@ def test_small_n_fast_path_is_dense(global_random_seed, loss, monkeypatch):
     if loss == "linear":
         assert abs(fast.objective - ref.objective) <= 1e-9 * scale
         np.testing.assert_allclose(fast.eigenvalues, ref.eigenvalues, atol=1e-9)
-        np.testing.assert_allclose(_kernel(fast.V), _kernel(ref.V),
-                                   atol=1e-8 * np.abs(_kernel(ref.V)).max())
+        np.testing.assert_allclose(
+            _kernel(fast.V), _kernel(ref.V), atol=1e-8 * np.abs(_kernel(ref.V)).max()
+        )
         return
     eps = 1e-12 * scale
     assert fast.duality_gap >= -eps and ref.duality_gap >= -eps
@@ -657,8 +690,14 @@ def test_small_n_fast_path_is_dense(global_random_seed, loss, monkeypatch):
     assert ref.objective - ref.duality_gap <= fast.objective + eps
 
 
-@given(n=st.integers(1, 40), r=st.integers(1, 9), m=st.integers(0, 60),
-       density=st.floats(0.0, 0.6), fortran=st.booleans(), seed=st.integers(0, 2**31 - 1))
+@given(
+    n=st.integers(1, 40),
+    r=st.integers(1, 9),
+    m=st.integers(0, 60),
+    density=st.floats(0.0, 0.6),
+    fortran=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
 @settings(max_examples=60, deadline=None)
 def test_compiled_objective_terms_equal_numpy(n, r, m, density, fortran, seed):
     """The fits' objective terms, compiled: tr(V'LV) from L's whole CSR arrays (diagonal
@@ -681,8 +720,9 @@ def test_compiled_objective_terms_equal_numpy(n, r, m, density, fortran, seed):
     ci, cj = rng.integers(0, n, m), rng.integers(0, n, m)
     out = np.empty(m)
     pair_dots(V, ci, cj, out)
-    np.testing.assert_allclose(out, np.einsum("kr,kr->k", V[ci], V[cj]), rtol=1e-12,
-                               atol=1e-12 * r)
+    np.testing.assert_allclose(
+        out, np.einsum("kr,kr->k", V[ci], V[cj]), rtol=1e-12, atol=1e-12 * r
+    )
 
 
 def test_one_blas_thread_sets_and_restores_on_error():
@@ -702,16 +742,15 @@ def test_one_blas_thread_sets_and_restores_on_error():
 
 
 @pytest.mark.parametrize("loss", ["squared_hinge", "hinge"])
-def test_refinement_does_not_depend_on_the_signs_of_the_eigenvectors(global_random_seed,
-                                                                     loss):
+def test_refinement_does_not_depend_on_the_signs_of_the_eigenvectors(global_random_seed, loss):
     """The subspace refinement (_polish) on P and on P with some columns negated (what two
     eigensolvers may return for the same eigenpairs) reaches the same kernel: its
     Lipschitz estimate starts from a matrix built from P, not a fixed random one."""
     p = medium_problem(global_random_seed, loss, n_pairs=120)
     A = snp_eigen._SparseA(p).set(np.full(p.constraints.m, p.gamma))
     w, P = np.linalg.eigh(A.toarray())
-    P = P[:, ::-1][:, :p.rank]
-    S0 = np.diag(np.maximum(w[::-1][:p.rank], 0.0))
+    P = P[:, ::-1][:, : p.rank]
+    S0 = np.diag(np.maximum(w[::-1][: p.rank], 0.0))
     signs = np.where(np.random.default_rng(global_random_seed).random(p.rank) < 0.5, -1.0, 1.0)
     L64 = sp.csr_matrix(p.L, dtype=np.float64)
     S1, f1, its1, mu1 = snp_fit._polish(p, P, S0, 100.0, L64)
@@ -742,8 +781,13 @@ def test_eigenpairs_come_out_descending_with_rows_contiguous():
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(1, 120), r=st.integers(1, 20), s=st.integers(1, 20),
-       seed=st.integers(0, 2**31 - 1), scale=st.sampled_from([1e-50, 1e-3, 1.0, 1e50]))
+@given(
+    n=st.integers(1, 120),
+    r=st.integers(1, 20),
+    s=st.integers(1, 20),
+    seed=st.integers(0, 2**31 - 1),
+    scale=st.sampled_from([1e-50, 1e-3, 1.0, 1e50]),
+)
 def test_gram_square_sums_equal_the_numpy_formula(n, r, s, seed, scale):
     from npkl_dist.linalg._csr import gram_square_sums
 
