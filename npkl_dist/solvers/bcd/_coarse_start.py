@@ -1,10 +1,9 @@
 """The coarse spectral start (``start='coarse'``): the bottom eigenvectors of L on a coarse
 plain-aggregation level, prolongated and scaled.
 
-``start='spectral'`` solves for the r bottom eigenvectors of L by LOBPCG, which at n = 1e6
-cost 35 times the fit it started. Most of what that start buys is global: which points move
-together (the graph's clusters), which a random start's fit has to discover hop by hop. A
-coarse level of an aggregation hierarchy holds that at a tiny fraction of the cost:
+``start='spectral'`` solves for the r bottom eigenvectors of L by LOBPCG, far dearer than the
+fit it starts; most of what it buys is global (which points move together), and a coarse level
+of an aggregation hierarchy holds that at a tiny fraction of the cost:
 
 1. Aggregate L's graph (pyamg's ``standard_aggregation``, rows visited in the order given)
    and form the Galerkin operator Tᵀ L T for the tentative prolongator with orthonormal
@@ -23,13 +22,6 @@ coarse level of an aggregation hierarchy holds that at a tiny fraction of the co
    ``MIN_ROW_NORM`` (:func:`start_scale`: with few pairs the ray's optimum is the saddle
    V = 0).
 
-Measured at n = 1e6 (bench_block's mixture, 1% constrained, square loss, r = 16): the block
-fit reached the 1e-4 gap in 18 outer iterations from this start, against 28 from the random
-one, as from LOBPCG's exact eigenvectors (bench/RESULTS.md, "A coarse spectral start for
-block fits"). On bench_block's n = 1e5 grid it took fewer outer iterations in 9 of 11 cases
-(10% constrained: 18 against 28, square loss) and 1-2 more in the other two (1%). The start
-costs about 0.7 s at n = 1e6, against 0.34 s for drawing and relabelling a random one.
-
 The aggregation is greedy in row order, so the start depends on the order of L's rows:
 :func:`fit_bcd` computes it in its internal (locality) order, :func:`initial_V` in the
 original order. Both are the same construction; the vectors differ.
@@ -41,10 +33,9 @@ unconstrained block (``_blocksolve.free_hierarchy``). The r bottom eigenvectors 
 coarsest level with at least 2r rows (:func:`basis_level`), prolongated, give E_U (a level of
 fewer rows would cap the fit's rank: docs/decisions/rank-deficient-starts.md); the constrained rows get one Jacobi step on L E = 0
 from them, e_i = -(L_CU E_U)_i / l_ii; the scale is the coarse start's. The fit builds the
-hierarchy once for both. At n = 1e6 (1% constrained) the fit needed the same 18 outer
-iterations as from 'coarse' (90 aggregates on the coarsest level of 990,000 rows), and the
-start's own aggregation, candidate and Galerkin product (about 0.6 s) are gone
-(bench/RESULTS.md, "The coarse start from the block solver's own hierarchy").
+hierarchy once for both.
+
+Reference: docs/algorithms.md, "BCD" (starts); docs/decisions/coarse-start-and-c-passes.md.
 """
 
 from __future__ import annotations
@@ -484,9 +475,8 @@ def start_scale(
 
     The floor matters: with few pairs the smooth fields barely touch them, the ray's optimum
     is V = 0, and V = 0 is a saddle of the factored problem that no step leaves. From a small
-    multiple of E the fit grows the directions the pairs favour out of E's smooth ones; at
-    n = 1e6 it needed 18 outer iterations from mean row norms 1e-3 and 1e-1 alike, where a
-    random start at those norms needed 31 (bench/RESULTS.md)."""
+    multiple of E the fit grows the directions the pairs favour out of E's smooth ones
+    (docs/decisions/coarse-start-and-c-passes.md)."""
 
     lf = loss_fn(loss)
     z = np.asarray(z, np.float64)

@@ -38,13 +38,9 @@ from ._start import (
 )
 
 #: A fit that stops on the step-size rule with its KKT residual above this many times ``tol``
-#: has stalled, and fit_bcd warns. Measured at the papers' protocol (bench/RESULTS.md, "The
-#: hinge's stalls"): 48 fits with the square loss and the squared hinge stopped at residuals of
-#: 0.2-1.0 x tol; hinge fits stopped at up to 8,600 x tol, their objectives up to 15% above
-#: those of fits of the same problem that reached a stationary point.
+#: has stalled, and fit_bcd warns (docs/decisions/hinge-stopping.md).
 STALL_KKT_FACTOR = 100.0
-#: ... but never below this: the joint KKT residual of a hinge fit at the SDP optimum (to 6e-10
-#: in objective, 12 points, tol = 1e-12) was 3e-8 to 6e-8, its rounding floor.
+#: ... but never below this, above the hinge's rounding floor at the SDP optimum (same record).
 STALL_KKT_MIN = 1e-6
 
 
@@ -61,8 +57,8 @@ def stall_bound(tol: float) -> float:
 #: ``c_passes='auto'``: passes over the constrained rows per outer iteration of a block fit
 #: where at most ``C_PASSES_MAX_FRACTION`` of the points are constrained, and
 #: ``C_PASSES_DENSE`` where more than ``C_PASSES_DENSE_FRACTION`` are (the papers' protocol
-#: pairs about 91%); 1 in between, where the passes cost more than they saved (10% on the
-#: 1e5 mixture: 0.79-0.99x). bench/RESULTS.md, "more passes over the constrained rows".
+#: pairs about 91%); 1 in between, where the passes cost more than they saved
+#: (docs/decisions/coarse-start-and-c-passes.md).
 C_PASSES_AUTO = 3
 C_PASSES_MAX_FRACTION = 0.02
 C_PASSES_DENSE = 2
@@ -180,127 +176,42 @@ def fit_bcd(
     ----------
     problem : NPKLProblem
     max_sweeps : int
-        Sweeps (method 'block': outer iterations) at most. The default, 1000, lets 23 of 24
-        fits at the papers' protocol (12 data sets, the square loss and the squared hinge,
-        method 'auto') stop on ``tol``; dbl-spiral's squared hinge needs 2,115 sweeps
-        (bench/RESULTS.md, "Fits that end inside their cap").
-    tol : float
-        Relative change ||V(t) - V(t-1)|| / ||V(t)|| below which the fit may stop.
-    tol_objective : float, optional
-        Relative objective change |f(t-1) - f(t)| / |f(t)| below which the fit may stop.
-    tol_kkt : float, optional
-        Scaled KKT residual (``npkl_dist.solvers._kkt``) below which the fit may stop.
-        The fit stops when every criterion given holds (``tol`` always counts).
+        Sweeps (method 'block': outer iterations) at most (docs/decisions/auto-method.md).
+    tol, tol_objective, tol_kkt : float
+        Stop when ||V(t) - V(t-1)|| / ||V(t)|| < ``tol`` and, if given, the relative
+        objective change < ``tol_objective`` and the scaled KKT residual < ``tol_kkt``.
     executor : executor object, optional
         Default: :class:`~npkl_dist.executors.InProcessExecutor` with all threads.
-    relabel : {'rcm', 'none'}
-        Internal locality relabelling (undone on output).
-    scheme : {'blocks', 'colours'}
-        Sweep scheme of the plan made here (see :func:`~npkl_dist.make_plan`); ignored when
-        ``plan`` is given.
+    relabel, scheme : {'rcm', 'none'}, {'blocks', 'colours'}
+        Locality relabelling (undone on output) and sweep scheme of the plan made here.
     V0 : ndarray, shape (n, rank), optional
         Start in original order; default :func:`initial_V` from ``problem.seed`` and ``start``.
-    callback : callable, optional
-        ``callback(sweep, objective, change, seconds)`` after each sweep (progress display);
-        returning ``True`` stops the fit there (not counted as converged).
-    plan : SweepPlan, optional
-        A plan made earlier for this problem (e.g. read back from a run store).
-    setup : FitSetup, optional
-        The set-up made by :func:`fit_setup` for this graph and these constraint pairs
-        (another gamma, loss, rank or start may be fitted with it): skips relabelling,
-        layout, permutation and, for in-process block solves, the AMG set-up and the work
-        arrays' first touch. ``relabel``, ``scheme`` and ``plan`` are then the setup's.
-    resume : (dict, ndarray), optional
-        ``(state, V)`` from checkpoints: ``state`` as produced by ``on_sweep`` and V in
-        internal order. A resumed fit equals an uninterrupted one bitwise.
-    on_sweep : callable, optional
-        ``on_sweep(state: dict, session)`` after each sweep (run-store checkpoints).
+    callback, on_sweep : callable, optional
+        ``callback(sweep, objective, change, seconds)`` (``True`` stops) and
+        ``on_sweep(state, session)`` (run-store checkpoints), after each sweep.
+    plan, setup, resume : SweepPlan, FitSetup, (dict, ndarray), optional
+        A plan made earlier; the :func:`fit_setup` of this graph and these pairs (then
+        ``relabel``, ``scheme``, ``plan`` are its); checkpointed ``(state, V)`` to resume.
     method : {'sweeps', 'block', 'auto'}
-        'sweeps': colour-ordered Gauss-Seidel sweeps (bcdkl-tnnls2015 Alg. 1).
-        'block': the unconstrained rows solved together by preconditioned CG, alternated
-        with exact updates of the constrained rows (``npkl_dist.solvers.block``).
-        'auto': :func:`choose_method`.
+        Plain sweeps (Alg. 1), block solves of the unconstrained rows, or :func:`choose_method`.
     start : {'auto', 'random', 'propagate', 'spectral', 'coarse', 'coarse-free'}
-        See :func:`initial_V`; 'auto' (default): :func:`resolve_start`, i.e. for block
-        solves 'coarse-free' where at least half the points are in no pair (its AMG
-        hierarchy is the preconditioner's, built once) and 'coarse' otherwise, and the
-        paper's 'random' for plain sweeps. ``FitResult.start`` is the start taken.
-    inner_rtol, inner_maxiter : float, int
-        Method 'block': each outer iteration's CG stops when every column's residual fell by
-        ``inner_rtol`` or after ``inner_maxiter`` iterations (inexact block solves: the
-        constrained rows change the right-hand side at once anyway, and the subspace search
-        of ``extrapolate`` carries the solve across outer iterations; at n = 2e4 one
-        iteration per outer reached a 1e-4 gap in 33 outer iterations, three in 29, at
-        twice the cost). With ``inner_maxiter=1`` the CG's direction is stored in float32
-        and its step is exact along that rounded direction (``DIRECTION_FLOAT32`` in
-        ``npkl_dist.solvers.block``): the product with L_UU, which gathers neighbour rows,
-        reads half the bytes, about 10% of an outer iteration at n = 1e6.
-    precond : {'amg-additive', 'amg-plain', 'amg', 'jacobi'}
-        Method 'block': plain (unsmoothed) aggregation AMG, its finest level additive
-        (default: Jacobi weights plus the coarse correction, no product with L_UU, so an
-        outer iteration makes one pass over L_UU instead of three) or a full V-cycle
-        ('amg-plain'); smoothed-aggregation AMG; or Jacobi. 'amg-additive' needs 10-15%
-        more outer iterations and reached the 1e-4 gap 1.1-2.0x sooner than 'amg-plain' on
-        every case of bench_block's n = 1e5 grid (0.1%, 1%, 10% constrained; square,
-        squared hinge, hinge; bench/RESULTS.md). At n = 1e6 smoothed aggregation took 55 s
-        to set up and 1.9 s per outer iteration, plain aggregation 8 s and 1.1 s, for about
-        as many outer iterations (31 vs 33 at n = 2e4). On the Dask executor the preconditioner is
-        block-Jacobi over its row blocks, each block with this preconditioner on its own
-        part of L_UU (one block, or 'jacobi': the in-process iterates bitwise).
-    extrapolate : bool
-        Method 'block': after each outer iteration, the objective is minimised exactly over
-        the plane spanned by this outer step and the previous one (a conjugate-gradient-like
-        momentum, accepted only where it lowers the objective).
-    c_passes : int or 'auto'
-        Method 'block': passes of exact row updates over the constrained rows after each
-        block solve (the colours in one order, repeated). More passes bring the constrained
-        rows nearer their optimum for the current unconstrained block at the price of a
-        pass each. 'auto': :data:`C_PASSES_AUTO` (3) while at most
-        :data:`C_PASSES_MAX_FRACTION` (2%) of the points are constrained,
-        :data:`C_PASSES_DENSE` (2) where more than half are (the papers' protocol), else 1
-        (see :func:`resolve_c_passes`). More than 1 needs ``extrapolate`` (the step-size rule
-        then measures the whole outer step). Measured (bench/RESULTS.md, "more passes over
-        the constrained rows"): with 0.1% of the points paired, 3 passes took 20-25% fewer
-        outer iterations and 1.14-1.24x less time; with 1%, 15 instead of 18 outer iterations
-        at n = 1e6 (1.04x); with 10%, more passes cost more than they saved; at the protocol
-        2 passes were 1.01-1.25x faster on the mixture, digits and adult-a1a..a3a.
-
-    joint : bool
-        Hinge loss: when the sweeps (or outer iterations) meet the stopping criteria, and on
-        a cost-benefit schedule before, take a joint move of all rows along the least-norm
-        subgradient with one multiplier per pair (``npkl_dist.solvers.bcd._joint``) wherever it lowers
-        the objective; hinge row updates alone can stop at coordinatewise minima that are
-        not stationary. The fit stops only where the joint move too changes V by less than
-        ``tol`` (relative) and, with ``tol_kkt``, the joint KKT residual is below it. The
-        final ``kkt`` of a hinge fit is the joint residual. Other losses ignore it.
-    hinge_kkt : bool
-        Hinge loss with ``joint`` and without ``tol_kkt``: also require the joint KKT
-        residual below :func:`stall_bound` (``tol``), i.e. 100 x tol but at least 1e-6,
-        before stopping (default). At the hinge's kinks the steps can shrink below ``tol``
-        far from a stationary point: block fits of the papers' protocol stopped there at
-        residuals of 2e-3 to 2.5e-2, their objectives up to 2.6% above the optimum, and
-        plain sweeps 13-16% above (bench/RESULTS.md, "The hinge's stalls", "The hinge's
-        default stop"). ``False``: the step-size rule alone (bcdkl-tnnls2015's stopping
-        rule; a fit that stops where it stalled then warns).
-    kink_ladder : tuple of float, optional
-        Hinge loss with ``joint``: the kink tolerances whose least-norm subgradients each
-        joint move tries, taking the best (default ``npkl_dist.solvers.bcd._joint.KINK_LADDER``,
-        (1e-6, 1e-3, 1e-1)). ``(1e-6,)``: only the exact kink set, the move of fits before
-        2026-11-27, which crept along the kinks from about 2,000 points (bench/RESULTS.md,
-        "The hinge's joint move over a ladder of kink tolerances").
+        See :func:`initial_V` and :func:`resolve_start`; ``FitResult.start`` is the one taken.
+    inner_rtol, inner_maxiter, precond, extrapolate, c_passes
+        Method 'block': the inner CG's stop and preconditioner
+        ({'amg-additive', 'amg-plain', 'amg', 'jacobi'}), the plane search over the last
+        two outer steps, and passes over the constrained rows (:func:`resolve_c_passes`).
+    joint, hinge_kkt, kink_ladder : bool, bool, tuple of float
+        Hinge loss: joint moves, the joint KKT residual below :func:`stall_bound` before
+        stopping, and the moves' kink tolerances. Other losses ignore them.
     trace : bool
-        Method 'sweeps': evaluate the objective and the KKT residual after every sweep
-        (``objective_trace``, ``kkt_trace``, ``objective_seconds``; default). Each costs about
-        as much as a sweep. With ``trace=False`` they are evaluated only where a stopping
-        rule, the hinge's joint-move schedule, ``callback`` or ``on_sweep`` needs them, and
-        the final objective and KKT residual once at the end; the iterates (V, sweeps,
-        convergence) are bitwise the same. Method 'block' likewise: its objective and KKT
-        residual come together from the CG residual plus a pass over the constrained rows
-        (with most points constrained, about as much as the rest of an outer iteration).
+        Objective and KKT residual after every sweep (else only where needed; same iterates).
 
     Returns
     -------
     FitResult
+
+    References: bcdkl-tnnls2015 Alg. 1; docs/algorithms.md, "BCD"; docs/decisions/
+    hinge-stopping.md, coarse-start-and-c-passes.md, block-outer-iteration.md.
     """
     if (
         isinstance(max_sweeps, bool)
@@ -589,7 +500,7 @@ def fit_bcd(
                     if ok and gain > 0.0 and (tol_kkt is not None or joint_floor is not None):
                         # the residual where the fit would stop: after the move (a tiny move
                         # can change which pairs sit on their kinks, and with them the
-                        # residual: 9.9e-3 after a move from below 1e-3, measured)
+                        # residual; docs/decisions/hinge-stopping.md)
 
                         ok = small(joint_kkt(prep, session.gather()))
                 # cost-benefit schedule (a move costs about a sweep plus a small QP): try
@@ -640,8 +551,8 @@ def fit_bcd(
             out_V = _result_buffer(own_cache, prefault, V.shape, V.dtype)
             prefault.close()
     # plain sweeps where block solves apply: those converge in far fewer iterations when
-    # sweeps need hundreds (bench/RESULTS.md, "Plain sweeps vs block solves on real data"),
-    # and on the hinge they end at an equal or lower objective ("The hinge's stalls")
+    # sweeps need hundreds, and on the hinge they end at an equal or lower objective
+    # (docs/decisions/auto-method.md, docs/decisions/hinge-stopping.md)
     block_hint = (
         method == "sweeps"
         and problem.loss != "linear"
@@ -711,8 +622,8 @@ def check_rank(result, problem: NPKLProblem, solver: str) -> None:
 def _joint_step(session, prep, result, sweep, obj, ladder=None):
     """Hinge loss: take the joint move (``npkl_dist.solvers.bcd._joint``) if it lowers the objective by
     more than float64's rounding (the move and its decrease are computed in float64 for
-    every dtype; with float32's epsilon, 1.2e-5 x |f|, the guard refused the tail's moves and
-    float32 hinge fits stalled at KKT 2e-4: bench/RESULTS.md, "float32 block fits").
+    every dtype; float32's epsilon as the guard stalled float32 hinge fits:
+    docs/decisions/float32.md).
     Returns (decrease of the objective, relative change ||V' - V|| / ||V|| of the move,
     joint KKT residual before it); zeros for a move not taken."""
 

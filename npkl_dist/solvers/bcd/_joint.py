@@ -4,8 +4,8 @@ With the hinge loss f(V) = tr(V'LV) + gamma sum_p max(0, 1 - t_p v_i'v_j) is non
 a pair sits on its kink (t_p v_i'v_j = 1). Exact row updates can then stop at a point where
 every row is optimal with the others fixed, yet f decreases when two rows move together: row i
 and row j each choose their own multiplier in [0, 1] for the shared pair p, while
-stationarity needs one multiplier per pair (measured: 4.4% above the SDP optimum on a
-12-point instance, tests/solvers/bcd/test_reference.py).
+stationarity needs one multiplier per pair (tests/solvers/bcd/test_reference.py;
+docs/decisions/hinge-stopping.md).
 
 The joint move takes the whole subdifferential at once. With W = diag(1 / (2 L_ii)) (the
 metric of the KKT residual in ``npkl_dist.solvers._kkt``), the gradient of the smooth part plus the
@@ -32,9 +32,7 @@ The kink set is taken at a ladder of tolerances (``KINK_LADDER``): with pairs wi
 their kink counted as on it, g* is the least-norm element of an epsilon-subdifferential, and
 its direction stays a descent direction past the pairs that sit a little off their kinks.
 Each candidate gets its exact line search and the move is the best; the reported residual
-is always the exact one (``KINK_RTOL``). Without the ladder, fits of the papers' protocol
-from 2,000 points crept along the kinks for hundreds of outer iterations (bench/RESULTS.md,
-"The hinge's joint move over a ladder of kink tolerances").
+is always the exact one (``KINK_RTOL``). Why the ladder: docs/decisions/hinge-stopping.md.
 """
 
 from __future__ import annotations
@@ -56,13 +54,9 @@ __all__ = ["JointMove", "hinge_joint_move", "joint_kkt", "KINK_RTOL", "KINK_LADD
 #: A pair with |z - 1| <= KINK_RTOL * max(1, |z|) is on the kink: its multiplier is free.
 KINK_RTOL = 1e-6
 
-#: Kink tolerances of the joint move's candidate directions (``hinge_joint_move``). With
-#: KINK_RTOL alone, pairs a little off their kink (|z - 1| ~ 1e-5 after the row updates
-#: moved them) count as smooth, and the line search along the least-norm subgradient ends
-#: as soon as one of them reaches its kink: in the tail of mixture-2000 that direction
-#: lowered f by ~5e-6 per move where the 1e-4 one lowered it by 0.24, and fits ran to the
-#: cap at residuals of 2e-3 (bench/RESULTS.md, "The hinge's joint move over a ladder of
-#: kink tolerances").
+#: Kink tolerances of the joint move's candidate directions (``hinge_joint_move``): with
+#: KINK_RTOL alone, pairs a little off their kink stop the line search early
+#: (docs/decisions/hinge-stopping.md).
 KINK_LADDER = (KINK_RTOL, 1e-3, 1e-1)
 
 #: Kink pairs up to which the bounded least squares runs dense (BVLS, exact active set).
@@ -72,10 +66,8 @@ _DENSE_MAX = 400
 _BOX_QP_MAX_ITER = 5000
 
 #: Free sets up to which ``_box_qp`` solves Q_FF exactly by sparse LU; larger ones by
-#: Jacobi-preconditioned CG from the projected-gradient point. Kink pairs couple through shared
-#: points like a random graph, so LU fill explodes: at n = 1e6, the papers' protocol, 874k free
-#: multipliers kept spsolve busy for over 20 minutes, while CG needs 3-5 iterations (Q_FF is
-#: well conditioned: diagonal 0.5-1.5, largest row sum 3.2).
+#: Jacobi-preconditioned CG from the projected-gradient point: kink pairs couple like a random
+#: graph, so LU fill explodes, and Q_FF is well conditioned (docs/decisions/hinge-stopping.md).
 _DIRECT_MAX = 5000
 
 
@@ -208,8 +200,8 @@ def _apg_box(indptr, indices, data, c, lip, atol, max_iter, a):
     """The accelerated projected gradient of :func:`_box_qp` on Q (CSR) from ``a``:
     step 1 / lip, restarted when the momentum goes uphill, the projected-gradient residual
     (times lip) tested every 10th iteration against ``atol``. a : IN the start, OUT the
-    last iterate. Returns whether the test passed. (One compiled loop: the numpy form spent
-    about 20 us per iteration in calls on the few hundred multipliers of a small fit.)"""
+    last iterate. Returns whether the test passed. (One compiled loop: the numpy form's
+    per-call overhead dominated small fits; docs/decisions/hinge-stopping.md.)"""
     m = c.shape[0]
     y = a.copy()
     g = np.empty(m)

@@ -18,10 +18,8 @@ from .._sweeps import sweep_units, sweep_units_serial
 from ..block._session import BlockSession
 
 #: A BCD fit of fewer rows runs on one thread (``InProcessExecutor.fit_threads``; the same
-#: values: every sum is blocked as on one thread). On the paper sets (47-569 rows) two threads
-#: gained nothing on an idle 2-core machine, and with its other core busy a 60-point hinge fit
-#: took 1.5-2.2 s on two against 0.46 s on one: each of its ~20 parallel calls an iteration
-#: waits for a preempted thread (bench/RESULTS.md, "Small fits on a busy machine").
+#: values: every sum is blocked as on one thread): on a busy machine each parallel call waits
+#: for a preempted thread (docs/decisions/small-fit-times.md).
 FIT_PARALLEL_MIN_N = 2 * CHUNK + 1
 
 

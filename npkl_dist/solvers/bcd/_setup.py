@@ -22,44 +22,14 @@ def _executor_kind(executor) -> type:
 
 
 #: method='auto' picks block solves from this many points on, for every loss but the linear
-#: one (its row constraints), with an executor that runs them.
-#:
-#: * The square loss and the squared hinge. Measured in bench/RESULTS.md (bench_block.py):
-#:   they reach the 1e-4 gap faster by block solves at every constrained fraction tried, the
-#:   papers' protocol (~91% of the points constrained) included, at n = 2e4 (1.4x, 2.7x),
-#:   1e5 (2.7x, 3.4x) and 1e6 (square, > 1.2x). From 1e3 to 1e4 ("auto below 20,000 points",
-#:   medians of 3) block solves are 4-22x faster at 1% and 10% constrained and 3.0-4.4x for
-#:   the squared hinge at the protocol. The square loss at the protocol reaches the 1e-4 gap
-#:   0.5-1.2x as fast by block solves, but a fit stops on the step-size rule, not at a gap.
-#:   To that rule (tol = 1e-5) block solves were faster on all 8 problems measured from 1,000
-#:   points, 1.3-4.2x traced and 1.2-3.2x untraced ("The square loss at the protocol: fits to
-#:   the stopping rule"). From 200 to 1,000 points (sonar, glass, heart, breast cancer and the
-#:   500-point mixture, both losses, medians of 3) traced fits to that rule were 1.01-2.85x
-#:   faster on all 10 problems, untraced ones 0.69-2.46x, and block fits needed 50-966
-#:   iterations against 151 to more than 5,000 sweeps ("Fits that end inside their cap").
-#:   Below 200 points sweeps were faster in most fits.
-#: * The hinge. At the protocol, plain sweeps stop on the step-size rule where they stall:
-#:   on the mixture at n = 500 to 2e4 their objective ends 13-15% above the block fit's (KKT
-#:   residuals 4-5e-2), and on the paper sets from 200 points it ends equal or up to 4% above.
-#:   Sweeps / block time to their stops: 0.2-2.1x, the sweeps' stop being the stall ("The
-#:   hinge's stalls"). (Measured to the 1e-4 gap with tol = 0 instead, so that neither
-#:   method stopped, sweeps had reached the gap first at n = 2e4 and block solves at 1e5.)
-#:   With the hinge's default stop (``hinge_kkt``: a small joint KKT residual too), block
-#:   solves at any size: below 200 points (soybean, dbl-spiral, iris, wine, chessboard) block
-#:   fits stopped on the rule within 1,000 outer iterations on 4 of 5, plain sweeps on 1 (the
-#:   other four at the cap, iris 3.2e-4 and dbl-spiral 4.6e-5 in residual) ("The hinge's
-#:   default stop"). With the joint move over the kink ladder (``kink_ladder``), block fits
-#:   stop on the rule on 5 of 5 there, plain sweeps on 4 (dbl-spiral at the cap); over 13
-#:   problems up to 5,000 points block fits stop on the rule on 12, sweeps on 9, in 0.4-1.5x
-#:   the sweeps' time where both stop ("The hinge's joint move over a ladder of kink
-#:   tolerances").
+#: one (its row constraints), with an executor that runs them; the hinge at any size
+#: (docs/decisions/auto-method.md, docs/decisions/hinge-stopping.md).
 AUTO_SMALL_MIN_POINTS = 200
 METHODS = ("auto", "sweeps", "block")
 
 
 def choose_method(problem: NPKLProblem, executor=None) -> str:
-    """method='auto': block solves where they were measured better (see
-    ``AUTO_SMALL_MIN_POINTS`` for the measurements).
+    """method='auto': block solves where they were measured better.
 
     Plain sweeps move information one graph hop per sweep, so on graphs whose constrained
     points are sparse they need hundreds of sweeps; the block solve couples every
@@ -67,9 +37,7 @@ def choose_method(problem: NPKLProblem, executor=None) -> str:
     'linear') and an executor that runs them (``supports_block``: the in-process and the
     Dask executors). The rule: block solves for the hinge at any size, and from
     ``AUTO_SMALL_MIN_POINTS`` points on for the square loss and the squared hinge; plain
-    sweeps otherwise. (With the hinge's default stop, which needs a small joint KKT residual,
-    block fits of the paper sets below 200 points reached it within 1,000 outer iterations
-    on 4 of 5, plain sweeps on 1: bench/RESULTS.md, "The hinge's default stop".)
+    sweeps otherwise (docs/decisions/auto-method.md).
     """
     n, loss = problem.n_points, problem.loss
     if loss == "linear" or (n < AUTO_SMALL_MIN_POINTS and loss != "hinge"):
@@ -132,8 +100,8 @@ class FitSetup:
     layout (sweeps: blocks and colours; block solves: U-first order and the colours of the
     constrained rows), L and the pairs in that order, and for in-process block solves the
     U-block operator, the AMG hierarchy on L_UU and the fit's work arrays, and for the coarse
-    starts (block fits' default) their prolongators and eigenpairs. At n = 1e6 that
-    is about 2.5 s, a third of a block fit (bench/RESULTS.md). Passing the setup to
+    starts (block fits' default) their prolongators and eigenpairs: a third of a block fit
+    at n = 1e6 (docs/decisions/block-fit-at-1e6.md). Passing the setup to
     ``fit_bcd(..., setup=...)`` skips all of it; the iterates are bitwise those of a fit
     that builds its own set-up (tests/solvers/bcd/test_fit_setup.py).
 

@@ -36,10 +36,7 @@ def resolve_start(
     """start='auto' (fit_bcd's default): for block solves 'coarse-free' where at least
     ``_coarse_start.FREE_MIN_FRACTION`` of the points are in no pair (and at least 2 rank of
     them), else 'coarse'; 'random' (the paper's) for plain sweeps, whose replication runs
-    keep bcdkl-tnnls2015's Alg. 1. At n = 1e6 (1% constrained) 'coarse' saved 10 of 28 outer
-    iterations, and 'coarse-free' needs the same 18 without a hierarchy of its own
-    (bench/RESULTS.md, "A coarse spectral start for block fits" and "The coarse start from
-    the block solver's own hierarchy"). ``problem``: needed for block solves; ``n_free``:
+    keep bcdkl-tnnls2015's Alg. 1 (docs/decisions/coarse-start-and-c-passes.md). ``problem``: needed for block solves; ``n_free``:
     its number of points in no pair, if known (a block layout's)."""
     if start == "auto":
         if method != "block":
@@ -227,7 +224,7 @@ def _start_prefault(
     if n * r < PREFAULT_MIN_ENTRIES:
         return None
     # first: the coarse-free start's E, which the start writes about a second into the
-    # set-up (a fresh 128 MB array there cost 0.14-0.17 s of page faults at n = 1e6)
+    # set-up (page faults there cost: docs/decisions/block-fit-at-1e6.md)
     specs = {START_BUFFER: ((n, r), np.dtype(np.float64))}
     specs.update(
         session_buffers(
@@ -235,7 +232,7 @@ def _start_prefault(
         )
     )
     # last: the fit's result V, written when the relabelling is undone at the very end (a
-    # fresh 128 MB array there cost 0.17 s at n = 1e6 against 0.02 s with its pages touched).
+    # fresh array's page faults there: docs/decisions/block-fit-at-1e6.md).
     # With extrapolation the session's S, dead by then and of V's shape and dtype, takes it
     # (``_result_buffer``): one array fewer to fault in.
     if not extrapolate:
