@@ -37,10 +37,9 @@ _EIG_TOL = 1e-10
 EIGENSOLVER = "fast"
 _EIGENSOLVERS = ("fast", "arpack")
 
-#: Fast path: one BLAS thread when n x (2 rank + 1) -- ARPACK's basis when this was measured;
-#: ``_eigsh`` now keeps 1.5 rank + 1 vectors, and the rule is left as measured -- has at most
-#: this many entries (4 MB). Measured on the shared 2-core EPYC: one thread 1.35x faster on
-#: adult-a1a (n x ncv = 2e5), 1.2x slower on adult-a4a (1e6).
+#: Fast path: one BLAS thread when n x (2 rank + 1) (ARPACK's basis when this was measured;
+#: ``_eigsh`` now keeps 1.5 rank + 1 vectors) has at most this many entries
+#: (docs/decisions/simplenpkl-fast-paths.md).
 _ONE_THREAD_MAX_BASIS = 500_000
 
 #: Fast path's sparse solves: Lanczos with partial reorthogonalisation first (True), or
@@ -89,8 +88,8 @@ class _SymA:
     """A(w) in the upper form the fast path's Lanczos reads (:class:`SymUpper`): array for
     array what Lanczos made of ``_SparseA(problem).set(w)`` before (its strict upper
     triangle and diagonal: one addition of w_p t_p / 2 to -L_ij per pair), with the union
-    pattern built by one compiled merge instead of scipy's sparse sums and sorts (glass:
-    16 us against 0.3 ms), and no conversion at every solve."""
+    pattern built by one compiled merge instead of scipy's sparse sums and sorts, and no
+    conversion at every solve (docs/decisions/simplenpkl-fast-paths.md)."""
 
     def __init__(self, problem: NPKLProblem):
         c = problem.constraints
@@ -167,36 +166,7 @@ def _use_dense(n: int, k: int) -> bool:
 
 
 #: Fast path: dense solves up to this many points (ARPACK's per-call set-up dominates
-#: there). Until 2026-11-24 the dense solve was ``numpy.linalg.eigh`` (all n eigenpairs) and
-#: the crossover lay between sonar/glass (n = 208-214, dense faster) and heart (n = 270,
-#: ARPACK faster), hence 240. With LAPACK ``dsyevr`` asked for the top rank eigenpairs only
-#: (``_dense_top_eigs``), ``bench/simplenpkl_dense_threshold.py ... --subsample`` on the idle
-#: Intel Xeon, one BLAS thread, medians of 5-9 alternating rounds, whole fits dense vs ARPACK:
-#: heart (n = 270) linear 4.58 vs 5.15 ms, squared hinge 122 vs 167 ms; breast-cancer subsets
-#: n = 300: 5.0 vs 6.3 / 38 vs 47 ms; 350: 6.5 vs 7.3 / 116 vs 133 ms; 400: 8.5 vs 8.9 /
-#: 57.5 vs 57.7 ms; 450: 10.1 vs 9.8 / 79 vs 77 ms; 500: 13.1 vs 11.1 / 102 vs 93 ms. The
-#: crossover was near 400-450 points, hence 400. With the tridiagonal route (same bench, 3-9
-#: rounds): breast-cancer n = 400: 5.6 vs 8.0 / 40 vs 59 ms; 500: 9.2 vs 11.0 / 74 vs 88 ms;
-#: all 569: 13.7 vs 14.0 / 102 vs 110 ms. Dense was still ahead at 569, hence 560. Against
-#: the sparse path's Lanczos (``npkl_dist.linalg._lanczos``, 2026-11-25; same bench, ``--runs 5
-#: --variants lanczos arpack tridiagonal``, dense vs Lanczos, linear / squared hinge): glass
-#: (214) 1.01 vs 1.73 / 9.6 vs 11.7 ms; heart (270) 1.56 vs 1.94 / 56.3 vs 55.9 ms;
-#: breast-cancer n = 300: 2.05 vs 2.39 / 18.0 vs 16.8 ms; 400: 3.89 vs 3.27 / 31.0 vs
-#: 22.8 ms; 500: 6.9 vs 4.4 / 59.9 vs 35.5 ms; all 569: 10.5 vs 6.1 / 89 vs 45 ms. The
-#: crossover lay between 300 and 400 points, hence 350. With A assembled in Lanczos's upper
-#: form by a compiled merge (``_SymA``, 16 us on glass against 0.3 ms through scipy),
-#: vectorised inner products in the Lanczos steps and a compiled Rayleigh-Ritz
-#: (2026-11-25 evening; same bench, ``--runs 5``, Lanczos vs dense, linear / squared
-#: hinge): wine (178) 0.90 vs 0.77 / 6.5 vs 6.6 ms; breast-cancer n = 200: 0.99 vs
-#: 0.97 / 7.5 vs 8.2 ms; sonar (208) 1.03 vs 1.01 / 6.7 vs 7.3 ms; glass (214) 1.05 vs
-#: 1.16 / 9.2 vs 10.8 ms; breast-cancer n = 250: 1.26 vs 1.48 / 8.1 vs 10.6 ms; heart
-#: (270) 1.31 vs 1.80 / 47.8 vs 64.9 ms; breast-cancer n = 300: 1.57 vs 2.29 / 13.9 vs
-#: 21.4 ms. The crossover lay near 200 points. With each reorthogonalisation update fused
-#: with the next inner product (same bench, ``--runs 7``): iris (150) 0.65 vs 0.59 / 24.2
-#: vs 24.7 ms; breast-cancer n = 150: 0.63 vs 0.63 / 5.0 vs 5.5 ms; 175: 0.74 vs 0.81 /
-#: 5.5 vs 6.2 ms; wine (178) 0.70 vs 0.75 / 5.7 vs 6.6 ms; breast-cancer n = 200: 0.85 vs
-#: 0.93 / 6.9 vs 8.3 ms; sonar (208) 0.80 vs 1.05 / 6.2 vs 7.8 ms; glass (214) 0.87 vs
-#: 1.16 / 8.0 vs 10.5 ms. The crossover lies near 150 points, hence 160.
+#: there); the crossover against Lanczos: docs/decisions/simplenpkl-fast-paths.md.
 _FAST_DENSE_MAX_N = 160
 
 
@@ -230,16 +200,15 @@ def _top_eigs(A, k: int, v0, fast: bool = False, overwrite: bool = False):
 def _descending(w, P):
     """(w, P) with w in descending order and P's columns in step, P C-contiguous: its
     rows are what the objective and the pair values read (P[:, order] alone is
-    F-contiguous, and tr(V'LV) over it took 94 instead of 17 ms on adult-a5a)."""
+    F-contiguous and slower to read; docs/decisions/simplenpkl-fast-paths.md)."""
     order = np.argsort(w)[::-1]
     if P.flags.c_contiguous and np.array_equal(order, np.arange(w.size)):
         return w, P  # Lanczos's output: already in order
     return w[order], np.ascontiguousarray(P[:, order])
 
 
-#: Below this many points ``_dense_top_eigs`` keeps ``numpy.linalg.eigh`` (one BLAS thread,
-#: median of 300 solves: n = 16, k = 3: 22 us against the tridiagonal route's 30 us; n = 24,
-#: k = 4: 44 against 40 us; bench/RESULTS.md).
+#: Below this many points ``_dense_top_eigs`` keeps ``numpy.linalg.eigh``, the faster there
+#: (docs/decisions/simplenpkl-fast-paths.md).
 _TRIDIAG_MIN_N = 24
 
 
@@ -247,9 +216,8 @@ def _dense_top_eigs(M, k: int, overwrite: bool = False):
     """Top-k eigenpairs of the symmetric dense M, descending: ``dsyevr``'s algorithm for
     eigenpairs n - k + 1 ... n only, with its bisection compiled and run for the k
     eigenvalues side by side (:func:`npkl_dist.linalg._tridiag.tridiagonal_top_eigs`). numpy's
-    ``eigh`` (all n pairs) is the reference; one BLAS thread, n = 100, k = 15: 0.23 against
-    eigh's 0.57 and dsyevr's 0.61 ms; heart's A, n = 270, k = 24: 1.8 against 4.1 and 3.4 ms. Below
-    ``_TRIDIAG_MIN_N`` points, where numpy's ``eigh`` is the faster, for k = n, and if the
+    ``eigh`` (all n pairs) is the reference (timings: docs/decisions/simplenpkl-fast-paths.md).
+    Below ``_TRIDIAG_MIN_N`` points, where numpy's ``eigh`` is the faster, for k = n, and if the
     route fails (inverse iteration not converged, a non-finite matrix), that.
     ``overwrite``: M may be overwritten (the route then reduces it in place)."""
     n = M.shape[0]
@@ -284,8 +252,8 @@ class _CSROperator(spla.LinearOperator):
     """y = A x straight through scipy's compiled CSR kernel (the one ``A @ x`` ends in).
 
     ARPACK asks for one product per Lanczos step; ``A @ x`` reaches ``csr_matvec`` through
-    about 30 us of Python dispatch, a third of the product itself on the adult data. The
-    products are bitwise those of ``A @ x``.
+    Python dispatch that costs a third of the product on the adult data
+    (docs/decisions/simplenpkl-fast-paths.md). The products are bitwise those of ``A @ x``.
     """
 
     def __init__(self, A):
@@ -306,8 +274,7 @@ class _CSROperator(spla.LinearOperator):
 def _lanczos_ncv(n: int, k: int) -> int:
     """ARPACK's basis for k eigenpairs of an n x n matrix: 1.5k + 1 vectors (scipy's default:
     2k + 1): more restarts, but each step orthogonalises against a quarter fewer vectors
-    (adult-a3a, k = 86: 547 vs 641 ms per solve, squared hinge fit 11.7 vs 13.2 s; adult-a5a,
-    k = 123: 2.72 vs 2.87 s; a1a, k = 61: the same; bench/RESULTS.md)."""
+    (docs/decisions/simplenpkl-fast-paths.md)."""
     return min(n, max((3 * k) // 2 + 1, 20))
 
 
@@ -316,8 +283,7 @@ def _eigsh(A, k, v0, fast):
     ``fast``: Lanczos with partial reorthogonalisation (:func:`lanczos_top_eigs`, same
     tolerance), and where it cannot certify its result, eigsh through :class:`_CSROperator`.
     Returns (w, P) descending with P C-contiguous (:func:`_descending`; Lanczos's pairs come
-    out so, and skipping the check saves its numpy calls, ~15 us of a small fit after other
-    work)."""
+    out so, and skipping the check saves its numpy calls)."""
     n = A.shape[0]
     if fast and _SPARSE_LANCZOS:
         w, P, stats, failure = lanczos_top_eigs(A, k, v0, _EIG_TOL)

@@ -5,149 +5,38 @@ the losses of :func:`npkl_dist.problem._objective.loss_fn`)::
 
     min_{K psd, ||K||_F^2 <= B}  P(K) = tr(L K) + gamma * sum_{pairs p=(i,j)} loss(t_p K_ij)   (*)
 
-Only the feasible set differs from the NPKL objective of :mod:`npkl_dist.problem._objective`: the
-capacity ``tr(K^2) = ||K||_F^2 <= B`` replaces the free factor (and, for the linear loss, the
-row-norm bound ``||v_i|| <= b`` of ``problem.bound``, which SimpleNPKL does not use). The
-paper's C is gamma for the linear and hinge losses and 2 gamma for the squared hinge and
-square losses (it weights those by C/2, this package by gamma).
+Only the feasible set differs from the NPKL objective: the capacity replaces the free factor
+(and the linear loss's row-norm bound). The paper's C is gamma for the linear and hinge
+losses and 2 gamma for the squared hinge and square losses.
 
-Kernel step (Prop. 1, p = 2). With ``E_p = (e_i e_j' + e_j e_i') / 2`` (so that
-``tr(E_p K) = K_ij`` for symmetric K) and weights ``w``, let
-
-    A(w) = sum_p w_p t_p E_p - L          (sparse: the pattern of L plus the constraint pairs)
-
-Then ``argmin { tr((L - sum_p w_p t_p E_p) K) : K psd, ||K||_F^2 <= B }`` is
-``K = sqrt(B) A_+ / ||A_+||_F`` with value ``-sqrt(B) ||A_+||_F`` (K = 0 if A has no positive
-eigenvalue). With a rank cap r, the top-r positive eigenpairs give exactly the minimiser over
-{rank(K) <= r} (von Neumann's trace inequality), renormalised to ||K||_F^2 = B. So
+Kernel step (Prop. 1, p = 2). With ``E_p = (e_i e_j' + e_j e_i') / 2`` and weights ``w``,
+``A(w) = sum_p w_p t_p E_p - L``; ``argmin { tr(-A(w) K) : K psd, ||K||_F^2 <= B }`` is
+``K = sqrt(B) A_+ / ||A_+||_F`` (0 if A has no positive eigenvalue); with a rank cap r the
+top-r positive eigenpairs give the minimiser over rank(K) <= r (von Neumann), so
 ``V = P_r diag(sqrt(lambda))`` with ``lambda = sqrt(B) sigma_+ / ||sigma_+||``.
 
-* Linear loss: ``loss(z) = -z`` makes (*) one kernel step with ``w = gamma`` (closed form);
-  its value is ``-sqrt(B) ||A(gamma)_+||_F``.
+* Linear loss: one kernel step with ``w = gamma`` (closed form).
 * Squared hinge / square / hinge: the saddle-point problem of §4.3-4.5 with duals alpha,
 
       J(alpha) = -sqrt(B) ||A(alpha)_+||_F + sum_p alpha_p - sum_p alpha_p^2 / (4 gamma)
-      grad_p J = 1 - t_p K_p(alpha) - alpha_p / (2 gamma)
 
-  with alpha >= 0 (squared hinge) or alpha free (square). For the hinge the quadratic term
-  is absent and 0 <= alpha <= gamma. Alg. 1 alternates the kernel step at alpha and the
-  projected gradient ascent step ``alpha <- Proj(alpha + eta grad J)``, from
-  ``alpha_0 = gamma`` (whose kernel step is the linear-loss solution).
+  (hinge: no quadratic term, 0 <= alpha <= gamma), maximised from ``alpha_0 = gamma`` by
+  L-BFGS-B (``dual='lbfgs'``, default) or by Alg. 1's projected gradient ascent with the
+  local Lipschitz step of Lemma 5 / Prop. 6 (``dual='alg1'``, the reference). Where the
+  optimum lies inside the capacity ball, or the gap stays open, the kernel is refined in the
+  span of the current eigenvectors (§5.4); ``converged`` is the certificate
+  ``(P - J) / (|P| + 1) <= sqrt(tol)``.
 
-  Step size (Lemma 5 / Prop. 6): ``K(alpha) = sqrt(B) N(Pi(A(alpha)))`` with the PSD
-  projection Pi 1-Lipschitz and the normalisation N(X) = X / ||X|| of local constant 1/||X||;
-  ``||A(a1) - A(a2)||_F = ||a1 - a2|| / sqrt(2)`` and the pair entries of a symmetric K obey
-  ``||(K_p)_p|| <= ||K||_F / sqrt(2)``, so grad J is locally Lipschitz with
+Rank: ``problem.rank`` eigenpairs (override with ``rank=``); default Pataki's bound (Prop. 4),
+capped at ``RANK_CAP``. Eigensolver: ``eigensolver='arpack'`` (eigsh on CSR, the reference)
+or ``'fast'`` (dense ``_tridiag`` route up to ``_FAST_DENSE_MAX_N`` points, Lanczos with
+partial reorthogonalisation above, positive eigenpairs only between slack checks, one BLAS
+thread while the basis is small); the iterates agree with the reference to eigsh's accuracy
+(tests/solvers/simplenpkl/test_simplenpkl_fast.py).
 
-      Lip(alpha) = sqrt(B) / (2 ||A(alpha)_+||_F) + 1 / (2 gamma)      (hinge: no 1/(2 gamma))
-
-  and ``eta = 1 / Lip(alpha)``. The constant is local (N is not globally Lipschitz), so the
-  ascent inequality of Prop. 6, ``J(a+) >= J(a) + <g, a+ - a> - ||a+ - a||^2 / (2 eta)``, is
-  checked and eta halved until it holds (each trial is one eigendecomposition, reused as the
-  next kernel step when accepted). J therefore never decreases.
-
-  Stopping: the relative change ``max(||K_t - K_{t-1}||_F / ||K_t||_F, ||a_t - a_{t-1}|| /
-  ||a_t||) < tol``, or the relative duality gap ``(P(K_t) - J(a_t)) / (|P(K_t)| + 1) <= tol``
-  (weak duality: J(a) <= P(K) for every feasible K; with a rank cap J uses the top-rank
-  eigenvalues only), or ``max_iter``. A step starts at ``min(1/Lip, 2 eta_prev)``.
-
-Dual solver. Alg. 1 is projected gradient ascent on J with the step 1/Lip; on the adult data
-(B = 100 n) it had not certified the gap after its 200 iterations (a1a, squared hinge:
-objective 792.60, gap 5.0). J is concave (``||A_+||_F`` with the rank cap is the support
-function of {K psd, rank <= r, ||K||_F <= 1}, convex in A, and A is affine in alpha) and its
-gradient above is continuous wherever ``A_+ != 0``, so the default ``dual='lbfgs'`` maximises
-the same J by scipy's L-BFGS-B under the same bounds (alpha >= 0; 0 <= alpha <= gamma; free),
-from the same alpha_0 (its compiled routine driven directly, without ``minimize``'s per-call
-set-up: :mod:`npkl_dist.linalg._lbfgsb`). Each function evaluation is one kernel step at the trial point
-(positive eigenpairs only, as above, warm-started from the previous one); each accepted point
-is one iteration with the same traces, callback and stopping rules. Every ``_SLACK_CHECK``
-iterations the capacity test runs as for Alg. 1 (slack: refine, stop once certified, else
-restart L-BFGS-B from the better of the two dual points), and if J rose by less than
-``tol (|P| + 1)`` over those iterations while the gap stays open (kernel steps that jump
-between near-equal eigenvalues at the rank cap, e.g. heart), the loop ends and the
-refinement below closes the gap. a1a, squared hinge: 26 iterations, 33 eigendecompositions,
-objective 790.0913, gap 2.2e-3 (2.7e-6 relative), 2.5 s against Alg. 1's 208 and 18 s.
-``dual='alg1'`` is the reference (tests: both reach cvxpy's optimum; fast = reference).
-
-Slack capacity and the subspace refinement. Every kernel of Alg. 1 has ``tr(K^2) = B``. When
-the optimum of (*) lies inside the ball (B larger than the ``tr(K^2)`` the data ask for -- it
-happens on small problems with B = 100), the dual has a kink at its maximiser
-(``A(alpha*)_+ = 0``), the iteration stalls and its kernels cannot approach the optimum. It is
-detected by the slope of ``s -> P(s K_t)`` at s = 1 (>= 0: shrinking K helps), tested every
-10 iterations and at the end. Then, and whenever the loop ends with a relative duality gap
-above tol, the kernel is refined in the span of the current ``rank`` eigenvectors P (§5.4,
-"Low Rank Approximation of K"): ``min P(P S P')`` over ``S psd (rank x rank), ||S||_F^2 <=
-B`` by FISTA with adaptive restart (for the hinge on a Huber-smoothed hinge with
-continuation, keeping the best iterate under the true hinge). The refined K is kept if it
-lowers P; the duals it attains (``alpha = -gamma loss'(t K_ij)``) give a new dual bound J,
-and Alg. 1 continues from them if J increased; it stops once the gap is certified.
-``converged`` is the certificate ``(P - J) / (|P| + 1) <= sqrt(tol)``.
-
-Rank: the kernel step keeps ``problem.rank`` eigenpairs (override with ``rank=``); the default
-is Pataki's bound (Prop. 4), the largest r with r(r+1)/2 <= m, capped at ``RANK_CAP``.
-
-Eigensolver: ``scipy.sparse.linalg.eigsh(A, k=rank, which='LA')`` on the sparse CSR matrix A
-(implicitly restarted Lanczos, O(nnz(L) + m) per product, §5.2), warm-started from the
-previous eigenvectors. Only when ``n <= 2 rank + 1`` (ARPACK needs k < n, and n x n is then
-no more memory than the n x rank output) is A densified and ``numpy.linalg.eigh`` used.
-``eigensolver='arpack'`` is exactly that at every kernel step (the reference). The default
-``'fast'`` computes the same things with less work:
-
-* Above ``_FAST_DENSE_MAX_N`` = 160 points the top eigenpairs come from Lanczos with partial
-  reorthogonalisation, every vector kept and no restarts (``npkl_dist.linalg._lanczos``), at
-  eigsh's tolerance and checked by their true residuals after a Rayleigh-Ritz step:
-  2.3-2.9x faster than eigsh on the adult sets, whose solves spend 70-80% outside the
-  products with A (``bench/lanczos_vs_arpack.py``). A is held in the upper form Lanczos
-  reads (``_SymA``: strict upper triangle and diagonal, assembled by a compiled merge of
-  L's pattern with the pairs); a CSR matrix is made from it only for the ARPACK fallback.
-  Where Lanczos cannot certify its result (non-finite values, a repeated eigenvalue seen,
-  no convergence within its memory budget of ``_lanczos._MAX_BYTES``, a residual check
-  failing), eigsh runs instead, with its products straight through scipy's compiled CSR
-  kernel (``A @ x`` spends about 30 us of Python dispatch per product around a
-  90 us product on adult-a1a; the products are bitwise those of ``A @ x``).
-* Between slack checks only the positive eigenpairs are computed: the kernel step and J use
-  ``max(sigma, 0)``, so eigenpairs with sigma <= 0 enter with weight 0. Alg. 1 drives A(alpha)
-  towards few positive eigenvalues (adult-a1a: 26 of rank 61 in half of its 200
-  iterations), so the step asks eigsh for the positive count of the previous step plus
-  ``max(4, rank / 10)``; if the smallest returned eigenvalue is still positive, it solves
-  the full top-rank problem instead. Every step that can be followed by a refinement (each ``_SLACK_CHECK``-th, the
-  refinement's own dual step) and the final one (re-solved if needed: the certificate, the
-  refinement subspace span(P) and ``eigenvalues`` use all rank eigenpairs) are full solves.
-* Up to ``_FAST_DENSE_MAX_N`` = 160 points A is assembled dense (``_DenseA``) and only its
-  top rank eigenpairs are computed, by ``dsyevr``'s algorithm for a part of the spectrum
-  (tridiagonalisation, bisection, inverse iteration) with the bisection compiled and run for
-  all rank eigenvalues side by side (``npkl_dist.linalg._tridiag``); numpy's ``eigh`` below
-  ``_TRIDIAG_MIN_N`` = 24 points. ARPACK's set-up per call costs more at these sizes
-  (soybean 0.2 vs 1.2 ms per solve); on the paper's data sets (47-270 points) the route is
-  2.2-2.4x faster than ``eigh`` for all n pairs and 1.9-2.7x faster than LAPACK's own
-  ``dsyevr`` (bench/fit_time_floor.py; whole fits 1.5-2.1x, bench/RESULTS.md).
-* One BLAS thread for the whole fit (threadpoolctl) while ARPACK's basis is small
-  (``n (2 rank + 1) <= _ONE_THREAD_MAX_BASIS``, 4 MB, the basis size when this was
-  measured; the basis is now 1.5 rank + 1 vectors, see ``_eigsh``): the dense work is then on small
-  n x rank blocks and level-2 steps on a cached basis, where threads gain little and contend
-  on a busy machine (adult-a1a, squared hinge, original code: 208-212 s with the default
-  threads on the loaded 2-core machine, 41-44 s otherwise, 43 s with one thread; fast path
-  25 s with one thread, 34 s without). At larger n the level-2 steps stream the basis from
-  memory and two threads help (adult-a4a, squared hinge, fast path: 223 s with the default
-  threads, 269-280 s with one; bench/RESULTS.md), so the process's setting is kept.
-
-The iterates agree with the reference to eigsh's accuracy (tests/solvers/simplenpkl/test_simplenpkl_fast.py).
-Measured and not adopted (bench/RESULTS.md): block solvers warm-started from the previous
-eigenvector block (scipy's lobpcg: 5-9x slower per solve than eigsh; Chebyshev-filtered
-subspace iteration and Davidson-type recycling of earlier blocks: no faster than eigsh at
-a 1e-6 residual) -- near the end Alg. 1 clusters many eigenvalues of A(alpha) around 0, where
-block methods converge slowly and a single-vector Lanczos needs fewer products; a
-Chebyshev-filtered operator inside eigsh saved 1.3-1.4x per solve in isolation.
-
-Paper typos found while deriving: eq. (12) sums the non-symmetric T_ij, but Prop. 1 needs a
-symmetric A, hence the 1/2 in E_p; eq. (25) has a spurious minus in
-``(-B / tr A_+^{p/(p-1)})^{1/p}``; Lemma 5 bounds ||sum dalpha_ij T_ij||_F by
-||dalpha|| ||T||_F = sqrt(m) ||dalpha|| and the gradient change again with ||T||_F, giving
-m/G + 1/C, while the T_ij have disjoint supports so both factors are 1 (1/sqrt(2) each here,
-after symmetrisation): 1/(2G) + 1/C; Lemma 5 / Prop. 6 assume the penalty form (K = A_+/G),
-for the constrained form G = ||A_+||_F / sqrt(B) varies with alpha; Prop. 6 writes eta for
-the inverse step (eta >= Lip) while Alg. 1 writes alpha + eta grad J; bcdkl eq. (7)-(8)
-write A = L - gamma T and then A_+, which must be (-A)_+ = (gamma T - L)_+."""
+Reference: simplenpkl-jmlr2011; docs/algorithms.md, "SimpleNPKL" (the step size, stopping
+rules, refinement, eigensolver routes and the paper's typos);
+docs/decisions/simplenpkl-fast-paths.md (why L-BFGS-B and these eigensolvers, with figures)."""
 
 from __future__ import annotations
 
@@ -526,10 +415,7 @@ def _polish(problem, P, S0, B, L64, *, max_iter=500, tol=1e-7):
 #: normalising checks their rows' length (``warn_short_free_rows``).
 FREE_SHARE_WARN = 0.2
 #: ... and warns when their median row is shorter than this fraction of the constrained
-#: points' (measured: 0.08-0.34 from 28% of the points free, where kernel k-means on V fell
-#: to 46-96% pairwise accuracy on wine and iris against 81-98% on the unit rows; at the
-#: papers' protocol, about 9% free, the ratio is 0.18-0.47; bench/RESULTS.md, "Clustering
-#: with the normalised kernel").
+#: points' (docs/decisions/normalised-kernel-clustering.md).
 FREE_ROW_RATIO_WARN = 0.5
 
 
@@ -586,52 +472,33 @@ def fit_simplenpkl(
     Parameters
     ----------
     problem : NPKLProblem
-        ``loss`` selects the algorithm: ``'linear'`` is solved in closed form (Prop. 1, one
-        sparse eigendecomposition of A = gamma sum_p t_p E_p - L); ``'squared_hinge'``,
-        ``'square'`` and ``'hinge'`` by the saddle-point iteration (Alg. 1). ``gamma`` is the
-        loss weight. ``bound`` is ignored (the capacity B replaces it). Diagonal targets
-        (KL-ADMM's protocol) are rejected.
+        ``loss``: ``'linear'`` in closed form (Prop. 1), the others by the dual (Alg. 1).
+        ``bound`` is ignored (B replaces it); diagonal targets are rejected.
     B : float, optional
         Capacity ``tr(K^2) <= B``; default :data:`DEFAULT_B` = 100 (bcdkl §IV; the adult
         experiments used 100 n).
     max_iter : int
         Maximum number of saddle-point iterations (unused for the linear loss).
     tol : float
-        Stop Alg. 1 when ``max(||K_t - K_{t-1}||_F / ||K_t||_F, ||a_t - a_{t-1}|| / ||a_t||)
-        < tol`` or the relative duality gap ``(P - J) / (|P| + 1) <= tol``; the fit counts as
-        converged when that gap is <= sqrt(tol) at the end.
+        Relative change or relative duality gap at which to stop; converged when the gap is
+        <= sqrt(tol) at the end.
     rank : int, optional
-        Eigenpairs kept per kernel step, 1 <= rank <= n; default ``problem.rank`` (Pataki's
-        bound r(r+1)/2 <= m, capped at ``RANK_CAP``). Each kernel step is then the exact
-        minimiser over kernels of rank <= ``rank``.
+        Eigenpairs kept per kernel step, 1 <= rank <= n; default ``problem.rank``.
     callback : callable, optional
         ``callback(iteration, objective, change, seconds)`` after each iteration.
     eigensolver : {'fast', 'arpack'}, optional
-        ``'arpack'``: the reference, ``eigsh(A, k=rank)`` at every kernel step as written
-        in the paper. ``'fast'``: the same eigsh with the products through scipy's compiled
-        CSR kernel, only the positive eigenpairs between slack checks, and one BLAS thread
-        for small n x rank (see "Eigensolver" in the module docstring); same iterates up to
-        the eigensolver's accuracy. Default :data:`EIGENSOLVER` (``'fast'``).
+        ``'arpack'``: eigsh at every kernel step (the reference); ``'fast'`` (default,
+        :data:`EIGENSOLVER`): the same iterates up to the eigensolver's accuracy, faster.
     dual : {'lbfgs', 'alg1'}, optional
-        How the dual J(alpha) of the squared hinge, square and hinge losses is maximised
-        (unused for the linear loss). ``'alg1'``: the paper's saddle-point iteration
-        (projected gradient ascent with the Lipschitz step of Prop. 6; the reference).
-        ``'lbfgs'``: the same dual, the same kernel steps (one eigendecomposition per
-        evaluation) and the same stopping rules, maximised by scipy's L-BFGS-B with the
-        bounds of the loss (see "Dual solver" in the module docstring); it reaches the
-        optimum in far fewer kernel steps. Default :data:`DUAL` (``'lbfgs'``).
+        The dual's maximiser: L-BFGS-B (default, :data:`DUAL`) or the paper's projected
+        gradient ascent (the reference); the same kernel steps and stopping rules.
 
     Returns
     -------
     SimpleNPKLResult
-        A :class:`FitResult` with ``solver='simplenpkl'``: ``V`` of shape (n, rank) in
-        original point order and ``problem.dtype`` with ``K = V V'`` (the lowest-objective
-        kernel among the iterates and the refinements) (zero columns where A has
-        fewer than ``rank`` positive eigenvalues; ``||V'V||_F^2 = B`` unless the refinement
-        moved inside the ball or K = 0); ``objective`` the final :func:`simplenpkl_objective`;
-        ``objective_trace`` that objective after each iteration of Alg. 1 (one entry for the
-        linear loss; the refinement is not in the trace); ``sweep_seconds`` the seconds of each
-        iteration (eigensolves and dual step); ``change_trace`` the relative changes.
+        ``V`` (n, rank), original order, ``K = V V'`` the lowest-objective kernel seen (zero
+        columns where A has fewer than ``rank`` positive eigenvalues); ``objective`` the
+        final :func:`simplenpkl_objective`; per-iteration traces (not the refinement).
 
     Raises
     ------
@@ -642,8 +509,9 @@ def fit_simplenpkl(
     Warns
     -----
     ConvergenceWarning
-        The duality gap is still above sqrt(tol) relative (with a hint when the capacity is
-        slack and the refinement could not close the gap).
+        The duality gap is still above sqrt(tol) relative.
+
+    References: simplenpkl-jmlr2011 §4-5; docs/algorithms.md, "SimpleNPKL".
     """
     t_start = time.perf_counter()
     _check_problem(problem)
@@ -687,8 +555,8 @@ def fit_simplenpkl(
     if eigensolver == "arpack" or n * (2 * rank + 1) > _ONE_THREAD_MAX_BASIS:
         return _fit(*args)
     # small n x rank blocks and ARPACK's level-2 steps on a basis that stays in cache: BLAS
-    # threads gain little and, on a busy machine, contend (a1a: 212 s with the default
-    # threads against 43 s with one)
+    # threads gain little and, on a busy machine, contend
+    # (docs/decisions/simplenpkl-fast-paths.md)
     with _OneBlasThread():
         return _fit(*args)
 
@@ -925,7 +793,7 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
                 raise StopIteration
 
         # the loss's box (L-BFGS-B through scipy's compiled routine without minimize's
-        # per-call set-up, about 0.5 ms of a small fit; the same iterates: _lbfgsb)
+        # per-call set-up; the same iterates: _lbfgsb; docs/decisions/simplenpkl-fast-paths.md)
         lower = np.full(c.m, -np.inf if loss == "square" else 0.0)
         upper = np.full(c.m, gamma if loss == "hinge" else np.inf)
         while True:
