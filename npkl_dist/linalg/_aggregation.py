@@ -4,9 +4,8 @@ The block solver's default preconditioner (``precond='amg-additive'``, and ``'am
 is a plain-aggregation hierarchy: pyamg's ``smoothed_aggregation_solver`` with
 ``smooth=None`` and no strength filter. pyamg forms each coarse operator as ``R @ A @ P``,
 two general sparse products through BSR. With a tentative prolongator, which has at most
-one entry per row, that is one pass over A's entries per aggregate. At n = 1e6 (990,000
-unconstrained rows, 14.5M entries) pyamg's products took about 0.6 s of its 0.9 s set-up;
-the pass takes about 0.35 s (bench/RESULTS.md).
+one entry per row, that is one pass over A's entries per aggregate, far cheaper than
+pyamg's products (docs/decisions/block-fit-at-1e6.md).
 
 The pass reproduces scipy's products exactly: the same sums in the same order, each coarse
 row's entries in scipy's stored order, and no entry whose sum is exactly zero. That order
@@ -36,7 +35,7 @@ from ._simd import prefetch1, prefetch_rows_ahead
 #: How far ahead the Galerkin passes' reverse walk over a row's columns prefetches their
 #: aggregates and weights (the fine rows themselves: ``prefetch_rows_ahead``; the rows of an
 #: aggregate are scattered over about a quarter of a million rows of the RCM order at
-#: n = 1e6: the fill went 0.25 -> 0.16 s, the count 0.13 -> 0.06 s).
+#: n = 1e6; docs/decisions/block-fit-at-1e6.md).
 COLUMNS_AHEAD = 8
 
 #: pyamg's default improvement of the candidates (``smoothed_aggregation_solver``'s
@@ -109,8 +108,8 @@ def plain_aggregation_hierarchy(
 
 
 #: Finest levels of at least this many rows count the coarse rows' entries in a thread of
-#: their own during the candidate's relaxation (n = 1e6: the count's 0.1 s off the set-up's
-#: critical path; bench/RESULTS.md, "The Galerkin count beside the candidate's relaxation").
+#: their own during the candidate's relaxation (off the set-up's critical path;
+#: docs/decisions/block-fit-at-1e6.md).
 OVERLAP_MIN_ROWS = 200_000
 
 

@@ -10,7 +10,7 @@ _BLAS_CONTROLLER = None
 
 def _blas_controller():
     """One threadpoolctl controller per process: building one scans the loaded libraries
-    (about 4 ms, more than a whole small fit)."""
+    (more than a whole small fit; docs/decisions/small-fit-times.md)."""
     global _BLAS_CONTROLLER
     if _BLAS_CONTROLLER is None:
         _BLAS_CONTROLLER = ThreadpoolController()
@@ -20,9 +20,8 @@ def _blas_controller():
 class _OneBlasThread:
     """``with _OneBlasThread():`` one thread in every BLAS library of the process's
     controller, each library's own count restored on exit. threadpoolctl's ``limit()`` does
-    the same through ``info()`` dictionaries of every library (~11 us warm, ~50 us with cold
-    caches, a tenth of a 100-point linear fit); this reads and sets only the counts (~2 us)
-    and leaves a library already at one thread alone."""
+    the same through ``info()`` dictionaries of every library (a tenth of a 100-point linear
+    fit); this reads and sets only the counts and leaves a library already at one thread alone."""
 
     __slots__ = ("saved",)
 

@@ -16,12 +16,12 @@ def csr_laplacian_stats(indptr, indices, data):
     max |M_ij - M_ji|) of a square CSR matrix with sorted, duplicate-free indices, in one
     pass: for each stored (i, j), M_ji is found by binary search in row j (0 where not
     stored). The last equals ``abs(M - M.T).max()`` (0 for an empty matrix) without building
-    M.T and M - M.T (chessboard's 100-point Laplacian: ~70 us in scipy, most of
-    ``NPKLProblem.build``'s validation).
+    M.T and M - M.T (in scipy, most of ``NPKLProblem.build``'s validation;
+    docs/decisions/small-fit-times.md).
 
     M_ji is found by a cursor per row: rows i are visited in increasing order, so the
-    columns asked of row j only increase and its cursor only moves forward (O(nnz) in all;
-    a binary search per entry took 20 ms of adult-a5a's 0.8 s SimpleNPKL fit)."""
+    columns asked of row j only increase and its cursor only moves forward (O(nnz) in all,
+    against a binary search per entry)."""
     n = indptr.size - 1
     finite = True
     diag_positive = True
@@ -81,8 +81,8 @@ def gram_square_sums(X, Y):
     """(||X'X||_F^2, ||Y'Y||_F^2, ||X'Y||_F^2) for X (n, r) and Y (n, s): the three terms of
     ||XX' - YY'||_F^2 = ||X'X||^2 + ||Y'Y||^2 - 2 ||X'Y||^2 in O(n (r + s)^2), each Gram
     entry a dot product of two transposed columns (:func:`_gram_square_sum`). numpy's form
-    (three products, three sums) costs 14 us at n = 100, r = s = 15, this 3.7 us; the dot
-    products sum in any order (SIMD lanes side by side: a serial sum took 16 us), so the
+    (three products, three sums) costs several times more on small fits; the dot products
+    sum in any order (SIMD lanes side by side; docs/decisions/small-fit-times.md), so the
     rounding depends on the machine's vector width, as BLAS's does in numpy's form."""
     XT = np.ascontiguousarray(X.T).astype(np.float64)
     YT = np.ascontiguousarray(Y.T).astype(np.float64)
@@ -147,8 +147,8 @@ def sort_row(idx, val, start, end):
 
 
 #: Rows longer than this are sorted by :func:`radix_sort_row` (coarse AMG levels: about 100
-#: entries a row in a random order, where an insertion sort's quadratic shifts cost 2.3x
-#: the radix passes; bench/RESULTS.md, "Coarse levels' rows sorted by radix").
+#: entries a row in a random order, where an insertion sort's quadratic shifts cost more;
+#: docs/decisions/block-fit-at-1e6.md).
 RADIX_MIN_ROW = 32
 
 

@@ -2,7 +2,7 @@
 
 SimpleNPKL's fast path above ``_FAST_DENSE_MAX_N`` points (the adult sets) needs the top
 rank eigenpairs of the sparse A = sum w_p t_p E_p - L, once per kernel step. ARPACK
-(``scipy.sparse.linalg.eigsh``, the reference) spends 70-80% of such a solve outside the
+(``scipy.sparse.linalg.eigsh``, the reference) spends most of such a solve outside the
 products with A: it keeps a basis of 1.5 rank + 1 vectors, orthogonalises every new vector
 against all of them (two passes over the basis per step) and restarts. This is the other
 classic design (Simon 1984; Larsen's PROPACK):
@@ -40,11 +40,8 @@ vector (so does ARPACK: on a diagonal matrix with each eigenvalue thrice, eigsh 
 each once). Where the Krylov space closes early (``_BREAKDOWN``) the solver reports it and
 the caller falls back; small or dense problems go through :mod:`npkl_dist.linalg._tridiag`.
 
-Measured (one thread, the harness's repetition-0 A of SimpleNPKL-linear, medians of 5
-alternating solves, ``bench/lanczos_vs_arpack.py``, 2026-11-25 evening): adult-a1a
-(n = 1605, k = 61) 515 steps, 43 ms against ARPACK's 124 ms; adult-a4a (4781, 106) 386
-against 929 ms; adult-a5a (6414, 123) 1155 steps, 0.72 s against 1.67 s; heart (270, 24)
-0.9 against 5.3 ms.
+Reference: Simon 1984; docs/algorithms.md, "SimpleNPKL in detail";
+docs/decisions/simplenpkl-fast-paths.md (figures).
 """
 
 from __future__ import annotations
@@ -60,12 +57,9 @@ from . import _tridiag
 _EPS = float(np.finfo(np.float64).eps)
 _EPS23 = _EPS ** (2.0 / 3.0)
 
-#: Reorthogonalise when an estimated |q_{j+1}' q_k| passes this. Simon's semi-orthogonality
-#: bound, sqrt(eps), keeps the Ritz values exact to rounding but lets the reorthogonalisation
-#: terms (left out of T) reach the Ritz vectors: after Rayleigh-Ritz their true residuals were
-#: up to 9.3x ARPACK's tolerance (heart's A; adult-a2a 2.6-4.5x). At eps^0.6 they are at
-#: most 0.87x on the paper's sets (breast-cancer; 0.01-0.65x elsewhere), for 1.1-1.25x the
-#: time (adult-a1a 46 -> 50 ms, a5a 745 -> 928 ms; bench/RESULTS.md).
+#: Reorthogonalise when an estimated |q_{j+1}' q_k| passes this: Simon's sqrt(eps) keeps the
+#: Ritz values exact but lets the reorthogonalisation terms reach the Ritz vectors; eps^0.6
+#: keeps their true residuals within ARPACK's tolerance (docs/decisions/simplenpkl-fast-paths.md).
 _OMEGA_MAX = _EPS**0.6
 
 #: The true residual after Rayleigh-Ritz may exceed the Lanczos bound by this factor.
@@ -75,17 +69,13 @@ _VERIFY = 10.0
 #: at most _REFINE, and only while each round divides the worst residual-to-limit ratio by
 #: at least _REFINE_GAIN (a round that does not has reached the rounding floor). The limit is
 #: relative to |theta|, so a Ritz value near 0 asks for a residual far below the others'
-#: (found by hypothesis: theta = 1e-4, ||A|| = 12, limit 1e-13 = 37 eps ||A||); the Ritz
-#: vector of a semi-orthogonal basis starts at 2.6e-10 there and the rounds took it to
-#: 1.9e-13, 7.9e-14, 3.6e-14, then 3.4e-14 (the floor; numpy's dense eigh: 5.8e-15).
+#: (found by hypothesis; docs/decisions/simplenpkl-fast-paths.md).
 _REFINE = 5
 _REFINE_GAIN = 2.0
 
 #: A step with beta <= this x ||A|| closes the Krylov space (to rounding): the start vector
 #: lies in fewer than n eigenvectors' span, e.g. A has a repeated eigenvalue, of which
-#: Lanczos sees one copy. The solver then reports failure. (A diagonal matrix with each
-#: eigenvalue thrice: beta = 2e-11 ||A|| at the 20th step, where the 20 distinct ones are
-#: found. Nearly repeated eigenvalues, block-diagonal copies: found, rounding splits them.)
+#: Lanczos sees one copy. The solver then reports failure.
 _BREAKDOWN = float(np.sqrt(_EPS))
 
 #: The basis Q holds at most max(this many bytes, 4x ARPACK's basis) (past that: failure,
@@ -218,8 +208,8 @@ def sym_matmat(uptr, uidx, udata, diag, X):
 def _upper_part(indptr, indices, data):
     """(indptr, indices, data) of the strict upper triangle of the CSR matrix, and its
     diagonal. ``indices`` come out unsigned: numba then skips the negative-index
-    wrap-around test on x[indices[p]] (that test made a CSR product 2.4x slower than
-    scipy's ``csr_matvec``: adult-a1a, 121k entries, 120 against 50 us)."""
+    wrap-around test on x[indices[p]], which made a CSR product far slower than scipy's
+    ``csr_matvec`` (docs/decisions/simplenpkl-fast-paths.md)."""
     n = indptr.size - 1
     count = 0
     for i in range(n):
@@ -247,8 +237,7 @@ def _upper_part(indptr, indices, data):
 @njit(nogil=True, cache=True)
 def _sym_matvec(uptr, uidx, udata, diag, x, y):  # OUT: y = A x
     """y = A x for the symmetric A = D + U + U' stored as its strict upper triangle U (CSR)
-    and diagonal D: each stored entry is read once for both of its products (adult-a5a,
-    504k entries: 196 us against 255 us through the full CSR)."""
+    and diagonal D: each stored entry is read once for both of its products."""
     for i in range(y.size):
         y[i] = 0.0
     for i in range(y.size):
@@ -263,9 +252,9 @@ def _sym_matvec(uptr, uidx, udata, diag, x, y):  # OUT: y = A x
 
 
 #: The inner products of the steps and the reorthogonalisation may sum in any order (SIMD
-#: lanes side by side): a serial sum is one dependent addition per entry, 3.5-7x slower at
-#: these lengths (n = 270-1605: 117 against 34 ns, 787 against 116 ns per product). The
-#: rounding then depends on the machine's vector width, as BLAS's does.
+#: lanes side by side): a serial sum is one dependent addition per entry, several times
+#: slower (docs/decisions/simplenpkl-fast-paths.md). The rounding then depends on the
+#: machine's vector width, as BLAS's does.
 _DOT_FLAGS = {"reassoc", "contract"}
 
 
@@ -291,8 +280,7 @@ def _axpy_dot(alpha, x, r, z):  # OUT: r
 def _orthogonalise(Q, r, sel, m):  # OUT: r
     """One modified Gram-Schmidt pass of r against the rows k < m of Q with sel[k]. Each
     row's update of r and the next row's product with the updated r are one pass over r
-    (one pass per row instead of two: adult-a5a's 6414-long rows, 600 of them, 1.71 ->
-    1.11 ms per call)."""
+    (one pass per row instead of two)."""
     prev = -1
     s = 0.0
     for k in range(m):
@@ -488,8 +476,8 @@ def _run(uptr, uidx, udata, diag, Q, k, tol, cap, state, first, growth):
                 # convergence), refines, and fails there if they are not good enough
                 return (_FULL if j >= n else _BUDGET), j, w, S, Q
             # predict the next check from the laggard's bound (with the k-th's, which had
-            # passed, the schedule fell back to 10% more steps: adult-a5a repetition 2,
-            # 1229 steps where 1123 suffice; bench/RESULTS.md)
+            # passed, the schedule took more steps than needed;
+            # docs/decisions/simplenpkl-fast-paths.md)
             ratio = worst
         step = max(5, j // 10)
         if m0 >= 0 and ratio < r0:
@@ -503,16 +491,13 @@ def _run(uptr, uidx, udata, diag, Q, k, tol, cap, state, first, growth):
 #: so far (fewer, if the bound's decrease predicts convergence sooner). A check costs
 #: O(m) (one bisection and one inverse iteration on T_m), a step O(nnz(A) + m n): on small
 #: matrices a check costs as much as 5-10 steps and the first comes later. _FIRST[0] for
-#: n < _CHECK_SMALL_N, _FIRST[1] above. Medians of 5 alternating solves (first, growth):
-#: glass's A (4, 0.2) 0.79 ms, (2, 0.2) 0.83 ms; adult-a4a (2, 0.2) 515 ms, (2, 0.1) 568 ms,
-#: (4, 0.2) 633 ms; a5a 1137, 1142 and 1364 ms (bench/RESULTS.md).
+#: n < _CHECK_SMALL_N, _FIRST[1] above (docs/decisions/simplenpkl-fast-paths.md).
 _FIRST = (4, 2)
 _GROWTH = 0.2
 
 #: The next check comes after this share of the steps that the bound's decrease so far
 #: predicts: Lanczos converges faster than geometrically near the end, and the full
-#: prediction overshot (adult-a4a repetition 2: 1058 steps where 936 suffice; with 0.5,
-#: 978; a1a repetition 0: 515 -> 475; the checks as many; bench/RESULTS.md).
+#: prediction overshot (docs/decisions/simplenpkl-fast-paths.md).
 _PREDICT = 0.5
 _CHECK_SMALL_N = 1000
 _FAILURES = {
@@ -529,9 +514,8 @@ def random_start(n, seed, draw):
     """A start vector: n pseudo-random numbers in [-1, 1), fixed by (seed, draw) (splitmix64
     of both as the state of one xorshift64* stream, :func:`_tridiag.xorshift_uniform`). For
     Lanczos any vector with a component along every wanted eigenvector will do, which a
-    random one has with probability 1. This one costs about 1 us, where
-    ``numpy.random.default_rng(seed).standard_normal(n)`` costs 10 us warm and 39 us after
-    other work (a SimpleNPKL fit above 160 points needs one)."""
+    random one has with probability 1. Compiled, it is far cheaper than numpy's generator
+    (a SimpleNPKL fit above 160 points needs one; docs/decisions/simplenpkl-fast-paths.md)."""
     z = np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(draw + 1)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
@@ -615,7 +599,7 @@ def _residual_check(Y, AY, theta, tol):
     """The Ritz pairs' residual limits, true residuals and each residual over its limit
     (``_excess``); the check passes where every excess is <= 1. One compiled call
     (:func:`_residual_check_compiled`, the same values bit for bit): the numpy calls it
-    replaces cost ~30 us of a small fit whose caches other work has emptied."""
+    replaces cost a small fit noticeably (docs/decisions/simplenpkl-fast-paths.md)."""
     return _residual_check_compiled(Y, AY, theta, float(tol), _VERIFY, _EPS23)
 
 
@@ -656,7 +640,7 @@ def _ritz_pairs(Q, S, m, uptr, uidx, udata, diag):
     semi-orthogonal basis leaves Y orthonormal to about sqrt(eps) only), the k x k
     projection of A and its eigenpairs. Returns (ok, theta ascending, Y, AY); ok is False
     if Y'Y is not numerically positive definite. One compiled call: the dozen numpy and
-    scipy calls it replaces cost about 0.15 ms of Python around a 0.6 ms solve on glass."""
+    scipy calls it replaces cost a quarter of a small solve in Python."""
     Y = np.dot(Q[:m].T, S)
     G = np.dot(Y.T, Y)
     k = G.shape[0]

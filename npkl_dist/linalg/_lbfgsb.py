@@ -1,11 +1,10 @@
 """L-BFGS-B on a box without ``scipy.optimize.minimize``'s per-call set-up.
 
 SimpleNPKL maximises its dual by L-BFGS-B (``_simplenpkl``, "Dual solver"). On the small
-data sets a whole fit is 1-3 ms, and ``minimize(method='L-BFGS-B')`` spent about 0.5 ms of
-it outside the function: the bounds converted to a list of pairs and back, a
-``ScalarFunction`` with its array-namespace checks, an ``OptimizeResult`` per iteration
-(soybean's squared-hinge fit: 1.27 -> 0.87 ms with this driver, chessboard's 2.34 ->
-1.85 ms; bench/RESULTS.md).
+data sets ``minimize(method='L-BFGS-B')`` spent a large share of a whole fit outside the
+function: the bounds converted to a list of pairs and back, a ``ScalarFunction`` with its
+array-namespace checks, an ``OptimizeResult`` per iteration
+(docs/decisions/simplenpkl-fast-paths.md).
 
 :func:`minimize_box` runs the same loop as scipy's ``_minimize_lbfgsb`` around the same
 compiled routine (``scipy.optimize._lbfgsb.setulb``), so the iterates are bitwise scipy's:

@@ -3,13 +3,8 @@
 numpy asks the kernel for transparent huge pages on every large array (``madvise
 MADV_HUGEPAGE``). In a VM whose free memory goes back to the host (virtio-balloon free page
 reporting, as on the machines this project is measured on), a huge page's first touch is
-expensive: a fresh 512 MB numpy array took 1.2-1.4 s to touch against 0.05 s when its memory
-had just been freed by the process, and a block fit at n = 1e6 after another job spent
-2.5-3.1 s of system CPU time, most of it faulting in its work arrays. The same memory on base
-pages took 0.17-0.21 s (``MADV_POPULATE_WRITE``, one call), and the block solve's product
-with L_UU ran no slower on it (54 against 59 ms), its streaming passes the same
-(bench/RESULTS.md, "Block fits at n = 1e6: fresh pages, one copy of L_UU, and the outer step
-from the PCG"; ``bench/fresh_pages.py``).
+expensive, and base pages mapped in one call are far cheaper, with the block solve's streaming
+passes no slower on them (docs/decisions/block-fit-at-1e6.md).
 
 :func:`populated_empty` gives such an array: an anonymous mapping, no huge pages, its pages
 mapped up front (where the kernel cannot populate, they are touched one by one). Read it as

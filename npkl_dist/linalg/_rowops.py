@@ -74,8 +74,7 @@ def _add_row_products(i, indptr, indices, data, X, y, r, sign, madd):
 
     Four neighbours per pass over y: ``(((y + w0 x0) + w1 x1) + w2 x2) + w3 x3`` is the
     same sequence of roundings as four single passes, so the sums are bitwise those of the
-    plain loop, with a quarter of the loads and stores of y (KL-ADMM's half-step on
-    adult-a1a, r = 103: 3.34 -> 2.90 ms; bench/RESULTS.md)."""
+    plain loop, with a quarter of the loads and stores of y (docs/decisions/kl-admm.md)."""
     _add_range_products(indptr[i], indptr[i + 1], indices, data, X, y, r, sign, madd)
 
 
@@ -136,8 +135,8 @@ def _dot_rows(A, i, B, j, r, madd):
 @njit(nogil=True, cache=True, inline="always")
 def _dot_row_vec(A, i, y, r, madd):
     """sum_q A[i, q] y[q], in the lane order of ``_dot_rows``. Written out rather than
-    ``_dot_rows`` on ``y.reshape((1, r))``: the view costs 13% of a KL-ADMM half-step on
-    iris (r = 31)."""
+    ``_dot_rows`` on ``y.reshape((1, r))``: the view is costly on small KL-ADMM fits
+    (docs/decisions/kl-admm.md)."""
     s0 = 0.0
     s1 = 0.0
     s2 = 0.0
@@ -299,8 +298,8 @@ def take_rows(A, idx, dtype=None, out=None) -> np.ndarray:
     """``np.ascontiguousarray(A[idx], dtype)``: a relabelling of an (n, r) factor, into a
     fit's internal order (``idx`` = the order) or back (``idx`` = its inverse, ``rank_of``).
     Float32/float64 (n, r) arrays with indices in range take one parallel compiled pass, the
-    same values bit for bit (a float64 to float32 conversion rounds as numpy's does); at
-    n = 1e6, r = 16 about a third of numpy's serial gather (bench/RESULTS.md). Anything else
+    same values bit for bit (a float64 to float32 conversion rounds as numpy's does;
+    docs/decisions/block-fit-at-1e6.md). Anything else
     (negative or out-of-range indices among it) takes numpy's route.
 
     ``out``: a C-contiguous array of the result's shape and dtype to write it into (one

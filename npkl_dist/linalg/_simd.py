@@ -79,7 +79,7 @@ def prefetch1(typingctx, x, i):
 #: Positions ahead, in a list of rows being worked through, at which
 #: :func:`prefetch_rows_ahead` prefetches a row's bounds, its entries, and what its columns
 #: index: the serial and scattered set-up passes (Cuthill-McKee, the permutation, the
-#: Galerkin products; bench/RESULTS.md, "Prefetching the rows a product gathers").
+#: Galerkin products; docs/decisions/block-fit-at-1e6.md).
 ROWS_AHEAD = (12, 8, 4)
 
 
@@ -118,7 +118,7 @@ def prefetch_row(X, i):
     The gather-bound products call it for the rows a few entries ahead: the rows that a
     product with L reads are scattered over about a quarter of a million rows of the RCM
     order at n = 1e6, and the CPU's own look-ahead covers only the next two or three
-    (bench/RESULTS.md, "Prefetching the rows a product gathers")."""
+    (docs/decisions/block-fit-at-1e6.md)."""
     step = max(1, 64 // X.itemsize)
     for j in range(0, X.shape[1], step):
         _prefetch(X, i, j)
@@ -135,9 +135,8 @@ def prefetch_ahead(indptr, indices, i, X, nnz):
 # Multiply-add of the row-product and dot helpers below, passed as their ``madd`` argument
 # (numba specialises and inlines the call). ``_madd`` rounds the product and then the sum, the
 # arithmetic of the BCD sweeps, the block solve and their objectives. ``_fmadd`` rounds once:
-# KL-ADMM's half-step and objective, where the fused form makes the sparse product 13% and
-# the half-step 15% faster (adult-a1a, r = 103; bench/RESULTS.md), with results no less
-# accurate. The two paths of one solver must use the same one, as their sums must agree bitwise.
+# KL-ADMM's half-step and objective, where the fused form is faster and no less accurate
+# (docs/decisions/kl-admm.md). The two paths of one solver must use the same one, as their sums must agree bitwise.
 @njit(nogil=True, cache=True, inline="always")
 def _madd(a, b, c):
     return a * b + c
@@ -154,8 +153,7 @@ def _fmadd(a, b, c):
 # loads do. ``_F64x4`` is a numba type whose value is an LLVM <4 x double>; the intrinsics
 # below load, fuse and combine it. The same operations on the same values in the same
 # order, so the sums are bitwise ``_dot_rows(..., _fmadd)``'s (tests/linalg/test_row_products.py).
-# With the Woodbury rows read in place, the harness's KL-ADMM fits are 1.09-1.30x faster with
-# the same factors (bench/RESULTS.md, "KL-ADMM's dots in vector registers").
+# Why, with figures: docs/decisions/kl-admm.md.
 class _F64x4Type(types.Type):
     def __init__(self):
         super().__init__(name="npkl_f64x4")

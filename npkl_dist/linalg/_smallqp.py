@@ -10,10 +10,7 @@ from ._simd import _fma, _v4_fma, _v4_load, _v4_splat, _v4_store
 
 #: box QP: phase-1 coordinate-descent sweeps; phase-2 rounds (CD sweeps + one active-set step).
 #: A dual that phase 1 has not settled in 100 sweeps is a degenerate one, for phase 2's exact
-#: active-set steps: with 10,000 sweeps, the few such rows of a hinge fit cost most of it (a
-#: 60-point fit 1.95 -> 0.49 s, the paper sets 1.3-2.4x; the same iterations, objectives to
-#: 1e-10 and clusterings; caps 30 and 300 measured the same; bench/RESULTS.md, "The hinge's
-#: row QP: 100 coordinate-descent sweeps before the active set")
+#: active-set steps (docs/decisions/hinge-stopping.md).
 _QP_MAX_ITER = 100
 _QP_ROUNDS = 50
 _QP_CD_ITER = 200
@@ -24,8 +21,8 @@ def _cholesky_body(M, y, p, by_reciprocal):
     """Solve M x = y in place (y <- x) for SPD M[:p, :p]; M is overwritten by its factor.
     ``by_reciprocal`` (a constant at each call site): keep 1 / L_jj on the diagonal and
     multiply by it, rather than divide by L_jj: one division per pivot instead of one per
-    entry below it and two per solve (KL-ADMM's p <= 8 systems on iris: the half-step 5%
-    faster; each quotient then rounds twice).
+    entry below it and two per solve (KL-ADMM's p <= 8 systems; each quotient then rounds
+    twice; docs/decisions/kl-admm.md).
 
     Returns False when M is not numerically positive definite.
     """

@@ -5,7 +5,7 @@ subset of the spectrum, does not use MRRR but bisection and inverse iteration):
 
 1. Householder tridiagonalisation ``Q' M Q = T`` (``dsytrd``, blocked, with a panel width
    measured for these sizes, :func:`_dsytrd_block`; scipy's default work size, n, makes it
-   unblocked, and LAPACK's optimal one asks for 32 columns, 1.1-1.3x slower here);
+   unblocked, and LAPACK's optimal one asks for 32 columns, slower here);
 2. the top k eigenvalues of T by Sturm-count bisection to full precision (``dstebz``'s
    method and tolerance), here compiled with numba, run for the k eigenvalues side by side
    and shortened by safeguarded Newton steps once an eigenvalue is isolated;
@@ -20,17 +20,13 @@ data in disconnected pieces), steps 2 and 3 are LAPACK's ``dstebz`` (which assig
 eigenvalue to its block) and ``dstein``: the route is then ``dsyevr``'s exactly.
 
 Steps 2 and 3 are the ones replaced. LAPACK's ``dstebz`` runs the bisections one Sturm count
-after another (a chain of dependent divisions), and on the small matrices of SimpleNPKL's
-dense kernel steps it took longer than the tridiagonalisation itself (one BLAS thread,
-n = 100, k = 15: dsytrd 0.11 ms, dstebz 0.38 ms, dstein 0.074 ms, dormqr 0.027 ms;
-bench/RESULTS.md). Interleaving the k independent counts removes the dependency, and the
-Newton steps cut the counts from ~52 to 15-21; the intervals and the stopping rule are
-``dstebz``'s, so the eigenvalues agree with it to rounding. The compiled inverse iteration
-(reciprocal pivots: its chains multiply instead of divide) takes 0.041 ms there, and
-0.021 ms batched (the same vectors bit for bit; chessboard's A, k = 15: 42 -> 21 us, wine's,
-n = 178, k = 20: 102 -> 51 us). Whole
-route: 0.23 ms against ``dsyevr``'s 0.61 and numpy ``eigh``'s 0.57 ms
-(tests/solvers/simplenpkl/test_simplenpkl_fast.py ties each step to its LAPACK counterpart).
+after another (a chain of dependent divisions), which on SimpleNPKL's small dense kernel
+steps took longer than the tridiagonalisation itself. Interleaving the k independent counts
+removes the dependency and Newton steps cut the counts; the intervals and the stopping rule
+are ``dstebz``'s, so the eigenvalues agree with it to rounding. The compiled inverse
+iteration uses reciprocal pivots (its chains multiply instead of divide) and is batched
+(the same vectors bit for bit). tests/solvers/simplenpkl/test_simplenpkl_fast.py ties each
+step to its LAPACK counterpart; figures: docs/decisions/simplenpkl-fast-paths.md.
 """
 
 from __future__ import annotations
@@ -44,11 +40,7 @@ def _dsytrd_block(n: int) -> int:
     """``dsytrd``'s panel width for an n x n matrix, set through its work size (n x width).
 
     LAPACK's ``ilaenv`` answers 32 at every n; on these small matrices narrower panels are
-    faster (``python bench/dsytrd_block.py``, one BLAS thread, medians of alternating calls
-    on the Intel Xeon, bench/RESULTS.md: n = 100: 101 us at 6 against 123 at 32; 178: 348
-    against 409; 270: 1031 at 16 against 1200; 560: 6944 against 7689). The best width
-    moves between 6 and 24 from run to run; the rule's are within 7% of the best at every n
-    measured."""
+    faster (docs/decisions/simplenpkl-fast-paths.md)."""
     return 6 if n < 190 else 16
 
 
@@ -87,8 +79,8 @@ def _inspect(d, e, e2):  # OUT: e2 = e**2
 
 
 # error_model="numpy": no zero-divisor check per division (q is kept away from 0 by the
-# pivmin guard, so it could not fire), which lets LLVM vectorise the j loop: 2.7x faster
-# passes (n = 178, k = 20: 2.6 against 7.1 us)
+# pivmin guard, so it could not fire), which lets LLVM vectorise the j loop
+# (docs/decisions/simplenpkl-fast-paths.md)
 @njit(nogil=True, cache=True, error_model="numpy")
 def _sturm_newton(d, e2, x, pivmin, q, dq, count, S):  # OUT: count, S
     """For each x[j]: count[j] = number of eigenvalues of T below x[j] (negative pivots of
@@ -142,8 +134,8 @@ def _bisect_range(d, e2, first, k, pivmin, abstol):
     interval holds eigenvalue j alone (the counts at its ends say so), the Newton point is
     taken instead of the midpoint if it lies inside and its step is under half the previous
     Newton step (else bisection); a Newton step below the tolerance ends the search. Every
-    count, Newton or bisection, narrows the interval, so the result is within it. 15-21
-    counts instead of bisection's ~52 (n = 47-1000; bench/RESULTS.md)."""
+    count, Newton or bisection, narrows the interval, so the result is within it
+    (docs/decisions/simplenpkl-fast-paths.md)."""
     n = d.size
     lo0 = d[0]
     hi0 = d[0]
@@ -406,8 +398,7 @@ def _inverse_iteration_batched(d, e, w, Z):  # OUT: Z (n, k)
     unless they share a cluster (within ``dstein``'s ORTOL, where a vector is
     orthogonalised against the cluster's earlier ones), so a batch is a run of up to
     ``_LANES`` eigenvalues each outside its predecessor's cluster, and its chains run
-    interleaved, lane by lane (LLVM vectorises part of the lane loops; 2x faster in all,
-    not 8x). Pivoting choices differ per lane: both branches are computed and the pivot's
+    interleaved, lane by lane (LLVM vectorises part of the lane loops). Pivoting choices differ per lane: both branches are computed and the pivot's
     selected. Returns the number of vectors that did not converge
     in 5 steps."""
     n = d.size
@@ -566,7 +557,7 @@ def tridiagonal_top_eigs(M, k: int, overwrite: bool = False):
         overwrite = True
     if overwrite and M.flags.c_contiguous and M.dtype == np.float64:
         # M' is M (symmetric) and Fortran-ordered: dsytrd needs no copy (one n x n array
-        # less to write and read; wine's linear fit in the harness 0.858 -> 0.823 ms)
+        # less to write and read)
         c, d, e, tau, info = lapack.dsytrd(M.T, lower=1, lwork=lwork, overwrite_a=1)
     else:
         c, d, e, tau, info = lapack.dsytrd(M, lower=1, lwork=lwork)
