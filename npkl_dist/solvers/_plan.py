@@ -60,7 +60,7 @@ SCHEMES = ("blocks", "colours")
 
 #: Default number of blocks of the 'blocks' scheme (fewer when the RCM bandwidth is large:
 #: a block holds at least a bandwidth of rows, so graph edges rarely clash). 16 blocks give
-#: each of two threads four blocks per step; bench/RESULTS.md scans 4-64.
+#: each of two threads four blocks per step (docs/decisions/sweep-scheme.md).
 DEFAULT_BLOCKS = 16
 
 #: Fewest rows of a block when the block count is chosen automatically (small problems):
@@ -221,8 +221,7 @@ def split_nonzero(A: sp.csr_matrix, serial: bool = False):
     indices, in one compiled pass over rows in parallel, for a CSR matrix whose rows are
     unsorted but hold no duplicate columns (an AMG hierarchy's coarse levels:
     ``galerkin_plain`` stores rows in scipy's product order). The same values as that route
-    (where scipy sorts the rows serially: 0.075 s of 0.11 s on the level of 34,720 rows at
-    n = 1e6); a matrix with duplicates takes that route."""
+    (where scipy sorts the rows serially; docs/decisions/block-fit-at-1e6.md); a matrix with duplicates takes that route."""
     A = sp.csr_matrix(A)
     n = A.shape[0]
     split_rows = _sorted_split_rows_serial if serial else _sorted_split_rows
@@ -334,9 +333,8 @@ def permute_split(
 ) -> SplitL:
     """``_split(permute(L, order, rank_of))`` in one compiled pass, with int64 indices: row q
     of the result is row ``order[q]`` of L with its columns renamed through ``rank_of`` and
-    sorted, the diagonal apart. At n = 1e6, 0.39 s against 0.48 s for the two steps
-    (``python bench/setup_cost.py --skip-fits``; the rows' counts and diagonals are read in
-    L's own order, not gathered from rows at random), and the set-up no longer copies L's
+    sorted, the diagonal apart, faster than the two steps (docs/decisions/block-fit-at-1e6.md; the rows' counts and
+    diagonals are read in L's own order, not gathered from rows at random), and the set-up no longer copies L's
     indices to int64 for the colouring and for ``prepare``. ``L``: canonical (sorted, no
     duplicates; an NPKLProblem's L is); otherwise it is made so first."""
     L = _canonical(sp.csr_matrix(L))
@@ -352,8 +350,7 @@ def permute_split(
 
 def _compact_ranks(rank_of: np.ndarray) -> np.ndarray:
     """``rank_of`` as int32 where it fits: the permutations' lookups of new column numbers
-    are scattered, and half the bytes keep more of them in cache (n = 1e6: permute_split
-    0.39-0.41 s against 0.36-0.37 s)."""
+    are scattered, and half the bytes keep more of them in cache."""
     n = rank_of.shape[0]
     return np.asarray(rank_of, np.int32 if n < 2**31 else np.int64)
 
@@ -436,8 +433,7 @@ def relabel_order(problem: NPKLProblem, relabel: str = "rcm") -> np.ndarray:
 
 def reverse_cuthill_mckee(L: sp.csr_matrix) -> np.ndarray:
     """scipy's ``reverse_cuthill_mckee(L, symmetric_mode=True)`` (int64): the same
-    permutation, element for element, in a fraction of its time (n = 1e6 kNN Laplacian:
-    0.13-0.15 s with the degrees and their sort, against 0.75-0.9 s; bench/RESULTS.md).
+    permutation, element for element, in a fraction of its time (docs/decisions/block-fit-at-1e6.md).
 
     scipy's algorithm, step for step: node degrees (row lengths, plus one where the diagonal
     is stored), ``np.argsort`` of them as int32 (the same sort on the same array, so the
@@ -446,8 +442,8 @@ def reverse_cuthill_mckee(L: sp.csr_matrix) -> np.ndarray:
     ties keep the row's stored order), the whole order reversed. The one change is the
     visited test: a byte per node instead of scipy's two chained lookups in (n,) index
     arrays, which at n = 1e6 are two cache misses per edge; and the search prefetches the
-    queue ahead of it (``prefetch_rows_ahead``: 0.28-0.32 -> 0.09-0.10 s for the search
-    itself: it is serial and waits on scattered reads)."""
+    queue ahead of it (``prefetch_rows_ahead``: the search is serial and waits on scattered
+    reads)."""
     n = L.shape[0]
     degree = np.empty(n, np.int32)
     _rcm_degrees(L.indptr, L.indices, degree)

@@ -135,27 +135,21 @@ def fit_admm(
     on_sweep : callable, optional
         ``on_sweep(state, session)`` after each iteration (checkpointing).
     fused : bool
-        Where the executor's session offers it (in-process), run the iterations inside one
-        compiled loop (``_kernels.admm_run``): the same iterates, the objective as a
-        by-product of the U-step instead of a separate pass, no per-iteration Python. With a
-        ``callback`` or ``on_sweep`` it runs one iteration per call, so both see every
-        iteration as it ends; otherwise all of them in one call, and ``sweep_seconds``
-        holds the call's mean per iteration (``objective_seconds`` 0). ``False`` runs the
-        reference loop (one ``session.iterate`` and ``session.objective`` per iteration),
-        which every executor implements.
+        Where the session offers it (in-process), run the iterations in one compiled loop
+        (``_kernels.admm_run``; the same iterates; without ``callback`` and ``on_sweep``
+        ``sweep_seconds`` holds the mean per iteration). ``False``: the reference loop.
     anderson : int
-        0 (default): the paper's Alg. 1. m > 0: Anderson acceleration of the iteration's
-        fixed-point map on (U, Lam / rho) with memory m, safeguarded by the objective
-        (``npkl_dist.linalg._anderson``): the same problem; the stop also needs the map's residual
-        ||U(k+1) - U_in|| / ||V|| < tol; several times fewer iterations on the papers' data
-        sets (bench/RESULTS.md). Every executor runs it (Dask: the same iterates as
-        in-process); it keeps 2 (m + 2) extra n x 2r float64 arrays (on Dask, each block
-        keeps its rows').
+        0 (default): the paper's Alg. 1. m > 0: Anderson acceleration with memory m,
+        safeguarded by the objective (``npkl_dist.linalg._anderson``); the stop also needs
+        the map's residual below ``tol``; 2 (m + 2) extra n x 2r float64 arrays.
 
     Returns
     -------
     ADMMResult
         ``V`` (original order), traces of the objective, residuals and rho.
+
+    References: kl-admm-ijcai2013 Alg. 1; docs/algorithms.md, "KL-ADMM";
+    docs/decisions/kl-admm.md.
     """
     if problem.loss != "square":
         raise ValidationError(

@@ -277,8 +277,7 @@ def admm_parts(indptr, cptr, diagonal, r, n_parts):
     KL-ADMM's rows into ``n_parts`` runs of about equal cost: a row's half-step costs about
     r (its graph degree + its Woodbury rows p (p + 3) / 2 + 4) multiply-adds, p its
     constraints (+ 1 with diagonal targets). Chunks of a fixed row count leave a thread idle
-    when their count is odd or their rows' degrees differ (adult: 5 chunks of 512 rows on 2
-    threads ran 1.27x faster than one thread). Runs of no rows are dropped."""
+    when their count is odd or their rows' degrees differ. Runs of no rows are dropped."""
     n = indptr.shape[0] - 1
     p = np.diff(cptr).astype(np.float64) + (1.0 if diagonal else 0.0)
     cost = (np.diff(indptr) + p * (p + 3.0) / 2.0 + 4.0) * max(int(r), 1)
@@ -418,8 +417,7 @@ def admm_run(
     for it in range(n_iter):
         if n_parts == 1:
             # one work item (the serial compilation): separate passes, as before the fused
-            # regions below (the same values; on one core 2-4% faster than the fused form,
-            # bench/RESULTS.md, 2026-11-29)
+            # regions below (the same values; on one core a little faster; docs/decisions/kl-admm.md)
             admm_rows(
                 0,
                 n,

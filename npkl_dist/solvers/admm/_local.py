@@ -23,9 +23,8 @@ from ._kernels import (
 )
 
 #: ``admm_run`` runs on the executor's threads from this many rows, below it serially. On the
-#: small paper sets (47-270 rows) two threads were 1.1-1.5x faster on an idle 2-core machine,
-#: but 2-4.5x slower with another process on one core (a preempted thread holds up every
-#: barrier, twice an iteration): bench/RESULTS.md, 2026-11-29.
+#: small paper sets two threads lose with another process on one core (a preempted thread
+#: holds up every barrier, twice an iteration): docs/decisions/small-fit-times.md.
 ADMM_PARALLEL_MIN_N = FIT_PARALLEL_MIN_N
 
 

@@ -92,7 +92,7 @@ def _row_times_canonical(i, indptr, indices, data, diag, X, q):
     plus exact zeros (the diagonal's, and none for the explicit zeros the canonical form
     dropped): the sums of :func:`_row_times`, bit for bit (an exact zero added leaves a
     sum as it is, but for the sign of a zero sum). Skipping the diagonal instead split each
-    row into two runs with a tail each: 81 against 60 ms at n = 1e6, r = 16."""
+    row into two runs with a tail each, slower (docs/decisions/block-fit-at-1e6.md)."""
     r = X.shape[1]
     d = np.float64(diag[i])
     for c in range(r):
@@ -342,8 +342,7 @@ def _direction(P, Z, beta):
 
 def _colsum(part):
     """Column totals of chunk partials, added in chunk order (compiled for the 1-D and 2-D
-    partials of every outer iteration: a Python loop over ~1,000 chunks took 0.3-0.6 ms a
-    call at n = 1e6, eleven calls per outer iteration)."""
+    partials of every outer iteration, instead of a Python loop over the chunks)."""
     part = np.asarray(part, np.float64)
     return _colsum_1d(part) if part.ndim == 1 else _colsum_2d(part)
 

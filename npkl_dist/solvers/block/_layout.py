@@ -161,7 +161,7 @@ def free_matrix(A_ptr, A_idx, A_data, diag, serial=False):
 @njit(nogil=True, cache=True)
 def _u_columns_of_c_rows(indptr, indices, nu, n_own):
     """The U rows (columns < nu) that the own C rows' entries reach, sorted, unique (int64;
-    marked in one pass: np.unique's hashing took 0.05 s of the set-up at n = 1e6)."""
+    marked in one pass instead of np.unique's hashing)."""
     seen = np.zeros(max(nu, 0), np.bool_)
     count = 0
     for p in range(indptr[nu], indptr[n_own]):
@@ -180,8 +180,7 @@ def _u_columns_of_c_rows(indptr, indices, nu, n_own):
 
 def whole_free_blocks(indptr, indices, data, diag, n_free, bounds=None):
     """The U block of an in-process block fit's one part (every row, no halo) from one pass
-    over the U rows instead of three selections (at n = 1e6 the three took 0.33 s of a
-    2.3 s set-up): the AMG matrix (``free_matrix`` over ``free_operator``) and the C columns
+    over the U rows instead of three selections (docs/decisions/block-fit-at-1e6.md): the AMG matrix (``free_matrix`` over ``free_operator``) and the C columns
     (``constrained_columns``), the same arrays bit for bit.
 
     Returns (operator, A, uc). Where every U row's entries in U columns are stored sorted
@@ -191,12 +190,11 @@ def whole_free_blocks(indptr, indices, data, diag, n_free, bounds=None):
     ``free_operator``'s (ptr, idx, val).
 
     A's index arrays are int32 where its entries fit (scipy's own choice, so the CSR takes
-    them without a copy; at n = 1e6 the int64 arrays and scipy's int32 copies of them cost
-    0.1-0.2 s of fresh pages).
+    them without a copy, sparing fresh pages).
 
     ``bounds``: None, or two (n_free,) float64 arrays filled with ``_diag_gershgorin``'s
     diagonal and ratio of A, bitwise, from the rows as they are written (the preconditioner's
-    finest level then skips that pass over A: 0.03-0.04 s at n = 1e6)."""
+    finest level then skips that pass over A)."""
     nu = int(n_free)
     d = np.asarray(diag[:nu], np.float64)
     cf = np.empty(nu, np.int64)

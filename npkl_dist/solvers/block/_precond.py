@@ -84,8 +84,7 @@ class JacobiPreconditioner:
 # pyamg's aggregation reads only the sparsity pattern of its strength matrix and skips the
 # diagonal, and the default strength (symmetric, theta = 0) keeps every entry: so A itself
 # (strength=None) gives the same aggregates and the same hierarchy, bit for bit, without
-# the pass that computes and row-scales a strength matrix (about 0.4 s of a 1.7 s set-up at
-# n = 1e6; tested).
+# the pass that computes and row-scales a strength matrix (tested; docs/decisions/block-fit-at-1e6.md).
 AMG_OPTIONS = {"strength": None}
 
 
@@ -300,7 +299,7 @@ class AMGPreconditioner:
             self.levels.append(level)
         coarse = ml.levels[-1].A.toarray()
         # lower Cholesky factor; solved by a compiled substitution, not LAPACK: a threaded
-        # BLAS on a busy machine (or from Dask actor threads) made it 30x slower
+        # BLAS on a busy machine (or from Dask actor threads) made it many times slower
 
         with _OneBlasThread():  # tiny: threads only contend
             Lc = np.tril(cho_factor(coarse, lower=True)[0])
@@ -312,8 +311,7 @@ class AMGPreconditioner:
 
     def _work(self, r):
         """Per-level work arrays for r columns, allocated once and reused: a fresh (n, r)
-        array per cycle meant fresh pages from the OS each time (at n = 1e6 the fine-level
-        pre-smoothing took 0.43 s against 0.17 s for the same product in post-smoothing).
+        array per cycle meant fresh pages from the OS each time (docs/decisions/block-fit-at-1e6.md).
         Level k: x, res (its size), the restricted residual and the coarse correction (the
         next level's size)."""
         if self._work_r != r:
@@ -412,8 +410,7 @@ class AMGPreconditioner:
         """Z = M R with the R*Z and R*R chunk sums (``_dots``). The additive cycle's finest
         level, which only scales R and adds the prolongated coarse correction, is fused with
         the sums (``_additive_dots``: the same numbers as ``apply_to`` then ``_dots``, in one
-        pass over the rows instead of three; at n = 1e6 about 20 ms of a 0.22 s outer
-        iteration, bench/RESULTS.md)."""
+        pass over the rows instead of three; docs/decisions/block-fit-at-1e6.md)."""
         if self._split is None and self.levels and self.additive:
             self._additive(R, Z, self._work(R.shape[1]), part_rz, part_rr)
             return

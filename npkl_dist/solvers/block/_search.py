@@ -15,16 +15,10 @@ from ...linalg._rowops import SUM_BLOCK
 #: eps * ||L|| * ||V||^2 (LD's U rows come from the CG step alpha P, while V moved by the
 #: rounded X + alpha P; LS is carried by a recurrence), which a step multiplies. Near a
 #: stationary point D and S are at rounding level, the model is flat, and the search found
-#: steps of 1e7 whose claimed decrease of 3e-9 was an increase of 6e-9 (measured error per
-#: unit step: 0.03 eps max(diag L) ||V||^2), which the carried residual then kept as an
-#: offset of the objective. Rejected, the outer iteration keeps its plain block step.
-#: eps is float64's for every dtype: the errors come from the carried float64 quantities of
-#: the fast path (float64 only); on float32 V the coefficients are products of the stored
-#: arrays summed in float64. (With float32's eps the guard refused nearly every momentum
-#: step near the optimum: float32 fits of 400 points needed more than 2,000 outer
-#: iterations where float64 needed 143-717, and stopped up to 4e-4 above in objective;
-#: with float64's they take float64's count, monotone. bench/RESULTS.md, "float32 block
-#: fits".)
+#: huge steps whose claimed decrease was an increase, which the carried residual then kept as
+#: an offset of the objective. Rejected, the outer iteration keeps its plain block step.
+#: eps is float64's for every dtype (float32's refused nearly every momentum step near the
+#: optimum): docs/decisions/float32.md.
 SEARCH_NOISE = 64.0
 
 
@@ -284,8 +278,8 @@ def subspace_search_nelder_mead(a, B, C, gamma, loss_code, boxed=False, compiled
 
     ``compiled``: Nelder-Mead runs as one compiled call (:func:`_nelder_mead_2d`, scipy's
     algorithm and arithmetic step for step, the trials' pair sums in :func:`_phi_pairs`'s
-    order), not ``scipy.optimize.minimize``, whose Python loop and per-trial calls cost
-    about 25 us per trial: the same simplex and the same point, bit for bit
+    order), not ``scipy.optimize.minimize``, whose Python loop and per-trial calls dominated
+    (docs/decisions/hinge-stopping.md): the same simplex and the same point, bit for bit
     (``tests/solvers/block/test_blocksolve.py``). ``False`` runs scipy's, the reference.
     """
     C = np.ascontiguousarray(C)

@@ -43,10 +43,8 @@ LD_FROM_CG = True
 #: A session of one-step PCGs (``inner_maxiter=1``, the default) on float64 V with the two
 #: rules above takes the U rows' outer step D_U as the PCG's alpha Z, exactly what X += alpha Z
 #: moved them by (up to the rounding of that sum), instead of V - Vprev: the previous V and
-#: L D are then stored for the constrained rows only. At n = 1e6, r = 16 that is two 128 MB
-#: arrays fewer to fault in and three fewer streams through the direction and step passes
-#: (bench/RESULTS.md, "Block fits at n = 1e6: fresh pages, one copy of L_UU, and the outer
-#: step from the PCG"). False: Vprev and L D on every row (the reference, for tests).
+#: L D are then stored for the constrained rows only: two (n, r) arrays fewer to fault in and
+#: three fewer streams through the direction and step passes (docs/decisions/block-fit-at-1e6.md). False: Vprev and L D on every row (the reference, for tests).
 D_FROM_CG = True
 
 #: With D_FROM_CG in an in-process fit (one part, no halo), the one-step PCG's X += alpha Z
@@ -66,7 +64,7 @@ RESIDUAL_FROM_STEP = True
 #: With D_FROM_CG, the own C rows' (L V)_C is carried from step to step as the U rows'
 #: residual is: the outer step S leaves V = Vprev + S and L S is formed on those rows, so
 #: (L V)_C += (L S)_C, and the objective and KKT terms of the C rows read it instead of their
-#: neighbours' rows (scattered over L's order: about 7 ms of an outer iteration at n = 1e6).
+#: neighbours' rows (scattered over L's order; docs/decisions/block-fit-at-1e6.md).
 #: Formed exactly at the first objective and after V is replaced; checkpoints hold it in the
 #: C rows of their R block, so a resumed fit continues bit for bit. False: the C rows'
 #: neighbours read at every objective (the reference, for tests).
@@ -76,8 +74,7 @@ LV_FROM_STEP = True
 #: Z = M R is stored once in single precision (each entry rounded once) and the step is the
 #: exact minimiser along that rounded direction (R*Z, L Z and X += alpha Z all read the
 #: stored float32 Z, in float64 arithmetic). The product with L_UU gathers ~14 neighbour rows
-#: of Z per row; a float32 row is one cache line instead of two (bench/RESULTS.md, "a
-#: one-step PCG's direction in float32": 17-21 ms of a ~0.2 s outer iteration at n = 1e6).
+#: of Z per row; a float32 row is one cache line instead of two (docs/decisions/block-fit-at-1e6.md).
 #: The driver decides for every part at once, so a halo row has its owner's precision.
 #: False: float64 directions (the reference, for tests).
 DIRECTION_FLOAT32 = True
@@ -130,10 +127,9 @@ class Prefault:
     """A block session's work arrays, allocated with their pages mapped in a background
     thread while the fit's set-up (layout, AMG hierarchy, start) runs on the main thread.
 
-    The first write to a fresh page is a page fault; in this kind of VM a fresh 128 MB
-    array took 0.13-0.3 s of them, and a standalone fit at n = 1e6 paid about 0.8 s of its
-    first outer iteration (1.0-1.3 s against 0.2 s later) touching eight such arrays. The
-    set-up's serial stretches (reverse Cuthill-McKee, pyamg's aggregation and relaxation)
+    The first write to a fresh page is a page fault, costly in this kind of VM (a
+    standalone fit at n = 1e6 paid most of its first outer iteration in them;
+    docs/decisions/block-fit-at-1e6.md). The set-up's serial stretches (reverse Cuthill-McKee, pyamg's aggregation and relaxation)
     leave the second core idle; the faults go there. The arrays are on base pages, mapped
     in one call (:func:`~npkl_dist.linalg._memory.populated_empty`): numpy's huge pages cost
     several times more to fault in where the memory was handed back to the host, and kept
@@ -141,9 +137,8 @@ class Prefault:
     so nothing computed depends on it: a fit
     takes these arrays or fresh ones to the same result, bitwise. The arrays exist from the
     start of the set-up instead of its end, so the set-up's temporaries and they overlap: a
-    fit's peak memory can grow by up to their size (about 1 GB at n = 1e6, r = 16). Measured
-    there: peak resident 2.40 GB against 2.25 GB without (``ru_maxrss`` of a 3-iteration
-    fit, the process at 0.75 GB before it).
+    fit's peak memory can grow by up to their size (about 1 GB at n = 1e6, r = 16; the
+    measured peak: docs/decisions/block-fit-at-1e6.md).
 
     ``specs``: {name: (shape, dtype)} (:func:`session_buffers`)."""
 
@@ -334,8 +329,7 @@ class BlockPart:
         self.R = self._buffer("R", (nu, r))
         # Z = M R: own rows, then the U halo. In float64, or in float32 for a one-step PCG
         # (DIRECTION_FLOAT32); each allocated on first use, so a fit of one-step PCGs never
-        # makes the float64 one (at n = 1e6, r = 16: 128 MB of fresh pages, 0.16-0.3 s of
-        # page faults in this kind of VM)
+        # makes the float64 one (128 MB of fresh pages at n = 1e6, r = 16)
         self._z_shape = (nw, r)
         self.Z, self._Z64, self._Z32 = None, None, None
         # the CG direction: Z itself on a CG iteration's first step (no copy); an array of
@@ -376,7 +370,7 @@ class BlockPart:
 
     def _buffer(self, name, shape, dtype=np.float64, zero=False):
         """A work array: the cache's from the previous fit, or the prefault's (their pages
-        already touched: a fresh 128 MB array costs 0.13-0.3 s of page faults in this VM),
+        already touched; docs/decisions/block-fit-at-1e6.md),
         or fresh. Its contents are never read before written, or zeroed here (``zero``)."""
         dtype, shape = np.dtype(dtype), tuple(shape)
         key = ("buffer", name)
@@ -393,7 +387,7 @@ class BlockPart:
             a = np.empty(shape, dtype)
         if self._cache is not None:
             self._cache[key] = a
-        if zero and not fresh:  # (S and LS at n = 1e6: 12 ms of the set-up's, saved)
+        if zero and not fresh:  # a fresh mapping is zeros already
             a.fill(0)
         return a
 
@@ -834,7 +828,7 @@ class BlockPart:
         box QPs of the hinge are most of this pass); per owned pair: its loss; chunk sums
         of ||v_i||^2 over the own rows (the KKT residual's scale; none without ``with_kkt``),
         taken from the subspace step that left V, which formed them in its own pass (a pass
-        over V less per traced outer iteration: about 8 ms at n = 1e6, r = 16), else summed
+        over V less per traced outer iteration), else summed
         here."""
         V = self.V
         c = np.arange(self.nu, self.n_own, dtype=np.int64)

@@ -327,7 +327,7 @@ def _uc_products(ucr, uc_ptr, uc_idx, uc_data, V, Vp, nu, n_own, nfh, UCD):
     """UCD[s] = (L_UC D_C) of U row ucr[s] (the U rows with C neighbours, in order): the
     C rows' part of (L D)_U, formed once per outer iteration for the direction and the step
     while the few C rows are in cache. Read from the U rows' own passes, those gathers
-    missed cache on every entry (137,000 entries at n = 1e6: 7-8 ms a pass)."""
+    missed cache on every entry (docs/decisions/block-fit-at-1e6.md)."""
     r = V.shape[1]
     for s in prange(ucr.shape[0]):
         i = ucr[s]
