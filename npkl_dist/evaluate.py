@@ -32,13 +32,10 @@ def kernel_kmeans(
         Cluster with the cosine-normalised kernel K_ij / sqrt(K_ii K_jj) instead: k-means
         on the rows of V scaled to unit length (rows that are exactly zero stay zero). Points
         in no constraint get short rows from SimpleNPKL (its kernel concentrates on the
-        constrained points), and k-means on V then lumps them together: on wine with the
-        constraints drawn from half of the points, 0.55 and 0.50 pairwise accuracy
-        (linear, squared hinge; 10 repetitions) against 0.96 normalised (bench/RESULTS.md,
-        "Clustering with the normalised kernel"). Where nearly all points are free, the
-        rows can be so short that normalising alone does not separate them; a smaller gamma
-        (``select_gamma``, ``npkl fit --gamma cv``) does (bench/RESULTS.md, "SimpleNPKL with
-        most points in no constraint").
+        constrained points), and k-means on V then lumps them together. Where nearly all
+        points are free, normalising alone may not separate them; a smaller gamma
+        (``select_gamma``, ``npkl fit --gamma cv``) does
+        (docs/decisions/normalised-kernel-clustering.md).
 
     Returns
     -------

@@ -1,7 +1,7 @@
 """Label-free choice of gamma: cross-validation on held-out pairwise constraints.
 
 The loss weight gamma is not stated by the papers and the clustering accuracy depends
-strongly on it (bench/RESULTS.md, "Replication notes"). Choosing it by the accuracy against
+strongly on it (docs/decisions/gamma-selection.md). Choosing it by the accuracy against
 the true labels would be tuning to the test; :func:`select_gamma` chooses it from the
 constraints alone:
 
@@ -144,49 +144,32 @@ def select_gamma(
 ) -> GammaSelection:
     """Choose gamma by cross-validation on held-out constraints (never on labels).
 
+    Costs ``folds * len(gammas)`` fits plus one k-means each (BCD fits of a fold share a set-up).
+
     Parameters
     ----------
     problem : NPKLProblem or (L, Constraints)
-        The problem to tune; its ``gamma`` is ignored, everything else (Laplacian, loss,
-        rank, bound, seed, dtype, diagonal targets) is kept for every fit. A ``(L,
-        constraints)`` pair is built with :meth:`NPKLProblem.build` defaults (square loss).
+        The problem to tune (its ``gamma`` ignored); a pair is built with
+        :meth:`NPKLProblem.build` defaults (square loss).
     gammas : sequence of float
         The grid, finite and > 0, no duplicates (default 0.1, 1, 10, 100).
     folds : int
-        Number of folds, >= 2. Each fold must hold at least one must-link and one
-        cannot-link pair.
+        Number of folds, >= 2, each with at least one pair of each type.
     seed : int
-        Seed of the fold split and of the k-means of the ``'clusters'`` score. The fits use
-        ``problem.seed``. Same inputs and seed, same result.
+        Seed of the fold split and of the score's k-means (the fits use ``problem.seed``).
     solver : {'bcd', 'admm', 'simplenpkl'}
-        Which fit to run: :func:`~npkl_dist.fit_bcd` (any loss), :func:`~npkl_dist.fit_admm`
-        (square loss) or :func:`~npkl_dist.fit_simplenpkl`.
+        :func:`~npkl_dist.fit_bcd`, :func:`~npkl_dist.fit_admm` or
+        :func:`~npkl_dist.fit_simplenpkl`.
     n_clusters : int, optional
-        Number of clusters K of the downstream kernel k-means; required by the
-        ``'clusters'`` score.
+        K of the downstream kernel k-means; required by the ``'clusters'`` score.
     score : {'clusters', 'auc'}, optional
-        How a fit is scored on its held-out pairs; default ``'clusters'`` when
-        ``n_clusters`` is given, else ``'auc'``.
-
-        * ``'clusters'`` (the default whenever K is known): kernel k-means with K clusters
-          on the learned kernel (exactly as the downstream task), then the *balanced*
-          fraction of held-out pairs it satisfies, ``(must-links in one cluster / must-links
-          + cannot-links in two clusters / cannot-links) / 2``. This is the pairwise (Rand)
-          accuracy of the clustering restricted to the held-out pairs, i.e. an estimate of
-          the very metric the clustering is judged by, computed from constraints the fit did
-          not see. Balancing the two types keeps a degenerate clustering (almost everything
-          in one cluster) from scoring well when must-links dominate.
-        * ``'auc'`` (when K is unknown): the area under the ROC curve of ``-||v_i - v_j||^2``
-          (the kernel distance k-means uses) separating held-out must-link from cannot-link
-          pairs; rank-based, so invariant to the overall scale of K, which changes with gamma.
-
+        The balanced fraction of held-out pairs that kernel k-means with K clusters
+        satisfies (default with ``n_clusters``), or the ROC AUC of ``-||v_i - v_j||^2``.
     normalize : bool
-        Score the cosine-normalised kernel (unit rows of V), as the downstream clustering
-        does with ``kernel_kmeans(..., normalize=True)`` (``npkl fit --normalize-kernel``).
+        Score the cosine-normalised kernel (unit rows of V), as ``--normalize-kernel``.
     fit_options : dict, optional
-        Keyword arguments of the solver (e.g. ``max_sweeps``, ``tol``, ``executor`` for BCD;
-        ``max_iter`` for KL-ADMM). Options tied to one problem (``plan``, ``resume``,
-        ``on_sweep``, ``callback``) are refused.
+        Keyword arguments of the solver; ``plan``, ``resume``, ``on_sweep``, ``callback``
+        are refused.
 
     Returns
     -------
@@ -196,21 +179,14 @@ def select_gamma(
     Raises
     ------
     ValidationError
-        An empty grid, a non-positive or duplicate gamma, ``folds`` < 2, too few pairs of a
-        type for the folds, a missing ``n_clusters``, an unknown solver, score or option.
+        A bad grid, ``folds``, ``n_clusters``, solver, score or option.
 
     Warns
     -----
     ConvergenceWarning
         Once, when some of the cross-validation fits stopped at their iteration limit.
 
-    Notes
-    -----
-    Cost: ``folds * len(gammas)`` fits plus one k-means each. With ``solver='bcd'`` the fits
-    of one fold share one set-up (:func:`~npkl_dist.fit_setup`: relabelling, layout, the AMG
-    hierarchy of block solves), built once per fold; the fits are bitwise those without. A held-out fold has ``1/folds``
-    of the pairs; the fits of that fold see the rest, so gamma is chosen for a problem with
-    ``(folds - 1) / folds`` of the constraints (same gamma per pair, no rescaling).
+    References: docs/algorithms.md, "Choosing γ"; docs/decisions/gamma-selection.md.
     """
     t0 = time.perf_counter()
     problem = _as_problem(problem)
@@ -372,8 +348,7 @@ def heldout_score(
     V = unit_rows(V) if normalize else np.asarray(V, dtype=np.float64)
     must = np.asarray(t) > 0
     if score == "clusters":
-        # Small k-means runs are far faster on one thread: at n = 90 on a loaded 2-core
-        # machine, 0.33 s with scikit-learn's OpenMP pool vs 0.02 s with one thread.
+        # Small k-means runs are far faster on one thread (docs/decisions/small-fit-times.md)
         limit = 1 if V.shape[0] <= _SINGLE_THREAD_KMEANS else None
         with threadpool_limits(limit):
             labels = kernel_kmeans(V, n_clusters, seed=seed)

@@ -136,7 +136,8 @@ def prefetch_ahead(indptr, indices, i, X, nnz):
 # (numba specialises and inlines the call). ``_madd`` rounds the product and then the sum, the
 # arithmetic of the BCD sweeps, the block solve and their objectives. ``_fmadd`` rounds once:
 # KL-ADMM's half-step and objective, where the fused form is faster and no less accurate
-# (docs/decisions/kl-admm.md). The two paths of one solver must use the same one, as their sums must agree bitwise.
+# (docs/decisions/kl-admm.md). The two paths of one solver must use the same one, as their sums
+# must agree bitwise.
 @njit(nogil=True, cache=True, inline="always")
 def _madd(a, b, c):
     return a * b + c

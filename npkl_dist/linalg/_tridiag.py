@@ -398,9 +398,9 @@ def _inverse_iteration_batched(d, e, w, Z):  # OUT: Z (n, k)
     unless they share a cluster (within ``dstein``'s ORTOL, where a vector is
     orthogonalised against the cluster's earlier ones), so a batch is a run of up to
     ``_LANES`` eigenvalues each outside its predecessor's cluster, and its chains run
-    interleaved, lane by lane (LLVM vectorises part of the lane loops). Pivoting choices differ per lane: both branches are computed and the pivot's
-    selected. Returns the number of vectors that did not converge
-    in 5 steps."""
+    interleaved, lane by lane (LLVM vectorises part of the lane loops). Pivoting choices differ
+    per lane: both branches are computed and the pivot's selected. Returns the number of
+    vectors that did not converge in 5 steps."""
     n = d.size
     k = w.size
     B = _LANES

@@ -221,7 +221,8 @@ def split_nonzero(A: sp.csr_matrix, serial: bool = False):
     indices, in one compiled pass over rows in parallel, for a CSR matrix whose rows are
     unsorted but hold no duplicate columns (an AMG hierarchy's coarse levels:
     ``galerkin_plain`` stores rows in scipy's product order). The same values as that route
-    (where scipy sorts the rows serially; docs/decisions/block-fit-at-1e6.md); a matrix with duplicates takes that route."""
+    (where scipy sorts the rows serially; docs/decisions/block-fit-at-1e6.md); a matrix with
+    duplicates takes that route."""
     A = sp.csr_matrix(A)
     n = A.shape[0]
     split_rows = _sorted_split_rows_serial if serial else _sorted_split_rows
@@ -333,10 +334,11 @@ def permute_split(
 ) -> SplitL:
     """``_split(permute(L, order, rank_of))`` in one compiled pass, with int64 indices: row q
     of the result is row ``order[q]`` of L with its columns renamed through ``rank_of`` and
-    sorted, the diagonal apart, faster than the two steps (docs/decisions/block-fit-at-1e6.md; the rows' counts and
-    diagonals are read in L's own order, not gathered from rows at random), and the set-up no longer copies L's
-    indices to int64 for the colouring and for ``prepare``. ``L``: canonical (sorted, no
-    duplicates; an NPKLProblem's L is); otherwise it is made so first."""
+    sorted, the diagonal apart, faster than the two steps (docs/decisions/block-fit-at-1e6.md;
+    the rows' counts and diagonals are read in L's own order, not gathered from rows at
+    random), and the set-up no longer copies L's indices to int64 for the colouring and for
+    ``prepare``. ``L``: canonical (sorted, no duplicates; an NPKLProblem's L is); otherwise it
+    is made so first."""
     L = _canonical(sp.csr_matrix(L))
     order = np.asarray(order, np.int64)
     if rank_of is None:
@@ -433,7 +435,8 @@ def relabel_order(problem: NPKLProblem, relabel: str = "rcm") -> np.ndarray:
 
 def reverse_cuthill_mckee(L: sp.csr_matrix) -> np.ndarray:
     """scipy's ``reverse_cuthill_mckee(L, symmetric_mode=True)`` (int64): the same
-    permutation, element for element, in a fraction of its time (docs/decisions/block-fit-at-1e6.md).
+    permutation, element for element, in a fraction of its time
+    (docs/decisions/block-fit-at-1e6.md).
 
     scipy's algorithm, step for step: node degrees (row lengths, plus one where the diagonal
     is stored), ``np.argsort`` of them as int32 (the same sort on the same array, so the

@@ -417,7 +417,8 @@ def admm_run(
     for it in range(n_iter):
         if n_parts == 1:
             # one work item (the serial compilation): separate passes, as before the fused
-            # regions below (the same values; on one core a little faster; docs/decisions/kl-admm.md)
+            # regions below (the same values; on one core a little faster;
+            # docs/decisions/kl-admm.md)
             admm_rows(
                 0,
                 n,

@@ -36,8 +36,9 @@ def resolve_start(
     """start='auto' (fit_bcd's default): for block solves 'coarse-free' where at least
     ``_coarse_start.FREE_MIN_FRACTION`` of the points are in no pair (and at least 2 rank of
     them), else 'coarse'; 'random' (the paper's) for plain sweeps, whose replication runs
-    keep bcdkl-tnnls2015's Alg. 1 (docs/decisions/coarse-start-and-c-passes.md). ``problem``: needed for block solves; ``n_free``:
-    its number of points in no pair, if known (a block layout's)."""
+    keep bcdkl-tnnls2015's Alg. 1 (docs/decisions/coarse-start-and-c-passes.md). ``problem``:
+    needed for block solves; ``n_free``: its number of points in no pair, if known (a block
+    layout's)."""
     if start == "auto":
         if method != "block":
             return "random"

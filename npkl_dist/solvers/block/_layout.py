@@ -180,7 +180,8 @@ def _u_columns_of_c_rows(indptr, indices, nu, n_own):
 
 def whole_free_blocks(indptr, indices, data, diag, n_free, bounds=None):
     """The U block of an in-process block fit's one part (every row, no halo) from one pass
-    over the U rows instead of three selections (docs/decisions/block-fit-at-1e6.md): the AMG matrix (``free_matrix`` over ``free_operator``) and the C columns
+    over the U rows instead of three selections (docs/decisions/block-fit-at-1e6.md): the AMG
+    matrix (``free_matrix`` over ``free_operator``) and the C columns
     (``constrained_columns``), the same arrays bit for bit.
 
     Returns (operator, A, uc). Where every U row's entries in U columns are stored sorted

@@ -84,7 +84,8 @@ class JacobiPreconditioner:
 # pyamg's aggregation reads only the sparsity pattern of its strength matrix and skips the
 # diagonal, and the default strength (symmetric, theta = 0) keeps every entry: so A itself
 # (strength=None) gives the same aggregates and the same hierarchy, bit for bit, without
-# the pass that computes and row-scales a strength matrix (tested; docs/decisions/block-fit-at-1e6.md).
+# the pass that computes and row-scales a strength matrix (tested;
+# docs/decisions/block-fit-at-1e6.md).
 AMG_OPTIONS = {"strength": None}
 
 
@@ -311,9 +312,9 @@ class AMGPreconditioner:
 
     def _work(self, r):
         """Per-level work arrays for r columns, allocated once and reused: a fresh (n, r)
-        array per cycle meant fresh pages from the OS each time (docs/decisions/block-fit-at-1e6.md).
-        Level k: x, res (its size), the restricted residual and the coarse correction (the
-        next level's size)."""
+        array per cycle meant fresh pages from the OS each time
+        (docs/decisions/block-fit-at-1e6.md). Level k: x, res (its size), the restricted
+        residual and the coarse correction (the next level's size)."""
         if self._work_r != r:
             self._work_arrays = []
             for k, lev in enumerate(self.levels):

@@ -44,7 +44,9 @@ LD_FROM_CG = True
 #: rules above takes the U rows' outer step D_U as the PCG's alpha Z, exactly what X += alpha Z
 #: moved them by (up to the rounding of that sum), instead of V - Vprev: the previous V and
 #: L D are then stored for the constrained rows only: two (n, r) arrays fewer to fault in and
-#: three fewer streams through the direction and step passes (docs/decisions/block-fit-at-1e6.md). False: Vprev and L D on every row (the reference, for tests).
+#: three fewer streams through the direction and step passes
+#: (docs/decisions/block-fit-at-1e6.md). False: Vprev and L D on every row (the reference, for
+#: tests).
 D_FROM_CG = True
 
 #: With D_FROM_CG in an in-process fit (one part, no halo), the one-step PCG's X += alpha Z
@@ -74,9 +76,9 @@ LV_FROM_STEP = True
 #: Z = M R is stored once in single precision (each entry rounded once) and the step is the
 #: exact minimiser along that rounded direction (R*Z, L Z and X += alpha Z all read the
 #: stored float32 Z, in float64 arithmetic). The product with L_UU gathers ~14 neighbour rows
-#: of Z per row; a float32 row is one cache line instead of two (docs/decisions/block-fit-at-1e6.md).
-#: The driver decides for every part at once, so a halo row has its owner's precision.
-#: False: float64 directions (the reference, for tests).
+#: of Z per row; a float32 row is one cache line instead of two
+#: (docs/decisions/block-fit-at-1e6.md). The driver decides for every part at once, so a halo
+#: row has its owner's precision. False: float64 directions (the reference, for tests).
 DIRECTION_FLOAT32 = True
 
 #: A standalone in-process block fit touches its work arrays' pages in a background thread
@@ -129,16 +131,16 @@ class Prefault:
 
     The first write to a fresh page is a page fault, costly in this kind of VM (a
     standalone fit at n = 1e6 paid most of its first outer iteration in them;
-    docs/decisions/block-fit-at-1e6.md). The set-up's serial stretches (reverse Cuthill-McKee, pyamg's aggregation and relaxation)
-    leave the second core idle; the faults go there. The arrays are on base pages, mapped
-    in one call (:func:`~npkl_dist.linalg._memory.populated_empty`): numpy's huge pages cost
-    several times more to fault in where the memory was handed back to the host, and kept
-    the second core busy through most of the set-up. The thread only allocates and maps,
-    so nothing computed depends on it: a fit
-    takes these arrays or fresh ones to the same result, bitwise. The arrays exist from the
-    start of the set-up instead of its end, so the set-up's temporaries and they overlap: a
-    fit's peak memory can grow by up to their size (about 1 GB at n = 1e6, r = 16; the
-    measured peak: docs/decisions/block-fit-at-1e6.md).
+    docs/decisions/block-fit-at-1e6.md). The set-up's serial stretches (reverse Cuthill-McKee,
+    pyamg's aggregation and relaxation) leave the second core idle; the faults go there. The
+    arrays are on base pages, mapped in one call
+    (:func:`~npkl_dist.linalg._memory.populated_empty`): numpy's huge pages cost several times
+    more to fault in where the memory was handed back to the host, and kept the second core
+    busy through most of the set-up. The thread only allocates and maps, so nothing computed
+    depends on it: a fit takes these arrays or fresh ones to the same result, bitwise. The
+    arrays exist from the start of the set-up instead of its end, so the set-up's temporaries
+    and they overlap: a fit's peak memory can grow by up to their size (about 1 GB at n = 1e6,
+    r = 16; the measured peak: docs/decisions/block-fit-at-1e6.md).
 
     ``specs``: {name: (shape, dtype)} (:func:`session_buffers`)."""
 
