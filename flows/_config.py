@@ -1,50 +1,8 @@
 """The pipeline's configuration: a TOML file (``npkl run CONFIG.toml``), validated once.
 
-```toml
-run = "digits"                 # run id (under storage/runs), a path, or s3://bucket/runs/x
-
-[input]                        # exactly one of features / edges; one of constraints / labels
-features = "X.npy"
-labels = "y.npy"
-eval_labels = "y.npy"
-
-[graph]
-knn = 5
-weighting = "gaussian"
-knn_method = "auto"
-scale = "none"                 # "standard": centre each feature column, divide by its std
-delta = 1e-3
-block = 65536                  # rows per kNN task (one row block of the store each)
-exact_max_points = 50000       # knn_method "auto": exact search up to here, pynndescent above
-
-[model]
-solver = "bcd"                 # bcd | admm | simplenpkl
-loss = "square"
-max_sweeps = 1000              # default: the solver's own cap (bcd 1000, admm 500, simplenpkl 200)
-seed = 0
-method = "auto"                # bcd: auto | sweeps | block (see `npkl fit --help`)
-start = "auto"                 # bcd: auto | random | propagate | spectral | coarse | coarse-free
-# tol_objective, tol_kkt: bcd's extra stopping criteria; capacity: simplenpkl's tr(K^2) <= B
-# anderson = 5: admm with Anderson acceleration of memory 5 (default 0: the paper's Alg. 1)
-
-[execution]
-executor = "auto"              # auto | inprocess | dask
-dask = "tcp://host:8786"       # an existing scheduler (else a LocalCluster when needed)
-checkpoint_every = 1
-
-[storage]
-options = { endpoint_url = "http://127.0.0.1:9000" }
-
-[output]
-clusters = 10
-normalize_kernel = false       # true: k-means on the cosine-normalised kernel (unit rows of V)
-out = "report/"                # summary.json, objective.png, embedding.png, embedding.npy
-plots = true
-files = true                   # false: the summary stays in the run store only
-
-[extend]
-features = "X_new.npy"         # embed points not seen in training (bcdkl-tnnls2015 §III-E)
-```
+Sections ``[input]`` (features or edges; constraints or labels), ``[graph]``, ``[model]``,
+``[execution]``, ``[storage]``, ``[output]`` and ``[extend]``; every key, with an example
+file: docs/pipelines.md, "The configuration".
 
 Relative paths are taken relative to the TOML file's directory. Every error names the
 section and key, the value received and the fix.

@@ -3,9 +3,10 @@
 `npkl fit` is the one-shot form of a pipeline: its options become a pipeline configuration
 (:func:`fit_pipeline_config`) and the same stage functions as ``npkl run`` (ingest, graph,
 plan, learn, evaluate, extend, report; :mod:`npkl_flows._stages`) run here over a run store. No
-Prefect: a flow run costs ≈ 10 s of start-up (a temporary server), more than a whole fit of
-a few thousand points, and a fit has nothing to schedule or watch remotely. ``npkl run``
-wraps the very same functions in Prefect tasks and pays that cost once per run.
+Prefect: a flow run's start-up (a temporary server) costs more than a whole fit of a few
+thousand points (docs/decisions/pipeline-orchestration.md), and a fit has nothing to schedule
+or watch remotely. ``npkl run`` wraps the very same functions in Prefect tasks and pays that
+cost once per run.
 
 Without ``--run`` the store is a temporary directory deleted at the end, and learning is not
 checkpointed there (nothing could resume from it). With ``--run`` the store is kept,

@@ -393,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="bcd method (default: auto, which picks block solves here: on "
         "digits they converge in 242 outer iterations where plain sweeps "
-        "need about 2,000; bench/RESULTS.md)",
+        "need about 2,000)",
     )
     so_help = (
         'fsspec options of a store URL as JSON, e.g. \'{"endpoint_url": '

@@ -1,13 +1,14 @@
 """The Prefect flow ``npkl-pipeline``: ingest → graph → plan → learn → evaluate → extend → report.
 
-One flow run per pipeline run; each stage is one coarse Prefect task (≈ 0.1 s of overhead
-each) that calls :mod:`npkl_flows._stages`. Heavy data stays in the run store; tasks receive and
-return small JSON dicts. Task results persist (Prefect's local result storage) under a key
-made of the run URL, the run store's creation stamp, the configuration hash, the stage and
-the code version, so a re-run of the same run id after a crash skips finished stages even
-before looking at the store — and a new run at the same location (new creation stamp) or
-changed code never reuses them. Independently of Prefect, every stage also checks the run
-store's own stage record, and the learn stage resumes from the newest complete checkpoint.
+One flow run per pipeline run; each stage is one coarse Prefect task (its overhead:
+docs/decisions/pipeline-orchestration.md) that calls :mod:`npkl_flows._stages`. Heavy data
+stays in the run store; tasks receive and return small JSON dicts. Task results persist
+(Prefect's local result storage) under a key made of the run URL, the run store's creation
+stamp, the configuration hash, the stage and the code version, so a re-run of the same run id
+after a crash skips finished stages even before looking at the store — and a new run at the
+same location (new creation stamp) or changed code never reuses them. Independently of Prefect,
+every stage also checks the run store's own stage record, and the learn stage resumes from the
+newest complete checkpoint.
 
 Per-block work (kNN row blocks, sweeps) runs in plain Dask / numba inside the tasks: Prefect
 never sees it, and Dask workers never start Prefect.

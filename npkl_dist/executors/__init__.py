@@ -3,8 +3,9 @@
 from .._errors import ValidationError
 from ._dask import DaskExecutor
 from ._inprocess import InProcessExecutor
+from .base import Executor, row_blocks
 
-__all__ = ["DaskExecutor", "InProcessExecutor", "get_executor"]
+__all__ = ["DaskExecutor", "Executor", "InProcessExecutor", "get_executor", "row_blocks"]
 
 
 def get_executor(name: str = "inprocess", **kwargs):

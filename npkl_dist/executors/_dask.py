@@ -371,8 +371,8 @@ class DaskExecutor:
         self.client = client
         self.threads = threads
         n_workers = max(1, len(client.ncores()))  # the scheduler's answer, not a cache
-        # one block per worker: fewest actor round trips per colour step (bench_dask.py: 1.32x
-        # in-process at n = 1e6 with 2 workers, against 1.70x with two blocks per worker)
+        # one block per worker: fewest actor round trips per colour step
+        # (docs/decisions/dask-executor.md)
         self.blocks = blocks or n_workers
         self.align = SUM_BLOCK  # block boundaries: multiples of this (checkpoint shards)
 
@@ -444,6 +444,17 @@ class DaskExecutor:
                     f"from the last checkpoint"
                 ) from exc
             raise
+
+    # -- general row-block primitives --------------------------------------------------
+    def map_row_blocks(self, fn, blocks):
+        """``[fn(start, stop) for (start, stop) in blocks]`` as Dask tasks, results in order
+        (see :class:`~npkl_dist.executors.base.Executor`); a dead worker becomes
+        :class:`WorkerLostError`."""
+        blocks = [(int(a), int(b)) for a, b in blocks]
+        if not blocks:
+            return []
+        starts, stops = zip(*blocks)
+        return self._gather(lambda: self.client.map(fn, starts, stops, pure=False))
 
     # -- sessions ----------------------------------------------------------------------
     def bcd_session(self, prep, plan, V):

@@ -4,6 +4,8 @@ class gathers them behind the executor interface."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from ..solvers.admm._local import ADMM_PARALLEL_MIN_N, LocalADMM
 from ..solvers.bcd._local import FIT_PARALLEL_MIN_N, LocalBCD
 
@@ -22,3 +24,12 @@ class InProcessExecutor(LocalADMM):
 
     #: a BCD set-up made without an executor (on LocalBCD) serves fits on this one, and back
     setup_kind = LocalBCD
+
+    def map_row_blocks(self, fn, blocks):
+        """``[fn(start, stop) for (start, stop) in blocks]`` on the executor's threads, in
+        order (see :class:`~npkl_dist.executors.base.Executor`)."""
+        blocks = [(int(a), int(b)) for a, b in blocks]
+        if self.n_threads == 1 or len(blocks) < 2:
+            return [fn(a, b) for a, b in blocks]
+        with ThreadPoolExecutor(max_workers=min(self.n_threads, len(blocks))) as pool:
+            return list(pool.map(lambda ab: fn(*ab), blocks))

@@ -19,8 +19,9 @@ from .._errors import GraphError, GraphWarning, ValidationError, fmt_value
 __all__ = ["Graph", "knn_graph", "graph_from_edges", "laplacian", "EXACT_KNN_MAX_POINTS"]
 
 #: Above this many points the kNN graph is built approximately with pynndescent; at or
-#: below it, exactly (scikit-learn's tree / brute-force search). pynndescent pays ~35 s of
-#: numba compilation per process, which an exact search at this size never needs.
+#: below it, exactly (scikit-learn's tree / brute-force search): pynndescent's numba
+#: compilation per process is dearer than an exact search at this size
+#: (docs/decisions/pipeline-orchestration.md).
 EXACT_KNN_MAX_POINTS = 50_000
 
 #: sigma = half the mean distance from each point to its SIGMA_NEIGHBOURS nearest neighbours

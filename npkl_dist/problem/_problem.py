@@ -33,7 +33,7 @@ RANK_CAP = 128
 def default_rank(m: int, n: int, cap: int = RANK_CAP) -> int:
     """Largest r with r(r+1)/2 <= m, capped at ``cap`` and at n; at least 1."""
     # r(r+1)/2 <= m  <=>  (2r+1)^2 <= 8m+1: exact in integers (math, not a numpy scalar
-    # call: ~5 us of a small fit after other work)
+    # call, dear on small fits: docs/decisions/small-fit-times.md)
     r = (math.isqrt(8 * int(m) + 1) - 1) // 2
     return max(1, min(r, cap, n))
 

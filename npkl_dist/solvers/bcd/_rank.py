@@ -8,7 +8,7 @@ searches combine rows. So the column space of V can shrink but never grow, and a
 numerical rank k < r confines the whole fit to rank k. A start prolongated from a coarse level
 with a handful of aggregates has rank at most that handful; on an expander-like graph (a
 planted partition) the block solver's coarsest level has one row, and the fit ended at rank 1,
-8x above the optimum, with a tiny KKT residual (docs/decisions/rank-deficient-starts.md).
+far above the optimum, with a tiny KKT residual (docs/decisions/rank-deficient-starts.md).
 
 Three tools:
 
