@@ -2,7 +2,7 @@
 
 One KL-ADMM iteration maps the state x = (U, Lam / rho) (n x 2r: the factor and the scaled
 dual of ADMM's scaled form) to g(x). Plain ADMM iterates x <- g(x); its tail converges
-linearly and slowly (about 600 iterations on the papers' small data sets at rho's floor).
+linearly and slowly (docs/decisions/kl-admm.md).
 Anderson acceleration (type II, memory m; Walker & Ni 2011, and Fu, Zhang & Boyd 2019 for
 ADMM) takes instead
 
