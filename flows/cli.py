@@ -542,10 +542,9 @@ def _storage_options(args):
     return so
 
 
-#: Seconds Prefect waits for its ephemeral API server (no PREFECT_API_URL) to start. Its
-#: default, 20, is too short for a first start (a fresh PREFECT_HOME migrates its database)
-#: on a busy two-core machine: `npkl run` then failed with "Timed out while attempting to
-#: connect to ephemeral Prefect API server" (seen in a CI run, 2026-11-28).
+#: Seconds Prefect waits for its ephemeral API server (no PREFECT_API_URL) to start; its
+#: default is too short for a first start on a busy machine
+#: (docs/decisions/pipeline-orchestration.md).
 EPHEMERAL_STARTUP_TIMEOUT = 90
 
 
