@@ -1,7 +1,7 @@
 """L-BFGS-B on a box without ``scipy.optimize.minimize``'s per-call set-up.
 
-SimpleNPKL maximises its dual by L-BFGS-B (``_simplenpkl``, "Dual solver"). On the small
-data sets ``minimize(method='L-BFGS-B')`` spent a large share of a whole fit outside the
+SimpleNPKL maximises its dual by L-BFGS-B (docs/algorithms.md, "SimpleNPKL in detail"). On the
+small data sets ``minimize(method='L-BFGS-B')`` spent a large share of a whole fit outside the
 function: the bounds converted to a list of pairs and back, a ``ScalarFunction`` with its
 array-namespace checks, an ``OptimizeResult`` per iteration
 (docs/decisions/simplenpkl-fast-paths.md).
