@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml | $(PY)
 install: $(STAMP)
 
 # The Debian package the default suite reads: liblinear-tools ships heart_scale, which
-# tests/test_paper_protocols.py checks against svm-scale. bench/paper/datasets.py's installer
+# tests/benchmarks/test_paper_protocols.py checks against svm-scale. bench/paper/datasets.py's installer
 # runs apt-get when root and the file is missing; otherwise it prints the command and that one
 # test skips.
 system-deps: $(STAMP)
@@ -38,7 +38,7 @@ demo: $(STAMP)
 TEST_WORKERS ?= 2
 
 # metric-learn's ITML (a peer of bench/paper) in its own environment: metric-learn 0.7.0
-# needs an older scikit-learn (bench/paper/peers.py); tests/test_paper_peers.py runs it.
+# needs an older scikit-learn (bench/paper/peers.py); tests/benchmarks/test_paper_peers.py runs it.
 ITML_STAMP := bench/.venv-itml/.installed
 
 $(ITML_STAMP): | $(STAMP)

@@ -312,9 +312,9 @@ def read_input(path: str, what: str):
     features standardised) for ``what`` in features / labels."""
 
     if path.startswith("dataset:"):
-        import numpy as np
-        import sklearn.datasets as skd
-        from sklearn.preprocessing import StandardScaler
+        import numpy as np  # lazy: reading a config stays light
+        import sklearn.datasets as skd  # lazy: only for the bundled datasets
+        from sklearn.preprocessing import StandardScaler  # lazy: only for the bundled datasets
 
         X, y = getattr(skd, f"load_{path.split(':', 1)[1]}")(return_X_y=True)
         return StandardScaler().fit_transform(X) if what == "features" else np.asarray(y, np.int64)
@@ -376,7 +376,7 @@ def run_options(cfg: dict, n_points: int | None = None, rank: int | None = None)
             ex["executor"] = "inprocess"
             if n_points is not None:
                 try:
-                    import psutil
+                    import psutil  # optional (the prefect extra): memory figures only
 
                     total = psutil.virtual_memory().total
                 except ImportError:  # pragma: no cover

@@ -25,12 +25,12 @@ def _kernel_pca_2d(V):
 
 
 def run_demo(out_dir="demo_out", *, loss="square", seed=0, max_sweeps=500, method="auto"):
-    import matplotlib
+    import matplotlib  # lazy: only when a figure is drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from sklearn.datasets import load_digits
-    from sklearn.preprocessing import StandardScaler
+    import matplotlib.pyplot as plt  # lazy: only when a figure is drawn
+    from sklearn.datasets import load_digits  # lazy: only for the bundled datasets
+    from sklearn.preprocessing import StandardScaler  # lazy: only for the bundled datasets
 
     X, y = load_digits(return_X_y=True)
     X = StandardScaler().fit_transform(X)

@@ -175,7 +175,7 @@ def run_fit_stages(
     try:
         ex = cfg["execution"]
         if ex["dask"] and ex["executor"] == "dask":
-            from distributed import Client
+            from distributed import Client  # optional engine (the dask extra)
 
             client = Client(ex["dask"])  # the graph stage's kNN blocks on that cluster
 

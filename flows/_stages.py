@@ -115,7 +115,7 @@ def config_hash(cfg: dict) -> str:
 def measure(out: dict, interval: float = 0.05):
     """Wall seconds and peak resident memory (sampled) of the enclosed block, into ``out``."""
     try:
-        import psutil
+        import psutil  # optional (the prefect extra): memory figures only
 
         proc = psutil.Process()
     except ImportError:  # pragma: no cover
@@ -298,7 +298,7 @@ def _run_blocks(ctx: Context, index, spans, bar):
     only collects completion. Same index, same rows -> the same neighbours either way."""
     done = 0
     if ctx.client is not None and spans:
-        from distributed import as_completed
+        from distributed import as_completed  # optional engine (the dask extra)
 
         fut_index = ctx.client.scatter(index, broadcast=True, hash=False)
         futs = [
@@ -871,11 +871,11 @@ def trace_labels(summary: dict) -> tuple[str, str]:
 
 
 def _plots(d: Path, res: dict, summary: dict):
-    import matplotlib
+    import matplotlib  # lazy: only when a figure is drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
+    import matplotlib.pyplot as plt  # lazy: only when a figure is drawn
+    from matplotlib.ticker import MaxNLocator  # lazy: only when a figure is drawn
 
     trace = summary.get("objective_trace") or []
     xlabel, title = trace_labels(summary)

@@ -26,7 +26,7 @@ def _parse(ts):
 
 
 def _manifest(store, ckpt_id):
-    import zarr
+    import zarr  # optional engine (the zarr extra)
 
     try:
         g = zarr.open_group(store._store(), path=f"checkpoints/{ckpt_id}", mode="r", zarr_format=3)

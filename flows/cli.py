@@ -637,7 +637,7 @@ def _cmd_status(args) -> int:
 
 
 def _cmd_extend(args) -> int:
-    import numpy as np
+    import numpy as np  # lazy: reading a config stays light
 
     so = _storage_options(args)
     with st.RunStore.open(st.resolve_run(args.run), mode="r", storage_options=so) as rs:

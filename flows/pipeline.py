@@ -72,8 +72,8 @@ def _mark_crashed(store, current_id, log):
         return []
     marked = []
     try:
-        from prefect.client.orchestration import get_client
-        from prefect.states import Crashed
+        from prefect.client.orchestration import get_client  # optional engine (the prefect extra)
+        from prefect.states import Crashed  # optional engine (the prefect extra)
 
         with get_client(sync_client=True) as client:
             for fid in stale:
@@ -186,13 +186,13 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
         ex = cfg["execution"]
         run_cfg = cfg
         if ex["dask"] and ex["executor"] in ("auto", "dask"):
-            from distributed import Client
+            from distributed import Client  # optional engine (the dask extra)
 
             address = ex["dask"]
             if address == "slurm":
                 # workers as SLURM jobs, configured by the Dask configuration (jobqueue.slurm,
                 # deploy/jobqueue.yaml); they stop with this flow run
-                from dask_jobqueue import SLURMCluster
+                from dask_jobqueue import SLURMCluster  # optional engine (the slurm extra)
 
                 cluster = SLURMCluster()
                 cluster.scale(jobs=ex["workers"])

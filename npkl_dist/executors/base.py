@@ -20,7 +20,6 @@ An executor runs a solver's work over blocks of rows of V. Two kinds of primitiv
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..linalg._rowops import SUM_BLOCK
@@ -74,8 +73,4 @@ class Executor(Protocol):
 
     def admm_session(self, prep, V, U, Lam) -> Any:
         """A KL-ADMM fit's state: ``iterate``/``run``, ``objective``, ``gather``, ..."""
-        ...
-
-    def fit_threads(self, n_points) -> AbstractContextManager:
-        """The thread budget of a whole fit of ``n_points`` rows (a context manager)."""
         ...

@@ -48,10 +48,10 @@ def _read_table(p: Path, what, header_required, empty_is_unlabelled=False):
     ``empty_is_unlabelled`` (labels): a CSV's blank lines are kept as rows (pyarrow skips
     them by default, which would shift every later label onto the wrong point), and empty
     cells become -1 in a numeric column and "" in a text one: both mean unlabelled."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.csv as pacsv
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # lazy: pyarrow loads only to read CSV / Parquet
+    import pyarrow.compute as pc  # lazy: pyarrow loads only to read CSV / Parquet
+    import pyarrow.csv as pacsv  # lazy: pyarrow loads only to read CSV / Parquet
+    import pyarrow.parquet as pq  # lazy: pyarrow loads only to read CSV / Parquet
 
     parse = pacsv.ParseOptions(ignore_empty_lines=not empty_is_unlabelled)
     try:
@@ -173,8 +173,8 @@ class FeatureChunks:
             self._X = X.reshape(-1, 1) if X.ndim == 1 else X
             self.n_rows, self.n_features = (int(v) for v in self._X.shape)
         elif self._kind == ".parquet":
-            import pyarrow as pa
-            import pyarrow.parquet as pq
+            import pyarrow as pa  # lazy: pyarrow loads only to read CSV / Parquet
+            import pyarrow.parquet as pq  # lazy: pyarrow loads only to read CSV / Parquet
 
             try:
                 self._pf = pq.ParquetFile(self._p)
@@ -190,8 +190,8 @@ class FeatureChunks:
         self.chunk_rows = max(1, int(chunk_rows))
 
     def _csv_open(self):
-        import pyarrow as pa
-        import pyarrow.csv as pacsv
+        import pyarrow as pa  # lazy: pyarrow loads only to read CSV / Parquet
+        import pyarrow.csv as pacsv  # lazy: pyarrow loads only to read CSV / Parquet
 
         try:
             with pacsv.open_csv(self._p) as r:  # only the first block: the column names
@@ -206,12 +206,12 @@ class FeatureChunks:
         self._names = names if self._header else [f"f{k}" for k in range(len(names))]
 
     def _batches(self):
-        import pyarrow as pa
+        import pyarrow as pa  # lazy: pyarrow loads only to read CSV / Parquet
 
         if self._kind == ".parquet":
             yield from self._pf.iter_batches(batch_size=self.chunk_rows)
             return
-        import pyarrow.csv as pacsv
+        import pyarrow.csv as pacsv  # lazy: pyarrow loads only to read CSV / Parquet
 
         ro = pacsv.ReadOptions(
             block_size=max(1 << 16, min(1 << 26, self.chunk_rows * self.n_features * 24)),
@@ -229,7 +229,7 @@ class FeatureChunks:
                     self._check(np.asarray(self._X[a : a + self.chunk_rows], dtype=np.float64), a),
                 )
             return
-        import pyarrow as pa
+        import pyarrow as pa  # lazy: pyarrow loads only to read CSV / Parquet
 
         start = 0
         try:
@@ -259,7 +259,7 @@ class FeatureChunks:
 
 
 def _numeric_columns(path, schema):
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: pyarrow loads only to read CSV / Parquet
 
     bad = [
         f.name

@@ -244,6 +244,51 @@ def gram_upper(A, AT, p, H):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def gram_cols_upper(A, p, r, N):
+    """N[a, u] = sum_s A[s, a] A[s, u] over the first p rows of A, for u >= a < r (the upper
+    triangle of A'A; a few entries left of the diagonal get values too, as in
+    :func:`gram_upper`). Rank-one updates by rows of A in 4-lane fused multiply-adds, four
+    rows per pass over N."""
+    for a in range(r):
+        for u in range(a - a % 4, r):
+            N[a, u] = 0.0
+    p4 = p - p % 4
+    for s in range(0, p4, 4):
+        for a in range(r):
+            u0 = a - a % 4
+            r4 = r - (r - u0) % 4
+            f0 = np.float64(A[s, a])
+            f1 = np.float64(A[s + 1, a])
+            f2 = np.float64(A[s + 2, a])
+            f3 = np.float64(A[s + 3, a])
+            v0 = _v4_splat(f0)
+            v1 = _v4_splat(f1)
+            v2 = _v4_splat(f2)
+            v3 = _v4_splat(f3)
+            for u in range(u0, r4, 4):
+                h = _v4_fma(v0, _v4_load(A, s, u), _v4_load(N, a, u))
+                h = _v4_fma(v1, _v4_load(A, s + 1, u), h)
+                h = _v4_fma(v2, _v4_load(A, s + 2, u), h)
+                _v4_store(N, a, u, _v4_fma(v3, _v4_load(A, s + 3, u), h))
+            for u in range(r4, r):
+                N[a, u] = _fma(
+                    f3,
+                    A[s + 3, u],
+                    _fma(f2, A[s + 2, u], _fma(f1, A[s + 1, u], _fma(f0, A[s, u], N[a, u]))),
+                )
+    for s in range(p4, p):
+        for a in range(r):
+            u0 = a - a % 4
+            r4 = r - (r - u0) % 4
+            f = np.float64(A[s, a])
+            fv = _v4_splat(f)
+            for u in range(u0, r4, 4):
+                _v4_store(N, a, u, _v4_fma(fv, _v4_load(A, s, u), _v4_load(N, a, u)))
+            for u in range(r4, r):
+                N[a, u] = _fma(f, A[s, u], N[a, u])
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _cholesky_upper_solve(M, y, p):
     """Solve M x = y in place (y <- x) for SPD M[:p, :p] given by its upper triangle (C-
     contiguous), overwritten by U with M = U'U. Right-looking: every update is a row axpy

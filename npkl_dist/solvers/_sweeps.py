@@ -23,7 +23,13 @@ from numba import njit, prange
 
 from ..linalg._rowops import SUM_BLOCK, _dot_row_vec, _gather
 from ..linalg._simd import _madd
-from ..linalg._smallqp import _cholesky_upper_solve, _transpose_rows, box_qp, gram_upper
+from ..linalg._smallqp import (
+    _cholesky_upper_solve,
+    _transpose_rows,
+    box_qp,
+    gram_cols_upper,
+    gram_upper,
+)
 from ..problem._terms import loss_value
 
 
@@ -101,6 +107,17 @@ def update_column(
         for s in range(p):
             for c in range(r):
                 out[c] += gamma * A[s, c]
+        if p > r:
+            # more pairs than columns: the r x r primal system is the smaller one,
+            # (L/gamma I + A'A) v = b / gamma
+            gram_cols_upper(A, p, r, M)
+            for c in range(r):
+                M[c, c] += Lii / gamma
+                qv[c] = out[c] / gamma
+            _cholesky_upper_solve(M, qv, r)
+            for c in range(r):
+                out[c] = qv[c]
+            return
         _transpose_rows(A, p, H)
         gram_upper(A, H, p, M)
         for s in range(p):

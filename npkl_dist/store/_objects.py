@@ -213,14 +213,14 @@ class LocalObjects(ObjectStore):
         _fsync_dir(os.path.dirname(base))
 
     def zarr_store(self, read_only):
-        from zarr.storage import LocalStore
+        from zarr.storage import LocalStore  # optional engine (the zarr extra)
 
         return LocalStore(self.root, read_only=read_only)
 
 
 class FsspecObjects(ObjectStore):
     def __init__(self, url: str, storage_options: dict | None = None):
-        import fsspec
+        import fsspec  # optional engine (the zarr extra)
 
         url = url.rstrip("/")
         protocol = url.split("://", 1)[0]
@@ -285,7 +285,7 @@ class FsspecObjects(ObjectStore):
         return sorted(f[start:] for f in found if f.startswith(path + "/"))
 
     def zarr_store(self, read_only):
-        from zarr.storage import FsspecStore
+        from zarr.storage import FsspecStore  # optional engine (the zarr extra)
 
         return FsspecStore.from_url(
             self.url, storage_options=dict(self.storage_options), read_only=read_only

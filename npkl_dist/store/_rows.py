@@ -47,7 +47,7 @@ def create_row_arrays(store, group: str, arrays: dict, n: int, block: int) -> No
 
 def write_row_block(store, path: str, start: int, rows: np.ndarray) -> None:
     """Write rows ``[start, start + len(rows))`` of ``path`` (a whole chunk; any process)."""
-    import zarr
+    import zarr  # optional engine (the zarr extra)
 
     with store._io(f"writing rows [{start}, {start + len(rows)}) of {path}"):
         a = zarr.open_array(store._block_store(), path=path, mode="r+", zarr_format=3)
@@ -70,7 +70,7 @@ def row_blocks_present(store, path: str, n: int, block: int) -> set[int]:
 
 def read_row_arrays(store, group: str, names) -> dict:
     """The whole arrays ``group/<name>`` (driver side, O(n * width) memory)."""
-    import zarr
+    import zarr  # optional engine (the zarr extra)
 
     with store._io(f"reading {group}"):
         return {

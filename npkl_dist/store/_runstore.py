@@ -152,7 +152,7 @@ class RunStore(StageData):
             with self._io("creating the run"):
                 if exists:
                     self._wipe_except_lock()
-                import zarr
+                import zarr  # optional engine (the zarr extra)
 
                 self._attrs = {
                     "format_version": FORMAT_VERSION,
@@ -310,7 +310,7 @@ class RunStore(StageData):
         The writer caches group handles (it is the only process changing them); readers and
         workers fetch fresh metadata on every call.
         """
-        import zarr
+        import zarr  # optional engine (the zarr extra)
 
         if self._root is None:
             self._root = zarr.open_group(
@@ -511,7 +511,7 @@ class RunStore(StageData):
     def _V(self, ckpt_id: str, *, write: bool = False):
         a = self._arrays.get((ckpt_id, write))
         if a is None:
-            import zarr
+            import zarr  # optional engine (the zarr extra)
 
             if not isinstance(ckpt_id, str) or not _CKPT_ID.match(ckpt_id):
                 raise ValidationError(
@@ -742,7 +742,7 @@ class RunStore(StageData):
             )
 
     def _load_checkpoint(self, ckpt_id: str, manifest_sha: str | None):
-        import zarr
+        import zarr  # optional engine (the zarr extra)
 
         try:
             group = zarr.open_group(

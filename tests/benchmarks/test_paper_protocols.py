@@ -12,7 +12,7 @@ import pytest
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 protocols = pytest.importorskip("bench.paper.protocols")
 run = pytest.importorskip("bench.paper.run")

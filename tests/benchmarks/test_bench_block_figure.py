@@ -13,7 +13,7 @@ import pytest
 from npkl_dist import NPKLProblem, fit_bcd, knn_graph, sample_constraints
 from npkl_dist.executors import InProcessExecutor
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from bench import bench_block, block_figure  # noqa: E402
 
