@@ -201,54 +201,13 @@ def _transpose_rows(A, p, AT):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def gram_upper(A, AT, p, H):
-    """H[s, u] = A_s . A_u for u >= s (the upper triangle), from AT = A[:p].T (both
-    C-contiguous). Built as rank-one row updates over c in 4-lane fused multiply-adds,
-    contiguous in u, rather than p^2 / 2 dot products that are each a chain of dependent
-    adds. Each row starts at the 4-block holding its diagonal, so a few entries left of
-    the diagonal get values too: the lower triangle is workspace, never read."""
-    r = A.shape[1]
-    for s in range(p):
-        u0 = s - s % 4
-        p4 = p - (p - u0) % 4
-        for u in range(u0, p):
-            H[s, u] = 0.0
-        r4 = r - r % 4
-        for c in range(0, r4, 4):  # four columns per pass over the row of H
-            a0 = np.float64(A[s, c])
-            a1 = np.float64(A[s, c + 1])
-            a2 = np.float64(A[s, c + 2])
-            a3 = np.float64(A[s, c + 3])
-            v0 = _v4_splat(a0)
-            v1 = _v4_splat(a1)
-            v2 = _v4_splat(a2)
-            v3 = _v4_splat(a3)
-            for u in range(u0, p4, 4):
-                h = _v4_fma(v0, _v4_load(AT, c, u), _v4_load(H, s, u))
-                h = _v4_fma(v1, _v4_load(AT, c + 1, u), h)
-                h = _v4_fma(v2, _v4_load(AT, c + 2, u), h)
-                _v4_store(H, s, u, _v4_fma(v3, _v4_load(AT, c + 3, u), h))
-            for u in range(p4, p):
-                H[s, u] = _fma(
-                    a3,
-                    AT[c + 3, u],
-                    _fma(a2, AT[c + 2, u], _fma(a1, AT[c + 1, u], _fma(a0, AT[c, u], H[s, u]))),
-                )
-        for c in range(r4, r):
-            a = np.float64(A[s, c])
-            av = _v4_splat(a)
-            for u in range(u0, p4, 4):
-                _v4_store(H, s, u, _v4_fma(av, _v4_load(AT, c, u), _v4_load(H, s, u)))
-            for u in range(p4, p):
-                H[s, u] = _fma(a, AT[c, u], H[s, u])
-
-
-@njit(nogil=True, cache=True, inline="always")
-def gram_cols_upper(A, p, r, N):
-    """N[a, u] = sum_s A[s, a] A[s, u] over the first p rows of A, for u >= a < r (the upper
-    triangle of A'A; a few entries left of the diagonal get values too, as in
-    :func:`gram_upper`). Rank-one updates by rows of A in 4-lane fused multiply-adds, four
-    rows per pass over N."""
+def gram_upper(A, p, r, N):
+    """N[a, u] = sum_s A[s, a] A[s, u] over the first p rows of A, for a <= u < r: the upper
+    triangle of A'A (pass the transpose of a row set for its A A'). Rank-one updates by rows
+    of A in 4-lane fused multiply-adds, four rows per pass over N, contiguous in u, rather
+    than r^2 / 2 dot products that are each a chain of dependent adds. Each row of N starts
+    at the 4-block holding its diagonal, so a few entries left of the diagonal get values
+    too: the lower triangle is workspace, never read."""
     for a in range(r):
         for u in range(a - a % 4, r):
             N[a, u] = 0.0

@@ -27,7 +27,6 @@ from ..linalg._smallqp import (
     _cholesky_upper_solve,
     _transpose_rows,
     box_qp,
-    gram_cols_upper,
     gram_upper,
 )
 from ..problem._terms import loss_value
@@ -110,7 +109,7 @@ def update_column(
         if p > r:
             # more pairs than columns: the r x r primal system is the smaller one,
             # (L/gamma I + A'A) v = b / gamma
-            gram_cols_upper(A, p, r, M)
+            gram_upper(A, p, r, M)  # A'A
             for c in range(r):
                 M[c, c] += Lii / gamma
                 qv[c] = out[c] / gamma
@@ -119,7 +118,7 @@ def update_column(
                 out[c] = qv[c]
             return
         _transpose_rows(A, p, H)
-        gram_upper(A, H, p, M)
+        gram_upper(H, r, p, M)  # A A'
         for s in range(p):
             qv[s] = _dot_row_vec(A, s, out, r, _madd)
             M[s, s] += Lii / gamma
@@ -133,7 +132,7 @@ def update_column(
         return
     # hinge (0) / squared hinge (1): dual box QP
     _transpose_rows(A, p, M)
-    gram_upper(A, M, p, H)
+    gram_upper(M, r, p, H)  # A A'
     div = 2.0 * Lii
     for s in range(p):
         for u in range(s, p):
