@@ -97,7 +97,7 @@ STAGES = ("ingest", "graph", "plan", "learn", "evaluate", "extend", "report")
 def code_version() -> str:
     """sha256 (16 hex) of the library's and the flows' Python sources: a change of code
     invalidates Prefect's cached stage results (the run store's own records stay)."""
-    import npkl_dist
+    import npkl_dist  # only for its __file__: the sources to hash
 
     h = hashlib.sha256()
     for pkg in (Path(npkl_dist.__file__).parent, Path(__file__).parent):
@@ -610,14 +610,16 @@ def evaluate(ctx: Context) -> dict:
         metrics = None
         if k is not None:
             unit = ctx.cfg["output"]["normalize_kernel"]
-            snpkl = ctx.cfg["model"]["solver"] == "simplenpkl" and not unit  # warn only then
+            cons = ctx.store.read_inputs()["constraints"]
             labels = cluster_kernel(
                 V,
                 k,
                 seed=ctx.cfg["model"]["seed"],
                 normalize=unit,
-                short_rows_of=ctx.store.read_inputs()["constraints"] if snpkl else None,
+                short_rows_of=cons,
                 gamma_cv=ctx.cfg["model"]["gamma"] == "cv",
+                constraints=cons,
+                solver=ctx.cfg["model"]["solver"],
             )
             ctx.store.write_results(clusters=labels)
             if y is not None:

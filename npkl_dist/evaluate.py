@@ -7,7 +7,11 @@ The pairwise (Rand) accuracy is computed from the contingency table by scikit-le
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
 from sklearn.cluster import KMeans
 from sklearn.metrics import (
     adjusted_rand_score,
@@ -15,19 +19,26 @@ from sklearn.metrics import (
     rand_score,
 )
 
-from ._errors import ValidationError, fmt_value
-from .solvers.simplenpkl._fit import warn_short_free_rows
+from ._errors import ConstraintWarning, ValidationError, fmt_value
 
 __all__ = ["kernel_kmeans", "clustering_metrics", "pairwise_accuracy_bruteforce"]
 
 
 def kernel_kmeans(
-    V, n_clusters: int, *, seed=0, n_init: int = 10, normalize: bool = False
+    V,
+    n_clusters: int,
+    *,
+    seed=0,
+    n_init: int = 10,
+    normalize: bool = False,
+    constraints=None,
 ) -> np.ndarray:
     """Kernel k-means on K = V V' (k-means on the rows of V).
 
     Parameters
     ----------
+    n_init : int
+        Restarts from k-means++ (seeded by ``seed``); the lowest-inertia run wins.
     normalize : bool
         Cluster with the cosine-normalised kernel K_ij / sqrt(K_ii K_jj) instead: k-means
         on the rows of V scaled to unit length (rows that are exactly zero stay zero). Points
@@ -35,6 +46,13 @@ def kernel_kmeans(
         constrained points), and k-means on V then lumps them together. Where nearly all
         points are free, normalising alone may not separate them; a smaller gamma
         (``select_gamma``, ``npkl fit --gamma cv``) does
+        (docs/decisions/normalised-kernel-clustering.md).
+
+    constraints : Constraints, optional
+        The fit's constraints: one more run starts from the centroids of the must-link
+        groups (:func:`must_link_centres`, "seeded k-means", Basu et al. 2002) and joins
+        the restarts, the lowest inertia winning; labels are never looked at, and the
+        k-means objective reached is never worse than without
         (docs/decisions/normalised-kernel-clustering.md).
 
     Returns
@@ -66,8 +84,110 @@ def kernel_kmeans(
     X = V.astype(np.float64, copy=False)
     if normalize:
         X = unit_rows(X)
-    km = KMeans(n_clusters=int(n_clusters), n_init=n_init, random_state=seed)
-    return km.fit_predict(X).astype(np.int64)
+    if constraints is not None and getattr(constraints, "n_points", None) != V.shape[0]:
+        raise ValidationError(
+            f"constraints: expected a Constraints over {V.shape[0]} points (V's rows), got "
+            f"{fmt_value(constraints)}; pass the fit's own constraints (problem.constraints)"
+        )
+    km = KMeans(n_clusters=int(n_clusters), n_init=n_init, random_state=seed).fit(X)
+    if constraints is not None:
+        C = must_link_centres(X, constraints, int(n_clusters), seed=seed)
+        if C is not None:
+            seeded = KMeans(n_clusters=int(n_clusters), init=C, n_init=1).fit(X)
+            if seeded.inertia_ < km.inertia_:
+                km = seeded
+    return km.labels_.astype(np.int64)
+
+
+def must_link_centres(X, constraints, n_clusters: int, *, seed=0) -> np.ndarray | None:
+    """Initial k-means centres from the must-link groups: the means of the rows of X over
+    the connected components of the must-link graph (its points only), the largest
+    ``n_clusters`` of them; fewer groups are completed by k-means++'s D^2 sampling (seeded
+    by ``seed``). None when there is no must-link pair."""
+    ml = constraints.t > 0
+    if not np.any(ml):
+        return None
+    n = X.shape[0]
+    i, j = constraints.i[ml], constraints.j[ml]
+    _, comp = connected_components(
+        sp.coo_matrix((np.ones(i.size), (i, j)), shape=(n, n)), directed=False
+    )
+    inside = np.zeros(n, dtype=bool)
+    inside[i] = inside[j] = True
+    ids, sizes = np.unique(comp[inside], return_counts=True)
+    keep = np.sort(ids[np.lexsort((ids, -sizes))[:n_clusters]])  # largest, ties by id
+    rows = np.flatnonzero(inside & np.isin(comp, keep))
+    group = np.searchsorted(keep, comp[rows])
+    C = np.zeros((keep.size, X.shape[1]))
+    np.add.at(C, group, X[rows])
+    C /= np.bincount(group, minlength=keep.size)[:, None]
+    if keep.size < n_clusters:
+        rng = np.random.default_rng(seed)
+        d2 = sq_distances(X, C).min(axis=1)
+        extra = []
+        for _ in range(n_clusters - keep.size):
+            total = d2.sum()
+            pick = int(rng.integers(n)) if total <= 0 else int(rng.choice(n, p=d2 / total))
+            extra.append(X[pick])
+            d2 = np.minimum(d2, sq_distances(X, X[pick][None])[:, 0])
+        C = np.vstack([C, np.asarray(extra)])
+    return C
+
+
+def sq_distances(X, C) -> np.ndarray:
+    """Squared Euclidean distances of the rows of X to the rows of C, (n, len(C))."""
+    d = (X * X).sum(1)[:, None] - 2.0 * (X @ C.T) + (C * C).sum(1)[None, :]
+    return np.maximum(d, 0.0)
+
+
+#: Share of points in no constraint from which clustering a kernel without normalising
+#: checks their rows' length (``warn_short_free_rows``).
+FREE_SHARE_WARN = 0.2
+#: ... and warns when their median row is shorter than this fraction of the constrained
+#: points' (docs/decisions/normalised-kernel-clustering.md).
+FREE_ROW_RATIO_WARN = 0.5
+
+
+def warn_short_free_rows(
+    constraints, V, stacklevel: int = 2, gamma_cv: bool = False, solver: str = "simplenpkl"
+) -> None:
+    """Before kernel k-means on a learned V (n x r) without normalising: warn when many
+    points are in no constraint and the kernel made their rows short, since k-means on V
+    then puts them together whatever their neighbours. SimpleNPKL's kernel concentrates on
+    the constrained points; any solver's does on a graph where few points are labelled and
+    the free rows decay away from them (a planted-partition graph with 1% labelled). The job
+    and the pipeline's evaluate stage call it; a fit alone has no clustering to warn about.
+    ``gamma_cv``: gamma was already chosen by cross-validation, so the advice leaves that
+    step out."""
+    c = constraints
+    free = np.ones(np.shape(V)[0], dtype=bool)
+    free[c.i] = False
+    free[c.j] = False
+    share = float(free.mean())
+    if share < FREE_SHARE_WARN or free.all():
+        return
+    norms = np.linalg.norm(np.asarray(V, dtype=np.float64), axis=1)
+    top = float(np.median(norms[~free]))
+    if top <= 0.0:
+        return
+    ratio = float(np.median(norms[free])) / top
+    if ratio < FREE_ROW_RATIO_WARN:
+        warnings.warn(
+            f"{solver}: {100 * share:.0f}% of the points are in no constraint, and the "
+            f"learned kernel gives them rows {ratio:.2g} times as long as the constrained "
+            f"points' (medians), so kernel k-means on V lumps them together; cluster with "
+            f"the normalised kernel (npkl fit --normalize-kernel, [output] normalize_kernel, "
+            f"kernel_kmeans(V, k, normalize=True))"
+            + (
+                ""
+                if gamma_cv
+                else " and choose gamma by cross-validation (npkl fit --gamma cv, select_gamma), "
+                "since normalising alone does not always separate them"
+            )
+            + ("; or fit with solver 'bcd'" if solver == "simplenpkl" else ""),
+            ConstraintWarning,
+            stacklevel=stacklevel + 1,
+        )
 
 
 def cluster_kernel(
@@ -78,15 +198,17 @@ def cluster_kernel(
     normalize: bool = False,
     short_rows_of=None,
     gamma_cv: bool = False,
+    constraints=None,
+    solver: str = "simplenpkl",
 ) -> np.ndarray:
     """The downstream clustering of a fit (the job and the pipeline's evaluate stage):
-    :func:`kernel_kmeans`, after :func:`~npkl_dist.solvers.simplenpkl._fit.warn_short_free_rows` on the
-    constraints ``short_rows_of`` (SimpleNPKL's) when clustering without ``normalize``
+    :func:`kernel_kmeans`, after :func:`warn_short_free_rows` (for ``solver``) on the
+    constraints ``short_rows_of`` when clustering without ``normalize``
     (``gamma_cv``: gamma was chosen by cross-validation, which the warning then does not
-    advise)."""
+    advise); ``constraints`` seed one more k-means run (:func:`kernel_kmeans`)."""
     if short_rows_of is not None and not normalize:
-        warn_short_free_rows(short_rows_of, V, stacklevel=3, gamma_cv=gamma_cv)
-    return kernel_kmeans(V, n_clusters, seed=seed, normalize=normalize)
+        warn_short_free_rows(short_rows_of, V, stacklevel=3, gamma_cv=gamma_cv, solver=solver)
+    return kernel_kmeans(V, n_clusters, seed=seed, normalize=normalize, constraints=constraints)
 
 
 def nearest_centre(V, labels, V_new, *, normalize: bool = False) -> np.ndarray:

@@ -295,7 +295,7 @@ class BlockActor:
 
 
 def _is_worker_loss(exc) -> bool:
-    from distributed.client import FutureCancelledError
+    from distributed.client import FutureCancelledError  # optional engine: only with dask
 
     names = {
         "KilledWorker",
@@ -348,7 +348,7 @@ class DaskExecutor:
         blocks: int | None = None,
         processes: bool = True,
     ):
-        from distributed import Client, LocalCluster
+        from distributed import Client, LocalCluster  # optional engine: only with dask
 
         for nm, val in (("workers", workers), ("threads", threads)):
             if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:

@@ -252,15 +252,15 @@ def iter_edge_batches(path, batch_rows: int = 1 << 20):
             B = np.asarray(E[a : a + batch_rows], dtype=np.float64)
             yield B[:, 0], B[:, 1], (B[:, 2] if B.shape[1] == 3 else None), a
         return
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: only Parquet / CSV edge files need it (slow import)
 
     try:
         if s == ".parquet":
-            import pyarrow.parquet as pq
+            import pyarrow.parquet as pq  # lazy, as above
 
             batches = pq.ParquetFile(p).iter_batches(batch_size=batch_rows)
         else:
-            import pyarrow.csv as pacsv
+            import pyarrow.csv as pacsv  # lazy, as above
 
             batches = pacsv.open_csv(
                 p, read_options=pacsv.ReadOptions(block_size=max(1 << 20, batch_rows * 24))

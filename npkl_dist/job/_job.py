@@ -348,8 +348,10 @@ def run_fit(
             k,
             seed=cfg.seed,
             normalize=cfg.normalize_kernel,
-            short_rows_of=cons if cfg.solver == "simplenpkl" else None,
+            short_rows_of=cons,
             gamma_cv=_cv_gamma(cfg),
+            constraints=cons,
+            solver=cfg.solver,
         )
     t_cluster = time.perf_counter() - t_c
     summary = {
@@ -607,7 +609,9 @@ def run_fit_in_store(
         if k is None and y_eval is not None:
             k = int(np.unique(y_eval[y_eval >= 0]).size)
         clusters = (
-            cluster_kernel(result.V, k, seed=cfg.seed, normalize=cfg.normalize_kernel)
+            cluster_kernel(
+                result.V, k, seed=cfg.seed, normalize=cfg.normalize_kernel, constraints=cons
+            )
             if k is not None
             else None
         )

@@ -3,7 +3,9 @@ vectors (load, store, fma, splat) used by the compiled row kernels."""
 
 from __future__ import annotations
 
+from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
 
@@ -26,8 +28,6 @@ def _prefetch_codegen(context, builder, signature, args):
     """LLVM's llvm.prefetch (read, high temporal locality, data cache) of the element of the
     array ``args[0]`` at the indices ``args[1:]``: a hint, which never faults and changes no
     value."""
-    from llvmlite import ir
-    from numba.core import cgutils
 
     arrty = signature.args[0]
     ary = context.make_array(arrty)(context, builder, args[0])
@@ -166,8 +166,6 @@ _f64x4 = _F64x4Type()
 @register_model(_F64x4Type)
 class _F64x4Model(models.PrimitiveModel):
     def __init__(self, dmm, fe_type):
-        from llvmlite import ir
-
         super().__init__(dmm, fe_type, ir.VectorType(ir.DoubleType(), 4))
 
 
@@ -182,7 +180,6 @@ def _v4_addressing(context, builder, sig, args, n_index_end):
     """The array args[0]'s element indices args[1:n_index_end] cast to intp, and a function
     from an index list to that element's pointer (any layout, no bounds check): the common
     start of the vector loads and stores."""
-    from numba.core import cgutils
 
     arrty = sig.args[0]
     ary = context.make_array(arrty)(context, builder, args[0])
@@ -213,7 +210,6 @@ def _v4_load_codegen(context, builder, sig, args):
     """Elements [idx..., q:q + 4] of the array args[0] as <4 x double> (float32 widened
     lanewise, as np.float64(x) does): one vector load where the array is C-contiguous,
     four element loads otherwise (any strides)."""
-    from llvmlite import ir
 
     arrty = sig.args[0]
     idx, pointer = _v4_addressing(context, builder, sig, args, len(args))
@@ -259,9 +255,6 @@ def _v4_fma(typingctx, a, b, c):
         return None
 
     def codegen(context, builder, sig, args):
-        from llvmlite import ir
-        from numba.core import cgutils
-
         vt = ir.VectorType(ir.DoubleType(), 4)
         fn = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(vt, [vt] * 3), "llvm.fma.v4f64"
@@ -276,8 +269,6 @@ def _v4_zero(typingctx):
     """The vector (+0.0, +0.0, +0.0, +0.0)."""
 
     def codegen(context, builder, sig, args):
-        from llvmlite import ir
-
         return ir.Constant(ir.VectorType(ir.DoubleType(), 4), [0.0] * 4)
 
     return _f64x4(), codegen
@@ -290,8 +281,6 @@ def _v4_pair_sum(typingctx, v):
         return None
 
     def codegen(context, builder, sig, args):
-        from llvmlite import ir
-
         e = [builder.extract_element(args[0], ir.Constant(ir.IntType(32), k)) for k in range(4)]
         return builder.fadd(builder.fadd(e[0], e[1]), builder.fadd(e[2], e[3]))
 
@@ -302,7 +291,6 @@ def _v4_store_codegen(context, builder, sig, args):
     """Store the <4 x double> args[-1] at elements [idx..., q:q + 4] of the array args[0]
     (rounded lanewise to float32 for a float32 array, as a scalar assignment rounds): one
     vector store where the array is C-contiguous, four element stores otherwise."""
-    from llvmlite import ir
 
     arrty = sig.args[0]
     idx, pointer = _v4_addressing(context, builder, sig, args, len(args) - 1)
@@ -355,8 +343,6 @@ def _v4_splat(typingctx, x):
         return None
 
     def codegen(context, builder, sig, args):
-        from llvmlite import ir
-
         v = ir.Constant(ir.VectorType(ir.DoubleType(), 4), ir.Undefined)
         for lane in range(4):
             v = builder.insert_element(v, args[0], ir.Constant(ir.IntType(32), lane))

@@ -3,6 +3,7 @@ plan and the results, each written once by its stage and read back verified."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import numpy as np
@@ -250,8 +251,6 @@ class StageData:
                         diagonal=bool(at["diagonal"]),
                         warn=False,
                     )
-                    import dataclasses
-
                     out[name] = dataclasses.replace(c, n_duplicates=int(at["n_duplicates"]))
                 else:
                     out[name] = np.asarray(group[name][...])

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from ..._errors import ConstraintWarning, ConvergenceWarning, ValidationError, fmt_value
+from ..._errors import ConvergenceWarning, ValidationError, fmt_value
 from ...linalg._blas import _OneBlasThread
 from ...linalg._csr import (
     gram_square_sums,
@@ -409,51 +409,6 @@ def _polish(problem, P, S0, B, L64, *, max_iter=500, tol=1e-7):
         if fx_true < f_best:
             best, f_best = x.copy(), fx_true
     return best, f_best, total, mus[-1]
-
-
-#: Share of points in no constraint from which clustering a SimpleNPKL kernel without
-#: normalising checks their rows' length (``warn_short_free_rows``).
-FREE_SHARE_WARN = 0.2
-#: ... and warns when their median row is shorter than this fraction of the constrained
-#: points' (docs/decisions/normalised-kernel-clustering.md).
-FREE_ROW_RATIO_WARN = 0.5
-
-
-def warn_short_free_rows(constraints, V, stacklevel: int = 2, gamma_cv: bool = False) -> None:
-    """Before kernel k-means on a SimpleNPKL kernel V (n x r) without normalising: warn when
-    many points are in no constraint and the kernel made their rows short, since k-means on
-    V then puts them together whatever their neighbours (the job and the pipeline's evaluate
-    stage call it; a fit alone has no clustering to warn about). ``gamma_cv``: gamma was
-    already chosen by cross-validation, so the advice leaves that step out."""
-    c = constraints
-    free = np.ones(np.shape(V)[0], dtype=bool)
-    free[c.i] = False
-    free[c.j] = False
-    share = float(free.mean())
-    if share < FREE_SHARE_WARN or free.all():
-        return
-    norms = np.linalg.norm(np.asarray(V, dtype=np.float64), axis=1)
-    top = float(np.median(norms[~free]))
-    if top <= 0.0:
-        return
-    ratio = float(np.median(norms[free])) / top
-    if ratio < FREE_ROW_RATIO_WARN:
-        warnings.warn(
-            f"simplenpkl: {100 * share:.0f}% of the points are in no constraint, and the "
-            f"learned kernel gives them rows {ratio:.2g} times as long as the constrained "
-            f"points' (medians), so kernel k-means on V lumps them together; cluster with "
-            f"the normalised kernel (npkl fit --normalize-kernel, [output] normalize_kernel, "
-            f"kernel_kmeans(V, k, normalize=True))"
-            + (
-                ""
-                if gamma_cv
-                else " and choose gamma by cross-validation (npkl fit --gamma cv, select_gamma), "
-                "since normalising alone does not always separate them"
-            )
-            + "; or fit with solver 'bcd'",
-            ConstraintWarning,
-            stacklevel=stacklevel + 1,
-        )
 
 
 def fit_simplenpkl(

@@ -546,8 +546,8 @@ def test_short_rows_of_unconstrained_points_are_reported():
 
     from sklearn.datasets import load_wine
 
+    from npkl_dist.evaluate import warn_short_free_rows
     from npkl_dist.job._job import FitConfig, run_fit
-    from npkl_dist.solvers.simplenpkl._fit import warn_short_free_rows
 
     X, y = load_wine(return_X_y=True)
     L = nk.knn_graph(X, 5, warn=False).laplacian(1e-3)
@@ -590,7 +590,7 @@ def test_the_job_tells_the_short_rows_warning_whether_gamma_was_cross_validated(
     seen = []
     monkeypatch.setattr(
         "npkl_dist.evaluate.warn_short_free_rows",
-        lambda cons, V, stacklevel=2, gamma_cv=False: seen.append(gamma_cv),
+        lambda cons, V, stacklevel=2, gamma_cv=False, solver=None: seen.append(gamma_cv),
     )
     X, y = load_iris(return_X_y=True)
     for gamma in (1.0, "cv"):
