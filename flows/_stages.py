@@ -501,6 +501,8 @@ def learn(ctx: Context) -> dict:
             "tol": m["tol"],
             "max_sweeps": m["max_sweeps"],
             "executor": opts["executor"],
+            "anderson": m["anderson"],
+            **st.data_hashes(ctx.store),
         }
         if m["solver"] == "bcd":
             params["method"] = method

@@ -73,7 +73,7 @@ def run_status(url: str, storage_options=None) -> dict:
             }
         # a fast writer may prune the checkpoints the pointer named while we read: re-read
         for _ in range(20):
-            pointer = store._read_pointer()
+            pointer = store._pointer()  # rebuilt from the manifests if missing (warns)
             manifests = [
                 m for m in (_manifest(store, c) for c in pointer.get("committed", [])) if m
             ]

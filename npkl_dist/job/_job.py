@@ -558,6 +558,7 @@ def run_fit_in_store(
             "max_sweeps": cfg.max_sweeps,
             "executor": opts.get("executor", "inprocess"),
             "anderson": cfg.anderson,
+            **st.data_hashes(store),
         }
         # the accelerator's memory is float64 whatever the problem's dtype (resume is bitwise)
         ck = st.StoreCheckpointer(

@@ -23,22 +23,16 @@ classic design (Simon 1984; Larsen's PROPACK):
    and one inverse iteration on T_m, :mod:`npkl_dist.linalg._tridiag`), every 20% of the steps or
    sooner where the bound's geometric decrease predicts convergence (``_FIRST``), and
    then on all k;
-4. the Ritz vectors Q_m' S, then Rayleigh-Ritz on their span (Cholesky QR, Y'AY, eigh):
-   a semi-orthogonal basis leaves the Ritz vectors orthonormal only to about sqrt(eps);
-   the projection restores that to rounding, and gives the true residuals
-   ||A y_i - theta_i y_i||, which are checked against ``_VERIFY`` times the tolerance; where
-   one is above, Rayleigh-Ritz steps on span(Y, residuals) follow (one block Lanczos step
-   each: seen on small matrices run to all n steps, and for Ritz values near 0, whose
-   limit is relative to |theta|), up to ``_REFINE`` of them while each at least halves
-   the worst residual's excess.
+4. the Ritz vectors Q_m' S, then Rayleigh-Ritz on their span (Cholesky QR, Y'AY, eigh),
+   which restores orthonormality to rounding and gives the true residuals, checked against
+   ``_VERIFY`` times the tolerance; where one is above, up to ``_REFINE`` Rayleigh-Ritz
+   steps on span(Y, residuals) follow while each at least halves the worst excess.
 
-Anything off (a non-finite value, no convergence within the row budget, a residual check
-that fails) returns a failure message and the caller falls back to ARPACK.
-
-A single-vector Lanczos method sees one copy of an exactly repeated eigenvalue per start
-vector (so does ARPACK: on a diagonal matrix with each eigenvalue thrice, eigsh returns
-each once). Where the Krylov space closes early (``_BREAKDOWN``) the solver reports it and
-the caller falls back; small or dense problems go through :mod:`npkl_dist.linalg._tridiag`.
+Anything off (a non-finite value, no convergence within the row budget, a failed residual
+check, a Krylov space that closes early, ``_BREAKDOWN``) returns a failure message and the
+caller falls back to ARPACK. Like ARPACK, a single-vector Lanczos method sees one copy of an
+exactly repeated eigenvalue; small or dense problems go through
+:mod:`npkl_dist.linalg._tridiag`.
 
 Reference: Simon 1984; docs/algorithms.md, "SimpleNPKL in detail";
 docs/decisions/simplenpkl-fast-paths.md (figures).

@@ -7,7 +7,7 @@ store is opened: ``import npkl_dist.store`` works without them installed.
 Install the engine with ``pip install "npkl-dist[zarr]"``.
 """
 
-from ._checkpointer import StoreCheckpointer
+from ._checkpointer import StoreCheckpointer, data_hashes
 from ._errors import (
     RunNotFoundError,
     StoreError,
@@ -29,5 +29,6 @@ __all__ = [
     "StoreLockedError",
     "StoreVersionError",
     "StoreWarning",
+    "data_hashes",
     "resolve_run",
 ]

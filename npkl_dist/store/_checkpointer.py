@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
-__all__ = ["StoreCheckpointer"]
+from ._errors import StoreError
+
+__all__ = ["StoreCheckpointer", "check_parameters", "data_hashes"]
 
 
 class StoreCheckpointer:
@@ -61,8 +65,62 @@ class StoreCheckpointer:
         self.n_saved += 1
 
     def load(self):
+        """The newest complete checkpoint as ``(state, W)``, or None. Refuses one learned
+        under other parameters than this checkpointer's ``extra["parameters"]`` (a stored
+        configuration edited after the checkpoint was written; :data:`MUST_AGREE`)."""
         latest = self.store.latest_checkpoint()
         if latest is None:
             return None
         manifest, W = latest
+        check_parameters(self.store.url, manifest, self.extra.get("parameters"))
         return manifest["state"], W
+
+
+#: What a checkpoint and the run's configuration must agree on before learning continues
+#: from it (the others, e.g. max_sweeps, tol or the executor, may change on a resume).
+MUST_AGREE = (
+    "solver",
+    "loss",
+    "gamma",
+    "rank",
+    "dtype",
+    "seed",
+    "delta",
+    "bound",
+    "anderson",
+    "graph_sha256",
+    "constraints_sha256",
+)
+
+
+def data_hashes(store) -> dict:
+    """sha256 of the graph stage's and the constraints' recorded item hashes, for a
+    checkpoint's parameters: learning continues only on the data it started on."""
+    stages = store.stages()
+    out = {}
+    for key, stage, names in (
+        ("graph_sha256", "graph", None),
+        ("constraints_sha256", "inputs", ("constraints",)),
+    ):
+        items = stages.get(stage, {}).get("items", {})
+        shas = [f"{k}:{v['sha256']}" for k, v in sorted(items.items()) if not names or k in names]
+        if shas:
+            out[key] = hashlib.sha256("\n".join(shas).encode()).hexdigest()[:16]
+    return out
+
+
+def check_parameters(url, manifest: dict, params: dict | None) -> None:
+    """Raise StoreError when ``manifest["parameters"]`` and ``params`` differ on a key of
+    :data:`MUST_AGREE` that both record."""
+    old = manifest.get("parameters") or {}
+    if params is None:
+        return
+    diff = [k for k in MUST_AGREE if k in old and k in params and old[k] != params[k]]
+    if diff:
+        pairs = ", ".join(f"{k}: checkpoint {old[k]!r}, configuration {params[k]!r}" for k in diff)
+        raise StoreError(
+            f"run {url}: checkpoint {manifest.get('id')} (sweep {manifest.get('sweep')}) was "
+            f"learned under other parameters than the run's configuration now holds ({pairs}); "
+            f"a run's configuration does not change after learning started: start a new run "
+            f"with the new values (npkl fit ... --run NEW_RUN)"
+        )

@@ -90,6 +90,7 @@ class RunStore(StageData):
         self._arrays = {}
         self._groups = {}
         self._known_torn = set()  # committed ids found torn by latest_checkpoint
+        self._pointer_warned = False  # the rebuilt-pointer warning, once per handle
         self._attrs = _attrs or {}
         self.config = self._attrs.get("config", {})
 
@@ -503,10 +504,60 @@ class RunStore(StageData):
                 f"inspect checkpoints/ and start a new run"
             ) from None
 
+    def _scan_committed(self) -> list[str]:
+        """Ids of the checkpoints on storage that carry a manifest (the commit's last step
+        before the pointer), newest first by step, then by commit time."""
+        found = []
+        for name in self._objects.list_dir("checkpoints"):
+            if not _CKPT_ID.match(name):
+                continue
+            try:
+                meta = json.loads(self._objects.read(f"checkpoints/{name}/zarr.json"))
+                manifest = meta["attributes"]["manifest"]
+                found.append((int(manifest["step"]), str(manifest.get("committed", "")), name))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # begun, never committed, or torn: not a resume point
+        return [name for *_, name in sorted(found, reverse=True)]
+
+    def _pointer(self) -> dict:
+        """The pointer; where it is missing or damaged while committed checkpoints are on
+        storage, one rebuilt from their manifests (the pointer is a cache of them: a
+        StoreWarning says so once per handle, and the next commit writes it again)."""
+        try:
+            pointer = self._read_pointer()
+            problem = None if pointer else "missing"
+        except StoreError as exc:
+            pointer, problem = {}, str(exc)
+        if problem is None:
+            return pointer
+        found = self._scan_committed()
+        if not found:
+            if problem != "missing":
+                warnings.warn(
+                    f"{problem}; no committed checkpoint is on storage either, so nothing "
+                    f"is lost: the run continues from its inputs",
+                    StoreWarning,
+                    stacklevel=4,
+                )
+            return {}
+        if not self._pointer_warned:
+            self._pointer_warned = True
+            what = "is missing" if problem == "missing" else f"is damaged ({problem})"
+            warnings.warn(
+                f"run {self.url}: the checkpoint pointer {POINTER_KEY} {what}; rebuilt it "
+                f"from the {len(found)} checkpoint manifest(s) on storage, newest {found[0]}; "
+                f"each is verified block by block before it is used, and the next commit "
+                f"writes the pointer again",
+                StoreWarning,
+                stacklevel=4,
+            )
+        return {"committed": found, "manifest_sha256": {}, "rebuilt": True}
+
     def committed_checkpoints(self) -> list[str]:
-        """Ids of the committed checkpoints, newest first (at most ``retention``)."""
+        """Ids of the committed checkpoints, newest first (at most ``retention``, unless
+        the pointer was rebuilt from the manifests on storage)."""
         with self._io("reading the checkpoint pointer"):
-            return list(self._read_pointer().get("committed", []))
+            return list(self._pointer().get("committed", []))
 
     def _V(self, ckpt_id: str, *, write: bool = False):
         a = self._arrays.get((ckpt_id, write))
@@ -661,10 +712,11 @@ class RunStore(StageData):
         what = f"committing checkpoint {ckpt_id}"
         with self._io(what, checkpoint=True):
             self._lock.check()
-            pointer = self._read_pointer()
+            pointer = self._pointer()
             committed = list(pointer.get("committed", []))
-            if ckpt_id in committed:
+            if ckpt_id in committed and not pointer.get("rebuilt"):
                 return
+            committed = [k for k in committed if k != ckpt_id]
             a = self._V(ckpt_id)
             group = self._group("checkpoints")[ckpt_id]
             meta = dict(group.attrs)["checkpoint"]
@@ -806,7 +858,7 @@ class RunStore(StageData):
             # A writer may replace the pointer and prune old checkpoints while we read: if
             # every listed checkpoint failed and the pointer moved meanwhile, read it again.
             for _attempt in range(2):
-                pointer = self._read_pointer()
+                pointer = self._pointer()
                 committed = pointer.get("committed", [])
                 sums = pointer.get("manifest_sha256", {})
                 problems = []
@@ -827,7 +879,7 @@ class RunStore(StageData):
                             StoreWarning,
                             stacklevel=3,
                         )
-                if not committed or self._read_pointer().get("updated") == pointer.get("updated"):
+                if not committed or self._pointer().get("updated") == pointer.get("updated"):
                     break
         if committed:
             raise StoreError(

@@ -336,6 +336,62 @@ def test_learn_resumes_from_checkpoint_bitwise(tmp_path):
     assert np.array_equal(ra["clusters"], rb["clusters"])
 
 
+def test_learn_resumes_bitwise_with_its_pointer_deleted(tmp_path):
+    """Issue 74: the checkpoint pointer deleted after the crash: the resume rebuilds it from
+    the manifests on storage (with a warning), continues from sweep 8, not 0, and ends
+    equal to an uninterrupted run."""
+    from npkl_dist import store as st
+    from npkl_dist.store._format import POINTER_KEY
+
+    _data(tmp_path)
+    full = _cfg(tmp_path, run=str(tmp_path / "full"), extend={"features": None})
+    _run_stages(full)
+    part = _cfg(tmp_path, run=str(tmp_path / "part"), extend={"features": None})
+    _learn_killed_after(part, 8)
+    os.remove(os.path.join(part["run"], *POINTER_KEY.split("/")))
+    from npkl_flows import _stages
+
+    with st.RunStore.open(part["run"], mode="a") as rs, warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        res = _stages.run_stages(_stages.Context(rs, part, quiet=True))
+    rebuilt = [x for x in w if issubclass(x.category, st.StoreWarning)]
+    assert len(rebuilt) == 1 and "pointer" in str(rebuilt[0].message)
+    assert "is missing; rebuilt" in str(rebuilt[0].message)
+    assert res["learn"]["resumed_from"] == 8
+    with st.RunStore.open(full["run"]) as a, st.RunStore.open(part["run"]) as b:
+        assert np.array_equal(a.read_results()["embedding"], b.read_results()["embedding"])
+        assert b._read_pointer()["committed"]  # written again by the next commit
+
+
+def test_resume_refuses_a_configuration_edited_after_learning_started(tmp_path):
+    """Issue 74: gamma changed from 1 to 5 in a half-learned run's stored configuration:
+    continuing the gamma = 1 checkpoint under gamma = 5 would be a wrong answer, so the resume
+    stops, naming both values and the fix (`npkl resume`: exit 2, one line)."""
+    import copy
+
+    from npkl_dist import store as st
+    from npkl_flows import _stages
+
+    _data(tmp_path)
+    part = _cfg(tmp_path, run=str(tmp_path / "part"), extend={"features": None})
+    _learn_killed_after(part, 8)
+    edited = copy.deepcopy(part)
+    edited["model"]["gamma"] = 5.0
+    with st.RunStore.open(part["run"], mode="a") as rs:
+        with pytest.raises(st.StoreError, match=r"gamma: checkpoint 1\.0, configuration 5\.0"):
+            _stages.run_stages(_stages.Context(rs, edited, quiet=True))
+    # the same through the command line, the configuration edited where it is stored
+    root = os.path.join(part["run"], "zarr.json")
+    meta = json.load(open(root))
+    meta["attributes"]["config"]["pipeline"]["model"]["gamma"] = 5.0
+    json.dump(meta, open(root, "w"))
+    p = _cli("resume", part["run"])
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr
+    assert "gamma: checkpoint 1.0, configuration 5.0" in p.stderr
+    assert "start a new run" in p.stderr
+
+
 def test_edge_list_pipeline(tmp_path):
     from npkl_dist import knn_graph
 

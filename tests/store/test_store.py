@@ -432,6 +432,47 @@ class StoreConformance:
         with pytest.warns(StoreWarning), pytest.raises(StoreError, match="none of the"):
             store.latest_checkpoint()
 
+    # ---- the pointer is a cache of the manifests (issue 74) -----------------------------
+    def test_missing_pointer_is_rebuilt_and_nothing_is_pruned(self, store):
+        a = _commit(store, 1, np.ones((8, 2)), 4)
+        b = _commit(store, 2, 2 * np.ones((8, 2)), 4)
+        self.delete_object(store, POINTER_KEY)
+        with pytest.warns(StoreWarning, match=rf"pointer.*is missing; rebuilt.*2 .*{b}"):
+            manifest, V = store.latest_checkpoint()
+        assert manifest["id"] == b and np.all(V == 2.0)
+        assert store.committed_checkpoints() == [b, a]
+        # a checkpoint begun but never committed is not a resume point
+        store.begin_checkpoint(3, 8, 2, np.float64, row_block=4)
+        assert store.committed_checkpoints() == [b, a]
+        c = _commit(store, 3, 3 * np.ones((8, 2)), 4)
+        assert store.committed_checkpoints() == [c, b]  # retention 2: a goes only now
+        assert store._read_pointer()["committed"] == [c, b]
+        on_disk = [x for x in store._objects.list_dir("checkpoints") if x.startswith("ckpt-")]
+        assert sorted(on_disk) == sorted([b, c])
+
+    def test_damaged_pointer_is_rebuilt(self, store):
+        _commit(store, 1, np.ones((8, 2)), 4)
+        b = _commit(store, 2, 2 * np.ones((8, 2)), 4)
+        self.overwrite_object(store, POINTER_KEY, b'{"committed": [')
+        with pytest.warns(StoreWarning, match=r"pointer.*is damaged.*rebuilt"):
+            assert store.latest_checkpoint()[0]["id"] == b
+
+    def test_rebuilt_pointer_still_verifies_every_block(self, store):
+        a = _commit(store, 1, np.ones((8, 2)), 4)
+        b = _commit(store, 2, 2 * np.ones((8, 2)), 4)
+        self.delete_object(store, POINTER_KEY)
+        self.delete_object(store, f"checkpoints/{b}/V/c/1/0")
+        with pytest.warns(StoreWarning) as seen:
+            manifest, V = store.latest_checkpoint()
+        assert manifest["id"] == a and np.all(V == 1.0)
+        text = " ".join(str(w.message) for w in seen)
+        assert "is missing; rebuilt" in text and f"{b} is torn" in text
+
+    def test_damaged_pointer_without_checkpoints_starts_over_with_a_warning(self, store):
+        self.overwrite_object(store, POINTER_KEY, b"not json")
+        with pytest.warns(StoreWarning, match="nothing is lost"):
+            assert store.latest_checkpoint() is None
+
     def test_retention_keeps_the_newest(self, url, storage_options):
         with RunStore.create(
             url, config=CONFIG, retention=3, storage_options=storage_options
