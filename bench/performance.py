@@ -34,6 +34,7 @@ ORDER = (
     "admm",
     "simplenpkl",
     "social_graph",
+    "integrity",
     "pipeline",
 )
 

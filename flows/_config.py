@@ -11,6 +11,7 @@ section and key, the value received and the fix.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import tomllib
 from dataclasses import fields
@@ -151,10 +152,10 @@ def _check_value(where, key, value, spec):
     if (
         typ is _FLOAT
         and key in ("delta", "tol", "gamma", "bound", "capacity")
-        and not value > 0
+        and not (value > 0 and math.isfinite(value))
         and not (key == "tol" and value == 0)
     ):
-        raise ValidationError(f"{where}: {key} = {value!r}; expected a number > 0")
+        raise ValidationError(f"{where}: {key} = {value!r}; expected a finite number > 0")
     if typ is _FLOAT and key in ("tol_objective", "tol_kkt") and not value >= 0:
         raise ValidationError(f"{where}: {key} = {value!r}; expected a number >= 0")
     return value

@@ -54,9 +54,13 @@ def _check_sources(args):
     for opt in ("features", "edges", "constraints", "labels", "eval_labels"):
         path = getattr(args, opt)
         if path is not None and "://" not in path and not Path(path).is_file():
-            raise InputFileError(
-                f"--{opt.replace('_', '-')}: file {path!r} does not exist; check the path"
-            )
+            flag = f"--{opt.replace('_', '-')}"
+            if Path(path).is_dir():
+                raise InputFileError(
+                    f"{flag}: {path!r} is a directory; pass the file inside it (.npy, .csv "
+                    f"or .parquet)"
+                )
+            raise InputFileError(f"{flag}: file {path!r} does not exist; check the path")
 
 
 def fit_pipeline_config(args, run: str) -> dict:

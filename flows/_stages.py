@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from npkl_dist import (
+    GraphError,
     NPKLProblem,
     ValidationError,
     clustering_metrics,
@@ -37,6 +38,7 @@ from npkl_dist.evaluate import cluster_kernel, nearest_centre
 from npkl_dist.graph._blocks import (
     assemble_knn_graph,
     build_knn_index,
+    check_edge_batch,
     graph_from_edge_batches,
     iter_edge_batches,
     knn_rows,
@@ -209,9 +211,12 @@ def _skip(name, info):
 # ------------------------------------------------------------------------------ ingest
 def _edge_count_points(path):
     top = 0
-    for i, j, _, _ in iter_edge_batches(path):
+    for i, j, w, first in iter_edge_batches(path):
         if i.size:
-            top = max(top, int(np.nanmax(i)) + 1, int(np.nanmax(j)) + 1)
+            check_edge_batch(i, j, w, first)  # a bad row is named here, not as a count
+            top = max(top, int(i.max()) + 1, int(j.max()) + 1)
+    if top == 0:
+        raise GraphError(f"edges: {str(path)!r} holds no edge; pass at least one row i, j[, w]")
     return top
 
 
@@ -244,7 +249,8 @@ def ingest(ctx: Context) -> dict:
             n = _ingest_features(ctx.store, feats)
         else:
             n = cfg["input"]["n_points"] or _edge_count_points(cfg["input"]["edges"])
-        cons = load_constraints(fc, n)
+        from_edges = feats is None and not cfg["input"]["n_points"]
+        cons = load_constraints(fc, n, n_from_edges=from_edges)
         y_eval = (
             read_input(cfg["input"]["eval_labels"], "labels")
             if cfg["input"]["eval_labels"]
@@ -910,6 +916,33 @@ def _plots(d: Path, res: dict, summary: dict):
     fig.tight_layout()
     fig.savefig(d / "embedding.png", dpi=100)
     plt.close(fig)
+
+
+#: What ``npkl resume RUN --redo STAGE`` may recompute, in order, with the store data each
+#: writes ("results" goes with every one of them: the learned kernel depends on it all).
+REDO = {
+    "ingest": ("inputs",),
+    "graph": ("graph", KNN_GROUP),
+    "plan": ("plan",),
+    "learn": ("checkpoints",),
+}
+
+
+def redo(store, stage: str) -> list[str]:
+    """Forget ``stage`` and every stage after it (records and data), so that the next
+    resume recomputes them from the inputs; returns the stages forgotten."""
+    if stage not in REDO:
+        raise ValidationError(
+            f"--redo: {stage!r} is not a stage that can be recomputed; use one of "
+            f"{', '.join(REDO)}"
+        )
+    later = list(REDO)[list(REDO).index(stage) :]
+    stages = [*STAGES[STAGES.index(stage) :], "gamma", "results"]
+    if stage == "ingest":
+        stages.append("inputs")
+    groups = [g for s in later for g in REDO[s]] + ["results"]
+    store.forget(stages, groups)
+    return stages
 
 
 def run_stages(ctx: Context, only=None) -> dict:

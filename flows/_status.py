@@ -1,7 +1,9 @@
 """``npkl status RUN``: where a run is, read from its store without taking the lock.
 
 Works while the run is going: the stage record, the checkpoint pointer and the newest
-manifest are small JSON objects replaced atomically by the writer; V itself is not read.
+manifest are small JSON objects replaced atomically by the writer; V itself is not read. The
+stages' data (inputs, graph, plan, results) is read whole and checked against its recorded
+hashes, so a damaged run says what is damaged and how to repair it.
 """
 
 from __future__ import annotations
@@ -110,6 +112,9 @@ def run_status(url: str, storage_options=None) -> dict:
             ):
                 out["sweeps_left_at_most"] = max(0, max_sweeps - (m.get("sweep") or 0))
                 out["eta_seconds"] = out["sweeps_left_at_most"] * per_sweep
+        damaged = store.verify_stages()
+        if damaged:
+            out["damaged"] = damaged
         if pipe:
             out["stage_seconds"] = {
                 s: stages[s].get("info", {}).get("seconds") for s in done if s in stages
@@ -128,6 +133,8 @@ def format_status(s: dict) -> str:
         f"stage     {s['stage']}"
         + (f"  (done: {', '.join(s['stages_done'])})" if s["stages_done"] else ""),
     ]
+    for stage, msg in (s.get("damaged") or {}).items():
+        lines.append(f"DAMAGED   {stage}: {msg.split(': ', 1)[-1]}")
     w = s.get("writer")
     if w:
         state = {
@@ -136,6 +143,8 @@ def format_status(s: dict) -> str:
             None: "on another host",
         }[w["alive"]]
         lines.append(f"writer    pid {w['pid']} on {w['host']} since {w['since']}: {state}")
+    elif s.get("damaged"):
+        lines.append("writer    none (stopped; repair it with the `npkl resume --redo` above)")
     elif s["stage"] != "finished":
         lines.append("writer    none (stopped; `npkl resume` continues it)")
     if "sweep" in s:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -39,7 +41,7 @@ from npkl_dist.store import RunNotFoundError
 from npkl_flows._config import load_config, validate_config
 from npkl_flows._demo import run_demo
 from npkl_flows._fit import fit, fit_pipeline_config, run_fit_stages
-from npkl_flows._stages import extend_points
+from npkl_flows._stages import extend_points, redo
 from npkl_flows._status import format_status, run_status
 
 __all__ = ["main", "build_parser"]
@@ -70,9 +72,14 @@ def _gamma(text):
     if text.strip().lower() == "cv":
         return "cv"
     try:
-        return float(text)
+        value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number or 'cv', got {text!r}") from None
+    if not math.isfinite(value):  # the library names a value <= 0 (exit 2 as well)
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number > 0 or 'cv', got {text!r} (e.g. --gamma 1)"
+        )
+    return value
 
 
 def _add_fit_options(p: argparse.ArgumentParser):
@@ -425,6 +432,19 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("--json", action="store_true", help="print the summary as JSON")
     resume.add_argument("--quiet", action="store_true", help="no progress on stderr")
     resume.add_argument("--storage-options", metavar="JSON", help=so_help)
+    resume.add_argument(
+        "--break-lock",
+        action="store_true",
+        help="remove the run's writer lock first: only when the process that held it is gone "
+        "(killed on another host; a dead process on this host is taken over by itself)",
+    )
+    resume.add_argument(
+        "--redo",
+        metavar="STAGE",
+        choices=["ingest", "graph", "plan", "learn"],
+        help="recompute STAGE and every stage after it first (ingest, graph, plan or learn): "
+        "the repair `npkl status` and damaged-data errors name",
+    )
     status = sub.add_parser(
         "status",
         help="stage, sweep, objective and time left of a run",
@@ -698,6 +718,18 @@ def _cmd_extend(args) -> int:
 def _cmd_resume(args) -> int:
     so = _storage_options(args)
     cfg = _stored_config(args.run, so)
+    if args.break_lock:
+        held = st.RunStore.break_lock(st.resolve_run(args.run), storage_options=so)
+        if held and not args.quiet:
+            print(
+                f"npkl resume: removed the lock of pid {held.get('pid')} on {held.get('host')}",
+                file=sys.stderr,
+            )
+    if args.redo:
+        with st.RunStore.open(st.resolve_run(args.run), mode="a", storage_options=so) as store:
+            redo(store, args.redo)
+        if not args.quiet:
+            print(f"npkl resume: recomputing {args.redo} and the stages after it", file=sys.stderr)
     if "pipeline" in cfg and cfg.get("command") == "fit":
         # a run of `npkl fit --run`: its stages continue here, as they ran (no Prefect)
 
@@ -804,8 +836,32 @@ def _run(args) -> int:
         )
         return 2
     except NpklError as exc:
-        sys.stderr.write(f"npkl {args.command}: error: {exc}\n")
+        sys.stderr.write(f"npkl {args.command}: error: {in_cli_terms(str(exc))}\n")
         return 2
+
+
+#: The library's advice in Python calls, and the same in commands (the CLI's errors).
+_CLI_TERMS = (
+    (
+        r"\(RunStore\.create\(url, config=\.\.\., overwrite=True\) or another run id\)",
+        "(`npkl fit ... --run NEW_RUN`, or `npkl run` with another run id)",
+    ),
+    (
+        r"\(RunStore\.create\(url, config=\.\.\., overwrite=True\)\)",
+        "(a new run: `npkl fit ... --run NEW_RUN`, or `npkl resume RUN --redo ingest`)",
+    ),
+    (r"RunStore\.open\(url, mode='r'\)", "`npkl status RUN` (which only reads)"),
+    (r"\(RunStore\.open\(url, mode='a'\)\)", "(`npkl resume RUN`)"),
+    (r"RunStore\.open\(url, mode='a'\)", "`npkl resume RUN`"),
+    (r"RunStore\.break_lock\(url\)", "`npkl resume RUN --break-lock`"),
+)
+
+
+def in_cli_terms(message: str) -> str:
+    """An error message with the library's Python advice put as ``npkl`` commands."""
+    for pattern, text in _CLI_TERMS:
+        message = re.sub(pattern, text, message)
+    return message
 
 
 if __name__ == "__main__":

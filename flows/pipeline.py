@@ -209,7 +209,10 @@ def pipeline(config: dict | str, resume: bool = False, quiet: bool = True) -> di
         # the run's identity: its store URL and creation stamp; the configuration without
         # where the run is (a resume may name it differently); the code
         same = {k: v for k, v in cfg.items() if k not in ("run", "storage")}
-        key_base = f"{store.url}|{created}|{_stages.config_hash(same)}|{_stages.code_version()}"
+        redone = len(store._attrs.get("redo", []))  # `npkl resume --redo` forgot stages
+        key_base = (
+            f"{store.url}|{created}|{redone}|{_stages.config_hash(same)}|{_stages.code_version()}"
+        )
         results = {"run": store.url, "flow_run": flow_run_id, "stages": {}}
         for name, t in _TASKS:
             state = t(url, key_base, return_state=True)

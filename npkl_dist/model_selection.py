@@ -176,15 +176,8 @@ def select_gamma(
     GammaSelection
         ``gamma``, the full ``problem`` with it, the per-fold ``scores`` and ``table()``.
 
-    Raises
-    ------
-    ValidationError
-        A bad grid, ``folds``, ``n_clusters``, solver, score or option.
-
-    Warns
-    -----
-    ConvergenceWarning
-        Once, when some of the cross-validation fits stopped at their iteration limit.
+    Raises ``ValidationError`` on a bad grid, ``folds``, ``n_clusters``, solver, score or
+    option; warns ``ConvergenceWarning`` once when some fits stopped at their iteration limit.
 
     References: docs/algorithms.md, "Choosing γ"; docs/decisions/gamma-selection.md.
     """

@@ -16,8 +16,6 @@ Only numpy / scipy / scikit-learn / pynndescent / pyarrow here; no Dask. The cal
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 from sklearn.neighbors import NearestNeighbors
 
@@ -31,11 +29,15 @@ from ._graph import (
     _int_seed,
     _max_duplicates,
     _n_points,
+    dedup_pairs,
     graph_from_neighbours,
+    warn_edge_cleanup,
     warn_feature_scales,
 )
+from ._io import _load_npy, _numeric, _path, _suffix
 
 __all__ = [
+    "check_edge_batch",
     "KnnIndex",
     "build_knn_index",
     "knn_rows",
@@ -233,17 +235,10 @@ def iter_edge_batches(path, batch_rows: int = 1 << 20):
     ``.npy`` (m, 2|3) is memory-mapped and sliced; ``.csv`` is streamed by pyarrow's CSV
     reader and ``.parquet`` by record batches; both need columns ``i, j[, w]``.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise InputFileError(f"edges: file {str(path)!r} does not exist; check the path")
-    s = p.suffix.lower()
-    if s not in (".npy", ".csv", ".parquet"):
-        raise InputFileError(
-            f"edges: {str(p)!r} has extension {s or '(none)'!r}; expected one of .npy, .csv, "
-            f".parquet"
-        )
+    p = _path(path, "edges")
+    s = _suffix(p, "edges", (".npy", ".csv", ".parquet"))
     if s == ".npy":
-        E = np.load(p, mmap_mode="r", allow_pickle=False)
+        E = _load_npy(p, "edges", mmap_mode="r")
         if E.ndim != 2 or E.shape[1] not in (2, 3):
             raise GraphError(
                 f"edges: expected shape (m, 2) or (m, 3) with columns i, j[, w], got {E.shape}"
@@ -279,17 +274,47 @@ def iter_edge_batches(path, batch_rows: int = 1 << 20):
                 for c in ("i", "j", "w")
                 if c in names
             }
-            yield (
-                np.asarray(col["i"], np.float64),
-                np.asarray(col["j"], np.float64),
-                np.asarray(col["w"], np.float64) if "w" in col else None,
-                first,
-            )
+            i, j = (_numeric(col[c], c, p, "edges", first) for c in ("i", "j"))
+            w = _numeric(col["w"], "w", p, "edges", first) if "w" in col else None
+            yield i, j, w, first
             first += batch.num_rows
     except (pa.ArrowInvalid, OSError) as exc:
         if isinstance(exc, InputFileError):
             raise
         raise InputFileError(f"edges: cannot read {str(p)!r}: {exc}") from exc
+
+
+def check_edge_batch(i, j, w, first):
+    """The weights of a batch of edges (ones where ``w`` is None) after refusing NaN / inf,
+    non-whole or negative node numbers and non-positive weights, naming the file's rows
+    (``first``: the batch's first row)."""
+    m = i.shape[0]
+    w = np.ones(m) if w is None else w
+    bad = ~(np.isfinite(i) & np.isfinite(j) & np.isfinite(w))
+    if bad.any():
+        raise GraphError(
+            f"edges: NaN or inf in row(s) {(first + np.flatnonzero(bad)[:5]).tolist()} of "
+            f"the edge list; drop or fix those rows"
+        )
+    frac = (i != np.round(i)) | (j != np.round(j))
+    if frac.any():
+        raise GraphError(
+            f"edges: columns i, j must hold whole 0-based node numbers; row(s) "
+            f"{(first + np.flatnonzero(frac)[:5]).tolist()} do not"
+        )
+    neg = (i < 0) | (j < 0)
+    if neg.any():
+        raise GraphError(
+            f"edges: negative node index in row(s) {(first + np.flatnonzero(neg)[:5]).tolist()}"
+            f"; nodes are 0-based"
+        )
+    nonpos = w <= 0
+    if nonpos.any():
+        raise GraphError(
+            f"edges: weights must be positive, got {w[nonpos][:5].tolist()} in row(s) "
+            f"{(first + np.flatnonzero(nonpos)[:5]).tolist()}; drop those edges"
+        )
+    return w
 
 
 def graph_from_edge_batches(batches, n_points: int | None = None, *, warn=True) -> Graph:
@@ -303,64 +328,34 @@ def graph_from_edge_batches(batches, n_points: int | None = None, *, warn=True) 
     held = 0
     top = 0
     seen = 0
+    counts = {"loops": 0, "duplicates": 0, "conflicts": 0}  # what reading changed (warned)
     for i, j, w, first in batches:
         m = i.shape[0]
         if m == 0:
             continue
         seen += m
-        w = np.ones(m) if w is None else w
-        bad = ~(np.isfinite(i) & np.isfinite(j) & np.isfinite(w))
-        if bad.any():
-            raise GraphError(
-                f"edges: NaN or inf in row(s) {(first + np.flatnonzero(bad)[:5]).tolist()} of "
-                f"the edge list; drop or fix those rows"
-            )
-        frac = (i != np.round(i)) | (j != np.round(j))
-        if frac.any():
-            raise GraphError(
-                f"edges: columns i, j must hold whole 0-based node numbers; row(s) "
-                f"{(first + np.flatnonzero(frac)[:5]).tolist()} do not"
-            )
-        neg = (i < 0) | (j < 0)
-        if neg.any():
-            raise GraphError(
-                f"edges: negative node index in row(s) {(first + np.flatnonzero(neg)[:5]).tolist()}"
-                f"; nodes are 0-based"
-            )
-        nonpos = w <= 0
-        if nonpos.any():
-            raise GraphError(
-                f"edges: weights must be positive, got {w[nonpos][:5].tolist()} in row(s) "
-                f"{(first + np.flatnonzero(nonpos)[:5]).tolist()}; drop those edges"
-            )
+        w = check_edge_batch(i, j, w, first)
         ii, jj = i.astype(np.int64), j.astype(np.int64)
         top = max(top, int(max(ii.max(), jj.max())) + 1)
         loop = ii == jj
         if loop.any():
+            counts["loops"] += int(loop.sum())
             ii, jj, w = ii[~loop], jj[~loop], w[~loop]
-        parts.append(_dedup(ii, jj, w))
+        parts.append(dedup_pairs(ii, jj, w, counts))
         held += parts[-1][0].size
         if len(parts) > 1 and held > 2 * max(parts[0][0].size, 1 << 20):
-            parts = [_dedup(*(np.concatenate(c) for c in zip(*parts)))]
+            lo, hi, w, mask, cnt, at_max = (np.concatenate(c) for c in zip(*parts))
+            parts = [dedup_pairs(lo, hi, w, counts, mask, cnt, at_max)]
             held = parts[0][0].size
     if seen == 0:
         raise GraphError("edges: the edge list is empty; pass at least one edge")
     n_points = _n_points(n_points, top)
-    lo, hi, w = (
-        (np.concatenate(c) for c in zip(*parts))
-        if parts
-        else (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
-    )
-    A = _max_duplicates(lo, hi, w, n_points)
+    if parts:
+        lo, hi, w, mask, cnt, at_max = (np.concatenate(c) for c in zip(*parts))
+    else:
+        lo = hi = cnt = at_max = np.zeros(0, np.int64)
+        w, mask = np.zeros(0), np.zeros(0, np.int8)
+    A = _max_duplicates(lo, hi, w, n_points, counts, mask, cnt, at_max)
+    if warn:
+        warn_edge_cleanup(counts, stacklevel=2)
     return _finish(A.maximum(A.T), None, warn=warn, given=True)
-
-
-def _dedup(i, j, w):
-    """Upper-triangular unique pairs, keeping the largest weight."""
-    lo, hi = np.minimum(i, j), np.maximum(i, j)
-    order = np.lexsort((-w, hi, lo))
-    lo, hi, w = lo[order], hi[order], w[order]
-    first = (
-        np.r_[True, (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])] if lo.size else np.zeros(0, bool)
-    )
-    return lo[first], hi[first], w[first]

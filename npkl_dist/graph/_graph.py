@@ -356,9 +356,38 @@ def graph_from_edges(edges, n_points: int | None = None, *, warn=True) -> Graph:
         bad = w[w <= 0][:5].tolist()
         raise GraphError(f"edges: weights must be positive, got e.g. {bad}; drop those edges")
     # a coo -> csr conversion would sum repeated edges; keep the largest weight instead
-    A = _max_duplicates(i, j, w, n_points)
+    counts = {"loops": int(np.count_nonzero(i == j)), "duplicates": 0, "conflicts": 0}
+    keep = i != j
+    A = _max_duplicates(i[keep], j[keep], w[keep], n_points, counts)
+    if warn:
+        warn_edge_cleanup(counts, stacklevel=3)
     S = A.maximum(A.T)
     return _finish(S, None, warn=warn, given=True)
+
+
+def warn_edge_cleanup(counts: dict, stacklevel: int = 2) -> None:
+    """A GraphWarning saying what reading an edge list changed: self-loops dropped, repeated
+    edges (either direction) merged, and how many of those had another weight (the largest
+    is kept)."""
+    parts = []
+    if counts["loops"]:
+        parts.append(f"dropped {counts['loops']} self-loop(s) (a node's edge to itself)")
+    if counts["duplicates"]:
+        parts.append(
+            f"merged {counts['duplicates']} repeated edge(s) (a pair listed again in the "
+            f"same direction)"
+        )
+    if counts["conflicts"]:
+        parts.append(
+            f"{counts['conflicts']} listing(s) of a pair carried another weight than its "
+            f"largest: kept the largest"
+        )
+    if parts:
+        warnings.warn(
+            "edges: " + "; ".join(parts) + "; clean the edge list to silence this",
+            GraphWarning,
+            stacklevel=stacklevel + 1,
+        )
 
 
 def _n_points(n_points, top: int) -> int:
@@ -373,12 +402,46 @@ def _n_points(n_points, top: int) -> int:
     return n_points
 
 
-def _max_duplicates(i, j, w, n):
+def _max_duplicates(i, j, w, n, counts=None, mask=None, cnt=None, at_max=None):
+    """Upper-triangular CSR of the pairs, each once with its largest weight (the last merge
+    of :func:`dedup_pairs`; ``counts["conflicts"]`` is then set: the listings whose weight
+    was below their pair's largest)."""
+    lo, hi, w, mask, cnt, at_max = dedup_pairs(i, j, w, counts, mask, cnt, at_max)
+    if counts is not None:
+        counts["conflicts"] = int((cnt - at_max).sum())
+    return sp.csr_matrix((w, (lo, hi)), shape=(n, n))
+
+
+def dedup_pairs(i, j, w, counts=None, mask=None, cnt=None, at_max=None):
+    """Each unordered pair once, with its largest weight: ``(lo, hi, w, mask, cnt, at_max)``.
+
+    ``mask`` records the directions a pair was listed in (1: i < j, 2: i > j), ``cnt`` how
+    many listings it stands for and ``at_max`` how many of them had its largest weight (given
+    for pairs merged before, else from one listing each), so that merging in batches gives
+    what one merge of the whole list gives. ``counts["duplicates"]`` (a dict) adds the
+    repeats this merge drops, a pair listed once each way being an undirected edge, not a
+    repeat."""
+    if mask is None:
+        mask = np.where(i < j, 1, 2).astype(np.int8)
+        cnt = np.ones(i.size, np.int64)
+        at_max = np.ones(i.size, np.int64)
     lo, hi = np.minimum(i, j), np.maximum(i, j)
     order = np.lexsort((-w, hi, lo))
     lo, hi, w = lo[order], hi[order], w[order]
-    first = np.r_[True, (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])]
-    return sp.csr_matrix((w[first], (lo[first], hi[first])), shape=(n, n))
+    mask, cnt, at_max = mask[order], cnt[order], at_max[order]
+    first = np.r_[True, (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])] if lo.size else lo > 0
+    run = np.cumsum(first) - 1
+    k = int(first.sum())
+    merged = np.zeros(k, np.int8)
+    np.bitwise_or.at(merged, run, mask)
+    if counts is not None and not first.all():
+        per_bit = sum(np.bincount(run, weights=(mask & b) > 0, minlength=k) for b in (1, 2))
+        seen = (merged & 1 > 0).astype(int) + (merged & 2 > 0)
+        counts["duplicates"] += int(per_bit.sum() - seen.sum())
+    top = w[first][run]
+    new_cnt = np.bincount(run, weights=cnt, minlength=k).astype(np.int64)
+    new_at_max = np.bincount(run, weights=at_max * (w == top), minlength=k).astype(np.int64)
+    return lo[first], hi[first], w[first], merged, new_cnt, new_at_max
 
 
 def laplacian(S, delta: float = 1e-3, dtype=np.float64) -> sp.csr_matrix:

@@ -27,9 +27,53 @@ CHUNK_BYTES = 8 << 20
 
 def _path(path, what) -> Path:
     p = Path(path)
+    if p.is_dir():
+        raise InputFileError(
+            f"{what}: {str(path)!r} is a directory; pass the file inside it (.npy, .csv or "
+            f".parquet)"
+        )
     if not p.is_file():
         raise InputFileError(f"{what}: file {str(path)!r} does not exist; check the path")
     return p
+
+
+def _load_npy(p: Path, what, mmap_mode=None) -> np.ndarray:
+    """``np.load`` of a .npy file, any malformed file named in one line (an empty file, a
+    text or pickle file named .npy, a truncated array)."""
+    if p.stat().st_size == 0:
+        raise InputFileError(
+            f"{what}: {str(p)!r} is empty (0 bytes); write the array with numpy.save(path, a)"
+        )
+    try:
+        return np.load(p, mmap_mode=mmap_mode, allow_pickle=False)
+    except (ValueError, EOFError, OSError) as exc:
+        head = p.open("rb").read(6)
+        why = (
+            "it is not a .npy file (a .npy file starts with \\x93NUMPY)"
+            if head != b"\x93NUMPY"
+            else f"its array is truncated or damaged ({type(exc).__name__})"
+        )
+        raise InputFileError(
+            f"{what}: cannot read {str(p)!r}: {why}; write the array with numpy.save(path, a), "
+            f"or give a text table the extension .csv"
+        ) from None
+
+
+def _numeric(col, name, p: Path, what, start: int = 0) -> np.ndarray:
+    """A table column as float64, the first non-numeric cell named (data row counted from
+    ``start``, value)."""
+    col = np.asarray(col)
+    if col.dtype.kind in "fiub":
+        return col.astype(np.float64)
+    for row, v in enumerate(col):
+        try:
+            float(v)
+        except (TypeError, ValueError):
+            raise InputFileError(
+                f"{what}: column {name} of {str(p)!r} holds {v!r} in data row {start + row}; every "
+                f"cell of it must be a number"
+            ) from None
+    return col.astype(np.float64)
 
 
 def _suffix(p: Path, what, allowed):
@@ -96,7 +140,7 @@ def read_features(path) -> np.ndarray:
     p = _path(path, "features")
     s = _suffix(p, "features", (".npy", ".csv", ".parquet"))
     if s == ".npy":
-        X = np.load(p, allow_pickle=False)
+        X = _load_npy(p, "features")
     else:
         cols = _read_table(p, "features", header_required=False)
         if not cols or len(next(iter(cols.values()))) == 0:  # a header alone parses as text
@@ -120,6 +164,33 @@ def read_features(path) -> np.ndarray:
     return _finite_rows(X, str(p))
 
 
+def _first_bad_cell(p: Path, header: bool, n_columns: int) -> str | None:
+    """Where a CSV first fails to be a numeric table: 'data row R, column C holds V' or
+    'data row R has K cells' (0-based, header not counted); None if it finds nothing (the
+    error path only: the file is read again as text)."""
+    import csv
+
+    with open(p, newline="") as f:
+        rows = csv.reader(f)
+        if header:
+            next(rows, None)
+        for r, cells in enumerate(rows):
+            if not cells:
+                continue
+            if len(cells) != n_columns:
+                return f"data row {r} has {len(cells)} cells, not {n_columns}"
+            for c, v in enumerate(cells):
+                try:
+                    float(v)
+                except ValueError:
+                    return f"data row {r}, column {c} holds {v!r}"
+    return None
+
+
+#: Largest magnitude of a feature: squared distances of larger values overflow float64.
+FEATURE_MAX_ABS = 1e150
+
+
 def _finite_rows(X, path, start=0):
     """X, after refusing NaN / inf / empty cells, naming the file and the data rows (counted
     from ``start``): the check of both feature readers."""
@@ -130,6 +201,14 @@ def _finite_rows(X, path, start=0):
             f"features: {path!r} holds NaN, inf or an empty cell in data row(s) "
             f"{rows[:10]} (0-based, header not counted); impute or drop them before "
             f"learning a kernel"
+        )
+    huge = np.any(np.abs(X) > FEATURE_MAX_ABS, axis=1)
+    if huge.any():
+        rows = (start + np.flatnonzero(huge)).tolist()
+        raise InputFileError(
+            f"features: {path!r} holds values beyond +-{FEATURE_MAX_ABS:g} in data row(s) "
+            f"{rows[:10]} (0-based, header not counted), whose squared distances overflow; "
+            f"rescale those columns in the file (e.g. divide by their largest value) or fix those rows"
         )
     return X
 
@@ -158,13 +237,7 @@ class FeatureChunks:
         self._kind = _suffix(self._p, "features", (".npy", ".csv", ".parquet"))
         self.n_rows = None
         if self._kind == ".npy":
-            try:
-                X = np.load(self._p, mmap_mode="r", allow_pickle=False)
-            except ValueError as exc:  # object arrays, a damaged header
-                raise InputFileError(
-                    f"features: cannot read {self.path!r} as a numeric .npy array ({exc}); "
-                    f"save the features with np.save(path, X.astype(np.float64))"
-                ) from None
+            X = _load_npy(self._p, "features", mmap_mode="r")
             if X.ndim not in (1, 2) or X.dtype.kind not in "fiub":
                 raise InputFileError(
                     f"features: {self.path!r} holds a {X.ndim}-D array of dtype {X.dtype}; "
@@ -248,10 +321,12 @@ class FeatureChunks:
                     yield start, self._check(part, start)
                     start += part.shape[0]
         except pa.ArrowInvalid as exc:
+            where = _first_bad_cell(self._p, self._header, self.n_features)
             raise InputFileError(
-                f"features: cannot read {self.path!r} after data row {start}: {exc}; every "
-                f"row needs the same {self.n_features} numeric columns (encode or drop "
-                f"non-numeric ones, fill empty cells)"
+                f"features: cannot read {self.path!r}: "
+                + (where or f"{exc} (after data row {start})")
+                + f"; every row needs the same {self.n_features} numeric columns (encode or "
+                f"drop non-numeric ones, fill empty cells)"
             ) from None
 
     def _check(self, X, start):
@@ -286,7 +361,7 @@ def read_edges(path) -> np.ndarray:
     p = _path(path, "edges")
     s = _suffix(p, "edges", (".npy", ".csv", ".parquet"))
     if s == ".npy":
-        return np.load(p, allow_pickle=False)
+        return _load_npy(p, "edges")
     cols = _read_table(p, "edges", header_required=True)
     missing = [c for c in ("i", "j") if c not in cols]
     if missing:
@@ -294,8 +369,8 @@ def read_edges(path) -> np.ndarray:
             f"edges: {str(p)!r} lacks column(s) {missing}; expected a header with i, j[, w] "
             f"(found {list(cols)[:6]})"
         )
-    parts = [cols["i"], cols["j"]] + ([cols["w"]] if "w" in cols else [])
-    return np.column_stack([np.asarray(c, dtype=np.float64) for c in parts])
+    names = ["i", "j"] + (["w"] if "w" in cols else [])
+    return np.column_stack([_numeric(cols[k], k, p, "edges") for k in names])
 
 
 def read_constraints(path):
@@ -303,7 +378,7 @@ def read_constraints(path):
     p = _path(path, "constraints")
     s = _suffix(p, "constraints", (".csv", ".parquet", ".npy"))
     if s == ".npy":
-        arr = np.load(p, allow_pickle=False)
+        arr = _load_npy(p, "constraints")
         if arr.ndim != 2 or arr.shape[1] != 3:
             raise InputFileError(
                 f"constraints: {str(p)!r} has shape {arr.shape}; expected (m, 3) rows i, j, type"
@@ -316,7 +391,12 @@ def read_constraints(path):
             f"constraints: {str(p)!r} lacks column(s) {missing}; expected a header i,j,type with "
             f"type must/cannot or +1/-1 (found {list(cols)[:6]})"
         )
-    return cols["i"], cols["j"], cols["type"]
+    if len(cols["i"]) == 0:
+        raise InputFileError(
+            f"constraints: {str(p)!r} has a header but no data rows; add rows i,j,type"
+        )
+    i, j = (_numeric(cols[k], k, p, "constraints") for k in ("i", "j"))
+    return i, j, cols["type"]
 
 
 def read_labels(path) -> np.ndarray:
@@ -328,7 +408,7 @@ def read_labels(path) -> np.ndarray:
     p = _path(path, "labels")
     s = _suffix(p, "labels", (".npy", ".csv", ".txt", ".parquet"))
     if s == ".npy":
-        y = np.load(p, allow_pickle=False)
+        y = _load_npy(p, "labels")
     elif s == ".txt":  # one label per line: numbers, or class names as in a CSV column
         lines = [line.strip() for line in p.read_text().splitlines()]  # a line, a point
         try:  # an empty line is an unlabelled point, as an empty cell is in a CSV

@@ -266,17 +266,36 @@ def _check_constraint_source(cfg: FitConfig):
         )
 
 
-def load_constraints(cfg: FitConfig, n: int) -> Constraints:
-    """Stage: constraints from a pairs file, or sampled from (partial) labels."""
+def load_constraints(cfg: FitConfig, n: int, *, n_from_edges: bool = False) -> Constraints:
+    """Stage: constraints from a pairs file, or sampled from (partial) labels.
+
+    ``n_from_edges``: n was read off the edge list (its largest node + 1), so a point
+    beyond it may be a node without edges: the error then names ``--n-points``."""
     _check_constraint_source(cfg)
+
+    def hint(needed):
+        if not n_from_edges or needed <= n:
+            return ""
+        return (
+            f"; the edge list's largest node is {n - 1}: if the nodes after it have no "
+            f"edge, pass their count (npkl fit --n-points {needed}, [input] n_points)"
+        )
+
     if cfg.constraints is not None:
         i, j, t = read_constraints(cfg.constraints)
-        return Constraints.from_arrays(i, j, t, n, diagonal=_diagonal(cfg))
+        try:
+            return Constraints.from_arrays(i, j, t, n, diagonal=_diagonal(cfg))
+        except ValidationError as exc:
+            top = int(np.nanmax(np.r_[np.asarray(i, float), np.asarray(j, float)])) + 1
+            extra = hint(top)
+            if not extra:
+                raise
+            raise ValidationError(f"{exc}{extra}") from None
     y = cfg.y_constraints if cfg.y_constraints is not None else read_labels(cfg.labels)
     if y.shape[0] != n:
         raise ValidationError(
             f"labels: {y.shape[0]} labels for {n} points; give one label per point (-1 for "
-            f"unlabelled)"
+            f"unlabelled)" + hint(y.shape[0])
         )
     return sample_constraints(y, cfg.n_must, cfg.n_cannot, seed=cfg.seed, diagonal=_diagonal(cfg))
 
@@ -305,7 +324,8 @@ def run_fit(
     graph, X = load_graph(cfg)
     t_graph = time.perf_counter() - t0
     n = graph.n_points
-    cons = load_constraints(cfg, n)
+    from_edges = cfg.edges is not None and cfg.n_points is None
+    cons = load_constraints(cfg, n, n_from_edges=from_edges)
     y_eval = cfg.y_eval
     if y_eval is None and cfg.eval_labels is not None:
         y_eval = read_labels(cfg.eval_labels)
@@ -498,7 +518,8 @@ def run_fit_in_store(
         if not store.stage_done("graph"):
             graph, X = load_graph(cfg)
             n = graph.n_points
-            cons = load_constraints(cfg, n)
+            from_edges = cfg.edges is not None and cfg.n_points is None
+            cons = load_constraints(cfg, n, n_from_edges=from_edges)
             y_eval = cfg.y_eval
             if y_eval is None and cfg.eval_labels is not None:
                 y_eval = read_labels(cfg.eval_labels)

@@ -9,13 +9,14 @@ runs once over each unordered pair. For the linear loss every row also obeys ||v
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from numbers import Real
 
 import numpy as np
 import scipy.sparse as sp
 
-from .._errors import ValidationError, fmt_value
+from .._errors import ConstraintWarning, ValidationError, fmt_value
 from ..linalg._csr import csr_laplacian_stats
 from ._constraints import Constraints
 from ._objective import objective
@@ -98,6 +99,14 @@ class NPKLProblem:
             raise ValidationError(
                 f"constraints: built for {constraints.n_points} points but L has {n}; use the "
                 f"same point set for both"
+            )
+        if constraints.m == 0 and not constraints.diagonal:
+            warnings.warn(
+                "constraints: the set is empty, so the kernel is learned from the graph alone "
+                "(its smoothest directions, no side information); label some points or give "
+                "must-link / cannot-link pairs",
+                ConstraintWarning,
+                stacklevel=2,
             )
         if loss not in LOSSES:
             raise ValidationError(f"loss: {loss!r} is not one of {', '.join(LOSSES)}")

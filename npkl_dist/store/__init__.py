@@ -10,6 +10,7 @@ Install the engine with ``pip install "npkl-dist[zarr]"``.
 from ._checkpointer import StoreCheckpointer, data_hashes
 from ._errors import (
     RunNotFoundError,
+    StoreDamagedError,
     StoreError,
     StoreLockedError,
     StoreVersionError,
@@ -24,6 +25,7 @@ __all__ = [
     "FORMAT_VERSION",
     "RunStore",
     "StoreCheckpointer",
+    "StoreDamagedError",
     "StoreError",
     "RunNotFoundError",
     "StoreLockedError",

@@ -53,5 +53,10 @@ class StoreVersionError(StoreError):
     """The run was written with another store format version."""
 
 
+class StoreDamagedError(StoreError):
+    """A stage's stored data no longer matches what was written (a lost, truncated or
+    changed chunk): the message names the stage, the array and the repair."""
+
+
 class StoreWarning(NpklWarning):
     """Something in a store needed repair: a stale lock taken over, a torn checkpoint skipped."""

@@ -451,6 +451,30 @@ class RunStore(StageData):
             stages[name] = entry
             self._write_stages(stages)
 
+    def forget(self, stages, groups) -> None:
+        """Drop the records of ``stages`` and delete the data ``groups`` (store paths, e.g.
+        ``"graph"``; ``"checkpoints"`` also drops the pointer), so that those stages are
+        computed again (driver only; ``npkl resume RUN --redo STAGE``). The records go
+        first: a crash in between leaves stages to recompute, never records without data."""
+        self._require_writer("forget")
+        with self._io("forgetting stages"):
+            record = self._read_stages()
+            kept = {k: v for k, v in record.items() if k not in set(stages)}
+            if kept != record:
+                self._write_stages(kept)
+            # the run's redo log: cached results keyed on the run (Prefect's) must not
+            # outlive the data they describe
+            redone = [*self._attrs.get("redo", []), {"at": utc_now(), "stages": list(stages)}]
+            self._group().update_attributes({"redo": redone})
+            self._attrs = {**self._attrs, "redo": redone}
+            for name in groups:
+                if name == "checkpoints":
+                    self._objects.delete(POINTER_KEY)
+                self._objects.delete_prefix(name)
+                self._groups.pop(name, None)
+            self._arrays.clear()
+            self._root = None
+
     def _plan_items(self, stage: str, items: dict) -> dict:
         """Which items to write: same hash -> skip, new -> write, different -> refuse."""
         recorded = self._read_stages().get(stage, {}).get("items", {})

@@ -12,6 +12,7 @@ import scipy.sparse as sp
 from .._errors import ValidationError
 from ..problem._constraints import Constraints
 from ..solvers._plan import SweepPlan
+from ._errors import StoreDamagedError
 from ._format import (
     _ITEM_NAME,
     _KEY_ENCODING,
@@ -25,9 +26,68 @@ from ._format import (
     _sha_json,
 )
 
+#: Verify whole-stage reads against their recorded hashes. Only bench/integrity.py turns it
+#: off, to measure what the checks cost (docs/performance.md); never off in use.
+VERIFY = True
+
+#: The pipeline stage that recomputes each stored stage's data (``npkl resume RUN --redo``).
+REDO_STAGE = {"inputs": "ingest", "graph": "graph", "plan": "plan", "results": "learn"}
+
 
 class StageData:
-    """Mixin of :class:`~npkl_dist.store.RunStore`: the arrays of the pipeline's stages."""
+    """Mixin of :class:`~npkl_dist.store.RunStore`: the arrays of the pipeline's stages.
+
+    Every whole read is verified against the sha256 recorded when the stage was written:
+    storage that lost a chunk (read back as the fill value), truncated one (a decode error)
+    or holds other valid data gives a StoreError naming the stage, the array and the fix,
+    never the data."""
+
+    def verify_stages(self) -> dict:
+        """``{stage: message}`` for each written stage whose data does not match its record
+        (inputs, graph, plan, results; checkpoints are verified when read): empty when
+        every stage is intact. Reads every stage whole."""
+        readers = {
+            "inputs": self.read_inputs,
+            "graph": self.read_graph,
+            "plan": self.read_plan,
+            "results": self.read_results,
+        }
+        record = self.stages()
+        damaged = {}
+        for stage, read in readers.items():
+            if record.get(stage, {}).get("items"):
+                try:
+                    read()
+                except StoreDamagedError as exc:
+                    damaged[stage] = str(exc)
+        return damaged
+
+    def _damaged(self, stage: str, name: str, why: str):
+        return StoreDamagedError(
+            f"run {self.url}: the {stage} stage's {name} {why}: the storage lost or changed "
+            f"data after it was written; recompute that stage and the ones after it with "
+            f"`npkl resume {self.url} --redo {REDO_STAGE[stage]}`"
+        )
+
+    def _read(self, stage: str, name: str, array, sel=Ellipsis) -> np.ndarray:
+        """``array[sel]``, a decode failure named as damage of ``stage``'s ``name``."""
+        try:
+            return np.asarray(array[sel])
+        except OSError:
+            raise  # the caller's _io names disk errors and their fixes
+        except Exception as exc:  # a truncated or corrupt chunk: zstd, crc32c, shape, ...
+            raise self._damaged(stage, name, f"is unreadable ({type(exc).__name__})") from None
+
+    def _verify(self, stage: str, name: str, recorded: dict, sha) -> None:
+        """``sha``: the hash, or a function computing it (skipped with VERIFY off)."""
+        if not VERIFY:
+            return
+        if callable(sha):
+            sha = sha()
+        if recorded.get("sha256") != sha:
+            raise self._damaged(
+                stage, name, "does not match the sha256 recorded when it was written"
+            )
 
     # ------------------------------------------------------------------ inputs
     def write_inputs(
@@ -240,20 +300,29 @@ class StageData:
             group = self._group("inputs")
             out = {}
             for name in items:
+                try:
+                    node = group[name]
+                except KeyError:
+                    raise self._damaged("inputs", name, "is missing") from None
                 if name == "constraints":
-                    cg = group["constraints"]
-                    at = dict(cg.attrs)
+                    at = dict(node.attrs)
+                    i, j, t = (self._read("inputs", f"constraints/{k}", node[k]) for k in "ijt")
+                    extra = {
+                        "n_points": at["n_points"],
+                        "diagonal": at["diagonal"],
+                        "n_duplicates": at["n_duplicates"],
+                    }
+                    self._verify(
+                        "inputs", name, items[name], lambda: _sha_arrays(i, j, t, extra=extra)
+                    )
                     c = Constraints.from_arrays(
-                        cg["i"][...],
-                        cg["j"][...],
-                        cg["t"][...],
-                        int(at["n_points"]),
-                        diagonal=bool(at["diagonal"]),
-                        warn=False,
+                        i, j, t, int(at["n_points"]), diagonal=bool(at["diagonal"]), warn=False
                     )
                     out[name] = dataclasses.replace(c, n_duplicates=int(at["n_duplicates"]))
                 else:
-                    out[name] = np.asarray(group[name][...])
+                    a = self._read("inputs", name, node)
+                    self._verify("inputs", name, items[name], lambda: _sha_arrays(a))
+                    out[name] = a
             return out
 
     # ------------------------------------------------------------------ graph
@@ -317,12 +386,23 @@ class StageData:
         scipy.sparse.csr_matrix, shape (n, n) or (stop - start, n)
         """
         with self._io("reading the graph"):
-            self._stage_items("graph", "write_graph")
+            items = self._stage_items("graph", "write_graph")
             g = self._group("graph")
             n = int(g.attrs["shape"][0])
             if rows is None:
-                indptr = g["indptr"][...]
-                return sp.csr_matrix((g["data"][...], g["indices"][...], indptr), shape=(n, n))
+                for k in ("indptr", "indices", "data"):
+                    if k not in g:
+                        raise self._damaged("graph", k, "is missing")
+                indptr, indices, data = (
+                    self._read("graph", k, g[k]) for k in ("indptr", "indices", "data")
+                )
+                self._verify(
+                    "graph",
+                    "CSR arrays (indptr, indices, data)",
+                    items["S"],
+                    lambda: _sha_arrays(indptr, indices, data, extra={"shape": [n, n]}),
+                )
+                return sp.csr_matrix((data, indices, indptr), shape=(n, n))
             start, stop = (
                 (rows.start or 0, n if rows.stop is None else rows.stop)
                 if isinstance(rows, slice)
@@ -338,9 +418,21 @@ class StageData:
 
     def read_degrees(self) -> np.ndarray:
         """Row sums of the graph, (n,) float64."""
+        if not VERIFY:
+            with self._io("reading the graph degrees"):
+                self._stage_items("graph", "write_graph")
+                return np.asarray(self._group("graph")["degrees"][...])
+        S = self.read_graph()  # verified; the stored degrees must be its row sums
         with self._io("reading the graph degrees"):
-            self._stage_items("graph", "write_graph")
-            return np.asarray(self._group("graph")["degrees"][...])
+            g = self._group("graph")
+            if "degrees" not in g:
+                raise self._damaged("graph", "degrees", "is missing")
+            stored = self._read("graph", "degrees", g["degrees"])
+            rows = np.repeat(np.arange(S.shape[0]), np.diff(S.indptr))
+            sums = np.bincount(rows, weights=S.data.astype(np.float64), minlength=S.shape[0])
+            if not np.array_equal(stored, sums):
+                raise self._damaged("graph", "degrees", "are not the row sums of its graph")
+            return stored
 
     # ------------------------------------------------------------------ plan
     _PLAN_FIELDS = ("order", "rank_of", "colour", "colour_ptr", "colour_rows", "block_ptr")
@@ -388,13 +480,17 @@ class StageData:
     def read_plan(self) -> tuple[SweepPlan, np.ndarray | None]:
         """``(plan, partition or None)``."""
         with self._io("reading the plan"):
-            self._stage_items("plan", "write_plan")
+            items = self._stage_items("plan", "write_plan")
             g = self._group("plan")
-            plan = SweepPlan(
-                *(np.asarray(g[f][...]) for f in self._PLAN_FIELDS), scheme=g.attrs["scheme"]
+            arrays = {f: self._read("plan", f, g[f]) for f in self._PLAN_FIELDS}
+            if g.attrs.get("has_partition"):
+                arrays["partition"] = self._read("plan", "partition", g["partition"])
+            extra = [*sorted(arrays), g.attrs["scheme"]]
+            self._verify(
+                "plan", "arrays", items["plan"], lambda: _sha_arrays(*arrays.values(), extra=extra)
             )
-            part = np.asarray(g["partition"][...]) if g.attrs.get("has_partition") else None
-            return plan, part
+            part = arrays.pop("partition", None)
+            return SweepPlan(*arrays.values(), scheme=g.attrs["scheme"]), part
 
     # ------------------------------------------------------------------ results
     def write_results(self, **items) -> None:
@@ -443,7 +539,16 @@ class StageData:
             items = self._stage_items("results", "write_results")
             group = self._group("results")
             values = dict(group.attrs).get("values", {})
-            return {
-                name: np.asarray(group[name][...]) if meta["kind"] == "array" else values[name]
-                for name, meta in items.items()
-            }
+            out = {}
+            for name, meta in items.items():
+                if meta["kind"] == "array":
+                    if name not in group:
+                        raise self._damaged("results", name, "is missing")
+                    out[name] = self._read("results", name, group[name])
+                    self._verify("results", name, meta, lambda: _sha_arrays(out[name]))
+                else:
+                    if name not in values:
+                        raise self._damaged("results", name, "is missing")
+                    out[name] = values[name]
+                    self._verify("results", name, meta, lambda: _sha_json(out[name]))
+            return out

@@ -74,7 +74,7 @@ def test_config_defaults_and_paths(tmp_path):
         ({"model": {"loss": "sqare"}}, r"loss = 'sqare' is not one of .*did you mean 'square'"),
         ({"model": {"max_sweeps": "ten"}}, r"max_sweeps = 'ten' has type str; expected int"),
         ({"model": {"max_sweeps": 0}}, r"max_sweeps = 0; expected an integer >= 1"),
-        ({"graph": {"delta": -1.0}}, r"delta = -1.0; expected a number > 0"),
+        ({"graph": {"delta": -1.0}}, r"delta = -1.0; expected a finite number > 0"),
         ({"input": {"features": "missing.npy"}}, r"features = '.*missing.npy' does not exist"),
         ({"input": {"edges": "X.npy"}}, r"exactly one of features"),
         ({"input": {"constraints": "y.npy"}}, r"exactly one of constraints"),

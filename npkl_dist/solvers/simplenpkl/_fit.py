@@ -455,16 +455,9 @@ def fit_simplenpkl(
         columns where A has fewer than ``rank`` positive eigenvalues); ``objective`` the
         final :func:`simplenpkl_objective`; per-iteration traces (not the refinement).
 
-    Raises
-    ------
-    ValidationError
-        Bad ``problem``, ``B``, ``max_iter``, ``tol``, ``rank``, ``callback``,
-        ``eigensolver`` or ``dual``, or diagonal targets.
-
-    Warns
-    -----
-    ConvergenceWarning
-        The duality gap is still above sqrt(tol) relative.
+    Raises ``ValidationError`` on a bad ``problem``, ``B``, ``max_iter``, ``tol``, ``rank``,
+    ``callback``, ``eigensolver``, ``dual`` or diagonal targets; warns ``ConvergenceWarning``
+    when the duality gap is still above sqrt(tol) relative.
 
     References: simplenpkl-jmlr2011 §4-5; docs/algorithms.md, "SimpleNPKL".
     """
