@@ -18,6 +18,7 @@ from sklearn.metrics import (
     normalized_mutual_info_score,
     rand_score,
 )
+from sklearn.metrics.pairwise import euclidean_distances
 
 from ._errors import ConstraintWarning, ValidationError, fmt_value
 
@@ -123,21 +124,15 @@ def must_link_centres(X, constraints, n_clusters: int, *, seed=0) -> np.ndarray 
     C /= np.bincount(group, minlength=keep.size)[:, None]
     if keep.size < n_clusters:
         rng = np.random.default_rng(seed)
-        d2 = sq_distances(X, C).min(axis=1)
+        d2 = euclidean_distances(X, C, squared=True).min(axis=1)
         extra = []
         for _ in range(n_clusters - keep.size):
             total = d2.sum()
             pick = int(rng.integers(n)) if total <= 0 else int(rng.choice(n, p=d2 / total))
             extra.append(X[pick])
-            d2 = np.minimum(d2, sq_distances(X, X[pick][None])[:, 0])
+            d2 = np.minimum(d2, euclidean_distances(X, X[pick][None], squared=True)[:, 0])
         C = np.vstack([C, np.asarray(extra)])
     return C
-
-
-def sq_distances(X, C) -> np.ndarray:
-    """Squared Euclidean distances of the rows of X to the rows of C, (n, len(C))."""
-    d = (X * X).sum(1)[:, None] - 2.0 * (X @ C.T) + (C * C).sum(1)[None, :]
-    return np.maximum(d, 0.0)
 
 
 #: Share of points in no constraint from which clustering a kernel without normalising

@@ -47,7 +47,8 @@ def _load_npy(p: Path, what, mmap_mode=None) -> np.ndarray:
     try:
         return np.load(p, mmap_mode=mmap_mode, allow_pickle=False)
     except (ValueError, EOFError, OSError) as exc:
-        head = p.open("rb").read(6)
+        with p.open("rb") as f:
+            head = f.read(6)
         why = (
             "it is not a .npy file (a .npy file starts with \\x93NUMPY)"
             if head != b"\x93NUMPY"

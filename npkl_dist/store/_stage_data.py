@@ -34,6 +34,12 @@ VERIFY = True
 REDO_STAGE = {"inputs": "ingest", "graph": "graph", "plan": "plan", "results": "learn"}
 
 
+def _row_sums(indptr, data, n: int) -> np.ndarray:
+    """The graph's degrees (float64 row sums of CSR data), as stored with it."""
+    rows = np.repeat(np.arange(n), np.diff(indptr))
+    return np.bincount(rows, weights=np.asarray(data, np.float64), minlength=n)
+
+
 class StageData:
     """Mixin of :class:`~npkl_dist.store.RunStore`: the arrays of the pipeline's stages.
 
@@ -354,8 +360,7 @@ class StageData:
             sha = _sha_arrays(indptr, indices, data, extra={"shape": list(S.shape)})
             if not self._plan_items("graph", {"S": sha}):
                 return
-            rows = np.repeat(np.arange(n), np.diff(indptr))
-            degrees = np.bincount(rows, weights=data.astype(np.float64), minlength=n)
+            degrees = _row_sums(indptr, data, n)
             n_blocks = -(-n // row_block)
             block_ptr = indptr[np.minimum(np.arange(n_blocks + 1) * row_block, n)]
             group = self._replace_group(
@@ -428,9 +433,7 @@ class StageData:
             if "degrees" not in g:
                 raise self._damaged("graph", "degrees", "is missing")
             stored = self._read("graph", "degrees", g["degrees"])
-            rows = np.repeat(np.arange(S.shape[0]), np.diff(S.indptr))
-            sums = np.bincount(rows, weights=S.data.astype(np.float64), minlength=S.shape[0])
-            if not np.array_equal(stored, sums):
+            if not np.array_equal(stored, _row_sums(S.indptr, S.data, S.shape[0])):
                 raise self._damaged("graph", "degrees", "are not the row sums of its graph")
             return stored
 
