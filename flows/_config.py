@@ -54,6 +54,7 @@ SECTIONS: dict[str, dict[str, tuple]] = {
         "delta": (_FLOAT, 1e-3, None, False),
         "block": (_INT, 65536, None, False),
         "exact_max_points": (_INT, 50_000, None, False),
+        "duplicates": (_STR, "max", ("max", "sum", "mean", "error"), False),
     },
     "model": {
         "solver": (_STR, "bcd", ("bcd", "admm", "simplenpkl"), False),
@@ -358,6 +359,7 @@ def fit_config(cfg: dict):
         knn_method=g["knn_method"],
         scale=g.get("scale", "none"),  # runs stored before [graph] scale
         delta=g["delta"],
+        duplicates=g.get("duplicates", "max"),  # runs stored before [graph] duplicates
         clusters=cfg["output"]["clusters"],
         normalize_kernel=cfg["output"]["normalize_kernel"],
         threads=cfg["execution"]["threads"],

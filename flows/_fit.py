@@ -89,6 +89,7 @@ def fit_pipeline_config(args, run: str) -> dict:
             "knn_method": args.knn_method,
             "scale": args.scale,
             "delta": args.delta,
+            "duplicates": args.duplicates,
         },
         "model": {
             k: getattr(args, k)

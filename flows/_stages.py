@@ -383,8 +383,11 @@ def build_graph(ctx: Context) -> dict:
             }
         else:
             n_pts = ctx.store.stages()["ingest"]["info"]["n_points"]
-            graph = graph_from_edge_batches(iter_edge_batches(inp["edges"]), n_pts)
-            meta = {"source": "edges", "weighting": "given", "sigma": None}
+            rule = g.get("duplicates", "max")  # runs stored before [graph] duplicates
+            graph = graph_from_edge_batches(
+                iter_edge_batches(inp["edges"]), n_pts, duplicates=rule
+            )
+            meta = {"source": "edges", "weighting": "given", "sigma": None, "duplicates": rule}
         ctx.store.write_graph(graph.S)
     return _finish(
         ctx,

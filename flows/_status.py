@@ -115,6 +115,8 @@ def run_status(url: str, storage_options=None) -> dict:
         damaged = store.verify_stages()
         if damaged:
             out["damaged"] = damaged
+        if store.forced_config:
+            out["forced_config"] = store.forced_config
         if pipe:
             out["stage_seconds"] = {
                 s: stages[s].get("info", {}).get("seconds") for s in done if s in stages
@@ -135,6 +137,12 @@ def format_status(s: dict) -> str:
     ]
     for stage, msg in (s.get("damaged") or {}).items():
         lines.append(f"DAMAGED   {stage}: {msg.split(': ', 1)[-1]}")
+    for e in s.get("forced_config") or ():
+        changes = ", ".join(f"{k} {e['from'][k]!r} -> {e['to'][k]!r}" for k in e["to"])
+        lines.append(
+            f"forced    {changes}: learning restarted from checkpoint {e['checkpoint']} "
+            f"(sweep {e['sweep']}) at {e['at']} (npkl resume --force-config)"
+        )
     w = s.get("writer")
     if w:
         state = {

@@ -102,6 +102,13 @@ def _add_fit_options(p: argparse.ArgumentParser):
         metavar="N",
         help="number of nodes for --edges (default: largest index + 1)",
     )
+    src.add_argument(
+        "--duplicates",
+        choices=("max", "sum", "mean", "error"),
+        default="max",
+        help="--edges listing a pair more than once (either direction): keep the largest "
+        "weight, their sum or their mean, or refuse a pair with two weights (default: max)",
+    )
     con = p.add_argument_group("constraints (exactly one)")
     con.add_argument(
         "--constraints",
@@ -439,6 +446,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(killed on another host; a dead process on this host is taken over by itself)",
     )
     resume.add_argument(
+        "--force-config",
+        action="store_true",
+        help="the run's configuration was edited on purpose after learning started (loss, "
+        "gamma, seed, delta or bound): continue from the newest checkpoint's V as the start "
+        "of a fit under the new values, recorded in the run (npkl status shows it)",
+    )
+    resume.add_argument(
         "--redo",
         metavar="STAGE",
         choices=["ingest", "graph", "plan", "learn"],
@@ -530,7 +544,7 @@ def _cmd_fit(args) -> int:
             )
     if args.json:
         sys.stdout.write(json.dumps(summary) + "\n")
-    elif not args.quiet:
+    else:  # --quiet too: the one result line stays
         line = (
             f"objective {summary['objective']:.6g} after {iterations_label(summary)} "
             f"({summary['fit_seconds']:.2f}s), rank {summary['rank']}"
@@ -598,10 +612,8 @@ def _print_pipeline(res, args):
     if args.json:
         sys.stdout.write(json.dumps(res) + "\n")
         return
-    if args.quiet:
-        return
     st = res["stages"]
-    for name, info in st.items():
+    for name, info in st.items() if not args.quiet else ():  # --quiet: the result line only
         how = (
             ("cached (Prefect)" if info.get("cached") else "skipped (done before)")
             if info.get("skipped")
@@ -620,7 +632,8 @@ def _print_pipeline(res, args):
             f"; pairwise accuracy {m['rand_accuracy']:.4f}, ARI {m['ari']:.4f}, NMI {m['nmi']:.4f}"
         )
     print(line)
-    print(f"report in {st.get('report', {}).get('dir')}")
+    if not args.quiet:
+        print(f"report in {st.get('report', {}).get('dir')}")
 
 
 def _cmd_run(args) -> int:
@@ -730,6 +743,22 @@ def _cmd_resume(args) -> int:
             redo(store, args.redo)
         if not args.quiet:
             print(f"npkl resume: recomputing {args.redo} and the stages after it", file=sys.stderr)
+    if not args.force_config:
+        return _resume(args, cfg, so)
+    with st.RunStore.open(st.resolve_run(args.run), mode="a", storage_options=so) as store:
+        store.request_force_config()
+    try:
+        return _resume(args, cfg, so)
+    finally:  # a request learning did not take up (nothing differed, or it failed) lapses
+        try:
+            with st.RunStore.open(st.resolve_run(args.run), mode="a", storage_options=so) as rs:
+                if rs.force_config_requested:
+                    rs.request_force_config(False)
+        except NpklError:  # e.g. another writer holds the run now: its error is the one to see
+            pass
+
+
+def _resume(args, cfg, so) -> int:
     if "pipeline" in cfg and cfg.get("command") == "fit":
         # a run of `npkl fit --run`: its stages continue here, as they ran (no Prefect)
 
@@ -766,7 +795,7 @@ def _cmd_resume(args) -> int:
 def _print_fit_resume(summary, args):
     if args.json:
         sys.stdout.write(json.dumps(summary) + "\n")
-    elif not args.quiet:
+    else:  # --quiet too: the one result line stays
         print(
             f"run {summary['run']}: objective {summary['objective']:.6g} after "
             f"{iterations_label(summary)}"
@@ -809,10 +838,49 @@ def _cli_warnings(command):
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     previous = _cli_warnings(args.command)
+    restore = _quiet_logs() if getattr(args, "quiet", False) else None
     try:
         return _run(args)
     finally:
         warnings.formatwarning = previous
+        if restore is not None:
+            restore()
+
+
+#: Environment that sets Dask's and Prefect's log levels in processes started from here
+#: (Dask workers, a Prefect process worker) before they import their libraries.
+_QUIET_ENV = {"DASK_LOGGING__DISTRIBUTED": "warning", "PREFECT_LOGGING_LEVEL": "WARNING"}
+
+
+def _quiet_logs():
+    """--quiet: Dask's and Prefect's INFO logs off (warnings and errors stay), in this
+    process and the ones it starts. Returns what puts the previous levels back."""
+    env = {k: os.environ.get(k) for k in _QUIET_ENV}
+    os.environ.update(_QUIET_ENV)
+    loggers = {name: logging.getLogger(name) for name in ("distributed", "prefect")}
+    levels = {name: lg.level for name, lg in loggers.items()}
+    for lg in loggers.values():
+        lg.setLevel(logging.WARNING)
+    try:  # distributed imported already: its configuration was read at import
+        import dask
+
+        saved = dask.config.get("logging.distributed", None)
+        dask.config.set({"logging.distributed": "warning"})
+    except ImportError:  # pragma: no cover - dask is a dependency
+        saved = None
+
+    def restore():
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        for name, lg in loggers.items():
+            lg.setLevel(levels[name])
+        if saved is not None:
+            dask.config.set({"logging.distributed": saved})
+
+    return restore
 
 
 def _run(args) -> int:
@@ -854,6 +922,7 @@ _CLI_TERMS = (
     (r"\(RunStore\.open\(url, mode='a'\)\)", "(`npkl resume RUN`)"),
     (r"RunStore\.open\(url, mode='a'\)", "`npkl resume RUN`"),
     (r"RunStore\.break_lock\(url\)", "`npkl resume RUN --break-lock`"),
+    (r"duplicates='max', 'sum' or 'mean'", "--duplicates max, sum or mean"),
 )
 
 

@@ -151,3 +151,29 @@ def learn_kernel_calls(monkeypatch):
 
     monkeypatch.setattr(run, "learn_kernel", spy)
     return calls
+
+
+#: The environment the test session started with.
+_START_ENV = dict(os.environ)
+
+
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """Each test leaves ``os.environ`` as it found it, and the variables a Dask nanny sets
+    before spawning a worker (OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS = 1,
+    ``distributed.nanny.pre-spawn-environ``) as the session started: the nanny leaves them in
+    the parent's environment, also from a module-scoped cluster, and a later test's
+    subprocess then ran on one BLAS thread while the in-process fit ran on two, whose last
+    bits differ (a CI run of the fault-injection matrix saw a 'wrong' resume)."""
+    import dask
+
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+    for key in dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {}:
+        if key in _START_ENV:
+            os.environ[key] = _START_ENV[key]
+        else:
+            os.environ.pop(key, None)

@@ -27,10 +27,11 @@ from ._graph import (
     _check_features,
     _finish,
     _int_seed,
-    _max_duplicates,
     _n_points,
+    check_duplicates,
     dedup_pairs,
     graph_from_neighbours,
+    merge_duplicates,
     warn_edge_cleanup,
     warn_feature_scales,
 )
@@ -317,13 +318,17 @@ def check_edge_batch(i, j, w, first):
     return w
 
 
-def graph_from_edge_batches(batches, n_points: int | None = None, *, warn=True) -> Graph:
+def graph_from_edge_batches(
+    batches, n_points: int | None = None, *, duplicates: str = "max", warn=True
+) -> Graph:
     """A given graph from batches of edges (see :func:`iter_edge_batches`).
 
     Same result as :func:`~npkl_dist.graph_from_edges` on the concatenated list: 0-based
-    undirected edges, self-loops dropped, repeated edges keep the largest weight. Each batch
-    is validated on arrival and errors name the offending row numbers of the file.
+    undirected edges, self-loops dropped, repeated edges combined by ``duplicates`` (sums
+    and means up to rounding: batches add in another order). Each batch is validated on
+    arrival and errors name the offending row numbers of the file.
     """
+    check_duplicates(duplicates)
     parts = []  # deduplicated upper-triangular (lo, hi, w) parts
     held = 0
     top = 0
@@ -344,18 +349,19 @@ def graph_from_edge_batches(batches, n_points: int | None = None, *, warn=True) 
         parts.append(dedup_pairs(ii, jj, w, counts))
         held += parts[-1][0].size
         if len(parts) > 1 and held > 2 * max(parts[0][0].size, 1 << 20):
-            lo, hi, w, mask, cnt, at_max = (np.concatenate(c) for c in zip(*parts))
-            parts = [dedup_pairs(lo, hi, w, counts, mask, cnt, at_max)]
+            lo, hi, w, mask, cnt, at_max, wsum = (np.concatenate(c) for c in zip(*parts))
+            parts = [dedup_pairs(lo, hi, w, counts, mask, cnt, at_max, wsum)]
             held = parts[0][0].size
     if seen == 0:
         raise GraphError("edges: the edge list is empty; pass at least one edge")
     n_points = _n_points(n_points, top)
     if parts:
-        lo, hi, w, mask, cnt, at_max = (np.concatenate(c) for c in zip(*parts))
+        lo, hi, w, mask, cnt, at_max, wsum = (np.concatenate(c) for c in zip(*parts))
     else:
         lo = hi = cnt = at_max = np.zeros(0, np.int64)
-        w, mask = np.zeros(0), np.zeros(0, np.int8)
-    A = _max_duplicates(lo, hi, w, n_points, counts, mask, cnt, at_max)
+        w, wsum, mask = np.zeros(0), np.zeros(0), np.zeros(0, np.int8)
+    merged = dedup_pairs(lo, hi, w, counts, mask, cnt, at_max, wsum)
+    A = merge_duplicates(merged, n_points, duplicates, counts)
     if warn:
-        warn_edge_cleanup(counts, stacklevel=2)
+        warn_edge_cleanup(counts, duplicates, stacklevel=2)
     return _finish(A.maximum(A.T), None, warn=warn, given=True)

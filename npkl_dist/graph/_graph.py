@@ -320,17 +320,24 @@ def graph_from_neighbours(idx, dist, k: int, *, weighting: str = "gaussian", war
     return _finish(S, sigma, warn=warn)
 
 
-def graph_from_edges(edges, n_points: int | None = None, *, warn=True) -> Graph:
+def graph_from_edges(
+    edges, n_points: int | None = None, *, duplicates: str = "max", warn=True
+) -> Graph:
     """A given graph (e.g. a social network) from an edge list.
 
     Parameters
     ----------
     edges : ndarray, shape (m, 2) or (m, 3)
         Rows ``i, j`` or ``i, j, w`` (0-based, undirected; weights positive, default 1).
-        Self-loops are dropped; repeated edges keep the largest weight.
+        Self-loops are dropped (with a warning).
     n_points : int, optional
         Number of nodes; default ``max index + 1``.
+    duplicates : {'max', 'sum', 'mean', 'error'}
+        How the weights of a pair listed more than once (either direction) combine: the
+        largest (default), their sum (a multigraph's counts; a list giving every edge both
+        ways then doubles it), their mean; 'error' refuses a pair listed with two weights.
     """
+    check_duplicates(duplicates)
     E = np.asarray(edges)
     if E.ndim != 2 or E.shape[1] not in (2, 3):
         raise GraphError(
@@ -355,20 +362,36 @@ def graph_from_edges(edges, n_points: int | None = None, *, warn=True) -> Graph:
     if np.any(w <= 0):
         bad = w[w <= 0][:5].tolist()
         raise GraphError(f"edges: weights must be positive, got e.g. {bad}; drop those edges")
-    # a coo -> csr conversion would sum repeated edges; keep the largest weight instead
+    # a coo -> csr conversion would sum repeated edges; combine them as asked instead
     counts = {"loops": int(np.count_nonzero(i == j)), "duplicates": 0, "conflicts": 0}
     keep = i != j
-    A = _max_duplicates(i[keep], j[keep], w[keep], n_points, counts)
+    A = merge_duplicates(
+        dedup_pairs(i[keep], j[keep], w[keep], counts), n_points, duplicates, counts
+    )
     if warn:
-        warn_edge_cleanup(counts, stacklevel=3)
+        warn_edge_cleanup(counts, duplicates, stacklevel=3)
     S = A.maximum(A.T)
     return _finish(S, None, warn=warn, given=True)
 
 
-def warn_edge_cleanup(counts: dict, stacklevel: int = 2) -> None:
+#: How the weights of a pair listed more than once combine (``graph_from_edges``).
+DUPLICATE_RULES = ("max", "sum", "mean", "error")
+_KEPT = {"max": "kept the largest", "sum": "summed them", "mean": "kept their mean"}
+
+
+def check_duplicates(duplicates) -> None:
+    """Refuse a ``duplicates`` rule that is not one of :data:`DUPLICATE_RULES`."""
+    if not isinstance(duplicates, str) or duplicates not in DUPLICATE_RULES:
+        raise ValidationError(
+            f"duplicates: expected one of {', '.join(map(repr, DUPLICATE_RULES))} (how the "
+            f"weights of a pair listed more than once combine), got {fmt_value(duplicates)}"
+        )
+
+
+def warn_edge_cleanup(counts: dict, duplicates: str = "max", stacklevel: int = 2) -> None:
     """A GraphWarning saying what reading an edge list changed: self-loops dropped, repeated
-    edges (either direction) merged, and how many of those had another weight (the largest
-    is kept)."""
+    edges (either direction) merged, and how many of those had another weight (combined by
+    the ``duplicates`` rule)."""
     parts = []
     if counts["loops"]:
         parts.append(f"dropped {counts['loops']} self-loop(s) (a node's edge to itself)")
@@ -380,7 +403,7 @@ def warn_edge_cleanup(counts: dict, stacklevel: int = 2) -> None:
     if counts["conflicts"]:
         parts.append(
             f"{counts['conflicts']} listing(s) of a pair carried another weight than its "
-            f"largest: kept the largest"
+            f"largest: {_KEPT[duplicates]} (the duplicates option chooses: max, sum, mean, error)"
         )
     if parts:
         warnings.warn(
@@ -402,33 +425,46 @@ def _n_points(n_points, top: int) -> int:
     return n_points
 
 
-def _max_duplicates(i, j, w, n, counts=None, mask=None, cnt=None, at_max=None):
-    """Upper-triangular CSR of the pairs, each once with its largest weight (the last merge
-    of :func:`dedup_pairs`; ``counts["conflicts"]`` is then set: the listings whose weight
-    was below their pair's largest)."""
-    lo, hi, w, mask, cnt, at_max = dedup_pairs(i, j, w, counts, mask, cnt, at_max)
+def merge_duplicates(merged, n, duplicates="max", counts=None):
+    """Upper-triangular CSR of the pairs of :func:`dedup_pairs`'s ``merged`` output (its
+    last merge), each pair's listings' weights combined by the ``duplicates`` rule;
+    ``counts["conflicts"]`` is then set: the listings whose weight was below their pair's
+    largest."""
+    lo, hi, top, _mask, cnt, at_max, wsum = merged
+    conflict = cnt != at_max
     if counts is not None:
         counts["conflicts"] = int((cnt - at_max).sum())
+    if duplicates == "error" and conflict.any():
+        k = int(np.flatnonzero(conflict)[0])
+        raise GraphError(
+            f"edges: {int(conflict.sum())} pair(s) are listed with different weights, e.g. "
+            f"({int(lo[k])}, {int(hi[k])}) {int(cnt[k])} times, largest {top[k]:.6g}, mean "
+            f"{wsum[k] / cnt[k]:.6g}; fix the edge list or say how to combine them: "
+            f"duplicates='max', 'sum' or 'mean'"
+        )
+    w = wsum if duplicates == "sum" else wsum / cnt if duplicates == "mean" else top
     return sp.csr_matrix((w, (lo, hi)), shape=(n, n))
 
 
-def dedup_pairs(i, j, w, counts=None, mask=None, cnt=None, at_max=None):
-    """Each unordered pair once, with its largest weight: ``(lo, hi, w, mask, cnt, at_max)``.
+def dedup_pairs(i, j, w, counts=None, mask=None, cnt=None, at_max=None, wsum=None):
+    """Each unordered pair once: ``(lo, hi, w, mask, cnt, at_max, wsum)``, ``w`` its largest
+    weight and ``wsum`` the sum of its listings' weights.
 
     ``mask`` records the directions a pair was listed in (1: i < j, 2: i > j), ``cnt`` how
     many listings it stands for and ``at_max`` how many of them had its largest weight (given
-    for pairs merged before, else from one listing each), so that merging in batches gives
-    what one merge of the whole list gives. ``counts["duplicates"]`` (a dict) adds the
-    repeats this merge drops, a pair listed once each way being an undirected edge, not a
-    repeat."""
+    for pairs merged before, with ``wsum``, else from one listing each), so that merging in
+    batches gives what one merge of the whole list gives. ``counts["duplicates"]`` (a dict)
+    adds the repeats this merge drops, a pair listed once each way being an undirected edge,
+    not a repeat."""
     if mask is None:
         mask = np.where(i < j, 1, 2).astype(np.int8)
         cnt = np.ones(i.size, np.int64)
         at_max = np.ones(i.size, np.int64)
+        wsum = w
     lo, hi = np.minimum(i, j), np.maximum(i, j)
     order = np.lexsort((-w, hi, lo))
     lo, hi, w = lo[order], hi[order], w[order]
-    mask, cnt, at_max = mask[order], cnt[order], at_max[order]
+    mask, cnt, at_max, wsum = mask[order], cnt[order], at_max[order], wsum[order]
     first = np.r_[True, (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])] if lo.size else lo > 0
     run = np.cumsum(first) - 1
     k = int(first.sum())
@@ -441,7 +477,8 @@ def dedup_pairs(i, j, w, counts=None, mask=None, cnt=None, at_max=None):
     top = w[first][run]
     new_cnt = np.bincount(run, weights=cnt, minlength=k).astype(np.int64)
     new_at_max = np.bincount(run, weights=at_max * (w == top), minlength=k).astype(np.int64)
-    return lo[first], hi[first], w[first], merged, new_cnt, new_at_max
+    new_sum = np.bincount(run, weights=wsum, minlength=k)
+    return lo[first], hi[first], w[first], merged, new_cnt, new_at_max, new_sum
 
 
 def laplacian(S, delta: float = 1e-3, dtype=np.float64) -> sp.csr_matrix:

@@ -53,6 +53,7 @@ class FitConfig:
     features: str | None = None
     edges: str | None = None
     n_points: int | None = None
+    duplicates: str = "max"  # repeated edges: max | sum | mean | error
     constraints: str | None = None
     labels: str | None = None
     n_must: int | None = None
@@ -122,7 +123,9 @@ def load_graph(cfg: FitConfig):
             "graph's edge list)"
         )
     if cfg.edges is not None:
-        return graph_from_edges(read_edges(cfg.edges), cfg.n_points), None
+        return graph_from_edges(
+            read_edges(cfg.edges), cfg.n_points, duplicates=cfg.duplicates
+        ), None
     X = cfg.X if cfg.X is not None else read_features(cfg.features)
     # the graph from the scaled columns (cfg.scale); the features themselves as given
     Xg = X

@@ -475,6 +475,35 @@ class RunStore(StageData):
             self._arrays.clear()
             self._root = None
 
+    @property
+    def forced_config(self) -> list:
+        """The run's log of checkpoints continued under other parameters than they were
+        learned with (``npkl resume RUN --force-config``), oldest first."""
+        return list(self._attrs.get("forced_config", []))
+
+    @property
+    def force_config_requested(self) -> bool:
+        """Whether the next resume may continue a checkpoint learned under other parameters
+        than the configuration now holds (:meth:`request_force_config`)."""
+        return bool(self._attrs.get("force_config_requested"))
+
+    def request_force_config(self, on: bool = True) -> None:
+        """Allow (``on``) or withdraw the next resume's continuing a checkpoint learned under
+        other parameters (``npkl resume RUN --force-config``; driver only)."""
+        self._set_attr("force_config_requested", utc_now() if on else None)
+
+    def record_forced_config(self, entry: dict) -> None:
+        """Append ``entry`` (a checkpoint continued under other parameters than it was
+        learned with) to the run's ``forced_config`` log and withdraw the request."""
+        self._set_attr("forced_config", [*self.forced_config, {"at": utc_now(), **entry}])
+        self._set_attr("force_config_requested", None)
+
+    def _set_attr(self, key: str, value) -> None:
+        self._require_writer(f"setting {key}")
+        with self._io(f"recording {key}"):
+            self._group().update_attributes({key: value})
+            self._attrs = {**self._attrs, key: value}
+
     def _plan_items(self, stage: str, items: dict) -> dict:
         """Which items to write: same hash -> skip, new -> write, different -> refuse."""
         recorded = self._read_stages().get(stage, {}).get("items", {})

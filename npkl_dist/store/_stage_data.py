@@ -379,7 +379,11 @@ class StageData:
             _put_array(group, "block_ptr", block_ptr, _chunks_1d(block_ptr.size, 8))
             self._record_items(
                 "graph",
-                {"S": {"sha256": sha, "kind": "csr"}},
+                {
+                    "S": {"sha256": sha, "kind": "csr"},
+                    # its own hash: read_degrees verifies n floats, not the whole graph
+                    "degrees": {"sha256": _sha_arrays(degrees), "kind": "array"},
+                },
                 {"n_points": int(n), "nnz": int(S.nnz), "row_block": row_block},
             )
 
@@ -422,11 +426,19 @@ class StageData:
             )
 
     def read_degrees(self) -> np.ndarray:
-        """Row sums of the graph, (n,) float64."""
-        if not VERIFY:
-            with self._io("reading the graph degrees"):
-                self._stage_items("graph", "write_graph")
-                return np.asarray(self._group("graph")["degrees"][...])
+        """Row sums of the graph, (n,) float64, verified against their recorded hash (a run
+        written before the degrees had one: against the row sums of the verified graph)."""
+        with self._io("reading the graph degrees"):
+            items = self._stage_items("graph", "write_graph")
+            g = self._group("graph")
+            if not VERIFY:
+                return np.asarray(g["degrees"][...])
+            if "degrees" in items:
+                if "degrees" not in g:
+                    raise self._damaged("graph", "degrees", "is missing")
+                stored = self._read("graph", "degrees", g["degrees"])
+                self._verify("graph", "degrees", items["degrees"], lambda: _sha_arrays(stored))
+                return stored
         S = self.read_graph()  # verified; the stored degrees must be its row sums
         with self._io("reading the graph degrees"):
             g = self._group("graph")

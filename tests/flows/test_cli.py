@@ -13,6 +13,7 @@ FIT_OPTIONS = [
     "--features",
     "--edges",
     "--n-points",
+    "--duplicates",
     "--constraints",
     "--labels",
     "--n-must",

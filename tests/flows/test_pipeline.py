@@ -390,6 +390,64 @@ def test_resume_refuses_a_configuration_edited_after_learning_started(tmp_path):
     assert "Traceback" not in p.stderr
     assert "gamma: checkpoint 1.0, configuration 5.0" in p.stderr
     assert "start a new run" in p.stderr
+    assert "npkl resume RUN --force-config" in p.stderr
+
+
+def test_force_config_continues_from_the_checkpoint_and_survives_a_crash(tmp_path):
+    """`npkl resume RUN --force-config` after gamma was edited 1 -> 5: learning starts again
+    (sweeps from 1) from the gamma = 1 checkpoint's V, the change is recorded and shown by
+    `npkl status`; a forced resume that dies after 3 sweeps continues with a plain `npkl
+    resume` to the same V bitwise; a rank change cannot be forced."""
+    import shutil
+
+    from npkl_dist import store as st
+    from npkl_flows import _stages
+
+    _data(tmp_path)
+    part = _cfg(tmp_path, run=str(tmp_path / "a"), extend={"features": None})
+    _learn_killed_after(part, 8)
+    root = os.path.join(part["run"], "zarr.json")
+    meta = json.load(open(root))
+    meta["attributes"]["config"]["pipeline"]["model"]["gamma"] = 5.0
+    json.dump(meta, open(root, "w"))
+    for name in ("b", "c"):
+        shutil.copytree(part["run"], tmp_path / name)
+    p = _cli("resume", part["run"], "--force-config", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    n_sweeps = json.loads(p.stdout)["stages"]["learn"]["n_sweeps"]
+    status = json.loads(_cli("status", part["run"], "--json").stdout)
+    (forced,) = status["forced_config"]
+    assert forced["from"] == {"gamma": 1.0} and forced["to"] == {"gamma": 5.0}
+    assert forced["sweep"] == 8
+    assert "forced    gamma 1.0 -> 5.0: learning restarted from checkpoint" in _cli(
+        "status", part["run"]).stdout  # fmt: skip
+    # the same forced resume, dying after its third sweep, then a plain resume
+    b = {**_cfg(tmp_path, run=str(tmp_path / "b"), extend={"features": None})}
+    b["model"] = {**b["model"], "gamma": 5.0}
+    with st.RunStore.open(b["run"], mode="a") as rs:
+        rs.request_force_config()
+        ctx = _stages.Context(rs, b, quiet=True)
+
+        class Killed(Exception):
+            pass
+
+        with _learn_dies_at(3, Killed):
+            _stages.learn(ctx)
+    p = _cli("resume", b["run"], "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout)["stages"]["learn"]["n_sweeps"] == n_sweeps
+    with st.RunStore.open(part["run"]) as x, st.RunStore.open(b["run"]) as y:
+        assert np.array_equal(x.read_results()["embedding"], y.read_results()["embedding"])
+        assert len(y.forced_config) == 1 and not y.force_config_requested
+    # a rank change keeps no row or column of the checkpoint: refused even when forced
+    meta = json.load(open(tmp_path / "c" / "zarr.json"))
+    meta["attributes"]["config"]["pipeline"]["model"]["rank"] = 3
+    json.dump(meta, open(tmp_path / "c" / "zarr.json", "w"))
+    p = _cli("resume", tmp_path / "c", "--force-config")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert "--force-config cannot continue checkpoint" in p.stderr and "another rank" in p.stderr
+    with st.RunStore.open(str(tmp_path / "c")) as z:
+        assert not z.force_config_requested and not z.forced_config
 
 
 def test_edge_list_pipeline(tmp_path):
@@ -695,6 +753,17 @@ def test_run_and_resume_through_prefect(tmp_path_factory, tmp_path):
     assert p.returncode == 2, p.stderr[-3000:]
     assert "npkl run: error: labels: 10 labels for 150 points" in p.stderr
     assert "Traceback" not in p.stderr
+    # --quiet on a Dask executor (issue 74): Dask's ~30 INFO lines and Prefect's are gone,
+    # the one result line stays
+    (tmp_path / "dask.toml").write_text(
+        f'run = "{tmp_path / "dask"}"\n[input]\ndataset = "iris"\n[model]\nmax_sweeps = 3\n'
+        f'[execution]\nexecutor = "dask"\nworkers = 1\n[output]\nfiles = false\n'
+    )
+    p = _cli("run", tmp_path / "dask.toml", "--quiet", env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    (line,) = p.stdout.strip().splitlines()
+    assert line.startswith(f"run {tmp_path / 'dask'}: objective ")
+    assert not [ln for ln in p.stderr.splitlines() if "INFO" in ln], p.stderr[-3000:]
 
 
 def test_graph_blocks_resume_after_a_crash(tmp_path, monkeypatch):

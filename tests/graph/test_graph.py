@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import statistics
 import warnings
 
 import numpy as np
@@ -313,9 +315,24 @@ def test_edges_weighted_duplicates_keep_max_and_self_loops_dropped():
     assert np.array_equal(g.S.toarray(), expected)
 
 
+def _dense_rule(rows, n, rule):
+    """The reference: every unordered pair's listed weights, combined by ``rule``."""
+    seen: dict = {}
+    for a, b, w in rows:
+        if a != b:
+            seen.setdefault((min(a, b), max(a, b)), []).append(w)
+    S = np.zeros((n, n))
+    for (a, b), ws in seen.items():
+        if rule == "error" and len(set(ws)) > 1:
+            return None
+        v = {"max": max, "error": max, "sum": math.fsum, "mean": statistics.fmean}[rule](ws)
+        S[a, b] = S[b, a] = v
+    return S
+
+
 @HYP
-@given(st.data())
-def test_edges_match_dense_max_reference(data):
+@given(st.data(), st.sampled_from(["max", "sum", "mean", "error"]))
+def test_edges_match_dense_reference_for_every_duplicates_rule(data, rule):
     n = data.draw(st.integers(2, 9))
     m = data.draw(st.integers(1, 25))
     node = st.integers(0, n - 1)
@@ -323,16 +340,35 @@ def test_edges_match_dense_max_reference(data):
     rows = data.draw(st.lists(st.tuples(node, node, weight), min_size=m, max_size=m))
     extra = data.draw(st.integers(0, 2))
     E = np.array(rows, dtype=np.float64)
-    g = graph_from_edges(E, n + extra, warn=False)
-    S = np.zeros((n + extra, n + extra))
-    for a, b, w in rows:
-        if a != b:
-            S[a, b] = S[b, a] = max(S[a, b], w)
+    S = _dense_rule(rows, n + extra, rule)
+    if S is None:
+        with pytest.raises(GraphError, match="listed with different weights.*duplicates="):
+            graph_from_edges(E, n + extra, duplicates=rule, warn=False)
+        return
+    g = graph_from_edges(E, n + extra, duplicates=rule, warn=False)
     check_graph_invariants(g)
-    assert np.array_equal(g.S.toarray(), S)
+    if rule in ("sum", "mean"):  # another summation order than math.fsum's
+        np.testing.assert_allclose(g.S.toarray(), S, rtol=1e-13, atol=0)
+    else:
+        assert np.array_equal(g.S.toarray(), S)
     adj = S > 0
     assert g.n_isolated == int(np.sum(~adj.any(1)))
     assert g.n_components == components(adj)
+
+
+def test_duplicates_rule_is_said_and_checked():
+    E = np.array([[0, 1, 1.0], [1, 0, 3.0], [1, 2, 1.0]])
+    with pytest.warns(GraphWarning, match="carried another weight than its largest: summed"):
+        g = graph_from_edges(E, duplicates="sum")
+    assert g.S[0, 1] == 4.0 and g.S[1, 2] == 1.0
+    with pytest.warns(GraphWarning, match="kept their mean"):
+        assert graph_from_edges(E, duplicates="mean").S[0, 1] == 2.0
+    with pytest.raises(GraphError, match=r"1 pair\(s\).*\(0, 1\) 2 times, largest 3, mean 2"):
+        graph_from_edges(E, duplicates="error")
+    # the same weight twice is a repeat, not a conflict: 'error' accepts it
+    assert graph_from_edges(np.array([[0, 1, 2.0], [1, 0, 2.0]]), duplicates="error").S[0, 1] == 2
+    with pytest.raises(ValidationError, match="duplicates: expected one of 'max', 'sum'"):
+        graph_from_edges(E, duplicates="min")
 
 
 def test_edges_isolated_nodes_warn_with_counts():

@@ -1,9 +1,13 @@
 """Issue 74, item 4: every malformed input file ends in exit status 2 and one line naming the
 file, the row or column, the value and the fix: never a traceback."""
 
+import warnings
+
 import numpy as np
 import pytest
 
+import npkl_dist as nk
+from npkl_dist import store as st
 from npkl_flows import cli
 
 
@@ -108,7 +112,8 @@ def test_edge_cleanup_is_warned_and_symmetric_listings_are_not():
 
 def test_streamed_edges_report_what_the_whole_list_reports():
     """The streaming reader (batches merged as they come) against graph_from_edges on the
-    whole list: same graph, same warning, for random dirty lists cut anywhere."""
+    whole list: same graph, same warning or error, for random dirty lists cut anywhere and
+    every duplicates rule (weights 1 and 2: sums are exact in any order)."""
     from hypothesis import given, settings
     from hypothesis import strategies as st_
 
@@ -123,23 +128,54 @@ def test_streamed_edges_report_what_the_whole_list_reports():
             max_size=30,
         ),
         st_.integers(1, 29),
+        st_.sampled_from(["max", "sum", "mean", "error"]),
     )
-    def check(rows, cut):
+    def check(rows, cut, rule):
         E = np.array(rows, float)
         if np.all(E[:, 0] == E[:, 1]):
             return  # only self-loops: no graph to compare
         cut = min(cut, len(E) - 1)
-        whole, w1 = _edge_warnings(lambda: nk.graph_from_edges(E, 7))
         parts = iter(
             [(E[:cut, 0], E[:cut, 1], E[:cut, 2], 0), (E[cut:, 0], E[cut:, 1], E[cut:, 2], cut)]
         )
-        streamed, w2 = _edge_warnings(lambda: graph_from_edge_batches(parts, 7))
+        try:
+            whole, w1 = _edge_warnings(lambda: nk.graph_from_edges(E, 7, duplicates=rule))
+        except nk.GraphError as exc:  # 'error' and a pair with two weights: the same refusal
+            with pytest.raises(nk.GraphError) as streamed_exc:
+                graph_from_edge_batches(parts, 7, duplicates=rule)
+            assert str(streamed_exc.value) == str(exc)
+            return
+        streamed, w2 = _edge_warnings(lambda: graph_from_edge_batches(parts, 7, duplicates=rule))
         assert (whole.S != streamed.S).nnz == 0
         assert [m for m in w1 if m.startswith("edges: ")] == [
             m for m in w2 if m.startswith("edges: ")
         ]
 
     check()
+
+
+@pytest.mark.parametrize("run", [False, True])
+def test_duplicates_option_on_the_command_line(good, capsys, tmp_path, run):
+    """--duplicates reaches both readers (the whole-list one of a plain fit, the streamed
+    one of a run's graph stage); 'error' is one line in npkl's terms."""
+    i = np.arange(59)
+    E = np.column_stack([np.r_[i, 5], np.r_[i + 1, 6], np.r_[np.ones(59), 3.0]])
+    np.save(good / "dup.npy", E)
+    where = ["--run", tmp_path / "r"] if run else []
+    code, lines = _fit(capsys, "--edges", good / "dup.npy", "--labels", good / "y.npy",
+                       "--duplicates", "error", *where)  # fmt: skip
+    assert code == 2 and len(lines) == 1, lines
+    assert "(5, 6) 2 times, largest 3, mean 2" in lines[0]
+    assert lines[0].endswith("say how to combine them: --duplicates max, sum or mean")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        code, _ = _fit(capsys, "--edges", good / "dup.npy", "--labels", good / "y.npy",
+                       "--duplicates", "sum", *([] if not run else ["--run", tmp_path / "s"]))  # fmt: skip
+    assert code == 0
+    assert any("summed them" in str(w.message) for w in seen if w.category is nk.GraphWarning)
+    if run:
+        S = st.RunStore.open(str(tmp_path / "s"), mode="r").read_graph()
+        assert S[5, 6] == 4.0 and S[6, 5] == 4.0 and S[0, 1] == 1.0
 
 
 def test_a_fit_without_constraints_warns():

@@ -272,6 +272,25 @@ class StoreConformance:
         with pytest.raises(StoreError, match="different content"):
             store.write_graph(S * 2, row_block=7)
 
+    def test_degrees_are_verified_on_their_own(self, store):
+        """read_degrees (npkl extend) checks the degrees' own recorded hash, not the whole
+        graph's (issue 74's cost); a run recorded without it is checked against the graph."""
+        from npkl_dist.store import StoreDamagedError
+
+        store.write_graph(_graph(), row_block=7)
+        g = store._group("graph")
+        good = np.asarray(g["degrees"][...])
+        g["degrees"][...] = good + 1.0
+        with pytest.raises(StoreDamagedError, match="graph stage's degrees does not match"):
+            store.read_degrees()
+        record = store._read_stages()
+        del record["graph"]["items"]["degrees"]
+        store._write_stages(record)
+        with pytest.raises(StoreDamagedError, match="degrees are not the row sums"):
+            store.read_degrees()
+        g["degrees"][...] = good
+        assert np.array_equal(store.read_degrees(), good)
+
     @pytest.mark.parametrize("scheme", ["colours", "blocks"])
     @pytest.mark.parametrize("with_partition", [True, False])
     def test_plan_round_trip(self, store, with_partition, scheme):

@@ -183,6 +183,15 @@ def fit_admm(
     res = ADMMResult(
         V=None, objective=np.nan, objective_initial=np.nan, n_colours=0, solver="admm"
     )
+    warm = None
+    if resume is not None and resume[0].get("warm_start"):
+        # a checkpoint's V (internal order) starts a new fit (npkl resume --force-config)
+        warm, resume = np.asarray(resume[1])[:, :r], None
+        if warm.shape != (n, r):
+            raise ValidationError(
+                f"resume: checkpoint V has shape {warm.shape}, the problem needs {(n, r)}; "
+                f"start a new run"
+            )
     if resume is not None:
         state, W = resume
         width = admm_checkpoint_width(r, anderson)
@@ -212,9 +221,12 @@ def fit_admm(
         res.converged = bool(state.get("converged", False))
         it = int(state["sweep"])
     else:
-        if V0 is None:
-            V0 = initial_V(problem, rng)
-        V = take_rows(V0, plan.order, problem.dtype)
+        if warm is not None:
+            V = np.array(warm, dtype=problem.dtype, order="C")  # the caller's W stays as given
+        else:
+            if V0 is None:
+                V0 = initial_V(problem, rng)
+            V = take_rows(V0, plan.order, problem.dtype)
         U = V.copy()
         Lam = np.zeros_like(V)
         it = 0

@@ -141,6 +141,24 @@ def _small_fits_on_one_thread(fit):
     return wrapper
 
 
+def _warm_start(problem, resume, method):
+    """The V of a checkpoint ``(state, W)`` marked ``warm_start`` (learned under other
+    parameters; npkl_dist.store.StoreCheckpointer.load), in internal order, as a start."""
+    state, W = resume
+    if state.get("method") is not None and state["method"] != method:
+        raise ValidationError(
+            f"resume: the checkpoint was written by method {state['method']!r}, this fit uses "
+            f"method {method!r}: its rows are in another order; start a new run"
+        )
+    V = np.asarray(W)[:, : problem.rank]
+    if V.shape != (problem.n_points, problem.rank):
+        raise ValidationError(
+            f"resume: checkpoint V has shape {V.shape}, the problem needs "
+            f"{(problem.n_points, problem.rank)}; start a new run"
+        )
+    return np.array(V, dtype=problem.dtype, order="C")  # a copy: the caller's W stays as given
+
+
 @_small_fits_on_one_thread
 def fit_bcd(
     problem: NPKLProblem,
@@ -283,6 +301,10 @@ def fit_bcd(
         cache = own_cache = {}
     rng = np.random.default_rng(problem.seed)
     extra = None
+    warm = None
+    if resume is not None and resume[0].get("warm_start"):
+        # a checkpoint's V (internal order) starts a new fit (npkl resume --force-config)
+        warm, resume = _warm_start(problem, resume, method), None
     if resume is not None:
         state, V = resume
         if state.get("method", "sweeps") != method:
@@ -342,8 +364,10 @@ def fit_bcd(
         result.converged = bool(state.get("converged", False))
         first = int(state["sweep"]) + 1
     else:
-        library_start = V0 is None
-        if V0 is None and start == "coarse":  # in the internal order, from the prepared L
+        library_start = V0 is None and warm is None
+        if warm is not None:
+            V = warm
+        elif V0 is None and start == "coarse":  # in the internal order, from the prepared L
             V = _internal_coarse_start(problem, prep, cache)
         elif V0 is None and start == "coarse-free":
             if method != "block":

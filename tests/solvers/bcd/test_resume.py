@@ -191,3 +191,47 @@ def test_block_run_store_crash_and_resume(tmp_path):
     got, V, _ = run_fit_in_store(None, str(tmp_path / "run"), resume=True)
     np.testing.assert_array_equal(V, V_ref)
     assert got["objective_trace"] == ref["objective_trace"]
+
+
+def _with_gamma(p, gamma):
+    return nk.NPKLProblem.build(p.L, p.constraints, loss=p.loss, rank=p.rank, seed=p.seed,
+                                gamma=gamma)  # fmt: skip
+
+
+@pytest.mark.parametrize("method", ["sweeps", "block"])
+def test_bcd_warm_start_from_a_checkpoint_is_the_V0_fit(global_random_seed, method):
+    """`npkl resume --force-config` (issue 74): a checkpoint learned under gamma = 1 starts a
+    new fit under gamma = 5 from its V: bitwise the fit given that V as V0 (its rows put
+    back in the original order), with its own traces from sweep 1."""
+    p1 = problem(global_random_seed)
+    snaps = {}
+    nk.fit_bcd(p1, max_sweeps=6, tol=0.0, method=method, on_sweep=capture(snaps, {5}))
+    state, W = snaps[5]
+    p5 = _with_gamma(p1, 5.0)
+    warm = nk.fit_bcd(p5, max_sweeps=8, tol=0.0, method=method,
+                      resume=({"warm_start": True, "sweep": 0, "method": state["method"]}, W))  # fmt: skip
+    order = nk.fit_setup(p5, method=method).layout.order
+    V0 = np.empty((p5.n_points, p5.rank))
+    V0[order] = W[:, : p5.rank]
+    cold = nk.fit_bcd(p5, max_sweeps=8, tol=0.0, method=method, V0=V0)
+    np.testing.assert_array_equal(warm.V, cold.V)
+    assert warm.objective_trace == cold.objective_trace and len(warm.objective_trace) == 8
+    other = "block" if method == "sweeps" else "sweeps"
+    with pytest.raises(nk.ValidationError, match=f"written by method '{method}'.*another order"):
+        nk.fit_bcd(p5, max_sweeps=2, method=other,
+                   resume=({"warm_start": True, "sweep": 0, "method": state["method"]}, W))  # fmt: skip
+
+
+def test_admm_warm_start_from_a_checkpoint_is_the_V0_fit(global_random_seed):
+    p1 = problem(global_random_seed, "square", diagonal=True)
+    snaps = {}
+    nk.fit_admm(p1, max_iter=6, tol=0.0, on_sweep=capture(snaps, {5}))
+    _, W = snaps[5]
+    p5 = _with_gamma(p1, 5.0)
+    warm = nk.fit_admm(p5, max_iter=8, tol=0.0, resume=({"warm_start": True, "sweep": 0}, W))
+    plan = nk.make_plan(p5)
+    V0 = np.empty((p5.n_points, p5.rank))
+    V0[plan.order] = W[:, : p5.rank]
+    cold = nk.fit_admm(p5, max_iter=8, tol=0.0, V0=V0)
+    np.testing.assert_array_equal(warm.V, cold.V)
+    assert warm.rho_trace == cold.rho_trace
