@@ -312,7 +312,7 @@ def fit_bcd(
                 f"resume: the checkpoint was written by method {state.get('method', 'sweeps')!r}, "
                 f"this fit uses method {method!r}; resume with the run's own configuration"
             )
-        V = np.ascontiguousarray(V, dtype=problem.dtype)
+        V = np.array(V, dtype=problem.dtype, order="C")  # a copy: the caller's W stays
         width = checkpoint_width(problem.rank, method, extrapolate)
         # block checkpoints: 4r columns (V, S, L S, R), or 3r from before R was stored
         if (

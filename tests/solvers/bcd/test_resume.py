@@ -47,8 +47,10 @@ def test_bcd_resume_is_bitwise(global_random_seed, loss, method):
     )
     assert len(snaps) == 3
     for k, snap in snaps.items():
+        given = snap[1].copy()
         resumed = nk.fit_bcd(p, max_sweeps=12, tol=0.0, method=method, resume=snap)
         np.testing.assert_array_equal(resumed.V, full.V, err_msg=f"resumed after sweep {k}")
+        assert np.array_equal(snap[1], given), "the fit wrote into the caller's checkpoint"
         assert resumed.objective_trace == full.objective_trace
         assert resumed.change_trace == full.change_trace
 
