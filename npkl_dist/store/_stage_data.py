@@ -4,7 +4,6 @@ plan and the results, each written once by its stage and read back verified."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 
 import numpy as np
 import scipy.sparse as sp
@@ -17,13 +16,16 @@ from ._format import (
     _ITEM_NAME,
     _KEY_ENCODING,
     _TARGET_CHUNK_BYTES,
+    Digests,
     _chunks_1d,
+    _item_record,
     _jsonable,
     _le,
     _positive_int,
     _put_array,
     _sha_arrays,
     _sha_json,
+    _xxh_arrays,
 )
 
 #: Verify whole-stage reads against their recorded hashes. Only bench/integrity.py turns it
@@ -84,13 +86,19 @@ class StageData:
         except Exception as exc:  # a truncated or corrupt chunk: zstd, crc32c, shape, ...
             raise self._damaged(stage, name, f"is unreadable ({type(exc).__name__})") from None
 
-    def _verify(self, stage: str, name: str, recorded: dict, sha) -> None:
-        """``sha``: the hash, or a function computing it (skipped with VERIFY off)."""
+    def _verify(self, stage: str, name: str, recorded: dict, digest) -> None:
+        """Check an item against its record (skipped with VERIFY off). ``digest``: its
+        sha256, or ``digest(hasher)`` hashing the item's arrays with ``hasher``: xxh3-128
+        where the record has one, else sha256 (runs written before it had one)."""
         if not VERIFY:
             return
-        if callable(sha):
-            sha = sha()
-        if recorded.get("sha256") != sha:
+        if isinstance(digest, str):
+            ok = recorded.get("sha256") == digest
+        elif "xxh3_128" in recorded:
+            ok = recorded["xxh3_128"] == digest(_xxh_arrays)
+        else:
+            ok = recorded.get("sha256") == digest(_sha_arrays)
+        if not ok:
             raise self._damaged(
                 stage, name, "does not match the sha256 recorded when it was written"
             )
@@ -149,10 +157,11 @@ class StageData:
                     + (f", recorded {recorded_n}" if recorded_n is not None else "")
                     + "; every input must describe the same n points"
                 )
-            hashes = {name: _sha_arrays(a) for name, a in arrays.items()}
+            records = {name: _item_record(name, a) for name, a in arrays.items()}
             if constraints is not None:
                 c = constraints
-                hashes["constraints"] = _sha_arrays(
+                records["constraints"] = _item_record(
+                    "constraints",
                     c.i,
                     c.j,
                     c.t,
@@ -162,7 +171,7 @@ class StageData:
                         "n_duplicates": c.n_duplicates,
                     },
                 )
-            todo = self._plan_items("inputs", hashes)
+            todo = self._plan_items("inputs", {k: v["sha256"] for k, v in records.items()})
             group = self._group("inputs")
             for name in todo:
                 if name == "features":
@@ -190,9 +199,7 @@ class StageData:
                     _put_array(group, name, y, _chunks_1d(y.shape[0], y.itemsize))
             if todo:
                 info = {"n_points": next(iter(ns))} if ns else {}
-                self._record_items(
-                    "inputs", {k: {"sha256": v, "kind": k} for k, v in todo.items()}, info
-                )
+                self._record_items("inputs", {k: records[k] for k in todo}, info)
 
     def write_features_chunks(self, chunks, *, n_features: int, n_rows: int | None = None) -> int:
         """Write ``inputs/features`` from row chunks, holding at most one store chunk.
@@ -239,7 +246,7 @@ class StageData:
                     config={"write_empty_chunks": True},
                     chunk_key_encoding=_KEY_ENCODING,
                 )
-            h = hashlib.sha256(f"{dtype.str}{(n_hdr, d)};".encode()) if n_hdr is not None else None
+            h = Digests(f"{dtype.str}{(n_hdr, d)};".encode()) if n_hdr is not None else None
             n, pending, held = 0, [], 0
 
             def flush(block):
@@ -278,11 +285,11 @@ class StageData:
                     f"changed while it was read or is damaged: read it again"
                 )
             if h is None:  # rows unknown before reading: hash the written array back
-                h = hashlib.sha256(f"{dtype.str}{(n, d)};".encode())
+                h = Digests(f"{dtype.str}{(n, d)};".encode())
                 for s0 in range(0, n, rows):
                     h.update(_le(np.asarray(a[s0 : s0 + rows])).reshape(-1).view(np.uint8))
             if recorded is not None and n != n_hdr:
-                h = hashlib.sha256(f"{dtype.str}{(n, d)};".encode())  # differs: refused
+                h = Digests(f"{dtype.str}{(n, d)};".encode())  # differs: refused
             todo = self._plan_items("inputs", {"features": h.hexdigest()})
             if todo:
                 recorded_n = self._read_stages().get("inputs", {}).get("info", {}).get("n_points")
@@ -294,7 +301,7 @@ class StageData:
                     )
                 self._record_items(
                     "inputs",
-                    {"features": {"sha256": todo["features"], "kind": "features"}},
+                    {"features": h.record("features")},
                     {"n_points": n},
                 )
             return n
@@ -318,16 +325,14 @@ class StageData:
                         "diagonal": at["diagonal"],
                         "n_duplicates": at["n_duplicates"],
                     }
-                    self._verify(
-                        "inputs", name, items[name], lambda: _sha_arrays(i, j, t, extra=extra)
-                    )
+                    self._verify("inputs", name, items[name], lambda h: h(i, j, t, extra=extra))
                     c = Constraints.from_arrays(
                         i, j, t, int(at["n_points"]), diagonal=bool(at["diagonal"]), warn=False
                     )
                     out[name] = dataclasses.replace(c, n_duplicates=int(at["n_duplicates"]))
                 else:
                     a = self._read("inputs", name, node)
-                    self._verify("inputs", name, items[name], lambda: _sha_arrays(a))
+                    self._verify("inputs", name, items[name], lambda h: h(a))
                     out[name] = a
             return out
 
@@ -357,8 +362,8 @@ class StageData:
         if data.size and not np.all(np.isfinite(data)):
             raise ValidationError("S: holds NaN/inf weights; fix the graph first")
         with self._io("writing the graph"):
-            sha = _sha_arrays(indptr, indices, data, extra={"shape": list(S.shape)})
-            if not self._plan_items("graph", {"S": sha}):
+            rec = _item_record("csr", indptr, indices, data, extra={"shape": list(S.shape)})
+            if not self._plan_items("graph", {"S": rec["sha256"]}):
                 return
             degrees = _row_sums(indptr, data, n)
             n_blocks = -(-n // row_block)
@@ -380,9 +385,9 @@ class StageData:
             self._record_items(
                 "graph",
                 {
-                    "S": {"sha256": sha, "kind": "csr"},
+                    "S": rec,
                     # its own hash: read_degrees verifies n floats, not the whole graph
-                    "degrees": {"sha256": _sha_arrays(degrees), "kind": "array"},
+                    "degrees": _item_record("array", degrees),
                 },
                 {"n_points": int(n), "nnz": int(S.nnz), "row_block": row_block},
             )
@@ -409,7 +414,7 @@ class StageData:
                     "graph",
                     "CSR arrays (indptr, indices, data)",
                     items["S"],
-                    lambda: _sha_arrays(indptr, indices, data, extra={"shape": [n, n]}),
+                    lambda h: h(indptr, indices, data, extra={"shape": [n, n]}),
                 )
                 return sp.csr_matrix((data, indices, indptr), shape=(n, n))
             start, stop = (
@@ -437,7 +442,7 @@ class StageData:
                 if "degrees" not in g:
                     raise self._damaged("graph", "degrees", "is missing")
                 stored = self._read("graph", "degrees", g["degrees"])
-                self._verify("graph", "degrees", items["degrees"], lambda: _sha_arrays(stored))
+                self._verify("graph", "degrees", items["degrees"], lambda h: h(stored))
                 return stored
         S = self.read_graph()  # verified; the stored degrees must be its row sums
         with self._io("reading the graph degrees"):
@@ -471,8 +476,8 @@ class StageData:
                 )
             arrays["partition"] = part.astype(np.int64)
         with self._io("writing the plan"):
-            sha = _sha_arrays(*arrays.values(), extra=[*sorted(arrays), plan.scheme])
-            if not self._plan_items("plan", {"plan": sha}):
+            rec = _item_record("plan", *arrays.values(), extra=[*sorted(arrays), plan.scheme])
+            if not self._plan_items("plan", {"plan": rec["sha256"]}):
                 return
             group = self._replace_group(
                 "plan",
@@ -488,7 +493,7 @@ class StageData:
                 _put_array(group, name, arr, _chunks_1d(arr.shape[0], 8))
             self._record_items(
                 "plan",
-                {"plan": {"sha256": sha, "kind": "plan"}},
+                {"plan": rec},
                 {"n_points": int(n), "n_colours": int(plan.n_colours)},
             )
 
@@ -502,7 +507,7 @@ class StageData:
                 arrays["partition"] = self._read("plan", "partition", g["partition"])
             extra = [*sorted(arrays), g.attrs["scheme"]]
             self._verify(
-                "plan", "arrays", items["plan"], lambda: _sha_arrays(*arrays.values(), extra=extra)
+                "plan", "arrays", items["plan"], lambda h: h(*arrays.values(), extra=extra)
             )
             part = arrays.pop("partition", None)
             return SweepPlan(*arrays.values(), scheme=g.attrs["scheme"]), part
@@ -525,7 +530,7 @@ class StageData:
                         f"bool, integer or float"
                     )
                 arrays[name] = value
-                hashes[name] = {"sha256": _sha_arrays(value), "kind": "array"}
+                hashes[name] = _item_record("array", value)
             else:
                 values[name] = _jsonable(value, f"write_results: {name}")
                 hashes[name] = {"sha256": _sha_json(values[name]), "kind": "json"}
@@ -560,10 +565,10 @@ class StageData:
                     if name not in group:
                         raise self._damaged("results", name, "is missing")
                     out[name] = self._read("results", name, group[name])
-                    self._verify("results", name, meta, lambda: _sha_arrays(out[name]))
+                    self._verify("results", name, meta, lambda h: h(out[name]))
                 else:
                     if name not in values:
                         raise self._damaged("results", name, "is missing")
                     out[name] = values[name]
-                    self._verify("results", name, meta, lambda: _sha_json(out[name]))
+                    self._verify("results", name, meta, _sha_json(out[name]))
             return out

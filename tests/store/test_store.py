@@ -272,6 +272,31 @@ class StoreConformance:
         with pytest.raises(StoreError, match="different content"):
             store.write_graph(S * 2, row_block=7)
 
+    def test_reads_check_xxh3_and_runs_without_it_sha256(self, store):
+        """Each array item records its sha256 (identity) and xxh3-128 (the fast check of
+        every whole read); a run recorded before the xxh3-128 is checked by its sha256, and
+        damage is found either way."""
+        from npkl_dist.store import StoreDamagedError
+        from npkl_dist.store._format import _sha_arrays, _xxh_arrays
+
+        V = np.random.default_rng(0).normal(size=(50, 4))
+        store.write_results(embedding=V)
+        rec = store.stages()["results"]["items"]["embedding"]
+        assert rec["sha256"] == _sha_arrays(V) and rec["xxh3_128"] == _xxh_arrays(V)
+        W = V.copy()
+        W[7, 2] = np.nextafter(W[7, 2], np.inf)  # one bit
+        assert len(rec["xxh3_128"]) == 32 and rec["xxh3_128"] != _xxh_arrays(W)
+        for old in (False, True):
+            if old:
+                record = store._read_stages()
+                del record["results"]["items"]["embedding"]["xxh3_128"]
+                store._write_stages(record)
+            store._group("results")["embedding"][0, 0] = V[0, 0] + 1.0
+            with pytest.raises(StoreDamagedError, match="results stage's embedding does not"):
+                store.read_results()
+            store._group("results")["embedding"][0, 0] = V[0, 0]
+            assert np.array_equal(store.read_results()["embedding"], V)
+
     def test_degrees_are_verified_on_their_own(self, store):
         """read_degrees (npkl extend) checks the degrees' own recorded hash, not the whole
         graph's (issue 74's cost); a run recorded without it is checked against the graph."""
