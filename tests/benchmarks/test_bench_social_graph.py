@@ -47,3 +47,23 @@ def test_small_run_reports_every_method(tmp_path, capsys):
     (row,) = json.loads(out.read_text())["rows"]
     assert row["ari"] is None and row["ari_normalized_restarts"] is None
     assert row["ari_normalized"] is not None
+
+
+def test_block_cg_solves_every_column_as_a_direct_solve():
+    """The propagation baseline's solver against scipy's sparse LU, on a shifted normalised
+    Laplacian's unlabelled block (a planted partition: the benchmark's kind of graph)."""
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import spsolve
+
+    import npkl_dist as nk
+
+    edges, _ = nk.planted_partition(600, 6, 10, 0.3, seed=3)
+    L = nk.graph_from_edges(edges, 600, warn=False).laplacian(1e-3)
+    U = np.arange(600)[np.arange(600) % 20 != 0]
+    Lu = sp.csr_matrix(L)[U][:, U].tocsr()
+    B = np.random.default_rng(0).normal(size=(U.size, 6))
+    B[:, 3] = 0.0  # a class without labels: its column stays zero
+    X, iterations = social_graph.block_cg(Lu, B, tol=1e-10)
+    ref = spsolve(Lu.tocsc(), B)
+    np.testing.assert_allclose(X, ref, rtol=0, atol=1e-8 * np.abs(ref).max())
+    assert not X[:, 3].any() and 1 < iterations < 600
