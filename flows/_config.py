@@ -93,7 +93,8 @@ SECTIONS: dict[str, dict[str, tuple]] = {
     },
     "output": {
         "clusters": (_INT, None, None, False),
-        "normalize_kernel": (_BOOL, False, None, False),
+        # None: automatic (the unit rows when the free points' rows are short)
+        "normalize_kernel": (_BOOL, None, None, False),
         "out": (_STR, None, None, True),
         "plots": (_BOOL, True, None, False),
         "files": (_BOOL, True, None, False),

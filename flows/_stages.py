@@ -34,7 +34,7 @@ from npkl_dist import (
     make_plan,
 )
 from npkl_dist import store as st
-from npkl_dist.evaluate import cluster_kernel, nearest_centre
+from npkl_dist.evaluate import choose_normalize, cluster_kernel, nearest_centre
 from npkl_dist.graph._blocks import (
     assemble_knn_graph,
     build_knn_index,
@@ -619,9 +619,11 @@ def evaluate(ctx: Context) -> dict:
         if k is None and y is not None:
             k = int(np.unique(y[y >= 0]).size)
         metrics = None
+        unit = ctx.cfg["output"]["normalize_kernel"]
         if k is not None:
-            unit = ctx.cfg["output"]["normalize_kernel"]
             cons = ctx.store.read_inputs()["constraints"]
+            # None (the default): the unit rows when the free points' rows are short
+            unit = choose_normalize(unit, cons, V)
             labels = cluster_kernel(
                 V,
                 k,
@@ -636,7 +638,6 @@ def evaluate(ctx: Context) -> dict:
             if y is not None:
                 lab = y >= 0
                 metrics = clustering_metrics(y[lab], labels[lab])
-    unit = ctx.cfg["output"]["normalize_kernel"]
     return _finish(
         ctx, "evaluate", {**out, "n_clusters": k, "metrics": metrics, "normalize_kernel": unit}
     )
@@ -707,9 +708,10 @@ def extend_points(store, cfg, Q, *, cache=None):
     V_new = extend_embedding(V, store.read_degrees(), idx, w, delta=cfg["graph"]["delta"])
     labels_new = None
     if "clusters" in res:
-        labels_new = nearest_centre(
-            V, res["clusters"], V_new, normalize=bool(cfg["output"].get("normalize_kernel", False))
-        )
+        # as the evaluate stage clustered (its record holds what an automatic choice chose)
+        ev = store.stages().get("evaluate", {}).get("info", {})
+        unit = ev.get("normalize_kernel", cfg["output"].get("normalize_kernel"))
+        labels_new = nearest_centre(V, res["clusters"], V_new, normalize=bool(unit))
     return V_new, labels_new
 
 

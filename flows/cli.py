@@ -347,10 +347,12 @@ def _add_fit_options(p: argparse.ArgumentParser):
     )
     o.add_argument(
         "--normalize-kernel",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="cluster with the cosine-normalised kernel K_ij / sqrt(K_ii K_jj) "
-        "(k-means on unit-length rows of V): SimpleNPKL gives points in no "
-        "constraint short rows, which plain kernel k-means lumps together",
+        "(k-means on unit-length rows of V), or (--no-normalize-kernel) on V itself; "
+        "default: normalised when the points in no constraint have short rows of V "
+        "(which plain kernel k-means lumps together), else V itself",
     )
     o.add_argument(
         "--eval-labels",

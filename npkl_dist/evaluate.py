@@ -143,6 +143,35 @@ FREE_SHARE_WARN = 0.2
 FREE_ROW_RATIO_WARN = 0.5
 
 
+def short_free_rows(constraints, V):
+    """``(share, ratio)`` when at least :data:`FREE_SHARE_WARN` of the points are in no
+    constraint and their median row of V is shorter than :data:`FREE_ROW_RATIO_WARN` times
+    the constrained points' (k-means on V would lump them together), else None."""
+    c = constraints
+    free = np.ones(np.shape(V)[0], dtype=bool)
+    free[c.i] = False
+    free[c.j] = False
+    share = float(free.mean())
+    if share < FREE_SHARE_WARN or free.all():
+        return None
+    norms = np.linalg.norm(np.asarray(V, dtype=np.float64), axis=1)
+    top = float(np.median(norms[~free]))
+    if top <= 0.0:
+        return None
+    ratio = float(np.median(norms[free])) / top
+    return (share, ratio) if ratio < FREE_ROW_RATIO_WARN else None
+
+
+def choose_normalize(normalize, constraints, V) -> bool:
+    """``normalize`` as given, or for None (automatic: ``npkl fit`` without
+    ``--[no-]normalize-kernel``) whether :func:`short_free_rows` finds the free points' rows
+    short, when the unit rows cluster them and V's rows do not
+    (docs/decisions/normalised-kernel-clustering.md)."""
+    if normalize is not None:
+        return bool(normalize)
+    return constraints is not None and short_free_rows(constraints, V) is not None
+
+
 def warn_short_free_rows(
     constraints, V, stacklevel: int = 2, gamma_cv: bool = False, solver: str = "simplenpkl"
 ) -> None:
@@ -154,19 +183,9 @@ def warn_short_free_rows(
     and the pipeline's evaluate stage call it; a fit alone has no clustering to warn about.
     ``gamma_cv``: gamma was already chosen by cross-validation, so the advice leaves that
     step out."""
-    c = constraints
-    free = np.ones(np.shape(V)[0], dtype=bool)
-    free[c.i] = False
-    free[c.j] = False
-    share = float(free.mean())
-    if share < FREE_SHARE_WARN or free.all():
-        return
-    norms = np.linalg.norm(np.asarray(V, dtype=np.float64), axis=1)
-    top = float(np.median(norms[~free]))
-    if top <= 0.0:
-        return
-    ratio = float(np.median(norms[free])) / top
-    if ratio < FREE_ROW_RATIO_WARN:
+    short = short_free_rows(constraints, V)
+    if short is not None:
+        share, ratio = short
         warnings.warn(
             f"{solver}: {100 * share:.0f}% of the points are in no constraint, and the "
             f"learned kernel gives them rows {ratio:.2g} times as long as the constrained "

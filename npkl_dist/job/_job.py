@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import store as st
 from .._errors import ValidationError
-from ..evaluate import cluster_kernel, clustering_metrics
+from ..evaluate import choose_normalize, cluster_kernel, clustering_metrics
 from ..executors import InProcessExecutor
 from ..executors._dask import DaskExecutor
 from ..graph._graph import (
@@ -81,7 +81,8 @@ class FitConfig:
     seed: int = 0
     threads: int | None = None
     clusters: int | None = None
-    normalize_kernel: bool = False  # kernel k-means on the cosine-normalised kernel
+    # kernel k-means on the cosine-normalised kernel; None: when the free points' rows are short
+    normalize_kernel: bool | None = None
     eval_labels: str | None = None
     # arrays instead of paths (Python callers, the demo)
     X: np.ndarray | None = field(default=None, repr=False)
@@ -172,7 +173,7 @@ def _select_gamma(cfg: FitConfig, problem: NPKLProblem, executor):
         solver=cfg.solver,
         n_clusters=cfg.clusters,
         fit_options=options,
-        normalize=cfg.normalize_kernel,
+        normalize=bool(cfg.normalize_kernel),  # None (automatic): V as before
     )
 
 
@@ -365,12 +366,13 @@ def run_fit(
         k = int(np.unique(y_eval[y_eval >= 0]).size)
     clusters = None
     t_c = time.perf_counter()
+    unit = choose_normalize(cfg.normalize_kernel, cons, result.V)
     if k is not None:
         clusters = cluster_kernel(
             result.V,
             k,
             seed=cfg.seed,
-            normalize=cfg.normalize_kernel,
+            normalize=unit,
             short_rows_of=cons,
             gamma_cv=_cv_gamma(cfg),
             constraints=cons,
@@ -403,7 +405,7 @@ def run_fit(
         "graph_seconds": t_graph,
         "cluster_seconds": t_cluster,
         "n_clusters": k,
-        "normalize_kernel": bool(cfg.normalize_kernel),
+        "normalize_kernel": unit,
     }
     if selection is not None:
         summary["gamma_selection"] = selection.to_dict()
@@ -633,10 +635,9 @@ def run_fit_in_store(
         k = cfg.clusters
         if k is None and y_eval is not None:
             k = int(np.unique(y_eval[y_eval >= 0]).size)
+        unit = choose_normalize(cfg.normalize_kernel, cons, result.V)
         clusters = (
-            cluster_kernel(
-                result.V, k, seed=cfg.seed, normalize=cfg.normalize_kernel, constraints=cons
-            )
+            cluster_kernel(result.V, k, seed=cfg.seed, normalize=unit, constraints=cons)
             if k is not None
             else None
         )
@@ -657,7 +658,7 @@ def run_fit_in_store(
             "fit_seconds": result.fit_seconds,
             "graph_seconds": t_graph,
             "n_clusters": k,
-            "normalize_kernel": bool(cfg.normalize_kernel),
+            "normalize_kernel": unit,
             "run": url,
             "executor": opts.get("executor", "inprocess"),
             "checkpoints_written": ck.n_saved,

@@ -52,6 +52,7 @@ FIT_OPTIONS = [
     "--tol-objective",
     "--tol-kkt",
     "--normalize-kernel",
+    "--no-normalize-kernel",
     "--anderson",
 ]
 
@@ -127,7 +128,7 @@ def test_fit_simplenpkl_partial_labels_normalize_kernel(tmp_path, capsys):
     ]
     acc = {}
     for loss in ("linear", "squared_hinge"):
-        raw = run_json(capsys, base + ["--loss", loss])
+        raw = run_json(capsys, base + ["--loss", loss, "--no-normalize-kernel"])
         unit = run_json(
             capsys, base + ["--loss", loss, "--normalize-kernel", "--out", str(tmp_path / loss)]
         )

@@ -236,6 +236,29 @@ def test_unscaled_columns_warn_in_the_graph_stage(tmp_path):
     assert "--scale standard" in text[0]
 
 
+def test_evaluate_chooses_the_normalised_kernel_when_free_rows_are_short(tmp_path):
+    """Issue 72's default fit: on a planted partition with 3% labelled, the evaluate stage
+    without [output] normalize_kernel clusters the unit rows (the free nodes' rows of V are
+    short; V itself lumps them), records that it did, and recovers the groups; `false` keeps
+    V's rows (ARI < 0.1; the warning: tests/job/test_clustering.py)."""
+    import npkl_dist as nk
+
+    edges, y = nk.planted_partition(3000, 20, 20.0, 0.3, seed=0)
+    part = np.where(np.random.default_rng(0).random(y.size) < 0.03, y, -1)
+    np.save(tmp_path / "E.npy", edges)
+    np.save(tmp_path / "p.npy", part)
+    np.save(tmp_path / "y.npy", y)
+    inp = {"features": None, "edges": "E.npy", "labels": "p.npy", "eval_labels": "y.npy"}
+    base = dict(input=inp, extend={"features": None}, model={"max_sweeps": 60, "seed": 0})
+    res = _run_stages(_cfg(tmp_path, **base))
+    assert res["evaluate"]["normalize_kernel"] is True
+    assert res["evaluate"]["metrics"]["ari"] > 0.8
+    out = {"normalize_kernel": False, "out": str(tmp_path / "report-raw")}
+    res = _run_stages(_cfg(tmp_path, run=str(tmp_path / "raw"), output=out, **base))
+    assert res["evaluate"]["normalize_kernel"] is False
+    assert res["evaluate"]["metrics"]["ari"] < 0.1
+
+
 def test_stages_cluster_with_the_normalised_kernel(tmp_path):
     """[output] normalize_kernel: the evaluate stage clusters the unit rows of V (the same
     labels as kernel_kmeans(V, k, normalize=True)), says so in the summary, and the extend

@@ -567,7 +567,7 @@ def test_short_rows_of_unconstrained_points_are_reported():
     # the job path warns when it clusters unnormalised, not when it normalises
     cfg = dict(X=X, y_constraints=part, y_eval=y, solver="simplenpkl", loss="linear")
     with pytest.warns(nk.ConstraintWarning, match="normalize-kernel"):
-        run_fit(FitConfig(**cfg))
+        run_fit(FitConfig(**cfg, normalize_kernel=False))
     with warnings.catch_warnings():
         warnings.simplefilter("error", nk.ConstraintWarning)
         run_fit(FitConfig(**cfg, normalize_kernel=True))
@@ -617,7 +617,7 @@ def test_short_rows_advice_works_where_normalising_alone_does_not():
     part[np.random.default_rng(0).random(y.size) > 0.1] = -1
     cfg = dict(X=X, y_constraints=part, y_eval=y, solver="simplenpkl", loss="linear", clusters=5)
     with pytest.warns(nk.ConstraintWarning, match=r"normalize-kernel.*--gamma cv"):
-        plain, _, _ = run_fit(FitConfig(**cfg))
+        plain, _, _ = run_fit(FitConfig(**cfg, normalize_kernel=False))
     alone, _, _ = run_fit(FitConfig(**cfg, normalize_kernel=True))
     cv, _, _ = run_fit(FitConfig(**cfg, normalize_kernel=True, gamma="cv"))
     assert plain["metrics"]["ari"] < 0.1 and alone["metrics"]["ari"] < 0.2
