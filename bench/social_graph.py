@@ -146,9 +146,9 @@ def block_cg(A, B, tol: float = 1e-6, max_iter: int = 5000):
     """``(X, iterations)`` solving A X = B for every column of B at once: Jacobi-preconditioned
     conjugate gradients per column (A sparse symmetric positive definite), one sparse-times-
     dense product per iteration for all of them, until each column's residual is at most
-    ``tol`` times its right-hand side's norm. (pyamg's hierarchy solves one column at a time:
-    50 classes at 10^6 nodes took more than 21 minutes; an SBM graph is an expander, on which
-    aggregation coarsens poorly and plain CG converges in tens of iterations.)"""
+    ``tol`` times its right-hand side's norm. (pyamg's hierarchy solves one column at a time,
+    and an SBM graph is an expander, on which aggregation coarsens poorly and plain CG
+    converges fast: docs/decisions/rank-deficient-starts.md.)"""
     inv_d = 1.0 / A.diagonal()[:, None]
     X = np.zeros_like(B)
     R = B.copy()

@@ -366,8 +366,9 @@ def run_fit(
         k = int(np.unique(y_eval[y_eval >= 0]).size)
     clusters = None
     t_c = time.perf_counter()
-    unit = choose_normalize(cfg.normalize_kernel, cons, result.V)
+    unit = bool(cfg.normalize_kernel)  # what the summary says when nothing is clustered
     if k is not None:
+        unit = choose_normalize(cfg.normalize_kernel, cons, result.V)
         clusters = cluster_kernel(
             result.V,
             k,
@@ -635,7 +636,11 @@ def run_fit_in_store(
         k = cfg.clusters
         if k is None and y_eval is not None:
             k = int(np.unique(y_eval[y_eval >= 0]).size)
-        unit = choose_normalize(cfg.normalize_kernel, cons, result.V)
+        unit = (
+            choose_normalize(cfg.normalize_kernel, cons, result.V)
+            if k is not None
+            else bool(cfg.normalize_kernel)  # nothing clustered
+        )
         clusters = (
             cluster_kernel(result.V, k, seed=cfg.seed, normalize=unit, constraints=cons)
             if k is not None

@@ -81,7 +81,7 @@ class StoreCheckpointer:
         params = self.extra.get("parameters")
         diff = parameter_diff(manifest, params)
         if not diff:
-            if getattr(self.store, "force_config_requested", False):
+            if self.store.force_config_requested:
                 self.store.request_force_config(False)  # nothing to force
             return manifest["state"], W
         old = manifest["parameters"]
@@ -90,9 +90,9 @@ class StoreCheckpointer:
         done = any(
             {k: e.get(k) for k in ("checkpoint", "from", "to")}
             == {k: change[k] for k in ("checkpoint", "from", "to")}
-            for e in getattr(self.store, "forced_config", [])
+            for e in self.store.forced_config
         )
-        if not done and not getattr(self.store, "force_config_requested", False):
+        if not done and not self.store.force_config_requested:
             check_parameters(self.store.url, manifest, params)  # raises, naming the fix
         fixed = [k for k in diff if k not in FORCIBLE]
         if fixed:

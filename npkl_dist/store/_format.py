@@ -142,7 +142,7 @@ def _sha_arrays(*arrays, extra=None) -> str:
 
 def _xxh_arrays(*arrays, extra=None) -> str:
     """xxh3-128 over the same bytes as :func:`_sha_arrays`: the check every whole read of a
-    stage makes (storage damage, not an adversary; an order of magnitude faster)."""
+    stage makes (storage damage, not an adversary; faster: docs/decisions/run-store-integrity.md)."""
     import xxhash  # the zarr extra's, as the store is
 
     return _hash_arrays(xxhash.xxh3_128(), arrays, extra)

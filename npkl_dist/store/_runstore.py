@@ -465,8 +465,7 @@ class RunStore(StageData):
             # the run's redo log: cached results keyed on the run (Prefect's) must not
             # outlive the data they describe
             redone = [*self._attrs.get("redo", []), {"at": utc_now(), "stages": list(stages)}]
-            self._group().update_attributes({"redo": redone})
-            self._attrs = {**self._attrs, "redo": redone}
+            self._set_attrs({"redo": redone})
             for name in groups:
                 if name == "checkpoints":
                     self._objects.delete(POINTER_KEY)
@@ -490,19 +489,22 @@ class RunStore(StageData):
     def request_force_config(self, on: bool = True) -> None:
         """Allow (``on``) or withdraw the next resume's continuing a checkpoint learned under
         other parameters (``npkl resume RUN --force-config``; driver only)."""
-        self._set_attr("force_config_requested", utc_now() if on else None)
+        self._require_writer("request_force_config")
+        with self._io("recording the --force-config request"):
+            self._set_attrs({"force_config_requested": utc_now() if on else None})
 
     def record_forced_config(self, entry: dict) -> None:
         """Append ``entry`` (a checkpoint continued under other parameters than it was
         learned with) to the run's ``forced_config`` log and withdraw the request."""
-        self._set_attr("forced_config", [*self.forced_config, {"at": utc_now(), **entry}])
-        self._set_attr("force_config_requested", None)
+        self._require_writer("record_forced_config")
+        with self._io("recording a forced configuration"):
+            log = [*self.forced_config, {"at": utc_now(), **entry}]
+            self._set_attrs({"forced_config": log, "force_config_requested": None})
 
-    def _set_attr(self, key: str, value) -> None:
-        self._require_writer(f"setting {key}")
-        with self._io(f"recording {key}"):
-            self._group().update_attributes({key: value})
-            self._attrs = {**self._attrs, key: value}
+    def _set_attrs(self, values: dict) -> None:
+        """Update the run's root attributes (one write) and this handle's copy of them."""
+        self._group().update_attributes(values)
+        self._attrs = {**self._attrs, **values}
 
     def _plan_items(self, stage: str, items: dict) -> dict:
         """Which items to write: same hash -> skip, new -> write, different -> refuse."""
