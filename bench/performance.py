@@ -34,6 +34,7 @@ ORDER = (
     "admm",
     "simplenpkl",
     "social_graph",
+    "spe_scale_",
     "integrity",
     "pipeline",
 )
@@ -47,10 +48,9 @@ of one maintained benchmark ([bench/README.md](../bench/README.md)), with the co
 reproduces it, the machine, the commit and the date it was measured on, and the reference it
 is compared against in the same run. Running a benchmark rewrites its JSON; then regenerate
 this page. Why the code is the way it is: [decisions/](decisions/README.md). The papers'
-clustering tables: [replication.md](replication.md) (`python -m bench.paper`).
-
-Convergence figures of the block benchmark (relative gap against wall time, plain sweeps
-beside block solves; `python bench/block_figure.py` redraws them from their JSON):
+clustering tables: [replication.md](replication.md) (`python -m bench.paper`). Convergence
+figures of the block benchmark (relative gap against wall time, plain sweeps beside block
+solves; `python bench/block_figure.py` redraws them from their JSON):
 [n = 1e5](../bench/results/block_convergence_1e5.png),
 [n = 1e6](../bench/results/block_convergence_1e6.png).
 """
@@ -94,10 +94,7 @@ def section(result: dict) -> list[str]:
     cols = result["columns"]
     lines = [
         f"## {result['title']}",
-        "",
-        f"`{result['command']}`",
-        "",
-        f"Measured {result.get('date') or '(date not recorded)'} on "
+        f"`{result['command']}`: measured {result.get('date') or '(date not recorded)'} on "
         f"{result.get('machine') or '(machine not recorded)'}, commit "
         f"{result.get('commit') or '(not recorded)'}. "
         f"Measures: {result['measures']}. Reference in the same run: "
@@ -111,9 +108,9 @@ def section(result: dict) -> list[str]:
     notes = list(result.get("notes") or [])
     if result.get("source"):
         notes.append(result["source"])
-    if notes:
-        lines.append("")
-        lines += [f"- {_cell(n)}" for n in notes]
+    if notes:  # one bullet: a section's notes are sentences of one remark; a list item
+        # ends a table in GitHub's Markdown, so no blank line before it (the page's budget)
+        lines.append("- " + " · ".join(_cell(n) for n in notes))
     return lines + [""]
 
 

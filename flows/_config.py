@@ -57,7 +57,7 @@ SECTIONS: dict[str, dict[str, tuple]] = {
         "duplicates": (_STR, "max", ("max", "sum", "mean", "error"), False),
     },
     "model": {
-        "solver": (_STR, "bcd", ("bcd", "admm", "simplenpkl"), False),
+        "solver": (_STR, "bcd", ("bcd", "admm", "simplenpkl", "inductive"), False),
         "loss": (_STR, "square", ("hinge", "squared_hinge", "square", "linear"), False),
         "rank": (_INT, None, None, False),
         "gamma": (_FLOAT, 1.0, None, False),
@@ -79,6 +79,18 @@ SECTIONS: dict[str, dict[str, tuple]] = {
         "capacity": (_FLOAT, None, None, False),
         "anderson": (_INT, 0, None, False),
     },
+    # solver = "inductive" (kappa_W = alpha kappa + psi'L psi; no graph): [model] gamma is the
+    # slack, max_sweeps the passes / FISTA steps, seed the landmarks' and bounds' seed;
+    # [graph] scale the feature scaling
+    "inductive": {
+        "regularizer": (_STR, "logdet", ("logdet", "frobenius", "trace"), False),
+        "landmarks": (_INT, None, None, False),  # None: 256, or n when fewer points
+        "kernel": (_STR, "rbf", ("rbf", "linear"), False),
+        "bandwidth": (_STR, "median", None, False),  # a rule (median, knn) or a number
+        "basis": (_STR, "kmeans++", ("kmeans++", "kmeans", "random", "clusters"), False),
+        "tol": (_FLOAT, None, None, False),  # None: the regulariser's own
+        "chunk_rows": (_INT, None, None, False),  # None: 16,384 (transform stage)
+    },
     "execution": {
         "executor": (_STR, "auto", ("auto", "inprocess", "dask"), False),
         "workers": (_INT, 2, None, False),
@@ -88,13 +100,15 @@ SECTIONS: dict[str, dict[str, tuple]] = {
         "checkpoint_every": (_INT, 1, None, False),
     },
     "storage": {
-        "root": (_STR, "storage/runs", None, False),
+        "root": (_STR, None, None, False),  # None: <npkl home>/runs
         "options": (_DICT, None, None, False),
     },
     "output": {
         "clusters": (_INT, None, None, False),
         # None: automatic (the unit rows when the free points' rows are short)
         "normalize_kernel": (_BOOL, None, None, False),
+        # None: "pck" (constrained k-means) when there are constraints, else "kmeans"
+        "cluster_method": (_STR, None, ("kmeans", "pck"), False),
         "out": (_STR, None, None, True),
         "plots": (_BOOL, True, None, False),
         "files": (_BOOL, True, None, False),
@@ -116,6 +130,8 @@ _POSITIVE = {
     "clusters",
     "rank",
     "n_points",
+    "landmarks",
+    "chunk_rows",
 }
 _NONNEG = {"seed", "n_must", "n_cannot", "anderson"}
 
@@ -125,8 +141,22 @@ def _suggest(word, options):
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+def _bandwidth_value(where, value):
+    """[inductive] bandwidth: a positive number (kept as a float) or a rule's name."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value > 0 and math.isfinite(value):
+            return float(value)
+    elif isinstance(value, str) and value in ("median", "knn"):
+        return value
+    raise ValidationError(
+        f"{where}: bandwidth = {value!r}; expected a number > 0 or one of 'median', 'knn'"
+    )
+
+
 def _check_value(where, key, value, spec):
     typ, _, choices, _ = spec
+    if key == "bandwidth":
+        return _bandwidth_value(where, value)
     if key == "gamma" and isinstance(value, str):
         if value.strip().lower() == "cv":
             return "cv"  # chosen by cross-validation on held-out constraints (learn stage)
@@ -228,6 +258,12 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
         if inp["eval_labels"] is None:
             inp["eval_labels"] = f"dataset:{inp['dataset']}"
         inp["features"] = f"dataset:{inp['dataset']}"
+    if (inp["features"] or "").startswith("dataset:") and (raw.get("graph") or {}).get(
+        "scale"
+    ) is None:
+        # a bundled data set is read raw and standardised by the graph stage, which records
+        # the scaling, so that `npkl extend` scales new raw rows alike
+        out["graph"]["scale"] = "standard"
     if (inp["features"] is None) == (inp["edges"] is None):
         raise ValidationError(
             f'{source} [input]: give exactly one of features = "X.npy" (feature rows; a kNN '
@@ -259,6 +295,17 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
             )
         if not ext.startswith("dataset:") and not Path(ext).is_file():
             raise ValidationError(f"{source} [extend]: features = {ext!r} does not exist")
+    if out["model"]["solver"] == "inductive":
+        if inp["features"] is None:
+            raise ValidationError(
+                f"{source} [model]: solver = 'inductive' learns a kernel on features, but "
+                f'[input] gives edges; give features = "X.npy" or choose solver = "bcd"'
+            )
+        if out["model"]["gamma"] == "cv":
+            raise ValidationError(
+                f"{source} [model]: gamma = 'cv' is not available with solver = 'inductive'; "
+                f"give a number (the slack; 1 by default)"
+            )
     if out["model"]["anderson"] and out["model"]["solver"] != "admm":
         raise ValidationError(
             f"{source} [model]: anderson = {out['model']['anderson']} accelerates solver = "
@@ -290,14 +337,19 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
             f"{source} [storage]: options apply to store URLs only, but run = {out['run']!r} is "
             f"local; drop [storage] options or use a URL such as s3://bucket/runs/x"
         )
-    _default_cap(out["model"])
+    _default_cap(out["model"], out["inductive"])
     return out
 
 
-def _default_cap(model: dict) -> None:
+def _default_cap(model: dict, inductive: dict | None = None) -> None:
     """max_sweeps not given: the configured solver's own iteration cap."""
     if model.get("max_sweeps") is None:
-        model["max_sweeps"] = default_max_iterations(model["solver"])
+        if model["solver"] == "inductive":
+            from npkl_dist.solvers.inductive import default_max_iter
+
+            model["max_sweeps"] = default_max_iter((inductive or {}).get("regularizer", "logdet"))
+        else:
+            model["max_sweeps"] = default_max_iterations(model["solver"])
 
 
 def with_defaults(cfg: dict) -> dict:
@@ -306,31 +358,32 @@ def with_defaults(cfg: dict) -> dict:
     out = dict(cfg)
     for section, spec in SECTIONS.items():
         out[section] = {**{k: s[1] for k, s in spec.items()}, **(cfg.get(section) or {})}
-    _default_cap(out["model"])
+    _default_cap(out["model"], out["inductive"])
     return out
 
 
 def read_input(path: str, what: str):
     """Read a configured input file, or ``dataset:NAME`` (scikit-learn's bundled data sets,
-    features standardised) for ``what`` in features / labels."""
+    features as shipped: the configuration's ``[graph] scale`` defaults to "standard" for
+    them, and the graph stage records it) for ``what`` in features / labels."""
 
     if path.startswith("dataset:"):
         import numpy as np  # lazy: reading a config stays light
         import sklearn.datasets as skd  # lazy: only for the bundled datasets
-        from sklearn.preprocessing import StandardScaler  # lazy: only for the bundled datasets
 
         X, y = getattr(skd, f"load_{path.split(':', 1)[1]}")(return_X_y=True)
-        return StandardScaler().fit_transform(X) if what == "features" else np.asarray(y, np.int64)
+        return np.asarray(X, np.float64) if what == "features" else np.asarray(y, np.int64)
     return read_features(path) if what == "features" else read_labels(path)
 
 
-def expand_run(run: str, flow_run_name: str | None = None) -> str:
-    """``{date}`` (UTC, YYYYmmdd-HHMMSS) and ``{flow_run}`` in a run name: scheduled
-    deployments get a new run each time."""
+def expand_run(run: str, flow_run_name: str | None = None, when: datetime | None = None) -> str:
+    """``{date}`` (UTC, YYYYmmdd-HHMMSS; ``when``, default now) and ``{flow_run}`` in a run
+    name: scheduled deployments get a new run each time."""
 
     if "{" not in run:
         return run
-    return run.replace("{date}", datetime.now(UTC).strftime("%Y%m%d-%H%M%S")).replace(
+    when = datetime.now(UTC) if when is None else when.astimezone(UTC)
+    return run.replace("{date}", when.strftime("%Y%m%d-%H%M%S")).replace(
         "{flow_run}", flow_run_name or "local"
     )
 
@@ -363,6 +416,7 @@ def fit_config(cfg: dict):
         duplicates=g.get("duplicates", "max"),  # runs stored before [graph] duplicates
         clusters=cfg["output"]["clusters"],
         normalize_kernel=cfg["output"]["normalize_kernel"],
+        cluster_method=cfg["output"].get("cluster_method"),  # runs stored before the key
         threads=cfg["execution"]["threads"],
     )
     return FitConfig(**kw)

@@ -124,8 +124,9 @@ def fit_pipeline_config(args, run: str) -> dict:
         "output": {
             "clusters": args.clusters,
             "normalize_kernel": args.normalize_kernel,
+            "cluster_method": args.cluster_method,
             "out": args.out,
-            "plots": False,
+            "plots": args.out is not None and args.plot,
             "files": args.out is not None,
         },
     }

@@ -15,9 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import threading
-import time
-from contextlib import contextmanager
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,7 +32,8 @@ from npkl_dist import (
     make_plan,
 )
 from npkl_dist import store as st
-from npkl_dist.evaluate import choose_normalize, cluster_kernel, nearest_centre
+from npkl_dist._compile_watch import CompileWatch
+from npkl_dist.evaluate import choose_normalize, cluster_kernel, resolve_cluster_method
 from npkl_dist.graph._blocks import (
     assemble_knn_graph,
     build_knn_index,
@@ -53,7 +52,7 @@ from npkl_dist.graph._graph import (
     warn_feature_scales,
 )
 from npkl_dist.graph._io import FeatureChunks
-from npkl_dist.job._extend import extend_embedding, extension_weights, graph_knn
+from npkl_dist.job._extend import graph_knn, place_new_points
 from npkl_dist.job._job import (
     _row_block,
     _select_gamma,
@@ -75,7 +74,16 @@ from npkl_dist.store._rows import (
 )
 
 from ._config import fit_config, read_input, run_options, with_defaults
-from ._progress import Bar, progress_enabled
+from ._stage_kit import (
+    Z_GROUP,
+    Context,
+    _compile_notice,
+    _finish,
+    _run_blocks,
+    _skip,
+    inductive,
+    measure,
+)
 
 __all__ = [
     "STAGES",
@@ -85,6 +93,7 @@ __all__ = [
     "build_graph",
     "colour",
     "learn",
+    "transform",
     "evaluate",
     "extend",
     "report",
@@ -92,8 +101,20 @@ __all__ = [
     "config_hash",
 ]
 
-#: Pipeline stages in order; each records ``stages.json[name]`` when done.
-STAGES = ("ingest", "graph", "plan", "learn", "evaluate", "extend", "report")
+#: Pipeline stages in order; each records ``stages.json[name]`` when done. ``transform``
+#: embeds the training rows with an inductive model (a record and nothing else for the
+#: transductive solvers, whose learn stage writes the embedding).
+STAGES = ("ingest", "graph", "plan", "learn", "transform", "evaluate", "extend", "report")
+
+
+def _no_graph(ctx: Context, name: str) -> dict:
+    """The graph and plan stages of an inductive run: recorded, nothing computed."""
+    out: dict = {}
+    with measure(out):
+        pass
+    return _finish(
+        ctx, name, {**out, "source": None, "note": "the inductive kernel uses no graph"}
+    )
 
 
 def code_version() -> str:
@@ -111,101 +132,6 @@ def code_version() -> str:
 
 def config_hash(cfg: dict) -> str:
     return hashlib.sha256(json.dumps(cfg, sort_keys=True).encode()).hexdigest()[:16]
-
-
-@contextmanager
-def measure(out: dict, interval: float = 0.05):
-    """Wall seconds and peak resident memory (sampled) of the enclosed block, into ``out``."""
-    try:
-        import psutil  # optional (the prefect extra): memory figures only
-
-        proc = psutil.Process()
-    except ImportError:  # pragma: no cover
-        proc = None
-    peak = [proc.memory_info().rss if proc else 0]
-    stop = threading.Event()
-
-    def sample():
-        while not stop.wait(interval):
-            peak[0] = max(peak[0], proc.memory_info().rss)
-
-    th = threading.Thread(target=sample, daemon=True) if proc else None
-    if th:
-        th.start()
-    t0 = time.perf_counter()
-    try:
-        yield out
-    finally:
-        out["seconds"] = time.perf_counter() - t0
-        stop.set()
-        if th:
-            th.join()
-            peak[0] = max(peak[0], proc.memory_info().rss)
-        out["peak_rss_mb"] = round(peak[0] / 2**20, 1)
-
-
-class Context:
-    """What the stages of one run share inside the orchestrating process.
-
-    Attributes
-    ----------
-    store : RunStore (writer)
-    cfg : dict
-        The validated pipeline configuration (:mod:`npkl_flows._config`).
-    quiet : bool
-        No progress bars.
-    client : distributed.Client or None
-        For kNN row blocks on an existing Dask cluster.
-    cache : dict
-        In-process objects reused between stages (the kNN index, the problem).
-    throwaway : bool
-        The store is deleted after the run (``npkl fit`` without ``--run``): learning is not
-        checkpointed (nothing could resume from it) and the summary names no run.
-    """
-
-    def __init__(
-        self,
-        store,
-        cfg: dict,
-        *,
-        quiet: bool = False,
-        client=None,
-        log=None,
-        throwaway: bool = False,
-    ):
-        self.store, self.cfg, self.quiet, self.client = store, with_defaults(cfg), quiet, client
-        self.throwaway = throwaway
-        self.cache: dict = {}
-        self.log = log or (lambda msg: None)
-
-    def bar(self, label, total):
-        return Bar(label, total, enabled=progress_enabled(self.quiet))
-
-    def done(self, name: str) -> dict | None:
-        entry = self.store.stages().get(name)
-        return entry.get("info", {}) if entry and entry.get("done") else None
-
-
-def _finite(value):
-    """JSON-safe (the store's records are strict JSON): non-finite floats become None
-    (e.g. the KKT residual, NaN for solvers that do not compute it)."""
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    if isinstance(value, (float, np.floating)) and not np.isfinite(value):
-        return None
-    return value
-
-
-def _finish(ctx: Context, name: str, info: dict) -> dict:
-    info = _finite(info)
-    ctx.store.mark_stage(name, info)
-    return {"stage": name, **info, "skipped": False}
-
-
-def _skip(name, info):
-    return {"stage": name, **info, "skipped": True}
 
 
 # ------------------------------------------------------------------------------ ingest
@@ -293,44 +219,14 @@ def knn_block_to_store(index, store, start: int, stop: int) -> int:
     return stop - start
 
 
-def _run_blocks(ctx: Context, index, spans, bar):
-    """kNN row blocks as Dask tasks when the stage has a Dask client, else in a loop here.
-
-    The index is built once (here) and shipped once to every worker (``scatter``,
-    broadcast): an exact index carries its training rows, a pynndescent one the neighbour
-    graph its build produced for every training row (the answer to a training row's query;
-    the search structure, which only new points need, stays here). Each task answers the
-    queries of one row block and writes that block into the run store itself; the driver
-    only collects completion. Same index, same rows -> the same neighbours either way."""
-    done = 0
-    if ctx.client is not None and spans:
-        from distributed import as_completed  # optional engine (the dask extra)
-
-        fut_index = ctx.client.scatter(index, broadcast=True, hash=False)
-        futs = [
-            ctx.client.submit(knn_block_to_store, fut_index, ctx.store, s, e, pure=False)
-            for s, e in spans
-        ]
-        try:
-            for _ in as_completed(futs):
-                done += 1
-                bar.update(done)
-            ctx.client.gather(futs)  # re-raises a task's error
-        finally:
-            ctx.client.cancel([*futs, fut_index])
-        return
-    for s, e in spans:
-        knn_block_to_store(index, ctx.store, s, e)
-        done += 1
-        bar.update(done)
-
-
 def build_graph(ctx: Context) -> dict:
     """The manifold graph: kNN from one index, its row blocks written into the run store by
     independent tasks (a rerun computes only missing blocks); or the edge list in batches."""
     if (info := ctx.done("graph")) is not None and "seconds" in info:
         return _skip("graph", info)
 
+    if inductive(ctx.cfg):
+        return _no_graph(ctx, "graph")
     g, inp = ctx.cfg["graph"], ctx.cfg["input"]
     out: dict = {}
     with measure(out):
@@ -367,7 +263,7 @@ def build_graph(ctx: Context) -> dict:
                 ):
                     index = build_knn_index(X, k, method=method, seed=ctx.cfg["model"]["seed"])
                     ctx.cache["index"] = index
-                _run_blocks(ctx, index, todo, bar)
+                _run_blocks(ctx, index, todo, bar, task=knn_block_to_store)
             bar.close()
             nb = read_row_arrays(ctx.store, KNN_GROUP, ("idx", "dist"))
             graph = assemble_knn_graph([(nb["idx"], nb["dist"])], k, weighting=g["weighting"])
@@ -377,6 +273,7 @@ def build_graph(ctx: Context) -> dict:
                 "weighting": g["weighting"],
                 "method": method,
                 "sigma": graph.sigma,
+                "length": graph.length,
                 "n_blocks": len(spans),
                 "blocks_reused": len(spans) - len(todo),
                 "scale": scale,
@@ -431,6 +328,8 @@ def colour(ctx: Context) -> dict:
     """Relabelling and colouring of the conflict graph (the sweep plan)."""
     if (info := ctx.done("plan")) is not None and "seconds" in info:
         return _skip("plan", info)
+    if inductive(ctx.cfg):
+        return _no_graph(ctx, "plan")
 
     out: dict = {}
     with measure(out):
@@ -479,6 +378,10 @@ def learn(ctx: Context) -> dict:
     (an eigensolver iteration) does not, so a resumed run repeats its learning."""
     if (info := ctx.done("learn")) is not None:
         return _skip("learn", info)
+    if inductive(ctx.cfg):
+        from ._stages_inductive import learn_inductive
+
+        return learn_inductive(ctx)
 
     m = ctx.cfg["model"]
     out: dict = {}
@@ -534,41 +437,53 @@ def learn(ctx: Context) -> dict:
         if latest is not None:
             ctx.log(f"learn: resuming after sweep {latest[0]['sweep']} (checkpoint)")
             bar.update(int(latest[0]["sweep"]), "resumed", force=True)
-        common = dict(
-            executor=executor, plan=plan, tol=m["tol"], callback=bar.sweep_callback(), log=ctx.log
-        )
+        callbacks = [bar.sweep_callback(tol=m["tol"]), *ctx.sweep_hooks]
+        if hasattr(executor, "progress_callback"):  # Dask: learning on the dashboard
+            unit = "sweep" if m["solver"] == "bcd" and method == "sweeps" else "iteration"
+            callbacks.append(executor.progress_callback(m["max_sweeps"], unit))
+            link = getattr(executor.client, "dashboard_link", None)
+            if link and not ctx.quiet:
+                print(f"learn: Dask dashboard {link}", file=sys.stderr)
+
+        def callback(*args):
+            for cb in callbacks:
+                cb(*args)
+
+        common = dict(executor=executor, plan=plan, tol=m["tol"], callback=callback, log=ctx.log)
+        compiling = CompileWatch(None if ctx.quiet else (lambda: _compile_notice(bar)))
         try:
-            if m["solver"] == "simplenpkl":
-                result = fit_simplenpkl(
-                    problem,
-                    B=m["capacity"],
-                    max_iter=m["max_sweeps"],
-                    tol=m["tol"],
-                    callback=common["callback"],
-                )
-            elif m["solver"] == "admm":
-                result = fit_with_recovery(
-                    fit_admm,
-                    problem,
-                    checkpointer=ck,
-                    resume=latest,
-                    max_iter=m["max_sweeps"],
-                    anderson=m["anderson"],
-                    **common,
-                )
-            else:
-                result = fit_with_recovery(
-                    fit_bcd,
-                    problem,
-                    checkpointer=ck,
-                    resume=latest,
-                    max_sweeps=m["max_sweeps"],
-                    method=method,
-                    start=m["start"],
-                    tol_objective=m["tol_objective"],
-                    tol_kkt=m["tol_kkt"],
-                    **common,
-                )
+            with compiling:
+                if m["solver"] == "simplenpkl":
+                    result = fit_simplenpkl(
+                        problem,
+                        B=m["capacity"],
+                        max_iter=m["max_sweeps"],
+                        tol=m["tol"],
+                        callback=common["callback"],
+                    )
+                elif m["solver"] == "admm":
+                    result = fit_with_recovery(
+                        fit_admm,
+                        problem,
+                        checkpointer=ck,
+                        resume=latest,
+                        max_iter=m["max_sweeps"],
+                        anderson=m["anderson"],
+                        **common,
+                    )
+                else:
+                    result = fit_with_recovery(
+                        fit_bcd,
+                        problem,
+                        checkpointer=ck,
+                        resume=latest,
+                        max_sweeps=m["max_sweeps"],
+                        method=method,
+                        start=m["start"],
+                        tol_objective=m["tol_objective"],
+                        tol_kkt=m["tol_kkt"],
+                        **common,
+                    )
         finally:
             bar.close()
             if hasattr(executor, "close"):
@@ -591,10 +506,19 @@ def learn(ctx: Context) -> dict:
             **({} if selection is None else {"gamma_selection": selection}),
             **result_summary(m["solver"], result),
             "sweep_seconds_total": float(sum(result.sweep_seconds)),
+            "compile_seconds": compiling.seconds,
             "checkpoints_written": int(ck.n_saved),
             "resumed_from": None if latest is None else int(latest[0]["sweep"]),
         },
     )
+
+
+def transform(ctx: Context) -> dict:
+    """Inductive runs: z of every training row in resumable row-chunk tasks
+    (:func:`npkl_flows._stages_inductive.transform`); other solvers: a record only."""
+    from ._stages_inductive import transform as transform_inductive
+
+    return transform_inductive(ctx)
 
 
 def _V(ctx):
@@ -619,6 +543,7 @@ def evaluate(ctx: Context) -> dict:
         if k is None and y is not None:
             k = int(np.unique(y[y >= 0]).size)
         metrics = None
+        method = None
         unit = ctx.cfg["output"]["normalize_kernel"]
         if k is not None:
             cons = ctx.store.read_inputs()["constraints"]
@@ -633,13 +558,23 @@ def evaluate(ctx: Context) -> dict:
                 gamma_cv=ctx.cfg["model"]["gamma"] == "cv",
                 constraints=cons,
                 solver=ctx.cfg["model"]["solver"],
+                method=ctx.cfg["output"].get("cluster_method"),  # runs stored before the key
             )
+            method = resolve_cluster_method(ctx.cfg["output"].get("cluster_method"), cons)
             ctx.store.write_results(clusters=labels)
             if y is not None:
                 lab = y >= 0
                 metrics = clustering_metrics(y[lab], labels[lab])
     return _finish(
-        ctx, "evaluate", {**out, "n_clusters": k, "metrics": metrics, "normalize_kernel": unit}
+        ctx,
+        "evaluate",
+        {
+            **out,
+            "n_clusters": k,
+            "metrics": metrics,
+            "normalize_kernel": unit,
+            "cluster_method": method,
+        },
     )
 
 
@@ -664,13 +599,18 @@ def index_for(X, ginfo, cfg, cache=None):
 
 
 def extend_points(store, cfg, Q, *, cache=None):
-    """Rows of V (and clusters, when the run has them) for new feature rows Q.
+    """New feature rows Q placed in the run's embedding (and clusters, when the run has
+    them), scaled as the training rows were; far points flagged with one warning.
 
     Returns
     -------
-    V_new : ndarray (m, r); labels_new : ndarray (m,) of int64 or None
+    Extension (``npkl_dist.job._extend``): ``V``, ``clusters`` (or None), ``far``, ...
     """
 
+    if inductive(with_defaults(cfg)):
+        from ._stages_inductive import extend_inductive_points
+
+        return extend_inductive_points(store, Q, cache)
     stages = store.stages()
     ginfo = stages.get("graph", {}).get("info", {})
     if ginfo.get("source") != "features":
@@ -702,17 +642,33 @@ def extend_points(store, cfg, Q, *, cache=None):
         # compile a search closure per index and prepare a search graph: minutes at 1e6)
 
         idx, dist = graph_knn(X, store.read_graph(), Q, k, seed=cfg["model"]["seed"])
-    w = extension_weights(
-        dist, sigma=ginfo.get("sigma"), weighting=ginfo.get("weighting", "gaussian")
-    )
-    V_new = extend_embedding(V, store.read_degrees(), idx, w, delta=cfg["graph"]["delta"])
-    labels_new = None
+    labels = None
+    unit = False
     if "clusters" in res:
         # as the evaluate stage clustered (its record holds what an automatic choice chose)
-        ev = store.stages().get("evaluate", {}).get("info", {})
-        unit = ev.get("normalize_kernel", cfg["output"].get("normalize_kernel"))
-        labels_new = nearest_centre(V, res["clusters"], V_new, normalize=bool(unit))
-    return V_new, labels_new
+        ev = stages.get("evaluate", {}).get("info", {})
+        unit = bool(ev.get("normalize_kernel", cfg["output"].get("normalize_kernel")))
+        labels = res["clusters"]
+    scale = ginfo.get("scale")
+    return place_new_points(
+        V,
+        store.read_degrees(),
+        X,
+        Q,
+        idx,
+        dist,
+        sigma=ginfo.get("sigma"),
+        length=ginfo.get("length", ginfo.get("sigma")),
+        weighting=ginfo.get("weighting", "gaussian"),
+        delta=cfg["graph"]["delta"],
+        labels=labels,
+        normalize=unit,
+        advice=(
+            "give them in the units of the training features (the run scales them "
+            f"{'with its recorded ' + scale['kind'] + ' scaling' if scale else 'not at all'}) "
+            "and check they come from the same source"
+        ),
+    )
 
 
 def extend(ctx: Context) -> dict:
@@ -725,12 +681,18 @@ def extend(ctx: Context) -> dict:
         n_new = 0
         if path is not None:
             Q = read_input(path, "features")
-            V_new, lab = extend_points(ctx.store, ctx.cfg, Q, cache=ctx.cache)
-            items = {"extended_embedding": np.ascontiguousarray(V_new)}
-            if lab is not None:
-                items["extended_clusters"] = lab
+            ext = extend_points(ctx.store, ctx.cfg, Q, cache=ctx.cache)
+            items = {
+                "extended_embedding": np.ascontiguousarray(ext.V),
+                "extended_far": ext.far,
+            }
+            if ext.clusters is not None:
+                items["extended_clusters"] = ext.clusters
             ctx.store.write_results(**items)
-            n_new = int(V_new.shape[0])
+            n_new = int(ext.V.shape[0])
+            out["n_far"] = int(ext.far.sum())
+            out["far_rows"] = np.flatnonzero(ext.far)[:100].tolist()
+            out["n_copies"] = int(ext.copy.sum())
     return _finish(ctx, "extend", {**out, "n_new": n_new})
 
 
@@ -742,7 +704,7 @@ def report_dir(cfg: dict, url: str) -> Path | None:
     if cfg["output"]["out"]:
         return Path(cfg["output"]["out"])
     name = url.rstrip("/").rsplit("/", 1)[-1]
-    return Path("npkl-reports") / name
+    return Path(st.npkl_home()) / "reports" / name
 
 
 #: fields of the learn stage's record copied into the summary (the ``npkl fit --json``
@@ -764,6 +726,7 @@ _LEARN_FIELDS = (
     "sweep_seconds",
     "objective_seconds",
     "fit_seconds",
+    "compile_seconds",
     "method",
     "start",
     "kkt",
@@ -783,6 +746,12 @@ _LEARN_FIELDS = (
     "joint_moves",
     "numerical_rank",
     "descent_curvature",
+    "regularizer",
+    "kernel",
+    "bandwidth",
+    "basis",
+    "landmarks",
+    "bounds",
 )
 
 
@@ -816,6 +785,7 @@ def summarise(store, cfg: dict) -> dict:
         "metrics": ev.get("metrics"),
         "n_clusters": ev.get("n_clusters"),
         "normalize_kernel": bool(ev.get("normalize_kernel", False)),
+        "cluster_method": ev.get("cluster_method"),
         "graph": {
             **{
                 k: info.get("graph", {}).get(k)
@@ -852,7 +822,7 @@ def summarise(store, cfg: dict) -> dict:
 
 def report(ctx: Context, timings: dict | None = None) -> dict:
     """summary.json (also stored as the run's ``summary`` result), objective.png and
-    embedding.png (2-D kernel PCA of V, coloured by cluster), embedding.npy, clusters.npy."""
+    embedding.png (:func:`_plots`), embedding.npy, clusters.npy."""
 
     if (info := ctx.done("report")) is not None:
         return _skip("report", info)
@@ -860,7 +830,9 @@ def report(ctx: Context, timings: dict | None = None) -> dict:
     with measure(out):
         summary = summarise(ctx.store, ctx.cfg)
         if ctx.throwaway:
+            # the store is a temporary directory removed after the fit: point nowhere
             summary["run"] = None
+            summary["config"] = {**summary["config"], "run": None}
         res = ctx.store.read_results()
         if "summary" not in res:
             ctx.store.write_results(summary=summary)
@@ -871,8 +843,10 @@ def report(ctx: Context, timings: dict | None = None) -> dict:
                 np.save(d / "extended_embedding.npy", res["extended_embedding"])
                 if "extended_clusters" in res:
                     np.save(d / "extended_clusters.npy", res["extended_clusters"])
+                if "extended_far" in res:
+                    np.save(d / "extended_far.npy", res["extended_far"])
             if ctx.cfg["output"]["plots"]:
-                _plots(d, res, summary)
+                _plots(d, res, summary, ctx.store.read_inputs().get("eval_labels"))
             (d / "summary.json").write_text(json.dumps(summary, indent=2))
     return _finish(ctx, "report", {**out, "dir": None if d is None else str(d.resolve())})
 
@@ -885,42 +859,29 @@ def trace_labels(summary: dict) -> tuple[str, str]:
     return label.split(" ", 1)[1].removesuffix("s"), f"objective trace ({label})"
 
 
-def _plots(d: Path, res: dict, summary: dict):
-    import matplotlib  # lazy: only when a figure is drawn
+def _plots(d: Path, res: dict, summary: dict, y_eval=None) -> list[Path]:
+    """objective.png (the gap to the final objective, log axis) and embedding.png (a seeded
+    2-D layout of the rows that were clustered, coloured by ``y_eval`` when given, else by
+    cluster, with the metrics in the title); npkl_dist.plotting draws both."""
+    from npkl_dist import plotting  # lazy: matplotlib only when a figure is drawn
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # lazy: only when a figure is drawn
-    from matplotlib.ticker import MaxNLocator  # lazy: only when a figure is drawn
-
-    trace = summary.get("objective_trace") or []
     xlabel, title = trace_labels(summary)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(np.arange(1, len(trace) + 1), trace, marker=".")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are whole
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("objective")
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(d / "objective.png", dpi=100)
-    plt.close(fig)
-    V = res["embedding"].astype(np.float64)
-    rng = np.random.default_rng(0)
-    keep = np.sort(rng.choice(V.shape[0], min(V.shape[0], 20_000), replace=False))
-    Vs = V[keep] - V[keep].mean(axis=0)
-    _, _, Wt = np.linalg.svd(Vs, full_matrices=False)
-    Z = Vs @ Wt[:2].T  # top-2 kernel principal components of K = V V'
-    dims = Z.shape[1]
-    if dims < 2:  # a rank-1 kernel: its one component, on a line
-        Z = np.column_stack([Z[:, 0], np.zeros(Z.shape[0])])
-    fig, ax = plt.subplots(figsize=(6, 5))
-    colour = {"c": res["clusters"][keep], "cmap": "tab10"} if "clusters" in res else {}
-    ax.scatter(Z[:, 0], Z[:, 1], s=3, **colour)
-    ax.set_title(f"learned kernel, {dims}-D kernel PCA ({keep.size} of {V.shape[0]} points)")
-    ax.set_xticks([])
-    ax.set_yticks([])
-    fig.tight_layout()
-    fig.savefig(d / "embedding.png", dpi=100)
-    plt.close(fig)
+    written = []
+    trace = summary.get("objective_trace") or []
+    if trace:
+        fig = plotting.objective_figure(trace, xlabel=xlabel, title=title)
+        written.append(plotting.save_figure(fig, d / "objective.png"))
+    fig = plotting.embedding_figure(
+        res["embedding"],
+        labels=y_eval,
+        clusters=res.get("clusters"),
+        metrics=summary.get("metrics"),
+        normalize=bool(summary.get("normalize_kernel")),
+        seed=summary.get("seed") or 0,
+        title="learned kernel K = V'V",
+    )
+    written.append(plotting.save_figure(fig, d / "embedding.png"))
+    return written
 
 
 #: What ``npkl resume RUN --redo STAGE`` may recompute, in order, with the store data each
@@ -929,7 +890,7 @@ REDO = {
     "ingest": ("inputs",),
     "graph": ("graph", KNN_GROUP),
     "plan": ("plan",),
-    "learn": ("checkpoints",),
+    "learn": ("checkpoints", Z_GROUP),
 }
 
 
@@ -957,6 +918,7 @@ def run_stages(ctx: Context, only=None) -> dict:
         "graph": build_graph,
         "plan": colour,
         "learn": learn,
+        "transform": transform,
         "evaluate": evaluate,
         "extend": extend,
         "report": report,

@@ -51,8 +51,13 @@ def run_status(url: str, storage_options=None) -> dict:
             for s in order
             if stages.get(s, {}).get("done")
             and (not pipe or s not in ("graph", "plan") or "seconds" in stages[s].get("info", {}))
+            # runs stored before the transform stage existed: done when a later stage is
+            or s == "transform"
+            and any(stages.get(t, {}).get("done") for t in order[order.index(s) + 1 :])
         ]
         current = next((s for s in order if s not in done), None)
+        if pipe and not done and stages.get("flow", {}).get("info", {}).get("state") == "starting":
+            current = "starting"  # `npkl run` made the store; Prefect is starting the flow
         max_sweeps = pipe["model"]["max_sweeps"] if pipe else cfg.get("fit", {}).get("max_sweeps")
         out = {
             "run": store.url,
@@ -100,6 +105,8 @@ def run_status(url: str, storage_options=None) -> dict:
                     a + b
                     for a, b in zip(state["sweep_seconds"], state.get("objective_seconds", []))
                 ]
+                if len(secs) > 2:  # the first sweep carries a cold cache's compiles
+                    secs = secs[1:]
                 per_sweep = sum(secs) / max(1, len(secs))
             if per_sweep is not None:
                 out["seconds_per_sweep"] = per_sweep
@@ -133,7 +140,8 @@ def format_status(s: dict) -> str:
     lines = [
         f"run       {s['run']}",
         f"stage     {s['stage']}"
-        + (f"  (done: {', '.join(s['stages_done'])})" if s["stages_done"] else ""),
+        + (f"  (done: {', '.join(s['stages_done'])})" if s["stages_done"] else "")
+        + ("  (Prefect is starting the flow; ingest is next)" if s["stage"] == "starting" else ""),
     ]
     for stage, msg in (s.get("damaged") or {}).items():
         lines.append(f"DAMAGED   {stage}: {msg.split(': ', 1)[-1]}")

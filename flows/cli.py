@@ -29,7 +29,9 @@ from npkl_dist import (
     clustering_metrics,
 )
 from npkl_dist import store as st
+from npkl_dist._errors import interface
 from npkl_dist.graph._io import read_features, read_labels
+from npkl_dist.job._extend import FAR_LENGTHS
 from npkl_dist.job._job import (
     SOLVERS,
     ensure_out_dir,
@@ -37,11 +39,14 @@ from npkl_dist.job._job import (
     iterations_label,
     run_fit_in_store,
 )
+from npkl_dist.solvers.inductive import BASES, KERNELS, REGULARIZERS
 from npkl_dist.store import RunNotFoundError
-from npkl_flows._config import load_config, validate_config
+from npkl_flows._config import expand_run, load_config, validate_config
 from npkl_flows._demo import run_demo
+from npkl_flows._embed import add_embed_parser
 from npkl_flows._fit import fit, fit_pipeline_config, run_fit_stages
-from npkl_flows._stages import extend_points, redo
+from npkl_flows._runstart import check_new_run, open_run, start_local_api, use_local_api
+from npkl_flows._stages import extend_points, redo, report_dir
 from npkl_flows._status import format_status, run_status
 
 __all__ = ["main", "build_parser"]
@@ -79,6 +84,20 @@ def _gamma(text):
         raise argparse.ArgumentTypeError(
             f"expected a finite number > 0 or 'cv', got {text!r} (e.g. --gamma 1)"
         )
+    return value
+
+
+def _bandwidth(text):
+    if text in ("median", "knn"):
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive number, median or knn, got {text!r}"
+        ) from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text}")
     return value
 
 
@@ -147,13 +166,15 @@ def _add_fit_options(p: argparse.ArgumentParser):
     m = p.add_argument_group("model and solver")
     m.add_argument(
         "--solver",
-        choices=SOLVERS,
+        choices=SOLVERS + ("inductive",),
         default="bcd",
         help="bcd: block coordinate descent, any loss (default); admm: KL-ADMM, "
         "square loss on targets 1 (must) / 0 (cannot); simplenpkl: SimpleNPKL, "
         "linear loss in closed form (sparse Lanczos), other losses through "
         "its saddle-point dual, maximised by L-BFGS-B (the paper's Alg. 1: "
-        "fit_simplenpkl(dual='alg1'))",
+        "fit_simplenpkl(dual='alg1')); inductive: a kernel function "
+        "kappa_W = alpha kappa + psi'L psi on r landmarks (no graph), which `npkl transform` "
+        "applies to new points (options below)",
     )
     m.add_argument("--loss", choices=LOSSES, default="square", help="loss (default: square)")
     m.add_argument(
@@ -297,12 +318,56 @@ def _add_fit_options(p: argparse.ArgumentParser):
         metavar="T",
         help="threads per sweep step (default: all cores)",
     )
+    ind = p.add_argument_group("inductive kernel (--solver inductive)")
+    ind.add_argument(
+        "--regularizer",
+        choices=REGULARIZERS,
+        default="logdet",
+        help="logdet: ITML's LogDet (keeps the base kernel, alpha = 1); frobenius; trace: "
+        "low rank (default: logdet)",
+    )
+    ind.add_argument(
+        "--landmarks",
+        type=_positive_int,
+        default=None,
+        metavar="R",
+        help="r, the basis functions psi(x) = J'k_B(x) (default: 256, or n when there are "
+        "fewer points)",
+    )
+    ind.add_argument(
+        "--kernel",
+        choices=KERNELS,
+        default="rbf",
+        help="base kernel: rbf exp(-|x-y|^2 / 2 bandwidth^2) or linear (default: rbf)",
+    )
+    ind.add_argument(
+        "--bandwidth",
+        type=_bandwidth,
+        default="median",
+        help="rbf bandwidth sigma, or a rule: median (2 sigma^2 = the median squared distance "
+        "of sampled pairs; default) or knn (the kNN graph's sigma: very local)",
+    )
+    ind.add_argument(
+        "--basis",
+        choices=BASES,
+        default="kmeans++",
+        help="landmarks by k-means++ seeding or k-means centres on a sample, a random subset; "
+        "or cluster indicators J over a sample (default: kmeans++)",
+    )
+    ind.add_argument(
+        "--bounds",
+        type=float,
+        nargs=2,
+        metavar=("U", "L"),
+        help="must-link pairs d <= U, cannot-link d >= L (squared kernel distances; default: "
+        "the 5th and 95th percentiles over sampled pairs)",
+    )
     x = p.add_argument_group("runs and execution")
     x.add_argument(
         "--run",
         metavar="RUN",
         help="write the fit into a run store and checkpoint it: a run id (under "
-        "storage/runs/), a local path, or a store URL such as s3://bucket/runs/x; "
+        "$NPKL_HOME/runs/), a local path, or a store URL such as s3://bucket/runs/x; "
         "`npkl resume RUN` continues it after a crash",
     )
     x.add_argument(
@@ -355,6 +420,14 @@ def _add_fit_options(p: argparse.ArgumentParser):
         "(which plain kernel k-means lumps together), else V itself",
     )
     o.add_argument(
+        "--cluster-method",
+        choices=("kmeans", "pck"),
+        default=None,
+        help="pck: k-means on the rows of V that also pays for every violated constraint "
+        "(PCK-means); kmeans: kernel k-means, which ignores the constraints; default: pck "
+        "when there are constraints",
+    )
+    o.add_argument(
         "--eval-labels",
         metavar="PATH",
         help="true labels for metrics (pairwise Rand accuracy, ARI, NMI)",
@@ -362,8 +435,16 @@ def _add_fit_options(p: argparse.ArgumentParser):
     o.add_argument(
         "--out",
         metavar="DIR",
-        help="write embedding.npy (n x r, original point order), clusters.npy and "
-        "summary.json into DIR",
+        help="write embedding.npy (n x r, original point order), clusters.npy, "
+        "summary.json and the pictures embedding.png and objective.png into DIR",
+    )
+    o.add_argument(
+        "--plot",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --out, draw embedding.png (a seeded t-SNE of the rows of V, coloured by "
+        "--eval-labels else by cluster, metrics in the title) and objective.png (the gap "
+        "to the final objective, log axis); --no-plot skips them (t-SNE takes seconds)",
     )
     o.add_argument(
         "--json", action="store_true", help="print one JSON object with the results on stdout"
@@ -474,8 +555,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="embed new points into a finished run",
         description="Place points not seen in training from their kNN in "
         "the training set (bcdkl-tnnls2015 III-E), without "
-        "retraining; writes extended_embedding.npy (and "
-        "extended_clusters.npy) into --out.",
+        "retraining; writes extended_embedding.npy, "
+        "extended_clusters.npy (when the run has clusters), "
+        "extended_far.npy (True for points farther than 4 "
+        "neighbourhood lengths from the training data) and "
+        "extended.json into --out.",
     )
     extend.add_argument("run", metavar="RUN", help="run id, path or store URL")
     extend.add_argument(
@@ -493,6 +577,49 @@ def build_parser() -> argparse.ArgumentParser:
         "NMI; printed and written to extended_metrics.json)",
     )
     extend.add_argument("--storage-options", metavar="JSON", help=so_help)
+    extend.add_argument("--json", action="store_true", help="print extended.json instead")
+    transform = sub.add_parser(
+        "transform",
+        help="embed points with an inductive kernel (npkl fit --solver inductive)",
+        description="z(x) for every row of --features, in chunks: the inductive kernel's "
+        "feature map, z(x)'z(y) = kappa_W(x, y). RUN: the run (`--run`), the --out directory "
+        "or the model.npz `npkl fit --solver inductive` wrote.",
+    )
+    transform.add_argument(
+        "run", metavar="RUN", help="run id / path / URL, directory or model.npz"
+    )
+    transform.add_argument(
+        "--features",
+        required=True,
+        metavar="PATH",
+        help="rows to embed: .npy (memory-mapped), .csv, .parquet or a Zarr array",
+    )
+    transform.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="a directory (embedding.npy in the order given, transform.json), or a Zarr path "
+        "or URL ending in .zarr (resumable: a rerun computes only the missing chunks)",
+    )
+    transform.add_argument(
+        "--chunk-rows", type=_positive_int, metavar="N", help="rows per chunk (default: 16384)"
+    )
+    transform.add_argument(
+        "--threads", type=_positive_int, default=1, metavar="T", help="threads (default: 1)"
+    )
+    transform.add_argument(
+        "--executor",
+        choices=("inprocess", "dask"),
+        default="inprocess",
+        help="dask: one task per chunk on a LocalCluster (--workers) or --dask ADDRESS; needs "
+        "a .zarr --out and a .npy or Zarr --features",
+    )
+    transform.add_argument("--workers", type=_positive_int, default=2, metavar="N")
+    transform.add_argument("--dask", metavar="ADDRESS", help="an existing Dask scheduler")
+    transform.add_argument("--storage-options", metavar="JSON", help=so_help)
+    transform.add_argument("--json", action="store_true", help="print the summary as JSON")
+    transform.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    add_embed_parser(sub, _positive_int)
     export = sub.add_parser(
         "export",
         help="write a finished run's embedding and clusters",
@@ -530,16 +657,40 @@ class _Progress:
             sys.stderr.write("\n")
 
 
+def _announce(command: str, quiet: bool, *, run=None, out=None) -> None:
+    """Where a command writes, on stderr before it starts (not with --quiet): the run
+    store and the report or output directory, and the npkl home they default to."""
+    if quiet:
+        return
+    parts = []
+    if run is not None:
+        parts.append(f"run store {run}")
+    if out is not None:
+        parts.append(f"{'report' if run is not None else 'output'} {os.path.abspath(out)}")
+    if parts:
+        sys.stderr.write(
+            f"npkl {command}: {', '.join(parts)} (npkl home {st.npkl_home()}: NPKL_HOME)\n"
+        )
+
+
 def _cmd_fit(args) -> int:
     """The pipeline's stages in this process (npkl_flows._fit), not Prefect."""
+    if args.solver == "inductive":
+        from npkl_flows._inductive import cmd_fit_inductive
+
+        return cmd_fit_inductive(args, _announce)
 
     if args.out:
         ensure_out_dir(args.out, "--out")  # before the fit, not after it
+    _announce(
+        "fit", args.quiet, run=None if args.run is None else st.resolve_run(args.run), out=args.out
+    )
     summary, V, clusters = fit(
         lambda run: fit_pipeline_config(args, run), run=args.run, quiet=args.quiet
     )
     if args.out:
-        # the report stage wrote embedding.npy, clusters.npy and summary.json there
+        # the report stage wrote embedding.npy, clusters.npy, summary.json and (unless
+        # --no-plot) embedding.png and objective.png there
         if clusters is None and not args.quiet:
             sys.stderr.write(
                 "note: no --clusters or --eval-labels, so clusters.npy was not written\n"
@@ -648,14 +799,34 @@ def _cmd_run(args) -> int:
             raw["execution"] = {**cfg["execution"], "dask": args.dask}
         cfg = validate_config(raw, source=args.config)
     _prefect_env()
-    # lazy: importing the pipeline imports Prefect, which must see _prefect_env()'s settings
-    from npkl_flows.pipeline import check_new_run, run_pipeline
-
+    if "{" in cfg["run"]:
+        cfg = {**cfg, "run": expand_run(cfg["run"])}
     check_new_run(cfg)  # before Prefect starts: a clear error, no flow run
     if cfg["output"]["files"] and cfg["output"]["out"]:
         ensure_out_dir(cfg["output"]["out"], "[output] out")
+    # Prefect's temporary server boots while this process imports Prefect and creates the
+    # run store, which `npkl status` then finds at once (npkl_flows._runstart)
+    api = start_local_api()
+    try:
+        store, cfg = open_run(cfg, resume=False)
+    except BaseException:
+        if api is not None:
+            api.stop()
+        raise
+    _announce("run", args.quiet, run=store.url, out=report_dir(cfg, store.url))
+    try:
+        store.mark_stage("flow", {"state": "starting", "pid": os.getpid()})
+        # lazy: importing the pipeline imports Prefect, which must see _prefect_env()'s settings
+        from npkl_flows.pipeline import run_pipeline
+    except BaseException:
+        store.close()
+        if api is not None:
+            api.stop()
+        raise
     _quiet_npkl_tracebacks()
-    res = run_pipeline(cfg, quiet=args.quiet)
+    timeout = float(os.environ["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"])
+    with use_local_api(api, timeout):
+        res = run_pipeline({**cfg, "run": store.url}, quiet=args.quiet, store=store)
     _print_pipeline(res, args)
     return 0
 
@@ -706,32 +877,76 @@ def _cmd_extend(args) -> int:
                 f"points, or rerun with [output] clusters = K (npkl fit --clusters K)"
             )
         out = ensure_out_dir(args.out, "--out")
-        V_new, lab = extend_points(rs, cfg, X_new)
-    np.save(out / "extended_embedding.npy", V_new)
-    msg = f"wrote {out / 'extended_embedding.npy'} ({V_new.shape[0]} x {V_new.shape[1]})"
-    if lab is not None:
-        np.save(out / "extended_clusters.npy", lab)
-        msg += f" and {out / 'extended_clusters.npy'}"
+        ext = extend_points(rs, cfg, X_new)
+    files = {"embedding": out / "extended_embedding.npy", "far": out / "extended_far.npy"}
+    np.save(files["embedding"], ext.V)
+    np.save(files["far"], ext.far)
+    if ext.clusters is not None:
+        files["clusters"] = out / "extended_clusters.npy"
+        np.save(files["clusters"], ext.clusters)
+    summary = {
+        "run": rs.url,
+        "n_points": int(ext.V.shape[0]),
+        "rank": int(ext.V.shape[1]),
+        "n_far": int(ext.far.sum()),
+        "far_rows": np.flatnonzero(ext.far).tolist(),
+        "far_threshold_lengths": FAR_LENGTHS,
+        "n_copies": int(ext.copy.sum()),
+        "nearest_distance_lengths": (
+            None
+            if not ext.length or not ext.V.shape[0]
+            else {
+                "median": float(np.median(ext.distance) / ext.length),
+                "max": float(ext.distance.max() / ext.length),
+            }
+        ),
+    }
+    lines = [
+        f"embedded {ext.V.shape[0]} new points (rank {ext.V.shape[1]}); "
+        f"{summary['n_far']} far from the training data, {summary['n_copies']} copies of "
+        f"training rows"
+    ]
     if y_new is not None:
         known = y_new >= 0
-        metrics = clustering_metrics(y_new[known], lab[known])
-        (out / "extended_metrics.json").write_text(
+        metrics = clustering_metrics(y_new[known], ext.clusters[known])
+        summary.update(n_labelled=int(known.sum()), **metrics)
+        files["metrics"] = out / "extended_metrics.json"
+        files["metrics"].write_text(
             json.dumps(
                 {"n_points": int(y_new.size), "n_labelled": int(known.sum()), **metrics}, indent=2
             )
             + "\n"
         )
-        msg += (
-            f" and {out / 'extended_metrics.json'}\nnew points ({int(known.sum())} "
-            f"labelled): pairwise accuracy {metrics['rand_accuracy']:.4f}, ARI "
-            f"{metrics['ari']:.4f}, NMI {metrics['nmi']:.4f}"
+        lines.append(
+            f"new points ({int(known.sum())} labelled): pairwise accuracy "
+            f"{metrics['rand_accuracy']:.4f}, ARI {metrics['ari']:.4f}, NMI {metrics['nmi']:.4f}"
         )
-    print(msg)
+    files["summary"] = out / "extended.json"
+    summary["files"] = {k: str(v) for k, v in files.items()}
+    files["summary"].write_text(json.dumps(summary, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        lines.append("wrote " + ", ".join(str(p) for p in files.values()))
+        print("\n".join(lines))
     return 0
+
+
+def _cmd_embed(args) -> int:
+    from npkl_flows._embed import cmd_embed
+
+    return cmd_embed(args, _announce)
+
+
+def _cmd_transform(args) -> int:
+    from npkl_flows._inductive import cmd_transform
+
+    return cmd_transform(args, _storage_options(args))
 
 
 def _cmd_resume(args) -> int:
     so = _storage_options(args)
+    _announce("resume", args.quiet, run=st.resolve_run(args.run))
     cfg = _stored_config(args.run, so)
     if args.break_lock:
         held = st.RunStore.break_lock(st.resolve_run(args.run), storage_options=so)
@@ -894,14 +1109,19 @@ def _run(args) -> int:
         "run": _cmd_run,
         "status": _cmd_status,
         "extend": _cmd_extend,
+        "transform": _cmd_transform,
+        "embed": _cmd_embed,
     }
+    # the library's advice in this command's syntax: flags, or a configuration's keys
+    syntax = "toml" if args.command in ("run", "resume") else "cli"
     try:
-        return commands[args.command](args)
+        with interface(syntax):
+            return commands[args.command](args)
     except RunNotFoundError as exc:  # the library's advice (RunStore.create) is for Python
         sys.stderr.write(
             f"npkl {args.command}: error: RUN: no run at {exc.url}; pass the run id or path "
             f"that `npkl run` or `npkl fit --run` printed (an id is looked up under "
-            f"storage/runs/ of the working directory), or start a run with `npkl run "
+            f"{st.runs_root()}, set by NPKL_HOME), or start a run with `npkl run "
             f"CONFIG`\n"
         )
         return 2

@@ -23,7 +23,7 @@ from ._errors import (
     ValidationError,
 )
 from ._version import __version__
-from .evaluate import clustering_metrics, kernel_kmeans
+from .evaluate import assign_clusters, clustering_metrics, kernel_kmeans, pck_kmeans
 from .graph._graph import (
     EXACT_KNN_MAX_POINTS,
     Graph,
@@ -32,6 +32,7 @@ from .graph._graph import (
     laplacian,
 )
 from .graph._synthetic import planted_partition
+from .job._extend import Extension, embed_new_points
 from .model_selection import GammaSelection, select_gamma
 from .problem._constraints import Constraints, sample_constraints
 from .problem._objective import objective, objective_dense
@@ -43,6 +44,7 @@ from .solvers.bcd._fit import fit_bcd
 from .solvers.bcd._rank import numerical_rank
 from .solvers.bcd._setup import FitSetup, fit_setup
 from .solvers.bcd._start import initial_V
+from .solvers.inductive import InductiveKernel, fit_inductive
 from .solvers.simplenpkl._fit import (
     SimpleNPKLResult,
     fit_simplenpkl,
@@ -56,6 +58,8 @@ __all__ = [
     "ConvergenceWarning",
     "EXACT_KNN_MAX_POINTS",
     "FitResult",
+    "InductiveKernel",
+    "fit_inductive",
     "Graph",
     "GraphError",
     "GraphWarning",
@@ -68,6 +72,7 @@ __all__ = [
     "RANK_CAP",
     "SweepPlan",
     "ValidationError",
+    "assign_clusters",
     "clustering_metrics",
     "default_rank",
     "fit_bcd",
@@ -76,6 +81,7 @@ __all__ = [
     "graph_from_edges",
     "initial_V",
     "kernel_kmeans",
+    "pck_kmeans",
     "knn_graph",
     "laplacian",
     "make_plan",
@@ -94,4 +100,6 @@ __all__ = [
     "select_gamma",
     "numerical_rank",
     "planted_partition",
+    "Extension",
+    "embed_new_points",
 ]

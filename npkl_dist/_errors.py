@@ -6,6 +6,8 @@ Leaves also subclass the matching builtin so that ``except ValueError`` keeps wo
 
 from __future__ import annotations
 
+import contextlib
+
 __all__ = [
     "NpklError",
     "ValidationError",
@@ -16,7 +18,45 @@ __all__ = [
     "GraphWarning",
     "ConstraintWarning",
     "ConvergenceWarning",
+    "fix",
+    "interface",
 ]
+
+#: The interfaces a fix can be written for: the library ("python"), the ``npkl`` command
+#: line ("cli": npkl fit and the commands that take flags), a TOML configuration ("toml":
+#: npkl run / resume, whose user edits the file).
+INTERFACES = ("python", "cli", "toml")
+_INTERFACE = ["python"]
+
+
+@contextlib.contextmanager
+def interface(name: str):
+    """Within the block, :func:`fix` writes advice for interface ``name`` (the ``npkl``
+    command sets "cli" or "toml" for the whole command); restored afterwards."""
+    if name not in INTERFACES:
+        raise ValueError(f"interface: {name!r} is not one of {', '.join(INTERFACES)}")
+    previous = _INTERFACE[0]
+    _INTERFACE[0] = name
+    try:
+        yield
+    finally:
+        _INTERFACE[0] = previous
+
+
+def current_interface() -> str:
+    return _INTERFACE[0]
+
+
+def fix(python: str, cli: str | None = None, toml: str | None = None) -> str:
+    """The fix of a warning or error in the syntax of the interface in use: ``python`` (a
+    keyword or call), ``cli`` (a flag of ``npkl fit``) or ``toml`` (a configuration key); an
+    interface without its own form gets the Python one."""
+    which = _INTERFACE[0]
+    if which == "cli" and cli is not None:
+        return cli
+    if which == "toml" and toml is not None:
+        return toml
+    return python
 
 
 class NpklError(Exception):

@@ -20,9 +20,15 @@ from sklearn.metrics import (
 )
 from sklearn.metrics.pairwise import euclidean_distances
 
-from ._errors import ConstraintWarning, ValidationError, fmt_value
+from ._errors import ConstraintWarning, ValidationError, fix, fmt_value
 
-__all__ = ["kernel_kmeans", "clustering_metrics", "pairwise_accuracy_bruteforce"]
+__all__ = [
+    "assign_clusters",
+    "clustering_metrics",
+    "kernel_kmeans",
+    "pairwise_accuracy_bruteforce",
+    "pck_kmeans",
+]
 
 
 def kernel_kmeans(
@@ -33,7 +39,8 @@ def kernel_kmeans(
     n_init: int = 10,
     normalize: bool = False,
     constraints=None,
-) -> np.ndarray:
+    return_centres: bool = False,
+):
     """Kernel k-means on K = V V' (k-means on the rows of V).
 
     Parameters
@@ -56,10 +63,38 @@ def kernel_kmeans(
         k-means objective reached is never worse than without
         (docs/decisions/normalised-kernel-clustering.md).
 
+    return_centres : bool
+        Also return the centres, to assign new rows later (:func:`assign_clusters`).
+
     Returns
     -------
     labels : ndarray of int64, shape (n_points,)
+    centres : ndarray of float64, shape (n_clusters, rank)
+        Only with ``return_centres``: the means of the clusters' rows (of the unit rows with
+        ``normalize``), the space :func:`assign_clusters` measures in.
     """
+    X = _check_factor(V, n_clusters, normalize)
+    if constraints is not None and getattr(constraints, "n_points", None) != X.shape[0]:
+        raise ValidationError(
+            f"constraints: expected a Constraints over {X.shape[0]} points (V's rows), got "
+            f"{fmt_value(constraints)}; pass the fit's own constraints (problem.constraints)"
+        )
+    km = KMeans(n_clusters=int(n_clusters), n_init=n_init, random_state=seed).fit(X)
+    if constraints is not None:
+        C = must_link_centres(X, constraints, int(n_clusters), seed=seed)
+        if C is not None:
+            seeded = KMeans(n_clusters=int(n_clusters), init=C, n_init=1).fit(X)
+            if seeded.inertia_ < km.inertia_:
+                km = seeded
+    labels = km.labels_.astype(np.int64)
+    if return_centres:
+        return labels, np.asarray(km.cluster_centers_, dtype=np.float64)
+    return labels
+
+
+def _check_factor(V, n_clusters, normalize) -> np.ndarray:
+    """V validated as a clustering input: the rows to cluster (float64; unit rows with
+    ``normalize``)."""
     V = np.asarray(V)
     if V.ndim != 2 or V.shape[0] < 1 or V.dtype.kind not in "fiu":
         raise ValidationError(
@@ -83,21 +118,7 @@ def kernel_kmeans(
             f"clusters: expected an integer in [1, {V.shape[0]}], got {fmt_value(n_clusters)}"
         )
     X = V.astype(np.float64, copy=False)
-    if normalize:
-        X = unit_rows(X)
-    if constraints is not None and getattr(constraints, "n_points", None) != V.shape[0]:
-        raise ValidationError(
-            f"constraints: expected a Constraints over {V.shape[0]} points (V's rows), got "
-            f"{fmt_value(constraints)}; pass the fit's own constraints (problem.constraints)"
-        )
-    km = KMeans(n_clusters=int(n_clusters), n_init=n_init, random_state=seed).fit(X)
-    if constraints is not None:
-        C = must_link_centres(X, constraints, int(n_clusters), seed=seed)
-        if C is not None:
-            seeded = KMeans(n_clusters=int(n_clusters), init=C, n_init=1).fit(X)
-            if seeded.inertia_ < km.inertia_:
-                km = seeded
-    return km.labels_.astype(np.int64)
+    return unit_rows(X) if normalize else X
 
 
 def must_link_centres(X, constraints, n_clusters: int, *, seed=0) -> np.ndarray | None:
@@ -133,6 +154,129 @@ def must_link_centres(X, constraints, n_clusters: int, *, seed=0) -> np.ndarray 
             d2 = np.minimum(d2, euclidean_distances(X, X[pick][None], squared=True)[:, 0])
         C = np.vstack([C, np.asarray(extra)])
     return C
+
+
+#: Cluster methods of :func:`cluster_kernel` (``npkl fit --cluster-method``).
+CLUSTER_METHODS = ("kmeans", "pck")
+#: Default penalty of a violated constraint in :func:`pck_kmeans`, in units of the mean
+#: squared distance of the clustered rows to their mean
+#: (docs/decisions/constrained-clustering.md).
+PCK_WEIGHT = 1.0
+
+
+def pck_kmeans(
+    V,
+    n_clusters: int,
+    constraints,
+    *,
+    seed=0,
+    n_init: int = 10,
+    normalize: bool = False,
+    weight: float = PCK_WEIGHT,
+    max_iter: int = 100,
+    return_centres: bool = False,
+):
+    """Pairwise-constrained k-means (PCK-means, Basu, Banerjee & Mooney 2004) on the rows
+    of V: k-means inertia plus a penalty w for every violated must-link and cannot-link,
+    minimised by ICM assignment sweeps in seeded random orders and mean updates (compiled;
+    npkl_dist/_pckmeans.py states the algorithm). No cluster is ever left empty.
+
+    Parameters
+    ----------
+    V : array (n_points, rank), float32 or float64
+    n_clusters : int
+    constraints : Constraints over the rows of V (pairs (i, i) are ignored)
+    seed : int
+        Seeds the starts and the sweep orders.
+    n_init : int
+        Runs: the first from the must-link groups' centroids (PCKMeans's start,
+        :func:`must_link_centres`; k-means++ when there is no must-link), the others from
+        k-means++; then :func:`kernel_kmeans`'s clustering, as it stands and as one more
+        start. The lowest penalised objective wins, so it is never above kernel k-means'.
+    normalize : bool
+        Cluster the unit rows (the cosine-normalised kernel), as :func:`kernel_kmeans`.
+    weight : float
+        w as a multiple of the mean squared distance of the clustered rows to their mean, so
+        the result does not depend on V's scale (docs/decisions/constrained-clustering.md).
+    max_iter : int
+        Sweeps per run at most.
+    return_centres : bool
+        Also return the centres (the means of the clusters' rows; of the unit rows with
+        ``normalize``) for :func:`assign_clusters`.
+
+    Returns
+    -------
+    labels : ndarray of int64, shape (n_points,)
+    centres : ndarray of float64, shape (n_clusters, rank), only with ``return_centres``
+    """
+    from sklearn.cluster import kmeans_plusplus
+
+    from ._pckmeans import constraint_adjacency, pck_objective, pck_run
+
+    X = np.ascontiguousarray(_check_factor(V, n_clusters, normalize))
+    if getattr(constraints, "n_points", None) != X.shape[0]:
+        raise ValidationError(
+            f"constraints: expected a Constraints over {X.shape[0]} points (V's rows), got "
+            f"{fmt_value(constraints)}; pass the fit's own constraints (problem.constraints)"
+        )
+    for name, val, lo in (("n_init", n_init, 1), ("max_iter", max_iter, 1)):
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < lo:
+            raise ValidationError(f"{name}: expected an integer >= {lo}, got {fmt_value(val)}")
+    if (
+        isinstance(weight, bool)
+        or not isinstance(weight, (int, float, np.floating, np.integer))
+        or not np.isfinite(weight)
+        or weight < 0
+    ):
+        raise ValidationError(
+            f"weight: expected a finite number >= 0 (the penalty of a violated constraint "
+            f"in units of the rows' mean squared distance to their mean), got "
+            f"{fmt_value(weight)}"
+        )
+    k = int(n_clusters)
+    spread = float(((X - X.mean(axis=0)) ** 2).sum(axis=1).mean())
+    w = float(weight) * (spread if spread > 0 else 1.0)
+    adjacency = constraint_adjacency(constraints, X.shape[0])
+    rng = np.random.default_rng(seed)
+    best = None
+    for run in range(int(n_init)):
+        run_seed = int(rng.integers(2**31))
+        C0 = must_link_centres(X, constraints, k, seed=run_seed) if run == 0 else None
+        if C0 is None:
+            C0 = kmeans_plusplus(X, k, random_state=run_seed)[0]
+        out = pck_run(X, C0, adjacency, w, run_seed, max_iter)
+        if best is None or out[2] < best[2]:
+            best = out
+    # kernel k-means' clustering competes on the same objective, as it stands and as one
+    # more start: ICM from k-means++ starts can end above it (iris, SimpleNPKL's kernel), and
+    # this way the result's objective is never above the clustering that ignores the pairs
+    km_labels, km_centres = kernel_kmeans(
+        X, k, seed=seed, constraints=constraints, return_centres=True
+    )
+    km_centres = np.ascontiguousarray(km_centres, dtype=np.float64)
+    polished = pck_run(X, km_centres, adjacency, w, int(rng.integers(2**31)), max_iter)
+    if polished[2] < best[2]:
+        best = polished
+    km_J = pck_objective(X, km_labels, km_centres, constraints, w)
+    if km_J < best[2]:
+        best = (km_labels, km_centres, km_J, 0)
+    labels, centres = best[0], best[1]
+    return (labels, centres) if return_centres else labels
+
+
+def assign_clusters(V_new, centres, *, normalize: bool = False) -> np.ndarray:
+    """Clusters of new rows (out-of-sample points): the nearest of ``centres`` (from
+    ``kernel_kmeans(..., return_centres=True)`` or :func:`pck_kmeans`), the new rows scaled
+    to unit length first when the centres were found with ``normalize``. Returns int64
+    labels, shape (n_new,)."""
+    C = np.asarray(centres, dtype=np.float64)
+    W = unit_rows(V_new) if normalize else np.asarray(V_new, dtype=np.float64)
+    if W.ndim != 2 or C.ndim != 2 or W.shape[1] != C.shape[1]:
+        raise ValidationError(
+            f"V_new: expected rows of length {C.shape[-1]} (the centres' rank), got shape "
+            f"{W.shape}; embed the new points with the same fit"
+        )
+    return np.argmin(euclidean_distances(W, C, squared=True), axis=1).astype(np.int64)
 
 
 #: Share of points in no constraint from which clustering a kernel without normalising
@@ -190,15 +334,25 @@ def warn_short_free_rows(
             f"{solver}: {100 * share:.0f}% of the points are in no constraint, and the "
             f"learned kernel gives them rows {ratio:.2g} times as long as the constrained "
             f"points' (medians), so kernel k-means on V lumps them together; cluster with "
-            f"the normalised kernel (npkl fit --normalize-kernel, [output] normalize_kernel, "
-            f"kernel_kmeans(V, k, normalize=True))"
+            f"the normalised kernel ("
+            + fix(
+                "kernel_kmeans(V, k, normalize=True)",
+                "--normalize-kernel",
+                "[output] normalize_kernel = true",
+            )
+            + ")"
             + (
                 ""
                 if gamma_cv
-                else " and choose gamma by cross-validation (npkl fit --gamma cv, select_gamma), "
-                "since normalising alone does not always separate them"
+                else " and choose gamma by cross-validation ("
+                + fix("select_gamma", "--gamma cv", '[model] gamma = "cv"')
+                + "), since normalising alone does not always separate them"
             )
-            + ("; or fit with solver 'bcd'" if solver == "simplenpkl" else ""),
+            + (
+                "; or fit with " + fix("fit_bcd", "--solver bcd", '[model] solver = "bcd"')
+                if solver == "simplenpkl"
+                else ""
+            ),
             ConstraintWarning,
             stacklevel=stacklevel + 1,
         )
@@ -214,15 +368,40 @@ def cluster_kernel(
     gamma_cv: bool = False,
     constraints=None,
     solver: str = "simplenpkl",
+    method: str | None = None,
 ) -> np.ndarray:
     """The downstream clustering of a fit (the job and the pipeline's evaluate stage):
-    :func:`kernel_kmeans`, after :func:`warn_short_free_rows` (for ``solver``) on the
-    constraints ``short_rows_of`` when clustering without ``normalize``
+    :func:`kernel_kmeans` or :func:`pck_kmeans`, after :func:`warn_short_free_rows` (for
+    ``solver``) on the constraints ``short_rows_of`` when clustering without ``normalize``
     (``gamma_cv``: gamma was chosen by cross-validation, which the warning then does not
-    advise); ``constraints`` seed one more k-means run (:func:`kernel_kmeans`)."""
+    advise). ``method``: "pck" (constrained k-means on ``constraints``), "kmeans" (kernel
+    k-means; ``constraints`` seed one more run), or None: "pck" when ``constraints`` holds
+    a pair between two points, else "kmeans" (docs/decisions/constrained-clustering.md)."""
+    method = resolve_cluster_method(method, constraints)
     if short_rows_of is not None and not normalize:
         warn_short_free_rows(short_rows_of, V, stacklevel=3, gamma_cv=gamma_cv, solver=solver)
+    if method == "pck":
+        return pck_kmeans(V, n_clusters, constraints, seed=seed, normalize=normalize)
     return kernel_kmeans(V, n_clusters, seed=seed, normalize=normalize, constraints=constraints)
+
+
+def resolve_cluster_method(method, constraints) -> str:
+    """``method`` checked ("kmeans" or "pck"), or for None the default: "pck" when
+    ``constraints`` holds a pair of two distinct points, else "kmeans"."""
+    if method is None:
+        has_pairs = constraints is not None and bool(np.any(constraints.i != constraints.j))
+        return "pck" if has_pairs else "kmeans"
+    if method not in CLUSTER_METHODS:
+        raise ValidationError(
+            f"method: expected one of {', '.join(map(repr, CLUSTER_METHODS))}, got "
+            f"{fmt_value(method)}"
+        )
+    if method == "pck" and constraints is None:
+        raise ValidationError(
+            "method: 'pck' clusters with the constraints, and none were given; pass "
+            "constraints=problem.constraints or method='kmeans'"
+        )
+    return method
 
 
 def nearest_centre(V, labels, V_new, *, normalize: bool = False) -> np.ndarray:
@@ -230,18 +409,20 @@ def nearest_centre(V, labels, V_new, *, normalize: bool = False) -> np.ndarray:
     being the mean of the rows of V in a cluster of ``labels`` (as k-means assigns). With
     ``normalize`` (clusters found by ``kernel_kmeans(..., normalize=True)``), of the unit
     rows, and the new rows are scaled to unit length too."""
-    labels = np.asarray(labels, dtype=np.int64)
-    W, W_new = (
-        (unit_rows(V), unit_rows(V_new))
-        if normalize
-        else (np.asarray(V, dtype=np.float64), np.asarray(V_new, dtype=np.float64))
+    return assign_clusters(
+        V_new, cluster_centres(V, labels, normalize=normalize), normalize=normalize
     )
+
+
+def cluster_centres(V, labels, *, normalize: bool = False) -> np.ndarray:
+    """The centre of each cluster of ``labels``: the mean of its rows of V (of the unit rows
+    with ``normalize``), as k-means ends; shape (k, r), k = labels.max() + 1."""
+    labels = np.asarray(labels, dtype=np.int64)
+    W = unit_rows(V) if normalize else np.asarray(V, dtype=np.float64)
     k = int(labels.max()) + 1
     C = np.zeros((k, W.shape[1]))
     np.add.at(C, labels, W)
-    C /= np.maximum(np.bincount(labels, minlength=k), 1)[:, None]
-    d2 = ((W_new[:, None, :] - C[None, :, :]) ** 2).sum(-1)
-    return np.argmin(d2, axis=1).astype(np.int64)
+    return C / np.maximum(np.bincount(labels, minlength=k), 1)[:, None]
 
 
 def unit_rows(V) -> np.ndarray:

@@ -28,7 +28,7 @@ import numpy as np
 from sklearn.metrics import roc_auc_score
 from threadpoolctl import threadpool_limits  # a scikit-learn dependency
 
-from ._errors import ConvergenceWarning, ValidationError, fmt_value
+from ._errors import ConvergenceWarning, ValidationError, fix, fmt_value
 from .evaluate import kernel_kmeans, unit_rows
 from .problem._constraints import Constraints
 from .problem._problem import NPKLProblem
@@ -261,7 +261,8 @@ def select_gamma(
     if unconverged.any():
         warnings.warn(
             f"select_gamma: {int(unconverged.sum())} of {unconverged.size} cross-validation "
-            f"fits stopped at their iteration limit; raise it in fit_options for steadier "
+            f"fits stopped at their iteration limit; raise "
+            f"{fix('it in fit_options', '--max-sweeps', '[model] max_sweeps')} for steadier "
             f"scores",
             ConvergenceWarning,
             stacklevel=2,

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
+
+# Runs and reports that a test leaves at its default place (a run id, no [output] out) go to
+# a fresh npkl home of this test process, never the user's (~/.local/share/npkl).
+os.environ["NPKL_HOME"] = tempfile.mkdtemp(prefix="npkl-home-tests-")
 
 
 def _global_seeds():

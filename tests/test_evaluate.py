@@ -85,3 +85,23 @@ def test_constraints_over_other_points_are_refused():
     cons, _ = label_constraints(np.r_[y, y], 2)
     with pytest.raises(nk.ValidationError, match="constraints: expected a Constraints over 30"):
         nk.kernel_kmeans(X, 3, constraints=cons)
+
+
+def test_results_print_as_one_readable_line():
+    """print(result) shows what was fitted and how it ended on one line, not V and every
+    trace (issue 75: the README's print(result) flooded the console)."""
+    import npkl_dist as nk
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    y = (X[:, 0] > 0).astype(int)
+    problem = nk.NPKLProblem.build(
+        nk.knn_graph(X, 5, warn=False).laplacian(), nk.sample_constraints(y, seed=0)
+    )
+    for result in (
+        nk.fit_bcd(problem, max_sweeps=3000),
+        nk.fit_admm(problem, max_iter=3000),
+    ):
+        text = repr(result)
+        assert "\n" not in text and len(text) < 300, text
+        assert f"V=60x{problem.rank}" in text and "objective=" in text

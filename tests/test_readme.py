@@ -105,7 +105,7 @@ def test_readme_is_a_front_door():
 
 
 def test_readme_python_quickstart_runs(tmp_path, monkeypatch, capsys):
-    code = [b for _, lang, b in fenced_blocks(README) if lang == "python"]
+    code = [b for heading, lang, b in fenced_blocks(README) if heading == "Python quickstart"]
     assert len(code) == 1
     monkeypatch.chdir(tmp_path)
     exec(compile(code[0], str(README), "exec"), {"__name__": "__readme__"})
@@ -114,6 +114,19 @@ def test_readme_python_quickstart_runs(tmp_path, monkeypatch, capsys):
     m = re.search(r"accuracy ([0-9.]+) \(k-means\) -> ([0-9.]+) \(npkl\)", lines[0])
     assert m, lines[0]
     assert float(m.group(2)) > max(0.95, float(m.group(1)))
+
+
+def test_readme_inductive_quickstart_runs(tmp_path, monkeypatch, capsys):
+    """Fit on 1,000 digits, embed the 797 others: 5-NN on the learned z beats Euclidean."""
+    code = [b for heading, lang, b in fenced_blocks(README) if heading == "Inductive kernel"]
+    assert len(code) == 1
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code[0], str(README), "exec"), {"__name__": "__readme__"})
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1, lines
+    m = re.search(r"([0-9.]+) \(Euclidean\) -> ([0-9.]+) \(learned kernel\)", lines[0])
+    assert m, lines[0]
+    assert float(m.group(2)) > float(m.group(1))
 
 
 def test_readme_cli_quickstart_runs(tmp_path):
@@ -130,7 +143,7 @@ def test_readme_pipeline_block_runs(tmp_path):
     res = _run_block(_block(README, "Pipeline", "bash"), tmp_path, timeout=900)
     assert res.returncode == 0, res.stderr
     assert "pairwise accuracy" in res.stdout
-    assert "storage/runs/digits" in res.stdout
+    assert f"{os.environ['NPKL_HOME']}/runs/digits" in res.stdout
 
 
 # ------------------------------------------------------------------------------ docs/cli.md

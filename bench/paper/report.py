@@ -32,6 +32,7 @@ SMALL = "chessboard dbl-spiral glass heart iris sonar soybean wine breast-cancer
 LABELS = {
     "BCD-linear-cv": "BCD-linear (γ by CV)",
     "KL-ADMM-cv": "KL-ADMM (γ by CV)",
+    "BCD-linear-pck": "BCD-linear + PCK-means",
     "SimpleNPKL-sqhinge-alg1": "SimpleNPKL-sqhinge (Alg. 1)",
 }
 

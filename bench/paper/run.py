@@ -5,7 +5,8 @@ Protocol (bcdkl-tnnls2015 §IV-A, kl-admm-ijcai2013 §4): features scaled to [-1
 (LIBSVM's svm-scale, the form the papers downloaded) except the synthetic sets; kNN graph with
 k = 5 (50 for adult), Gaussian weights, sigma = half the mean distance to the 10 nearest
 neighbours, delta = 1e-3; 0.6n must-link + 0.6n cannot-link random pairs per repetition
-(KL-ADMM also fits K_ii = 1); rank = largest r with r(r+1)/2 <= m; kernel k-means with the
+(KL-ADMM also fits K_ii = 1); rank = largest r with r(r+1)/2 <= m; kernel k-means (BCD-linear-pck:
+PCK-means on the constraints, ``npkl_dist.pck_kmeans``) with the
 true number of classes; pairwise (Rand) accuracy. gamma = 1 and b = 1 for every method and
 data set (not tuned), except the "-cv" methods: they choose gamma from (0.1, 1, 10, 100) per
 repetition by ``npkl_dist.select_gamma`` (3-fold cross-validation on that repetition's
@@ -61,6 +62,7 @@ NPKL_METHODS = [
     "SimpleNPKL-sqhinge",
     "BCD-linear-cv",
     "KL-ADMM-cv",
+    "BCD-linear-pck",
 ]
 PEER_METHODS = ["k-means", "spectral", "PCKMeans", "COP-KMeans", "ITML+k-means"]
 #: run only when named in --methods: SimpleNPKL-sqhinge with the paper's own dual iteration
@@ -74,6 +76,9 @@ BCD_LOSS = {
 }
 #: gamma chosen by cross-validation on held-out constraints: method -> the method it tunes
 CV_METHODS = {"BCD-linear-cv": "BCD-linear", "KL-ADMM-cv": "KL-ADMM"}
+#: clustered by PCK-means on the constraints (``npkl_dist.pck_kmeans``, the default of
+#: ``npkl fit`` with constraints) instead of kernel k-means: method -> the kernel it clusters
+PCK_METHODS = {"BCD-linear-pck": "BCD-linear"}
 CV_GAMMAS = (0.1, 1.0, 10.0, 100.0)
 CV_FOLDS = 3
 #: the default methods of --protocol simplenpkl: those of simplenpkl-jmlr2011's tables
@@ -177,6 +182,7 @@ def learn_kernel(
     from bench.paper.protocols import capacity
     from npkl_dist.solvers.admm._fit import fit_admm
 
+    method = PCK_METHODS.get(method, method)
     base = CV_METHODS.get(method, method)
     if base in BCD_LOSS:
         p = nk.NPKLProblem.build(L, cons, loss=BCD_LOSS[base], seed=seed)
@@ -234,7 +240,7 @@ def warm_up(methods, protocol="kl-admm", threads=1):
 
     todo = []
     for m in methods:
-        m = CV_METHODS.get(m, m)
+        m = CV_METHODS.get(PCK_METHODS.get(m, m), PCK_METHODS.get(m, m))
         if m in NPKL_METHODS + EXTRA_METHODS and m not in todo:
             todo.append(m)
     if not todo:
@@ -335,7 +341,11 @@ def run_task(name, rep, methods, protocol="kl-admm", threads=1):
                 )
             rec["fit_seconds"] = time.perf_counter() - t0
             if V is not None:
-                labels = nk.kernel_kmeans(V, k, seed=seed)
+                labels = (
+                    nk.pck_kmeans(V, k, cons, seed=seed)
+                    if method in PCK_METHODS
+                    else nk.kernel_kmeans(V, k, seed=seed)
+                )
                 rec["rank"] = int(V.shape[1])
                 if protocol != "kl-admm":  # also the cosine-normalised kernel's clustering
                     unit = nk.kernel_kmeans(V, k, seed=seed, normalize=True)

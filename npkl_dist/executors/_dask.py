@@ -294,6 +294,12 @@ class BlockActor:
         return True
 
 
+def _learning_step(note: dict) -> dict:
+    """The task a worker runs per learning iteration (:meth:`DaskExecutor.progress_callback`):
+    it marks the iteration on the dashboard's task stream and returns its numbers."""
+    return note
+
+
 def _is_worker_loss(exc) -> bool:
     from distributed.client import FutureCancelledError  # optional engine: only with dask
 
@@ -333,6 +339,10 @@ class DaskExecutor:
         boundaries that are multiples of ``align`` (see :func:`partition_plan`), so a plan
         with fewer such boundaries runs on fewer blocks: make plans for Dask with
         ``make_plan(..., align=executor.align)`` (the run store's job does).
+    dashboard_address : str, optional
+        The LocalCluster's dashboard (e.g. ``":8787"``; ``":0"`` a free port; needs bokeh);
+        None (default): no dashboard, the fastest start. Learning shows on it through
+        :meth:`progress_callback`.
     """
 
     name = "dask"
@@ -347,6 +357,7 @@ class DaskExecutor:
         threads: int = 1,
         blocks: int | None = None,
         processes: bool = True,
+        dashboard_address: str | None = None,
     ):
         from distributed import Client, LocalCluster  # optional engine: only with dask
 
@@ -359,13 +370,14 @@ class DaskExecutor:
                 client = Client(address)
             else:
                 # numba threads are set explicitly inside each actor (numba.set_num_threads)
+                # (worker processes only: thread workers share this process's environment)
                 env = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
                 self._own_cluster = LocalCluster(
                     n_workers=workers,
                     threads_per_worker=threads,
                     processes=processes,
-                    dashboard_address=None,
-                    env=env,
+                    dashboard_address=dashboard_address,
+                    **({"env": env} if processes else {}),
                 )
                 client = Client(self._own_cluster)
         self.client = client
@@ -378,8 +390,7 @@ class DaskExecutor:
 
     def close(self):
         if self._own_cluster is not None:
-            self.client.close()
-            self._own_cluster.close()
+            _close_own_cluster(self.client, self._own_cluster)
             self._own_cluster = None
 
     def __enter__(self):
@@ -444,6 +455,51 @@ class DaskExecutor:
                     f"from the last checkpoint"
                 ) from exc
             raise
+
+    # -- the dashboard -----------------------------------------------------------------
+    def progress_callback(self, total: int | None = None, label: str = "sweep"):
+        """A ``callback(iteration, objective, change, seconds)`` that makes learning visible
+        on the Dask dashboard.
+
+        The blocks' work runs in actor calls, which the dashboard does not show as tasks.
+        Per iteration this submits, without waiting, one small task to every worker, keyed
+        ``learn-<label>-<iteration>-of-<total>-w<i>`` (the task stream and the progress
+        panel show them under the prefix ``learn-<label>``; each returns the iteration's
+        numbers), and logs the event ``{"action": "<label> <iteration>", ...}`` on the
+        scheduler's topic ``npkl-learn``. Best effort: a failure to report never stops a fit.
+        """
+        from distributed import fire_and_forget  # optional engine: only with dask
+
+        of = "?" if total is None else int(total)
+
+        def cb(iteration, objective, change, seconds):
+            k = int(iteration)
+            note = {
+                "action": f"{label} {k}",
+                "iteration": k,
+                "of": None if total is None else int(total),
+                "objective": float(objective),
+                "change": float(change),
+                "seconds": float(seconds),
+            }
+            try:
+                futs = [
+                    self.client.submit(
+                        _learning_step,
+                        note,
+                        key=f"learn-{label}-{k}-of-{of}-w{i}",
+                        workers=[w],
+                        allow_other_workers=True,
+                        pure=False,
+                    )
+                    for i, w in enumerate(sorted(self.client.ncores()))
+                ]
+                fire_and_forget(futs)
+                self.client.log_event("npkl-learn", note)
+            except Exception:  # noqa: BLE001 - the dashboard must not stop a fit
+                pass
+
+        return cb
 
     # -- general row-block primitives --------------------------------------------------
     def map_row_blocks(self, fn, blocks):
@@ -716,6 +772,58 @@ class _DaskADMMSession:
 
     def close(self):
         self.actors = []
+
+
+def _quiet_shutdown_logs():
+    """Run on each worker of a cluster we are about to close: its last heartbeat can race the
+    scheduler's shutdown and log a traceback of a closed stream (dask/distributed#7105), which
+    reads as a failure at the end of a run that succeeded."""
+
+    import logging
+
+    for name in (
+        "distributed.worker",
+        "distributed.core",
+        "distributed.comm",
+        "distributed.nanny",
+    ):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _close_own_cluster(client, cluster, timeout: float = 30.0):
+    """Close a LocalCluster the executor started: workers first, while the scheduler still
+    answers them, then the client and the scheduler."""
+
+    import logging
+    import time
+
+    # the scheduler lives in this process: its side of the same race (a batched stream to a
+    # retiring worker) and its note that retiring workers drops their finished tasks are
+    # shutdown noise too, for this close only
+    names = (
+        "distributed.batched",
+        "distributed.core",
+        "distributed.comm",
+        "distributed.scheduler",
+    )
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        try:
+            client.run(_quiet_shutdown_logs)
+            cluster.scale(0)
+            t_end = time.monotonic() + timeout
+            while client.ncores() and time.monotonic() < t_end:  # asked of the scheduler
+                time.sleep(0.05)
+        except Exception:  # noqa: BLE001 - a cluster already going down: closing is all that is left
+            pass
+        client.close()
+        cluster.close()
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 def _no_colour(prep):

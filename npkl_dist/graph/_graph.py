@@ -14,7 +14,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 from sklearn.neighbors import NearestNeighbors
 
-from .._errors import GraphError, GraphWarning, ValidationError, fmt_value
+from .._errors import GraphError, GraphWarning, ValidationError, fix, fmt_value
 
 __all__ = ["Graph", "knn_graph", "graph_from_edges", "laplacian", "EXACT_KNN_MAX_POINTS"]
 
@@ -40,12 +40,17 @@ class Graph:
     n_isolated : int
     sigma : float or None
         Gaussian bandwidth, when the weights are Gaussian.
+    length : float or None
+        The neighbourhood length of a kNN graph: half the mean distance of the points to their
+        10 nearest neighbours (sigma, for Gaussian weights); the out-of-sample extension
+        flags new points farther than a few lengths from the data.
     """
 
     S: sp.csr_matrix
     n_components: int
     n_isolated: int
     sigma: float | None = None
+    length: float | None = None
 
     @property
     def n_points(self) -> int:
@@ -55,9 +60,10 @@ class Graph:
         return laplacian(self.S, delta=delta, dtype=dtype)
 
 
-def _finish(S: sp.spmatrix, sigma=None, warn=True, given=False) -> Graph:
+def _finish(S: sp.spmatrix, sigma=None, warn=True, given=False, length=None, advice=None):
     """The Graph of the symmetric weights S; warns on several components or isolated points,
-    with advice for a kNN graph, or for a given edge list (``given``)."""
+    with ``advice(n_components, isolated_rows)`` (a kNN graph's, checked), or the advice for
+    a given edge list (``given``)."""
     S = sp.csr_matrix(S)
     S.setdiag(0)
     S.eliminate_zeros()
@@ -72,12 +78,10 @@ def _finish(S: sp.spmatrix, sigma=None, warn=True, given=False) -> Graph:
                 "and to the isolated nodes (nodes up to n_points - 1 that no edge "
                 "names, or that had only self-loops), or drop those nodes"
             )
+        elif advice is not None:
+            advice = advice(int(n_comp), np.flatnonzero(deg == 0))
         else:
-            advice = (
-                "A larger knn joins nearby components; isolated points are usually "
-                "outliers whose Gaussian weights underflow to 0 (far beyond sigma): "
-                "remove them or use weighting='mutual'"
-            )
+            advice = "A larger knn joins nearby components"
         warnings.warn(
             f"graph: {n_comp} connected components and {n_iso} isolated point(s); kernel "
             f"learning still runs (L stays positive definite through delta) but constraints "
@@ -85,7 +89,7 @@ def _finish(S: sp.spmatrix, sigma=None, warn=True, given=False) -> Graph:
             GraphWarning,
             stacklevel=3,
         )
-    return Graph(S, int(n_comp), n_iso, sigma)
+    return Graph(S, int(n_comp), n_iso, sigma, length)
 
 
 def _check_features(X) -> np.ndarray:
@@ -178,6 +182,15 @@ def apply_feature_scale(X, params: dict | None) -> np.ndarray:
     return out
 
 
+def scale_fix() -> str:
+    """Standardising the features, in the syntax of the interface in use."""
+    return fix(
+        "X = sklearn.preprocessing.StandardScaler().fit_transform(X) before knn_graph",
+        "--scale standard",
+        '[graph] scale = "standard"',
+    )
+
+
 def warn_feature_scales(X, stacklevel: int = 2) -> None:
     """Warn when one feature column varies so much more than the others that it alone
     decides the kNN distances (raw wine: proline, 388 times the median column's standard
@@ -196,8 +209,7 @@ def warn_feature_scales(X, stacklevel: int = 2) -> None:
             f"features: column {j} has a standard deviation {ratio:.0f} times the median "
             f"column's ({std[j]:.3g} against {med:.3g}), so it alone decides the kNN "
             f"distances; if the columns are on different scales, standardise them first "
-            f'(npkl fit --scale standard, [graph] scale = "standard", or scikit-learn\'s '
-            f"StandardScaler)",
+            f"({scale_fix()})",
             GraphWarning,
             stacklevel=stacklevel + 1,
         )
@@ -301,15 +313,29 @@ def graph_from_neighbours(idx, dist, k: int, *, weighting: str = "gaussian", war
     """
     n, kq = idx.shape
     sigma = None
-    rows = np.repeat(np.arange(n), k)
-    cols = idx[:, :k].ravel()
+    length = 0.5 * float(dist[:, : min(SIGMA_NEIGHBOURS, kq)].mean()) if dist.size else None
     if weighting == "gaussian":
-        sigma = 0.5 * float(dist[:, : min(SIGMA_NEIGHBOURS, kq)].mean())
+        sigma = length
         if sigma <= 0:
             raise GraphError(
                 "X: all points coincide with their neighbours (sigma = 0); remove duplicate "
-                "rows or use weighting='mutual'"
+                "rows or use "
+                + fix("weighting='mutual'", "--weighting mutual", '[graph] weighting = "mutual"')
             )
+    S = _knn_weights(idx, dist, k, weighting, sigma)
+
+    def advice(n_comp, isolated):
+        return _knn_advice(idx, dist, k, weighting, sigma, n_comp, isolated)
+
+    return _finish(S, sigma, warn=warn, length=length, advice=advice)
+
+
+def _knn_weights(idx, dist, k: int, weighting: str, sigma) -> sp.csr_matrix:
+    """The symmetric weights of the kNN graph on the first k columns of idx / dist."""
+    n = idx.shape[0]
+    rows = np.repeat(np.arange(n), k)
+    cols = idx[:, :k].ravel()
+    if weighting == "gaussian":
         # cheap form in the loop (squared distance), exp once
         w = np.exp(-(dist[:, :k].ravel() ** 2) / (2.0 * sigma * sigma))
         A = sp.csr_matrix((w, (rows, cols)), shape=(n, n))
@@ -317,7 +343,78 @@ def graph_from_neighbours(idx, dist, k: int, *, weighting: str = "gaussian", war
     else:
         A = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
         S = A.minimum(A.T)
-    return _finish(S, sigma, warn=warn)
+    S.eliminate_zeros()  # underflowed Gaussian weights are no edge
+    return S
+
+
+def _groups(S) -> tuple[int, int]:
+    """(components that are not single isolated points, isolated points) of S."""
+    n_comp, _ = connected_components(S, directed=False)
+    n_iso = int(np.count_nonzero(np.diff(S.tocsr().indptr) == 0))
+    return int(n_comp) - n_iso, n_iso
+
+
+def _knn_advice(idx, dist, k, weighting, sigma, n_comp, isolated) -> str:
+    """What joins a disconnected kNN graph, checked on the neighbours at hand (the columns of
+    idx): the smallest knn that leaves one group apart from isolated points, or for binary
+    ('mutual') weights, which keep only pairs that are each other's neighbours, the smallest
+    that does so with one group and no isolated point, else the Gaussian weights (every
+    point keeps its k edges). Isolated points under Gaussian weights are named: no knn
+    joins them."""
+    kq = idx.shape[1]
+    parts = []
+    groups = n_comp - isolated.size
+
+    def joins(kk, wt, strict):
+        sig = (
+            sigma
+            if sigma is not None
+            else 0.5 * float(dist[:, : min(SIGMA_NEIGHBOURS, kq)].mean())
+        )
+        left, iso = _groups(_knn_weights(idx, dist, kk, wt, sig))
+        return left <= 1 and (iso == 0 or not strict)
+
+    what = f"the {groups} groups" + (
+        f" and the {isolated.size} isolated point(s)"
+        if weighting == "mutual" and isolated.size
+        else ""
+    )
+    found = None
+    if groups > 1 or weighting == "mutual":
+        strict = weighting == "mutual"  # binary weights: no isolated point either
+        found = next((kk for kk in range(k + 1, kq + 1) if joins(kk, weighting, strict)), None)
+        if found is not None:
+            keyword = "" if weighting == "gaussian" else f", weighting={weighting!r}"
+            parts.append(
+                fix(
+                    f"knn_graph(X, k={found}{keyword})", f"--knn {found}", f"[graph] knn = {found}"
+                )
+                + f" joins {what} into one"
+            )
+    if found is None and weighting == "mutual":
+        found = next((kk for kk in range(k, kq + 1) if joins(kk, "gaussian", True)), None)
+        if found is not None:
+            parts.append(
+                fix(
+                    f"knn_graph(X, k={found}, weighting='gaussian')",
+                    f"--weighting gaussian --knn {found}",
+                    f'[graph] weighting = "gaussian" and knn = {found}',
+                )
+                + f" joins {what} into one (mutual weights keep only the pairs that are "
+                f"each other's neighbours)"
+            )
+    if found is None and (groups > 1 or weighting == "mutual"):
+        parts.append(
+            f"{kq} neighbours per point still leave them apart: the data has separate groups "
+            f"(if its columns are on different scales, standardise them first: {scale_fix()})"
+        )
+    if isolated.size and weighting == "gaussian":
+        parts.append(
+            f"the isolated point(s) {isolated[:10].tolist()}"
+            f"{' ...' if isolated.size > 10 else ''} are so far from their neighbours that "
+            f"their Gaussian weights are 0: outliers, to remove"
+        )
+    return "Fix: " + "; ".join(parts)
 
 
 def graph_from_edges(

@@ -17,22 +17,52 @@ update (13) for an unconstrained column:
 Each new point is embedded as if it arrived alone (new points are not linked to each other),
 so a point's row does not depend on which other points are extended with it: extending in
 batches, in any order or on several workers gives the same rows. Cost O(m k r).
+
+Three rules keep the extension from failing silently (docs/decisions/extension.md):
+
+- **Relative weights.** The Gaussian weights are taken relative to the new point's nearest
+  training neighbour, s_ok = exp(-(d_ok^2 - d_o1^2) / (2 sigma^2)), so the nearest one weighs 1
+  and no weight underflows. The paper's weights differ from these by the factor
+  c = exp(-d_o1^2 / (2 sigma^2)), which shrinks the row by about sqrt(c) and, beyond ~40 sigma,
+  to exactly zero (the row's direction, which clustering reads, is the same up to that
+  factor's small effect on d'_k).
+- **Copies.** A new point equal to a training row gets that row (and its cluster): the
+  kernel is a function of the point.
+- **Far points.** A point whose nearest training row is farther than ``FAR_LENGTHS`` times
+  the graph's neighbourhood length (sigma: half the mean distance of the training points to
+  their 10 nearest neighbours) is flagged, and one warning gives the count: its row is
+  extrapolated from neighbours that are not near it.
 """
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
 
 from .._errors import GraphWarning, ValidationError, fmt_value
-from ..graph._graph import laplacian
+from ..evaluate import assign_clusters, cluster_centres
+from ..graph._graph import _check_features, laplacian
 
-__all__ = ["extension_weights", "extend_embedding", "extend_embedding_dense"]
+__all__ = [
+    "Extension",
+    "embed_new_points",
+    "extension_weights",
+    "extend_embedding",
+    "extend_embedding_dense",
+]
+
+#: A new point is far from the training data when its nearest training row is more than this
+#: many neighbourhood lengths (the graph's sigma) away: with the paper's Gaussian weights its
+#: strongest edge would weigh less than exp(-8), about 3e-4 of a point lying on the data.
+FAR_LENGTHS = 4.0
 
 
-def extension_weights(dist, *, sigma=None, weighting: str = "gaussian") -> np.ndarray:
+def extension_weights(
+    dist, *, sigma=None, weighting: str = "gaussian", relative: bool = True
+) -> np.ndarray:
     """Similarities s_ok of new points to their training neighbours.
 
     Parameters
@@ -43,6 +73,10 @@ def extension_weights(dist, *, sigma=None, weighting: str = "gaussian") -> np.nd
         The training graph's Gaussian bandwidth (``weighting='gaussian'``).
     weighting : {'gaussian', 'mutual'}
         'mutual' graphs have binary weights; a new point's edges are weight 1.
+    relative : bool
+        Gaussian weights relative to each point's nearest neighbour (the first column of
+        ``dist``, ascending): exp(-(d^2 - d_1^2) / (2 sigma^2)), which never underflow (module
+        docstring); False gives the paper's exp(-d^2 / (2 sigma^2)).
     """
     dist = np.asarray(dist, np.float64)
     if weighting == "gaussian":
@@ -51,7 +85,10 @@ def extension_weights(dist, *, sigma=None, weighting: str = "gaussian") -> np.nd
                 f"sigma: expected the training graph's bandwidth (> 0), got {fmt_value(sigma)}; "
                 f"extend a run whose graph was built from features with gaussian weights"
             )
-        return np.exp(-(dist**2) / (2.0 * sigma * sigma))
+        d2 = dist**2
+        if relative and d2.size:
+            d2 = d2 - d2.min(axis=1, keepdims=True)
+        return np.exp(-d2 / (2.0 * sigma * sigma))
     if weighting == "mutual":
         return np.ones_like(dist)
     raise ValidationError(f"weighting: {weighting!r} is not one of 'gaussian', 'mutual'")
@@ -282,3 +319,206 @@ def graph_knn(X, S, Q, k: int, *, ef: int | None = None, n_entries: int = 256, s
         out_d2,
     )
     return out_idx, np.sqrt(np.maximum(out_d2, 0.0))
+
+
+# ------------------------------------------------------------------ placing new points
+@dataclass
+class Extension:
+    """New points placed in a learned embedding (:func:`embed_new_points`).
+
+    Attributes
+    ----------
+    V : ndarray, shape (m, r)
+        Their rows of V, in the order given.
+    nearest : ndarray of int64, shape (m,)
+        Each point's nearest training row.
+    distance : ndarray of float64, shape (m,)
+        The distance to it, in the graph's feature space (after the training scaling).
+    far : ndarray of bool, shape (m,)
+        Farther than ``FAR_LENGTHS`` neighbourhood lengths from the training data: the row is
+        extrapolated from neighbours that are not near the point.
+    copy : ndarray of bool, shape (m,)
+        Exact copies of a training row (they get its row and cluster).
+    clusters : ndarray of int64, shape (m,), or None
+        Each point's cluster (the nearest centre), when the training clusters were given.
+    length : float or None
+        The neighbourhood length the far test used (the graph's sigma).
+    """
+
+    V: np.ndarray
+    nearest: np.ndarray
+    distance: np.ndarray
+    far: np.ndarray
+    copy: np.ndarray
+    clusters: np.ndarray | None = None
+    length: float | None = None
+
+    def __repr__(self) -> str:
+        m, r = self.V.shape
+        out = f"Extension({m} points x rank {r}, {int(self.far.sum())} far, "
+        out += f"{int(self.copy.sum())} copies of training rows"
+        if self.clusters is not None:
+            out += f", clusters {np.bincount(self.clusters).tolist()}"
+        return out + ")"
+
+
+def place_new_points(
+    V,
+    degrees,
+    X,
+    Q,
+    idx,
+    dist,
+    *,
+    sigma=None,
+    length=None,
+    weighting: str = "gaussian",
+    delta: float = 1e-3,
+    labels=None,
+    centres=None,
+    normalize: bool = False,
+    advice: str = "pass new points scaled exactly as the training features",
+    stacklevel: int = 2,
+) -> Extension:
+    """New points ``Q`` (scaled as the training features ``X``) with their k nearest
+    training rows ``idx``/``dist`` (ascending) placed by :func:`extend_embedding` with the
+    rules of the module docstring (relative weights, copies, far flags with one warning
+    ending in ``advice``). ``labels`` (the training clusters) and ``centres`` (k x r; the
+    mean rows of ``labels`` when not given) assign clusters: the nearest centre, of the unit
+    rows with ``normalize``; a copy takes its training row's label."""
+    V = np.asarray(V)
+    idx = np.asarray(idx, dtype=np.int64)
+    m = idx.shape[0]
+    near = idx[:, 0] if m else np.zeros(0, np.int64)
+    # the exact distance to the nearest row (the search's may carry rounding of
+    # |x|^2 + |q|^2 - 2 x.q, which is not zero for a copy)
+    diff = np.asarray(Q, np.float64) - np.asarray(X[near], np.float64)
+    d1 = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    copy = d1 == 0.0
+    w = extension_weights(dist, sigma=sigma, weighting=weighting)
+    V_new = extend_embedding(V, degrees, idx, w, delta=delta)
+    V_new[copy] = V[near[copy]]
+    far = d1 > FAR_LENGTHS * length if length else np.zeros(m, dtype=bool)
+    if far.any():
+        rows = np.flatnonzero(far)
+        span = d1[far] / length
+        warnings.warn(
+            f"extend: {rows.size} of {m} new point(s) lie farther from the training data "
+            f"than {FAR_LENGTHS:g} neighbourhood lengths (nearest training row "
+            f"{span.min():.3g} to {span.max():.3g} lengths away; rows "
+            f"{rows[:5].tolist()}{' ...' if rows.size > 5 else ''}), so their rows are "
+            f"extrapolated and flagged 'far'; {advice}",
+            GraphWarning,
+            stacklevel=stacklevel + 1,
+        )
+    clusters = None
+    if labels is not None or centres is not None:
+        if centres is None:
+            centres = cluster_centres(V, labels, normalize=normalize)
+        clusters = assign_clusters(V_new, centres, normalize=normalize)
+        if labels is not None:
+            clusters[copy] = np.asarray(labels, np.int64)[near[copy]]
+    return Extension(V_new, near, d1, far, copy, clusters, length)
+
+
+def embed_new_points(
+    X,
+    V,
+    graph,
+    X_new,
+    *,
+    k: int = 5,
+    delta: float = 1e-3,
+    labels=None,
+    centres=None,
+    normalize: bool = False,
+    method: str = "auto",
+    seed=0,
+) -> Extension:
+    """Embed new points in a learned kernel without retraining (bcdkl-tnnls2015 §III-E),
+    and assign them to clusters.
+
+    Parameters
+    ----------
+    X : ndarray, shape (n, d)
+        The training features the graph was built from (scaled as they were).
+    V : ndarray, shape (n, r)
+        The learned factor (``result.V``).
+    graph : Graph
+        The training graph (``knn_graph(X, k)``): its degrees, weighting and sigma.
+    X_new : ndarray, shape (m, d)
+        New points, scaled exactly as ``X`` (e.g. by the same fitted scaler).
+    k : int
+        Training neighbours per new point: the graph's k.
+    delta : float
+        The delta of the training Laplacian (``graph.laplacian(delta)``).
+    labels : ndarray of int, shape (n,), optional
+        The training clusters (``kernel_kmeans(V, n_clusters)``); new points get the nearest
+        cluster centre (``centres``, or the mean rows of each cluster).
+    normalize : bool
+        The clusters were found on the normalised kernel (``kernel_kmeans(...,
+        normalize=True)``).
+    method : {'auto', 'exact', 'graph'}
+        Neighbour search: exact, or best-first search on the training graph (:func:`graph_knn`)
+        for large n; 'auto' is exact up to ``EXACT_KNN_MAX_POINTS`` training points.
+
+    Returns
+    -------
+    Extension
+        Rows, nearest training rows and distances, far flags (one warning gives their
+        count), copies of training rows, clusters.
+    """
+    from ..graph._blocks import EXACT_KNN_MAX_POINTS, build_knn_index
+
+    V = np.asarray(V)
+    X = _check_features(X)
+    X_new = _check_features(np.asarray(X_new))
+    n = X.shape[0]
+    if V.ndim != 2 or V.shape[0] != n:
+        raise ValidationError(
+            f"V: expected the factor of the {n} training points (n x r), got shape "
+            f"{np.shape(V)}; pass result.V of the fit on X"
+        )
+    if graph.S.shape != (n, n):
+        raise ValidationError(
+            f"graph: over {graph.S.shape[0]} points, X has {n} rows; pass the graph built from X"
+        )
+    if X_new.shape[1] != X.shape[1]:
+        raise ValidationError(
+            f"X_new: {X_new.shape[1]} features, the training points have {X.shape[1]}; pass "
+            f"rows with the same columns, scaled as X"
+        )
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n:
+        raise ValidationError(f"k: expected an integer in [1, {n}], got {fmt_value(k)}")
+    if method not in ("auto", "exact", "graph"):
+        raise ValidationError(f"method: {method!r} is not one of 'auto', 'exact', 'graph'")
+    if method == "auto":
+        method = "exact" if n <= EXACT_KNN_MAX_POINTS else "graph"
+    if method == "exact":
+        idx, dist = build_knn_index(X, k, method="exact", seed=seed).query(X_new, k)
+    else:
+        idx, dist = graph_knn(X, graph.S, X_new, k, seed=seed)
+    degrees = np.asarray(graph.S.sum(axis=1)).ravel()
+    return place_new_points(
+        V,
+        degrees,
+        X,
+        X_new,
+        idx,
+        dist,
+        sigma=graph.sigma,
+        length=graph_length(graph),
+        weighting="gaussian" if graph.sigma is not None else "mutual",
+        delta=delta,
+        labels=labels,
+        centres=centres,
+        normalize=normalize,
+        advice="pass X_new scaled exactly as X",
+        stacklevel=2,
+    )
+
+
+def graph_length(graph) -> float | None:
+    """The graph's neighbourhood length: its sigma (half the mean distance of the training
+    points to their 10 nearest neighbours), also kept for binary ('mutual') weights."""
+    return graph.sigma if graph.sigma is not None else getattr(graph, "length", None)

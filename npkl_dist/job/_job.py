@@ -16,8 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from .. import store as st
-from .._errors import ValidationError
-from ..evaluate import choose_normalize, cluster_kernel, clustering_metrics
+from .._compile_watch import CompileWatch
+from .._errors import ValidationError, fix
+from ..evaluate import (
+    CLUSTER_METHODS,
+    choose_normalize,
+    cluster_kernel,
+    clustering_metrics,
+    resolve_cluster_method,
+)
 from ..executors import InProcessExecutor
 from ..executors._dask import DaskExecutor
 from ..graph._graph import (
@@ -83,6 +90,8 @@ class FitConfig:
     clusters: int | None = None
     # kernel k-means on the cosine-normalised kernel; None: when the free points' rows are short
     normalize_kernel: bool | None = None
+    # "pck" (constrained k-means) or "kmeans"; None: "pck" when there are constraints
+    cluster_method: str | None = None
     eval_labels: str | None = None
     # arrays instead of paths (Python callers, the demo)
     X: np.ndarray | None = field(default=None, repr=False)
@@ -90,6 +99,11 @@ class FitConfig:
     y_eval: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self):
+        if self.cluster_method is not None and self.cluster_method not in CLUSTER_METHODS:
+            raise ValidationError(
+                f"cluster_method: expected one of {', '.join(map(repr, CLUSTER_METHODS))} "
+                f"or None (pck when there are constraints), got {self.cluster_method!r}"
+            )
         if self.max_sweeps is None and self.solver in SOLVERS:
             self.max_sweeps = default_max_iterations(self.solver)
         if self.anderson and self.solver != "admm":
@@ -214,10 +228,10 @@ def _bcd_summary(result) -> dict:
 
 
 def iterations_label(summary: dict) -> str:
-    """'N sweeps'; 'N outer iterations' for a block-solve fit, 'N iterations' for KL-ADMM and
-    SimpleNPKL (n_sweeps counts those)."""
+    """'N sweeps'; 'N outer iterations' for a block-solve fit, 'N iterations' for KL-ADMM,
+    SimpleNPKL and the inductive kernel (n_sweeps counts those)."""
     n = summary.get("n_sweeps")
-    if summary.get("solver") in ("admm", "simplenpkl"):
+    if summary.get("solver") in ("admm", "simplenpkl", "inductive"):
         return f"{n} iterations"
     return f"{n} outer iterations" if summary.get("method") == "block" else f"{n} sweeps"
 
@@ -282,7 +296,8 @@ def load_constraints(cfg: FitConfig, n: int, *, n_from_edges: bool = False) -> C
             return ""
         return (
             f"; the edge list's largest node is {n - 1}: if the nodes after it have no "
-            f"edge, pass their count (npkl fit --n-points {needed}, [input] n_points)"
+            f"edge, pass their count "
+            f"({fix(f'n_points={needed}', f'--n-points {needed}', f'[input] n_points = {needed}')})"
         )
 
     if cfg.constraints is not None:
@@ -357,7 +372,8 @@ def run_fit(
         if cv:
             selection = _select_gamma(cfg, problem, executor)
             problem = selection.problem
-        result = _learn(cfg, problem, executor, callback)
+        with CompileWatch() as compiling:
+            result = _learn(cfg, problem, executor, callback)
     finally:
         if not own_executor and hasattr(executor, "close"):
             executor.close()
@@ -378,6 +394,7 @@ def run_fit(
             gamma_cv=_cv_gamma(cfg),
             constraints=cons,
             solver=cfg.solver,
+            method=cfg.cluster_method,
         )
     t_cluster = time.perf_counter() - t_c
     summary = {
@@ -398,15 +415,18 @@ def run_fit(
             "n_components": graph.n_components,
             "n_isolated": graph.n_isolated,
             "sigma": graph.sigma,
+            "length": graph.length,
             "knn": cfg.knn,
             "weighting": cfg.weighting if X is not None else "given",
             "scale": cfg.scale if X is not None else None,
         },
         **result_summary(cfg.solver, result),
+        "compile_seconds": compiling.seconds,
         "graph_seconds": t_graph,
         "cluster_seconds": t_cluster,
         "n_clusters": k,
         "normalize_kernel": unit,
+        "cluster_method": resolve_cluster_method(cfg.cluster_method, cons) if k else None,
     }
     if selection is not None:
         summary["gamma_selection"] = selection.to_dict()
@@ -476,6 +496,9 @@ def make_executor(opts: dict, row_block: int):
             workers=int(opts.get("workers") or 2),
             threads=int(opts.get("threads") or 1),
             blocks=opts.get("blocks"),
+            # a cluster of its own gets the dashboard users look for (a free port if 8787
+            # is taken); learning shows on it through DaskExecutor.progress_callback
+            dashboard_address=opts.get("dashboard", ":8787"),
         )
         ex.align = row_block
         return ex
@@ -642,7 +665,14 @@ def run_fit_in_store(
             else bool(cfg.normalize_kernel)  # nothing clustered
         )
         clusters = (
-            cluster_kernel(result.V, k, seed=cfg.seed, normalize=unit, constraints=cons)
+            cluster_kernel(
+                result.V,
+                k,
+                seed=cfg.seed,
+                normalize=unit,
+                constraints=cons,
+                method=cfg.cluster_method,
+            )
             if k is not None
             else None
         )
@@ -664,6 +694,7 @@ def run_fit_in_store(
             "graph_seconds": t_graph,
             "n_clusters": k,
             "normalize_kernel": unit,
+            "cluster_method": resolve_cluster_method(cfg.cluster_method, cons) if k else None,
             "run": url,
             "executor": opts.get("executor", "inprocess"),
             "checkpoints_written": ck.n_saved,

@@ -93,7 +93,7 @@ def _qp_refresh(H, q, alpha, p, grad, upper):
 @njit(nogil=True, cache=True, inline="always")
 def _free_set(alpha, upper, p, free):
     """free[:nf] <- the variables strictly inside the box; returns nf."""
-    nf = 0
+    nf = np.int64(0)  # not the literal 0: see _kkt._row_kkt_lv
     for j in range(p):
         if 0.0 < alpha[j] < upper:
             free[nf] = j

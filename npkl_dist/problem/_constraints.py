@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from .._errors import ConstraintError, ConstraintWarning, ValidationError, fmt_value
+from .._errors import ConstraintError, ConstraintWarning, ValidationError, fix, fmt_value
 
 __all__ = ["Constraints", "sample_constraints"]
 
@@ -312,7 +312,7 @@ def sample_constraints(
                 f"{name}: the default round(0.6 n) = {val} is more than the {avail[name]} "
                 f"distinct {kind} pairs that the {labelled.size} labelled points allow; "
                 f"sampling all {avail[name]}. Label more points for more pairs, or set the "
-                f"count ({name}=..., npkl fit {flag[name]}, [input] {name})",
+                f"count ({fix(f'{name}=...', f'{flag[name]} ...', f'[input] {name}')})",
                 ConstraintWarning,
                 stacklevel=2,
             )

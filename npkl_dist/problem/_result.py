@@ -76,3 +76,14 @@ class FitResult:
     def n_sweeps(self) -> int:
         # fit_bcd(trace=False) keeps only the final objective; change_trace has every sweep
         return max(len(self.objective_trace), len(self.change_trace))
+
+    def __repr__(self) -> str:
+        """One line: what was fitted and how it ended, not V and the traces (``result.V``,
+        ``result.objective_trace`` ... hold them)."""
+        n, r = np.shape(self.V) if np.ndim(self.V) == 2 else (0, 0)
+        return (
+            f"{type(self).__name__}(solver={self.solver!r}, method={self.method!r}, "
+            f"V={n}x{r}, numerical_rank={self.numerical_rank}, "
+            f"objective={self.objective:.6g}, iterations={self.n_sweeps}, "
+            f"converged={self.converged}, kkt={self.kkt:.3g}, fit_seconds={self.fit_seconds:.3g})"
+        )

@@ -76,7 +76,9 @@ def _row_kkt_lv(
     Lii = np.float64(diag[i])
     for c in range(r):
         g[c] = 2.0 * g[c]
-    nk = 0
+    # an int64 from the start: numba types a counter started at the literal 0 first as
+    # Literal[int](0) and compiles box_qp for that type too (docs/decisions/cold-start.md)
+    nk = np.int64(0)
     for s in range(cptr[i], cptr[i + 1]):
         k = cidx[s]
         t = np.float64(csgn[s])

@@ -16,12 +16,21 @@ from ._errors import (
     StoreVersionError,
     StoreWarning,
 )
-from ._format import DEFAULT_RETENTION, DEFAULT_ROOT, FORMAT_VERSION, resolve_run
+from ._format import (
+    DEFAULT_RETENTION,
+    DEFAULT_ROOT,
+    FORMAT_VERSION,
+    npkl_home,
+    resolve_run,
+    runs_root,
+)
 from ._runstore import RunStore
 
 __all__ = [
     "DEFAULT_RETENTION",
     "DEFAULT_ROOT",
+    "npkl_home",
+    "runs_root",
     "FORMAT_VERSION",
     "RunStore",
     "StoreCheckpointer",

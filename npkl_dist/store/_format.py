@@ -17,8 +17,28 @@ from .._errors import ValidationError, fmt_value
 from .._version import __version__
 
 FORMAT_VERSION = 2
-DEFAULT_ROOT = "storage/runs"
+#: Run ids resolve under ``<npkl home>/runs`` (:func:`npkl_home`) unless a root is given.
+DEFAULT_ROOT = None
+#: Where run ids lived before NPKL_HOME (relative to the working directory): still found.
+LEGACY_ROOT = "storage/runs"
 DEFAULT_RETENTION = 2
+
+
+def npkl_home() -> str:
+    """The directory that runs (``runs/``) and reports (``reports/``) default to: the
+    environment variable ``NPKL_HOME``, else ``$XDG_DATA_HOME/npkl``, else
+    ``~/.local/share/npkl`` (absolute; created by the first command that writes)."""
+    home = os.environ.get("NPKL_HOME")
+    if not home:
+        base = os.environ.get("XDG_DATA_HOME") or os.path.join("~", ".local", "share")
+        home = os.path.join(base, "npkl")
+    return os.path.abspath(os.path.expanduser(home))
+
+
+def runs_root() -> str:
+    """The default root of run ids: ``<npkl home>/runs``."""
+    return os.path.join(npkl_home(), "runs")
+
 
 POINTER_KEY = "_npkl/pointer.json"
 STAGES_KEY = "_npkl/stages.json"
@@ -53,9 +73,10 @@ def resolve_run(run, root=DEFAULT_ROOT) -> str:
     run : str or path-like
         A run id (``[A-Za-z0-9][A-Za-z0-9._-]*``), resolved to ``<root>/<id>``; a path
         containing ``/`` or an fsspec URL (containing ``://``) is returned as is.
-    root : str or path-like, default "storage/runs"
+    root : str or path-like, optional
         Local directory (made absolute against the working directory) or fsspec URL under
-        which run ids live.
+        which run ids live; by default ``<npkl home>/runs`` (:func:`npkl_home`), where an id
+        not found there is looked up in ``./storage/runs`` (the earlier default) too.
 
     Returns
     -------
@@ -74,6 +95,10 @@ def resolve_run(run, root=DEFAULT_ROOT) -> str:
             f"run: {run!r} is not a valid run id; use letters, digits, '.', '_' and '-' "
             f"(not starting with '.' or '-'), or pass a path or URL"
         )
+    if root is None:
+        home = os.path.join(runs_root(), run)
+        legacy = os.path.abspath(os.path.join(LEGACY_ROOT, run))
+        return legacy if not os.path.exists(home) and os.path.isdir(legacy) else home
     root = os.fspath(root)
     if "://" in root:
         return f"{root.rstrip('/')}/{run}"

@@ -68,13 +68,35 @@ class StageData:
                     read()
                 except StoreDamagedError as exc:
                     damaged[stage] = str(exc)
+        learn = record.get("learn", {}).get("info", {}) or {}
+        if learn.get("model_key") and learn.get("model_sha256"):  # an inductive run's model
+            try:
+                self.read_stage_object("learn", learn["model_key"], learn["model_sha256"])
+            except StoreDamagedError as exc:
+                damaged["learn"] = str(exc)
         return damaged
+
+    def read_stage_object(self, stage: str, key: str, sha256: str) -> bytes:
+        """The object ``key`` a stage wrote (e.g. an inductive run's model), checked against
+        the sha256 its record holds."""
+        import hashlib
+
+        with self._io(f"reading {key}"):
+            try:
+                data = self._objects.read(key)
+            except FileNotFoundError:
+                raise self._damaged(stage, key, "is missing") from None
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise self._damaged(
+                stage, key, "does not match the sha256 recorded when it was written"
+            )
+        return data
 
     def _damaged(self, stage: str, name: str, why: str):
         return StoreDamagedError(
             f"run {self.url}: the {stage} stage's {name} {why}: the storage lost or changed "
             f"data after it was written; recompute that stage and the ones after it with "
-            f"`npkl resume {self.url} --redo {REDO_STAGE[stage]}`"
+            f"`npkl resume {self.url} --redo {REDO_STAGE.get(stage, stage)}`"
         )
 
     def _read(self, stage: str, name: str, array, sel=Ellipsis) -> np.ndarray:

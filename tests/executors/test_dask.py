@@ -311,3 +311,34 @@ def test_block_data_is_scattered_not_sent_in_the_graph(clusters, solver):
             else fit(p, max_sweeps=3, tol=0.0, executor=ex)
         )
     np.testing.assert_array_equal(got.V, ref.V)
+
+
+def test_own_cluster_closes_workers_before_the_scheduler(monkeypatch):
+    """Closing a cluster the executor started retires its workers while the scheduler still
+    answers them and quiets their shutdown logs: a worker's heartbeat racing the scheduler's
+    close printed a closed-stream traceback after a successful `npkl fit --executor dask`."""
+    import logging
+
+    ex = DaskExecutor(workers=2, processes=False, dashboard_address=":0")
+    cluster, seen = ex._own_cluster, {}
+    real_close = cluster.close
+
+    def close(*a, **kw):
+        seen["workers_at_close"] = len(cluster.scheduler.workers)
+        seen["level"] = logging.getLogger("distributed.worker").level
+        seen["scheduler_side"] = logging.getLogger("distributed.batched").level
+        return real_close(*a, **kw)
+
+    monkeypatch.setattr(cluster, "close", close)
+    try:
+        assert len(cluster.scheduler.workers) == 2
+    finally:
+        ex.close()
+        logging.getLogger("distributed.worker").setLevel(logging.NOTSET)
+    assert seen == {
+        "workers_at_close": 0,
+        "level": logging.CRITICAL,
+        "scheduler_side": logging.ERROR,
+    }
+    assert logging.getLogger("distributed.batched").level == logging.NOTSET  # restored
+    assert ex._own_cluster is None

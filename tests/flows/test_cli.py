@@ -1,6 +1,7 @@
 """The `npkl fit` contract: options, JSON keys, output files, errors."""
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -38,6 +39,8 @@ FIT_OPTIONS = [
     "--clusters",
     "--eval-labels",
     "--out",
+    "--plot",
+    "--no-plot",
     "--json",
     "--quiet",
     "--run",
@@ -53,7 +56,14 @@ FIT_OPTIONS = [
     "--tol-kkt",
     "--normalize-kernel",
     "--no-normalize-kernel",
+    "--cluster-method",
     "--anderson",
+    "--regularizer",
+    "--landmarks",
+    "--kernel",
+    "--bandwidth",
+    "--basis",
+    "--bounds",
 ]
 
 
@@ -184,9 +194,25 @@ def test_fit_block_method_json(iris_files, capsys):
 
 @pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
 @pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")
-def test_fit_json_contract_and_outputs(iris_files, capsys, tmp_path):
+def test_fit_json_contract_and_outputs(iris_files, capsys, tmp_path, monkeypatch):
+    from npkl_dist import plotting
+
     d, X, y = iris_files
     out = tmp_path / "out"
+    titles = {}
+    save = plotting.save_figure
+
+    def recording_save(fig, path, **kw):  # what each picture says, before it is saved
+        ax = fig.axes[0]
+        legend = ax.get_legend()
+        titles[path.name] = (
+            ax.get_title(),
+            ax.get_yscale(),
+            legend and legend.get_title().get_text(),
+        )
+        return save(fig, path, **kw)
+
+    monkeypatch.setattr(plotting, "save_figure", recording_save)
     s = run_json(
         capsys,
         [
@@ -231,6 +257,19 @@ def test_fit_json_contract_and_outputs(iris_files, capsys, tmp_path):
     assert V.shape == (150, 18)
     assert clusters.shape == (150,) and set(np.unique(clusters)) <= {0, 1, 2}
     assert json.loads((out / "summary.json").read_text())["objective"] == s["objective"]
+    # the pictures: the rows of V coloured by --eval-labels with the metrics in the title,
+    # and the objective's gap to its final value on a log axis
+    for png in ("embedding.png", "objective.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG" and (out / png).stat().st_size > 10_000
+    title, _, legend = titles["embedding.png"]
+    assert title.splitlines()[1:] == [
+        f"t-SNE of the {'unit ' if s['normalize_kernel'] else ''}rows of V (all 150 points), "
+        "coloured by true label",
+        plotting.metrics_text(m),
+    ]
+    assert legend == "true label"
+    title, yscale, _ = titles["objective.png"]
+    assert yscale == "log" and title.startswith(f"objective trace ({s['n_sweeps']} sweeps)")
 
 
 @pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
@@ -259,6 +298,44 @@ def test_fit_from_csv_pairs_and_float32(iris_files, capsys):
     )
     assert s["n_constraints"] == 60 and s["rank"] == 4 and s["dtype"] == "float32"
     assert "metrics" not in s
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+@pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")
+def test_fit_cluster_method(iris_files, capsys, tmp_path):
+    """`npkl fit` clusters with PCK-means by default when there are constraints (the labels
+    of pck_kmeans on the written embedding and the given pairs), with kernel k-means under
+    --cluster-method kmeans, says which in the JSON, and refuses another method in the
+    flag's own syntax."""
+    d, X, y = iris_files
+    rows = np.genfromtxt(d / "pairs.csv", delimiter=",", skip_header=1, dtype=str)
+    t = np.where(rows[:, 2] == "must", 1, -1)
+    cons = nk.Constraints.from_arrays(rows[:, 0].astype(int), rows[:, 1].astype(int), t, 150)
+    base = [
+        "fit",
+        "--features",
+        str(d / "X.npy"),
+        "--constraints",
+        str(d / "pairs.csv"),
+        "--eval-labels",
+        str(d / "y.npy"),
+        "--max-sweeps",
+        "30",
+    ]
+    s = run_json(capsys, base + ["--out", str(tmp_path / "pck")])
+    assert s["cluster_method"] == "pck"
+    V = np.load(tmp_path / "pck" / "embedding.npy")
+    expect = nk.pck_kmeans(V, 3, cons, seed=0, normalize=s["normalize_kernel"])
+    assert np.array_equal(np.load(tmp_path / "pck" / "clusters.npy"), expect)
+    s = run_json(capsys, base + ["--cluster-method", "kmeans", "--out", str(tmp_path / "km")])
+    assert s["cluster_method"] == "kmeans"
+    expect = nk.kernel_kmeans(V, 3, seed=0, normalize=s["normalize_kernel"], constraints=cons)
+    assert np.array_equal(np.load(tmp_path / "km" / "clusters.npy"), expect)
+    with pytest.raises(SystemExit) as exc:
+        main(base + ["--cluster-method", "pckmeans"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--cluster-method: invalid choice: 'pckmeans' (choose from" in err
 
 
 @pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
@@ -481,7 +558,12 @@ def test_fit_on_dask_equals_inprocess(iris_files, capsys, tmp_path):
         "3",
     ]
     run_json(capsys, base + ["--out", str(tmp_path / "a")])
-    run_json(capsys, base + ["--out", str(tmp_path / "b"), "--executor", "dask", "--workers", "1"])
+    run_json(
+        capsys,
+        base + ["--out", str(tmp_path / "b"), "--executor", "dask", "--workers", "1", "--no-plot"],
+    )
+    assert (tmp_path / "a" / "embedding.png").is_file()
+    assert not list((tmp_path / "b").glob("*.png"))  # --no-plot
     np.testing.assert_array_equal(
         np.load(tmp_path / "a" / "embedding.npy"), np.load(tmp_path / "b" / "embedding.npy")
     )
@@ -770,3 +852,28 @@ def test_cli_warning_format_and_its_restoration(iris_files, capsys):
     assert ours == "npkl fit: warning (ConvergenceWarning): m1\n"
     assert other == previous("m2", UserWarning, "/x/y.py", 7, "src")
     assert "/x/y.py:7: UserWarning: m2" in other
+
+
+def test_graph_advice_on_the_command_line_works_when_followed(tmp_path, capsys):
+    """`npkl fit` on a kNN graph of separate groups warns with a flag (not a Python
+    keyword); rerun with that flag, the fit gives no graph warning."""
+    import re
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([np.arange(8) + g * 10.5 for g in range(4)])  # groups 3.5 apart
+    X = np.c_[x, np.zeros_like(x)] + 0.01 * rng.normal(size=(x.size, 2))
+    np.save(tmp_path / "X.npy", X)
+    np.save(tmp_path / "y.npy", np.repeat(np.arange(4), 8))
+    args = ["fit", "--features", str(tmp_path / "X.npy"), "--labels", str(tmp_path / "y.npy")]
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        assert main([*args, "--knn", "3", "--quiet"]) == 0
+    graph = [str(r.message) for r in rec if "connected components" in str(r.message)]
+    assert len(graph) == 1 and "knn_graph(" not in graph[0], graph
+    flag = re.search(r"Fix: --knn (\d+) joins", graph[0])
+    assert flag is not None, graph[0]
+    capsys.readouterr()
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        assert main([*args, "--knn", flag.group(1), "--quiet"]) == 0
+    assert not [w for w in again if issubclass(w.category, nk.GraphWarning)]

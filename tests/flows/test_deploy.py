@@ -87,6 +87,8 @@ def test_prefect_yaml_entrypoints_parameters_and_pool():
         mod = importlib.import_module(path[:-3].replace("/", "."))
         assert getattr(mod, func).name == "npkl-pipeline"
         load_config(ROOT / d["parameters"]["config"])  # the configs validate
+        # a deployment is named after the configuration it runs (issue 75)
+        assert Path(d["parameters"]["config"]).stem == d["name"], d
         assert d["work_pool"]["name"] == "npkl-process"
     assert names == {"digits", "nightly"}
     nightly = next(d for d in doc["deployments"] if d["name"] == "nightly")
@@ -127,9 +129,21 @@ def test_slurm_job_script_from_jobqueue_config():
     assert "--death-timeout 120" in cmd and "--local-directory /tmp" in cmd
 
 
+def _post(api, path, body):
+    req = urllib.request.Request(
+        f"{api}/{path}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
 @pytest.mark.heavy
 def test_deployments_register_and_a_process_worker_runs_one(tmp_path, prefect_server):
-    env = {**os.environ, **prefect_server, "PYTHONPATH": str(ROOT), "NPKL_HOME": str(ROOT)}
+    # this checkout first, then the caller's path (a worktree's import shims)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, **prefect_server, "PYTHONPATH": path, "NPKL_HOME": str(ROOT)}
     prefect = venv_bin("prefect")
 
     def run(*args, timeout=300):
@@ -147,7 +161,15 @@ def test_deployments_register_and_a_process_worker_runs_one(tmp_path, prefect_se
         f'run = "{tmp_path / "run"}"\n[input]\ndataset = "iris"\n[model]\n'
         f'max_sweeps = 5\n[output]\nout = "{tmp_path / "out"}"\nplots = false\n'
     )
-    out = run("deployment", "run", "npkl-pipeline/digits", "--param", f"config={cfg}")
+    out = run(
+        "deployment",
+        "run",
+        "npkl-pipeline/digits",
+        "--param",
+        f"config={cfg}",
+        "--param",
+        f"run={tmp_path / 'run'}",
+    )
     worker = subprocess.run(
         [prefect, "worker", "start", "--pool", "npkl-process", "--run-once"],
         cwd=tmp_path,
@@ -171,6 +193,32 @@ def test_deployments_register_and_a_process_worker_runs_one(tmp_path, prefect_se
         assert time.time() < deadline, (states, worker.stdout[-2000:], worker.stderr[-2000:])
         time.sleep(1)
     assert states == ["COMPLETED"], (worker.stdout[-3000:], worker.stderr[-3000:])
+    (flow_run,) = [r for r in runs if r.get("deployment_id")]
+    assert flow_run["name"] == "run"  # named after the run id, not "voracious-wildebeest"
+    arts = _post(
+        api, "artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [flow_run["id"]]}}}
+    )
+    by_type = {}
+    for a in arts:
+        by_type.setdefault(a["type"], []).append(a)
+    (md,) = by_type["markdown"]
+    assert md["key"] == "npkl-run"
+    text = md["data"]
+    assert text.startswith("# npkl run `run`")
+    assert f"| run store | `{tmp_path / 'run'}` |" in text
+    assert f"| report | `{tmp_path / 'out'}` |" in text
+    assert "| iterations | 5 sweeps (not converged) |" in text
+    assert re.search(r"\| objective \| [0-9.e+-]+ \|", text)
+    assert re.search(r"\| pairwise accuracy \| 0\.\d{4} \|", text)
+    for stage in ("ingest", "graph", "plan", "learn", "transform", "evaluate", "extend", "report"):
+        assert re.search(rf"^\| {stage} \| \d+\.\d \| \d+ \|", text, re.M), stage
+    # the learning progress artifact ends at 100 %
+    (prog,) = [a for a in by_type["progress"] if a["key"] == "npkl-run-learn"]
+    assert prog["data"] == 100.0 and prog["description"].startswith("learning finished")
+    # the log says what happened, not only "Completed()"
+    logs = _post(api, "logs/filter", {"logs": {"flow_run_id": {"any_": [flow_run["id"]]}}})
+    messages = "\n".join(lg["message"] for lg in logs)
+    assert "learn: " in messages and "objective" in messages and "report in " in messages
     from npkl_dist import store as st
 
     with st.RunStore.open(str(tmp_path / "run")) as rs:

@@ -53,6 +53,11 @@ plots = false
 {storage}"""
 
 
+def _path():
+    """This checkout first, then the caller's path (a worktree's import shims)."""
+    return os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+
+
 @pytest.fixture(scope="module")
 def dask_cluster(tmp_path_factory):
     from distributed import Client
@@ -60,7 +65,7 @@ def dask_cluster(tmp_path_factory):
     logs = tmp_path_factory.mktemp("dask")
     port = free_port()
     address = f"tcp://127.0.0.1:{port}"
-    env = {**os.environ, "PYTHONPATH": ROOT, "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": _path(), "NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     procs = {
         "scheduler": subprocess.Popen(
             [
@@ -162,7 +167,7 @@ def test_pipeline_survives_worker_and_driver_kills(
     from npkl_dist import store as st
 
     address, procs = dask_cluster
-    env = {**os.environ, **prefect_server, "PYTHONPATH": ROOT, "NUMBA_NUM_THREADS": "1"}
+    env = {**os.environ, **prefect_server, "PYTHONPATH": _path(), "NUMBA_NUM_THREADS": "1"}
     so = {"endpoint_url": s3_endpoint}
     sweeps = 180
 

@@ -102,7 +102,8 @@ def test_deleted_graph_chunk_is_named_and_redo_repairs_it_bitwise(reference):
     assert "DAMAGED   graph" in text.stdout and "--redo graph" in text.stdout
     p = _npkl("resume", run)
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    (line,) = p.stderr.strip().splitlines()
+    *where, line = p.stderr.strip().splitlines()  # the error: one line, after where it writes
+    assert all(w.startswith("npkl resume: run store ") for w in where), where
     assert "graph stage's CSR arrays (indptr, indices, data) does not match" in line
     assert f"npkl resume {run} --redo graph" in line
     p = _npkl("resume", run, "--redo", "graph")
@@ -123,7 +124,8 @@ def test_truncated_chunk_is_named_not_a_traceback(reference, array, stage, redo)
     chunk.write_bytes(chunk.read_bytes()[:7])
     p = _npkl("resume", run)
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
-    (line,) = p.stderr.strip().splitlines()
+    *where, line = p.stderr.strip().splitlines()  # the error: one line, after where it writes
+    assert all(w.startswith("npkl resume: run store ") for w in where), where
     assert f"the {stage} stage's" in line and f"--redo {redo}" in line
     p = _npkl("resume", run, "--redo", redo)
     assert p.returncode == 0, p.stderr

@@ -89,6 +89,7 @@ def test_config_defaults_and_paths(tmp_path):
         ({"storage": {"options": {"anon": True}}}, r"options apply to store URLs only"),
         ({"colour": {}}, r"unknown top-level key 'colour'"),
         ({"output": {"normalize_kernel": "yes"}}, r"normalize_kernel = 'yes' has type str"),
+        ({"output": {"cluster_method": "pckmeans"}}, r"cluster_method = 'pckmeans' is not one of"),
     ],
 )
 def test_config_errors_name_key_value_and_fix(tmp_path, over, match):
@@ -226,14 +227,17 @@ def test_unscaled_columns_warn_in_the_graph_stage(tmp_path):
     np.save(tmp_path / "X.npy", X)
     cfg = _cfg(tmp_path)
     rs = st.RunStore.create(st.resolve_run(cfg["run"]), config={"pipeline": cfg})
+    from npkl_dist._errors import interface
+
     try:
-        with pytest.warns(GraphWarning) as rec:  # (its components are warned about too)
+        # as under `npkl run` (a configuration's keys are the fix's syntax)
+        with interface("toml"), pytest.warns(GraphWarning) as rec:  # (components warn too)
             _stages.run_stages(_stages.Context(rs, cfg, quiet=True), only=["ingest", "graph"])
     finally:
         rs.close()
     text = [str(w.message) for w in rec if "standard deviation" in str(w.message)]
     assert len(text) == 1 and "column 3 has a standard deviation" in text[0]
-    assert "--scale standard" in text[0]
+    assert '[graph] scale = "standard"' in text[0]
 
 
 def test_evaluate_chooses_the_normalised_kernel_when_free_rows_are_short(tmp_path):
@@ -261,9 +265,10 @@ def test_evaluate_chooses_the_normalised_kernel_when_free_rows_are_short(tmp_pat
 
 def test_stages_cluster_with_the_normalised_kernel(tmp_path):
     """[output] normalize_kernel: the evaluate stage clusters the unit rows of V (the same
-    labels as kernel_kmeans(V, k, normalize=True)), says so in the summary, and the extend
-    stage assigns the new points to the unit rows' centres."""
-    from npkl_dist import kernel_kmeans
+    labels as pck_kmeans(V, k, constraints, normalize=True), the default with constraints,
+    or kernel_kmeans(V, k, normalize=True) with cluster_method = "kmeans"), says so in the
+    summary, and the extend stage assigns the new points to the unit rows' centres."""
+    from npkl_dist import kernel_kmeans, pck_kmeans
     from npkl_dist import store as st
     from npkl_dist.evaluate import nearest_centre
 
@@ -271,10 +276,20 @@ def test_stages_cluster_with_the_normalised_kernel(tmp_path):
     cfg = _cfg(tmp_path, output={"normalize_kernel": True})
     res = _run_stages(cfg)
     assert res["evaluate"]["normalize_kernel"] is True
+    assert res["evaluate"]["cluster_method"] == "pck"
     with st.RunStore.open(cfg["run"], mode="r") as rs:
         out = rs.read_results()
+        cons = rs.read_inputs()["constraints"]
     V, k = out["embedding"], int(out["clusters"].max()) + 1
-    assert np.array_equal(out["clusters"], kernel_kmeans(V, k, seed=3, normalize=True))
+    assert np.array_equal(out["clusters"], pck_kmeans(V, k, cons, seed=3, normalize=True))
+    km = {"normalize_kernel": True, "cluster_method": "kmeans", "out": str(tmp_path / "km")}
+    cfg_km = _cfg(tmp_path, run=str(tmp_path / "km-run"), output=km)
+    assert _run_stages(cfg_km)["evaluate"]["cluster_method"] == "kmeans"
+    with st.RunStore.open(cfg_km["run"], mode="r") as rs:
+        km_out = rs.read_results()
+    assert np.array_equal(
+        km_out["clusters"], kernel_kmeans(km_out["embedding"], k, seed=3, normalize=True)
+    )
     assert np.array_equal(
         out["extended_clusters"],
         nearest_centre(V, out["clusters"], out["extended_embedding"], normalize=True),
@@ -291,7 +306,16 @@ def test_stages_match_the_library_and_skip_when_done(tmp_path):
     cfg = _cfg(tmp_path)
     res = _run_stages(cfg)
     assert all(not v["skipped"] for v in res.values())
-    assert set(res) == {"ingest", "graph", "plan", "learn", "evaluate", "extend", "report"}
+    assert set(res) == {
+        "ingest",
+        "graph",
+        "plan",
+        "learn",
+        "transform",
+        "evaluate",
+        "extend",
+        "report",
+    }
     for v in res.values():
         assert v["seconds"] >= 0 and v["peak_rss_mb"] > 0
     with st.RunStore.open(cfg["run"], mode="r") as rs:
@@ -498,7 +522,11 @@ def _cli(*args, env=None):
         capture_output=True,
         text=True,
         timeout=600,
-        env={**(env or os.environ), "PYTHONPATH": ROOT},
+        # this checkout first, then the caller's path (a worktree's import shims)
+        env={
+            **(env or os.environ),
+            "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+        },
     )
 
 
@@ -756,10 +784,38 @@ def test_run_and_resume_through_prefect(tmp_path_factory, tmp_path):
         f'run = "{tmp_path / "run"}"\n[input]\ndataset = "iris"\n[model]\nmax_sweeps = 5\n'
         f'[output]\nout = "{tmp_path / "out"}"\nplots = false\n'
     )
-    p = _cli("run", tmp_path / "c.toml", "--json", env=env)
-    assert p.returncode == 0, p.stderr[-3000:]
-    res = json.loads(p.stdout)
+    # `npkl status` finds the run from the start (issue 75): the store exists, stage
+    # "starting", while Prefect is still starting (the flow run later marks it running)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "npkl_flows.cli", "run", str(tmp_path / "c.toml"), "--json"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={
+            **env,
+            "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+        },
+    )
+    from npkl_dist import store as st
+    from npkl_flows._status import format_status, run_status
+
+    first = None  # the first status that finds the run, then the first saying "starting"
+    while (first is None or first["stage"] != "starting") and proc.poll() is None:
+        try:
+            first = run_status(str(tmp_path / "run"))
+        except st.StoreError:  # not created yet
+            continue
+        # found from the start: before the flow's first stage
+        assert first["stage"] in ("ingest", "starting") and not first["stages_done"], first
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert first is not None and first["stage"] == "starting", first
+    assert first["writer"]["pid"] == proc.pid and first["writer"]["alive"] is True
+    assert "Prefect is starting the flow" in format_status(first)
+    res = json.loads(stdout)
     assert not any(v["skipped"] for v in res["stages"].values())
+    assert run_status(str(tmp_path / "run"))["stage"] == "finished"
     assert res["stages"]["learn"]["n_sweeps"] == 5
     p = _cli("resume", tmp_path / "run", "--json", env=env)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -882,12 +938,26 @@ def test_knn_blocks_as_dask_tasks_equal_in_process(tmp_path, threshold, method, 
 
 
 @pytest.mark.parametrize("rank, eval_labels", [(1, "y.npy"), (2, None)])
-def test_report_plots_a_rank_one_kernel_and_an_unclustered_run(tmp_path, rank, eval_labels):
+def test_report_plots_a_rank_one_kernel_and_an_unclustered_run(
+    tmp_path, rank, eval_labels, monkeypatch
+):
     """The report's embedding plot: a rank-1 kernel has one principal component (the stage
     crashed taking the second), and a run without clusters is drawn in one colour (matplotlib
-    warned that the colour map was ignored)."""
+    warned that the colour map was ignored). With evaluation labels the points are coloured
+    by them (the legend says so) and the title carries the metrics; the objective is drawn
+    on a log axis."""
+    from npkl_dist import plotting
     from npkl_dist import store as st
     from npkl_flows import _stages
+
+    drawn = {}
+    save = plotting.save_figure
+
+    def recording_save(fig, path, **kw):
+        drawn[path.name] = fig.axes[0]
+        return save(fig, path, **kw)
+
+    monkeypatch.setattr(plotting, "save_figure", recording_save)
 
     _data(tmp_path, n=120, n_new=5)
     inp = {"features": "X.npy", "labels": "y.npy"}
@@ -913,6 +983,14 @@ def test_report_plots_a_rank_one_kernel_and_an_unclustered_run(tmp_path, rank, e
         rs.close()
     png = tmp_path / "report" / "embedding.png"
     assert png.stat().st_size > 1000
+    ax = drawn["embedding.png"]
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    if eval_labels:
+        assert ax.get_legend().get_title().get_text() == "true label"
+        assert ax.get_title().splitlines()[-1] == plotting.metrics_text(summary["metrics"])
+    else:
+        assert ax.get_legend() is None and "coloured" not in ax.get_title()
+    assert drawn["objective.png"].get_yscale() == "log"
 
 
 @pytest.mark.parametrize(
@@ -974,4 +1052,89 @@ def test_extend_eval_labels_needs_a_clustered_run(tmp_path):
     assert "leave --eval-labels out" in p.stderr and not (tmp_path / "ext").exists()
     p = _cli("extend", cfg["run"], "--features", tmp_path / "Xnew.npy", "--out", tmp_path / "ext")
     assert p.returncode == 0, p.stderr
-    assert sorted(f.name for f in (tmp_path / "ext").iterdir()) == ["extended_embedding.npy"]
+    # no clusters.npy: the run has none to extend
+    assert sorted(f.name for f in (tmp_path / "ext").iterdir()) == [
+        "extended.json",
+        "extended_embedding.npy",
+        "extended_far.npy",
+    ]
+
+
+# ------------------------------------------------------------------ extension, end to end
+def test_dataset_scaling_is_recorded_and_extend_takes_raw_rows(tmp_path):
+    """`dataset = "digits"` is read raw and standardised by the graph stage, which records
+    it (scale "standard" unless the configuration says otherwise); raw digits rows that are
+    copies of training rows come back with their training rows and clusters, not flagged
+    (they came back with rows of norm 1e-51, in one cluster, when the scaling was silent)."""
+    from sklearn.datasets import load_digits
+
+    from npkl_dist import store as st
+
+    raw_cfg = {
+        "run": str(tmp_path / "digits"),
+        "input": {"dataset": "digits"},
+        "model": {"max_sweeps": 60, "seed": 0},
+        "output": {"out": str(tmp_path / "report"), "plots": False},
+    }
+    from npkl_flows._config import validate_config
+
+    cfg = validate_config(raw_cfg, base_dir=str(tmp_path))
+    assert cfg["graph"]["scale"] == "standard"
+    kept = validate_config({**raw_cfg, "graph": {"scale": "none"}}, base_dir=str(tmp_path))
+    assert kept["graph"]["scale"] == "none"  # an explicit choice is kept
+    _run_stages(cfg)
+    X, _ = load_digits(return_X_y=True)
+    pick = np.arange(0, 1797, 90)  # 20 training rows, raw
+    np.save(tmp_path / "copies.npy", X[pick])
+    p = _cli("extend", cfg["run"], "--features", tmp_path / "copies.npy", "--out", tmp_path / "e")
+    assert p.returncode == 0, p.stderr
+    assert "warning" not in p.stderr
+    with st.RunStore.open(cfg["run"], mode="r") as rs:
+        res = rs.read_results()
+        assert np.array_equal(rs.read_inputs()["features"], X)  # stored as shipped
+        assert rs.stages()["graph"]["info"]["scale"]["kind"] == "standard"
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "e" / "extended_embedding.npy"), res["embedding"][pick]
+    )
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "e" / "extended_clusters.npy"), res["clusters"][pick]
+    )
+    summary = json.loads((tmp_path / "e" / "extended.json").read_text())
+    assert summary["n_copies"] == 20 and summary["n_far"] == 0
+
+
+def test_extend_reaches_the_training_accuracy_on_held_back_digits(tmp_path):
+    """The digits pipeline trained on 1,597 raw digits ([graph] scale = "standard"),
+    extended to the 200 held back (raw): their clusters score the training accuracy (within
+    0.01); the same rows shifted far from the data are flagged, with one warning."""
+    from sklearn.datasets import load_digits
+
+    from npkl_dist import clustering_metrics
+    from npkl_dist import store as st
+
+    X, y = load_digits(return_X_y=True)
+    perm = np.random.default_rng(0).permutation(y.size)
+    hold, train = perm[:200], np.sort(perm[200:])
+    np.save(tmp_path / "X.npy", X[train])
+    np.save(tmp_path / "y.npy", y[train].astype(np.int64))
+    np.save(tmp_path / "Xnew.npy", X[hold])
+    cfg = _cfg(
+        tmp_path,
+        graph={"scale": "standard"},
+        model={"max_sweeps": 500, "seed": 0},
+        output={"plots": False},
+    )
+    _run_stages(cfg)
+    with st.RunStore.open(cfg["run"], mode="r") as rs:
+        res = rs.read_results()
+        trained = rs.stages()["evaluate"]["info"]["metrics"]["rand_accuracy"]
+        ext_info = rs.stages()["extend"]["info"]
+    held = clustering_metrics(y[hold], res["extended_clusters"])["rand_accuracy"]
+    assert trained > 0.95
+    assert held >= trained - 0.01, (held, trained)
+    assert ext_info["n_new"] == 200 and ext_info["n_far"] < 10  # a few odd digits at most
+    np.save(tmp_path / "shifted.npy", X[hold[:10]] + 200.0)
+    p = _cli("extend", cfg["run"], "--features", tmp_path / "shifted.npy", "--out", tmp_path / "s")
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("warning (GraphWarning): extend: 10 of 10 new point(s) lie farther") == 1
+    assert np.load(tmp_path / "s" / "extended_far.npy").all()

@@ -392,7 +392,8 @@ def test_edge_batches_warning_advises_edges_and_knn_graph_advises_knn(rng):
     assert "add edges between the components" in str(rec[0].message)
     with pytest.warns(GraphWarning) as rec:
         knn_graph(two_blobs(rng), 5)
-    assert "A larger knn joins nearby components" in str(rec[0].message)
+    # the blobs are 50 apart: no knn within the neighbours at hand joins them, and it says so
+    assert "10 neighbours per point still leave them apart" in str(rec[0].message)
     assert "add edges" not in str(rec[0].message)
 
 
@@ -531,7 +532,13 @@ def test_one_dominant_column_warns_with_the_fix():
     X, _ = load_wine(return_X_y=True)  # proline: hundreds of times the other columns' spread
     with pytest.warns(GraphWarning, match="column 12 has a standard deviation 38[0-9] times") as r:
         warn_feature_scales(X)
-    assert "--scale standard" in str(r[0].message)
+    assert "StandardScaler().fit_transform(X)" in str(r[0].message)  # Python's fix here
+    from npkl_dist._errors import interface
+
+    for name, fix in (("cli", "(--scale standard)"), ("toml", '([graph] scale = "standard")')):
+        with interface(name), pytest.warns(GraphWarning) as r:
+            warn_feature_scales(X)
+        assert fix in str(r[0].message) and "StandardScaler" not in str(r[0].message)
     with warnings.catch_warnings():
         warnings.simplefilter("error", GraphWarning)
         warn_feature_scales(apply_feature_scale(X, feature_scale(X, "standard")))
@@ -558,3 +565,51 @@ def test_the_job_builds_its_graph_from_the_scaled_columns():
     summary, _, _ = run_fit(FitConfig(X=X, y_constraints=y, y_eval=y, scale="standard"))
     assert summary["graph"]["scale"] == "standard"
     assert summary["metrics"]["rand_accuracy"] > 0.95  # 0.51 on the raw columns
+
+
+def _chain_of_groups(rng, groups=4, size=8, gap=3.5):
+    """Groups of points 1 apart on a line, 3.5 between groups (jittered by 0.01): with 3
+    neighbours per point the groups stay apart, with 4 the ends of neighbouring groups meet."""
+    x = np.concatenate([np.arange(size) + g * (size - 1 + gap) for g in range(groups)])
+    return np.c_[x, np.zeros_like(x)] + 0.01 * rng.normal(size=(x.size, 2))
+
+
+@pytest.mark.parametrize("weighting", ["gaussian", "mutual"])
+def test_component_advice_works_when_followed(rng, weighting):
+    """The warning's fix for a disconnected kNN graph is a call that, made, gives one
+    connected graph without a warning (it suggested weighting='mutual' once, which gave
+    more components and the same advice again)."""
+    import re
+
+    X = _chain_of_groups(rng)
+    with pytest.warns(GraphWarning, match="Fix: knn_graph") as rec:
+        knn_graph(X, 3, weighting=weighting)
+    message = str(rec[0].message)
+    if weighting == "gaussian":
+        assert "weighting='mutual'" not in message
+    call = re.search(r"Fix: knn_graph\(X, (k=\d+(?:, weighting='\w+')?)\)", message)
+    assert call is not None, message
+    kwargs = dict(
+        (key, int(value) if value.isdigit() else value.strip("'"))
+        for key, value in (part.split("=") for part in call.group(1).split(", "))
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NpklWarning)
+        g = knn_graph(X, **{"weighting": weighting, **kwargs})
+    assert g.n_components == 1 and g.n_isolated == 0
+
+
+def test_component_advice_is_in_the_interface_syntax(rng):
+    import re
+
+    from npkl_dist._errors import interface
+
+    X = _chain_of_groups(rng)
+    for name, needle in (("cli", "Fix: --knn "), ("toml", "Fix: [graph] knn = ")):
+        with interface(name), pytest.warns(GraphWarning) as rec:
+            knn_graph(X, 3)
+        assert needle in str(rec[0].message) and "knn_graph(" not in str(rec[0].message)
+    with interface("cli"), pytest.warns(GraphWarning) as rec:
+        knn_graph(X, 3, weighting="mutual")
+    assert re.search(r"Fix: (--weighting gaussian )?--knn \d+ joins", str(rec[0].message))
+    assert "knn_graph(" not in str(rec[0].message)

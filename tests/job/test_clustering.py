@@ -25,7 +25,9 @@ def test_short_free_rows_warn_for_bcd_and_the_normalised_kernel_clusters(tmp_pat
         plain, V, _ = run_fit(FitConfig(**cfg, clusters=20, normalize_kernel=False))
     short = [str(w.message) for w in seen if "in no constraint" in str(w.message)]
     assert len(short) == 1 and short[0].startswith("bcd: 97% of the points")
-    assert "--normalize-kernel" in short[0] and "solver 'bcd'" not in short[0]
+    # the fix in the syntax of the interface in use: Python here (the CLI's is a flag)
+    assert "kernel_kmeans(V, k, normalize=True)" in short[0] and "--normalize" not in short[0]
+    assert "fit with fit_bcd" not in short[0]
     assert plain["metrics"]["ari"] < 0.1
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always", nk.ConstraintWarning)

@@ -233,7 +233,7 @@ def test_fit_config_refuses_anderson_for_other_solvers():
 
 def test_unconverged_plain_fit_names_the_acceleration():
     p = problem(0, n=60)
-    with pytest.warns(nk.ConvergenceWarning, match=r"anderson=5 \(npkl fit --anderson 5\)"):
+    with pytest.warns(nk.ConvergenceWarning, match=r"accelerate the iteration with anderson=5$"):
         fit_admm(p, max_iter=3, tol=1e-12)
     with pytest.warns(nk.ConvergenceWarning) as rec:
         fit_admm(p, max_iter=3, tol=1e-12, anderson=5)

@@ -545,7 +545,7 @@ def test_sample_default_lowered_to_the_pairs_few_labels_allow():
     text = " ".join(str(w.message) for w in rec)
     assert "n_must: the default round(0.6 n) = 120" in text and "sampling all 90" in text
     assert "n_cannot: the default round(0.6 n) = 120" in text and "sampling all 100" in text
-    assert "--n-must" in text and "--n-cannot" in text
+    assert "(n_must=...)" in text and "(n_cannot=...)" in text  # Python's syntax here
     assert c.n_must == 90 and c.n_cannot == 100  # every pair the labels allow, once
     _check_sample(c, labels)
     # an explicit count is the user's: no lowering, an error naming the option

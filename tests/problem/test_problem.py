@@ -347,8 +347,9 @@ def test_convergence_warning_suggests_block_solves_only_where_they_apply(problem
         return str(rec[0].message)
 
     text = message(problem, method="sweeps")
-    assert text.endswith("or try method='block' (npkl fit --method block)")
-    assert "raise max_sweeps (npkl fit --max-sweeps, [model] max_sweeps)" in text
+    # the fix in the interface's syntax: Python keywords here, flags under `npkl fit`
+    assert text.endswith("or try method='block'")
+    assert "raise max_sweeps to converge further" in text
     assert "method='block'" not in message(problem, method="block")
     lin = NPKLProblem.build(problem.L, problem.constraints, loss="linear", rank=problem.rank)
     assert "method='block'" not in message(lin, method="sweeps")

@@ -829,9 +829,29 @@ class TestLocalStore(StoreConformance):
         finally:
             subprocess.run(["umount", str(mnt)], check=False)
 
+    def test_npkl_home_and_legacy_runs(self, tmp_path, monkeypatch):
+        """Run ids resolve under $NPKL_HOME/runs (else $XDG_DATA_HOME/npkl, else
+        ~/.local/share/npkl), wherever the command runs; a run id that only exists in
+        ./storage/runs (the earlier default) is still found there."""
+        from npkl_dist.store import npkl_home
+
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("NPKL_HOME", str(tmp_path / "home"))
+        assert resolve_run("a") == str(tmp_path / "home" / "runs" / "a")
+        monkeypatch.delenv("NPKL_HOME")
+        monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+        assert npkl_home() == str(tmp_path / "xdg" / "npkl")
+        monkeypatch.delenv("XDG_DATA_HOME")
+        monkeypatch.setenv("HOME", str(tmp_path / "user"))
+        assert npkl_home() == str(tmp_path / "user" / ".local" / "share" / "npkl")
+        (tmp_path / "storage" / "runs" / "old").mkdir(parents=True)
+        assert resolve_run("old") == str(tmp_path / "storage" / "runs" / "old")
+        (tmp_path / "user" / ".local" / "share" / "npkl" / "runs" / "old").mkdir(parents=True)
+        assert resolve_run("old") == str(npkl_home() + "/runs/old")  # the home wins
+
     def test_resolve_run(self, tmp_path):
         assert resolve_run("exp-1.a_b", root=str(tmp_path)) == str(tmp_path / "exp-1.a_b")
-        assert resolve_run("x") == os.path.abspath(os.path.join("storage", "runs", "x"))
+        assert resolve_run("x") == os.path.join(os.environ["NPKL_HOME"], "runs", "x")
         assert resolve_run("x", root="s3://bucket/runs/") == "s3://bucket/runs/x"
         assert resolve_run("some/dir/run") == "some/dir/run"
         assert resolve_run("s3://bucket/runs/x") == "s3://bucket/runs/x"

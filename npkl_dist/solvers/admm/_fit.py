@@ -42,7 +42,7 @@ from numbers import Real
 
 import numpy as np
 
-from ..._errors import ConvergenceWarning, ValidationError, fmt_value
+from ..._errors import ConvergenceWarning, ValidationError, fix, fmt_value
 from ...linalg._anderson import Anderson
 from ...linalg._rowops import SUM_BLOCK, take_rows
 from ...problem._problem import NPKLProblem
@@ -55,7 +55,7 @@ from ._local import LocalADMM
 __all__ = ["fit_admm", "admm_objective", "ADMMResult"]
 
 
-@dataclass
+@dataclass(repr=False)  # FitResult's one-line repr
 class ADMMResult(FitResult):
     """FitResult plus the ADMM residual and penalty traces."""
 
@@ -306,12 +306,13 @@ def fit_admm(
         warnings.warn(
             f"admm: stopped after max_iter={max_iter} with relative primal residual "
             f"{res.primal_trace[-1] / vnorm:.3g} and change {res.change_trace[-1]:.3g} "
-            f"(tol={tol:g}); raise max_iter (npkl fit --max-sweeps, [model] max_sweeps) to "
-            f"converge further"
+            f"(tol={tol:g}); raise {fix('max_iter', '--max-sweeps', '[model] max_sweeps')} "
+            f"to converge further"
             + (
                 ""
                 if anderson
-                else ", or accelerate the iteration with anderson=5 (npkl fit --anderson 5)"
+                else ", or accelerate the iteration with "
+                + fix("anderson=5", "--anderson 5", "[model] anderson = 5")
             ),
             ConvergenceWarning,
             stacklevel=2,

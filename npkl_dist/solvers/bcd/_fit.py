@@ -15,7 +15,7 @@ from numbers import Real
 
 import numpy as np
 
-from ..._errors import ConvergenceWarning, ValidationError, fmt_value
+from ..._errors import ConvergenceWarning, ValidationError, fix, fmt_value
 from ...linalg._rowops import take_rows
 from ...problem._problem import NPKLProblem
 from ...problem._result import FitResult
@@ -46,6 +46,16 @@ STALL_KKT_MIN = 1e-6
 
 #: Hinge loss: at most this many sweeps between two joint-move attempts (``joint``).
 JOINT_MAX_WAIT = 16
+
+
+def _random_start_fix() -> str:
+    """A random start, in the syntax of the interface in use."""
+    return fix("start='random'", "--start random", '[model] start = "random"')
+
+
+def _block_fix() -> str:
+    """The block method, in the syntax of the interface in use."""
+    return fix("method='block'", "--method block", '[model] method = "block"')
 
 
 def stall_bound(tol: float) -> float:
@@ -583,29 +593,31 @@ def fit_bcd(
         and getattr(executor, "supports_block", False)
     )
     if not result.converged:
-        hint = ", or try method='block' (npkl fit --method block)" if block_hint else ""
+        hint = f", or try {_block_fix()}" if block_hint else ""
         warnings.warn(
             f"bcd: stopped after max_sweeps={max_sweeps} with relative change "
             f"{result.change_trace[-1]:.3g} (tol={tol:g}), KKT residual {result.kkt:.3g}"
-            f"{'' if tol_kkt is None else f' (tol_kkt={tol_kkt:g})'}; raise max_sweeps "
-            f"(npkl fit --max-sweeps, [model] max_sweeps) to converge further{hint}",
+            f"{'' if tol_kkt is None else f' (tol_kkt={tol_kkt:g})'}; raise "
+            f"{fix('max_sweeps', '--max-sweeps', '[model] max_sweeps')} to converge "
+            f"further{hint}",
             ConvergenceWarning,
             stacklevel=2,
         )
     elif tol_kkt is None and tol > 0 and result.kkt > stall_bound(tol):
         hint = (
-            " or try method='block' (npkl fit --method block; on the hinge it ends at an "
-            "equal or lower objective)"
+            f" or try {_block_fix()} (on the hinge it ends at an equal or lower objective)"
             if block_hint
             else ""
         )
+        joint = fix(" (or hinge_kkt=True, the default)", "", "") if use_joint else ""
         warnings.warn(
             f"bcd: stopped on the step-size rule (relative change < tol={tol:g}) with KKT "
             f"residual {result.kkt:.3g}, above {stall_bound(tol):.3g} ({STALL_KKT_FACTOR:g} x "
             f"tol, at least {STALL_KKT_MIN:g}): the fit stalled short of a stationary point "
             f"(coordinate steps can, at the hinge's kinks), and "
-            f"its objective may be well above the optimum; pass tol_kkt (npkl fit --tol-kkt) "
-            f"to also require a small residual{' (or hinge_kkt=True, the default)' if use_joint else ''}{hint}",
+            f"its objective may be well above the optimum; pass "
+            f"{fix('tol_kkt', '--tol-kkt', '[model] tol_kkt')} to also require a small "
+            f"residual{joint}{hint}",
             ConvergenceWarning,
             stacklevel=2,
         )
@@ -637,7 +649,8 @@ def check_rank(result, problem: NPKLProblem, solver: str) -> None:
             f"rank={problem.rank} and is not optimal: the kernel's gradient has curvature "
             f"{lam:.3g} < 0 along a direction outside V's span, which no row update can "
             f"reach (a rank-deficient start traps the fit in its span); refit from "
-            f"start='random' (npkl fit --start random) or report this start as a bug",
+            f"{_random_start_fix()} or "
+            f"report this start as a bug",
             ConvergenceWarning,
             stacklevel=3,
         )

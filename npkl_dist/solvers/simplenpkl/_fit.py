@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from ..._errors import ConvergenceWarning, ValidationError, fmt_value
+from ..._errors import ConvergenceWarning, ValidationError, fix, fmt_value
 from ...linalg._blas import _OneBlasThread
 from ...linalg._csr import (
     gram_square_sums,
@@ -98,7 +98,7 @@ _DUALS = ("lbfgs", "alg1")
 _LBFGS_MEMORY = 20
 
 
-@dataclass
+@dataclass(repr=False)  # FitResult's one-line repr
 class SimpleNPKLResult(FitResult):
     """FitResult plus the SimpleNPKL quantities.
 
@@ -809,10 +809,11 @@ def _fit(problem, B, max_iter, tol, rank, callback, fast, dual, t_start):
     if not res.converged:
         hint = (
             "the capacity tr(K^2) <= B is slack at the solution, where Alg. 1 (whose "
-            "kernels all have tr(K^2) = B) stalls; lower B (npkl fit --capacity) or raise "
-            "max_iter (npkl fit --max-sweeps)"
+            f"kernels all have tr(K^2) = B) stalls; lower "
+            f"{fix('B', '--capacity', '[model] capacity')} or raise "
+            f"{fix('max_iter', '--max-sweeps', '[model] max_sweeps')}"
             if slack
-            else "raise max_iter (npkl fit --max-sweeps, [model] max_sweeps)"
+            else f"raise {fix('max_iter', '--max-sweeps', '[model] max_sweeps')}"
         )
         warnings.warn(
             f"simplenpkl: relative duality gap {res.duality_gap / scale:.3g} > sqrt(tol)="

@@ -566,7 +566,7 @@ def test_short_rows_of_unconstrained_points_are_reported():
                     warn_short_free_rows(cons, V)
     # the job path warns when it clusters unnormalised, not when it normalises
     cfg = dict(X=X, y_constraints=part, y_eval=y, solver="simplenpkl", loss="linear")
-    with pytest.warns(nk.ConstraintWarning, match="normalize-kernel"):
+    with pytest.warns(nk.ConstraintWarning, match=r"kernel_kmeans\(V, k, normalize=True\)"):
         run_fit(FitConfig(**cfg, normalize_kernel=False))
     with warnings.catch_warnings():
         warnings.simplefilter("error", nk.ConstraintWarning)
@@ -576,9 +576,11 @@ def test_short_rows_of_unconstrained_points_are_reported():
     cons = nk.sample_constraints(part, seed=0)
     V = nk.fit_simplenpkl(nk.NPKLProblem.build(L, cons, loss="linear")).V
     for gamma_cv in (False, True):
-        with pytest.warns(nk.ConstraintWarning, match="normalize-kernel") as rec:
+        with pytest.warns(
+            nk.ConstraintWarning, match=r"kernel_kmeans\(V, k, normalize=True\)"
+        ) as rec:
             warn_short_free_rows(cons, V, gamma_cv=gamma_cv)
-        assert ("--gamma cv" in str(rec[0].message)) is not gamma_cv
+        assert ("(select_gamma)" in str(rec[0].message)) is not gamma_cv
 
 
 @pytest.mark.filterwarnings("ignore::npkl_dist.GraphWarning")  # iris's raw features: 2 parts
@@ -615,8 +617,18 @@ def test_short_rows_advice_works_where_normalising_alone_does_not():
     X, y = make_blobs(3000, n_features=10, centers=5, cluster_std=4, random_state=0)
     part = y.copy()
     part[np.random.default_rng(0).random(y.size) > 0.1] = -1
-    cfg = dict(X=X, y_constraints=part, y_eval=y, solver="simplenpkl", loss="linear", clusters=5)
-    with pytest.warns(nk.ConstraintWarning, match=r"normalize-kernel.*--gamma cv"):
+    # kernel k-means, which the warning's figures are about (pck, the default with pairs, is
+    # tested in tests/test_pckmeans.py)
+    cfg = dict(
+        X=X,
+        y_constraints=part,
+        y_eval=y,
+        solver="simplenpkl",
+        loss="linear",
+        clusters=5,
+        cluster_method="kmeans",
+    )
+    with pytest.warns(nk.ConstraintWarning, match=r"normalize=True.*\(select_gamma\)"):
         plain, _, _ = run_fit(FitConfig(**cfg, normalize_kernel=False))
     alone, _, _ = run_fit(FitConfig(**cfg, normalize_kernel=True))
     cv, _, _ = run_fit(FitConfig(**cfg, normalize_kernel=True, gamma="cv"))

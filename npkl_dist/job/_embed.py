@@ -1,0 +1,239 @@
+"""``npkl embed``: a graph (an edge list) embedded by one of SimpleNPKL's §6 methods or by
+NPKL itself, with side information from labels; the files and the JSON of ``npkl fit``.
+
+Methods (npkl_dist.embedding; docs/algorithms.md, "Embeddings (SimpleNPKL §6)"):
+
+* ``spe``: structure preserving embedding of the connectivity (no side information);
+* ``mve``: minimum volume embedding, unit edge lengths (a graph has no other lengths);
+* ``cmvu``: colored MVU, unit edge lengths, the labels as the colouring;
+* ``npkl``: the kernel NPKL learns on the graph's Laplacian from pairs sampled from the labels
+  or from group memberships (BCD), embedded by its top ``dim`` principal coordinates.
+
+Side information: ``labels`` (one per node) or ``groups`` (a memberships file, node and group
+per row, :func:`npkl_dist.embedding.group_constraints`' protocol). Downstream scores in the
+summary: node classification (Micro- and Macro-F1, one-vs-rest logistic regression at 10%, 50%
+and 90% of the labelled nodes) when labels or groups are given; friend suggestion (AUC and
+precision@10 of held-out edges) with ``holdout``: that share of the edges is held out before
+embedding.
+
+The exact §6 methods hold n x n matrices: they are for graphs of at most
+``EXACT_MAX_POINTS`` nodes; above it ``spe`` runs its low-rank, sampled version
+(:func:`npkl_dist.embedding.embed_spe_lowrank`) and ``mve`` / ``cmvu`` refuse in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .._errors import ValidationError, fix
+
+EMBED_METHODS = ("spe", "mve", "cmvu", "npkl")
+#: the dense §6 methods (n x n kernel, its full spectrum each iteration) up to this many nodes
+EXACT_MAX_POINTS = 3000
+
+
+def principal_coordinates(V, dim: int) -> np.ndarray:
+    """The top ``dim`` principal coordinates of K = V V': U_d S_d from V's thin SVD (rows are
+    points; their inner products are K's best rank-``dim`` part)."""
+    U, s, _ = np.linalg.svd(np.asarray(V, dtype=np.float64), full_matrices=False)
+    d = min(dim, s.size)
+    Z = np.zeros((V.shape[0], dim))
+    Z[:, :d] = U[:, :d] * s[:d]
+    return Z
+
+
+def embed_job(
+    *,
+    edges,
+    method: str = "spe",
+    dim: int = 2,
+    labels=None,
+    groups=None,
+    holdout: float | None = None,
+    n_points: int | None = None,
+    C: float = 1.0,
+    capacity: float | None = None,
+    max_iter: int | None = None,
+    seed: int = 0,
+    out=None,
+):
+    """Read the graph and the side information, embed, score, write ``embedding.npy`` (node
+    order) and ``summary.json`` into ``out``. Returns (summary, Z, labels or None)."""
+    from ..graph._blocks import graph_from_edge_batches, iter_edge_batches
+    from ..graph._io import read_labels
+    from ._job import ensure_out_dir
+
+    if method not in EMBED_METHODS:
+        raise ValidationError(
+            f"method: {method!r} is not one of {', '.join(map(repr, EMBED_METHODS))}"
+        )
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+        raise ValidationError(f"dim: expected a positive integer, got {dim!r}")
+    if out is not None:
+        out = ensure_out_dir(out, "out")
+    graph = graph_from_edge_batches(iter_edge_batches(edges), n_points)
+    S = graph.S.tocsr()
+    n = S.shape[0]
+    y = None
+    if labels is not None:
+        y = read_labels(labels)
+        if y.shape[0] != n:
+            raise ValidationError(
+                f"labels: {y.shape[0]} labels for a graph of {n} nodes; give one label per node "
+                "(-1 for unknown)"
+            )
+    member = None
+    if groups is not None:
+        from ..embedding import read_memberships
+
+        if labels is not None:
+            raise ValidationError("groups: give side information as labels or as groups, not both")
+        member = read_memberships(groups, n_nodes=n)
+        if member.n_nodes != n:
+            raise ValidationError(
+                f"groups: memberships name node {member.n_nodes - 1}, the graph has {n} nodes "
+                f"(0 to {n - 1}); give memberships of this graph's nodes"
+            )
+    if method in ("cmvu", "npkl") and y is None and (member is None or method == "cmvu"):
+        raise ValidationError(
+            f"labels: method {method!r} learns from side information; give "
+            + fix("labels=...", "--labels FILE")
+            + " (one label per node, -1 for unknown)"
+            + (", or " + fix("groups=...", "--groups FILE") if method == "npkl" else "")
+            + ", or use method 'spe' or 'mve'"
+        )
+    split = None
+    if holdout is not None:
+        from ..embedding import split_edges
+
+        split = split_edges(S, holdout, seed=seed)
+        S = split.train
+    if method in ("mve", "cmvu") and n > EXACT_MAX_POINTS:
+        raise ValidationError(
+            f"edges: {n} nodes; the exact {method} holds n x n matrices and takes at most "
+            f"{EXACT_MAX_POINTS} nodes; use method 'spe' (low rank above {EXACT_MAX_POINTS} "
+            "nodes) or 'npkl' for a larger graph"
+        )
+    t0 = time.perf_counter()
+    info: dict = {}
+    if method == "npkl":
+        Z, info = _npkl(S, y, member, dim, seed, max_iter)
+    elif method == "spe" and n > EXACT_MAX_POINTS:
+        Z, info = _spe_lowrank(S, dim, C, capacity, max_iter, seed)
+    else:
+        Z, info = _exact(S, y, method, dim, C, capacity, max_iter)
+    fit_seconds = time.perf_counter() - t0
+    summary = {
+        "method": method,
+        "dim": int(dim),
+        "n_points": int(n),
+        "n_edges": int(graph.S.nnz // 2),
+        "n_components": int(graph.n_components),
+        **info,
+        "fit_seconds": fit_seconds,
+        "seed": seed,
+    }
+    if member is not None:
+        summary["n_groups"] = int(member.n_groups)
+    summary.update(_scores(Z, y, member, split, seed, learned=method in ("npkl", "cmvu")))
+    if out is not None:
+        np.save(out / "embedding.npy", Z)
+        summary["files"] = {
+            "embedding": str(out / "embedding.npy"),
+            "summary": str(out / "summary.json"),
+        }
+        Path(out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary, Z, y
+
+
+def _scores(Z, y, member, split, seed, learned: bool) -> dict:
+    """The downstream tasks' figures (npkl_dist.embedding's node_classification and
+    friend_suggestion) for the summary."""
+    from ..embedding import friend_suggestion, group_labels, node_classification
+
+    out: dict = {}
+    target = y if y is not None else (None if member is None else group_labels(member)[0])
+    if target is not None:
+        sc = node_classification(Z, target, train_fractions=(0.1, 0.5, 0.9), seed=seed)
+        # npkl learned from pairs of these very labels: not a held-out score, said so
+        out["node_classification"] = {**sc.to_dict(), "labels_were_side_information": learned}
+    if split is not None:
+        fs = friend_suggestion(Z, split, seed=seed)
+        out["friend_suggestion"] = fs.to_dict()
+        out["n_edges_held_out"] = int(split.pos.shape[0])
+    return out
+
+
+def _spe_lowrank(S, dim, C, capacity, max_iter, seed):
+    """SPE above EXACT_MAX_POINTS nodes: rank-16 kernel, sampled triplets (docs/algorithms.md,
+    "SPE at scale")."""
+    from ..embedding import embed_spe_lowrank
+
+    W = S.copy()
+    W.data = np.ones_like(W.data)
+    kw = {} if max_iter is None else {"max_sweeps": max_iter}
+    res = embed_spe_lowrank(W, dim=dim, rank=max(16, dim), C=C, B=capacity, seed=seed, **kw)
+    return res.embedding, {
+        "solver": "spe-lowrank",
+        "objective": float(res.objective),
+        "dual_objective": float(res.dual_objective),
+        "duality_gap": float(res.objective - res.dual_objective),
+        "iterations": int(res.iterations),
+        "sweeps": int(res.sweeps),
+        "converged": bool(res.converged),
+        "rank": int(res.factor.shape[1]),
+        "rank_binding": bool(res.rank_binding),
+    }
+
+
+def _exact(S, y, method, dim, C, capacity, max_iter):
+    from ..embedding import embed_cmvu, embed_mve, embed_spe
+
+    W = S.copy()
+    W.data = np.ones_like(W.data)  # connectivity / unit edge lengths
+    kw = {"dim": dim, "C": C, "B": capacity}
+    if method == "spe":
+        res = embed_spe(W, **kw, **({} if max_iter is None else {"max_iter": max_iter}))
+    elif method == "mve":
+        res = embed_mve(W, **kw, **({} if max_iter is None else {"max_outer": max_iter}))
+    else:
+        known = y >= 0
+        if not known.all():
+            raise ValidationError(
+                f"labels: cmvu colours every node, {int((~known).sum())} are unlabelled (-1); "
+                "give a label for every node or use method 'npkl'"
+            )
+        res = embed_cmvu(W, y, **kw, **({} if max_iter is None else {"max_iter": max_iter}))
+    return res.embedding, {
+        "objective": float(res.objective),
+        "dual_objective": float(res.dual_objective),
+        "duality_gap": float(res.objective - res.dual_objective),
+        "iterations": int(res.iterations),
+        "converged": bool(res.converged),
+    }
+
+
+def _npkl(S, y, member, dim, seed, max_iter):
+    from ..embedding import group_constraints
+    from ..graph._graph import laplacian
+    from ..problem._constraints import sample_constraints
+    from ..problem._problem import NPKLProblem
+    from ..solvers.bcd._fit import fit_bcd
+
+    if y is not None:
+        cons = sample_constraints(y, seed=seed)
+    else:
+        cons = group_constraints(member, seed=seed)
+    problem = NPKLProblem.build(laplacian(S, 1e-3), cons, loss="square", seed=seed)
+    res = fit_bcd(problem, **({} if max_iter is None else {"max_sweeps": max_iter}))
+    return principal_coordinates(res.V, dim), {
+        "objective": float(res.objective),
+        "iterations": int(res.n_sweeps),
+        "converged": bool(res.converged),
+        "rank": int(problem.rank),
+        "n_constraints": int(cons.m),
+    }
