@@ -570,8 +570,16 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.quick:
         args.repeats, args.outer, args.cap = 5, 3, min(args.cap, 60.0)
+    threads = numba.get_num_threads()
     numba.set_num_threads(1)
-    threadpool_limits(1)
+    try:  # one thread for every method (the paper's timings), restored for an in-process caller
+        with threadpool_limits(1):
+            return _run(args, argv)
+    finally:
+        numba.set_num_threads(threads)
+
+
+def _run(args, argv):
     raw, rows = {}, []
     t_all = time.perf_counter()
     for name in args.datasets:

@@ -171,9 +171,21 @@ def _environment_restored():
     subprocess then ran on one BLAS thread while the in-process fit ran on two, whose last
     bits differ (a CI run of the fault-injection matrix saw a 'wrong' resume)."""
     import dask
+    import numba
+
+    from npkl_dist.linalg._blas import _blas_controller
 
     saved = dict(os.environ)
+    # and the thread counts of numba and of BLAS: a benchmark's main() once left every BLAS
+    # at one thread for the rest of the heavy session (bench/embed_table8.py)
+    blas = [(lib, lib.get_num_threads()) for lib in _blas_controller().lib_controllers]
+    numba_threads = numba.get_num_threads()
     yield
+    for lib, count in blas:
+        if lib.get_num_threads() != count:
+            lib.set_num_threads(count)
+    if numba.get_num_threads() != numba_threads:
+        numba.set_num_threads(numba_threads)
     if os.environ != saved:
         os.environ.clear()
         os.environ.update(saved)

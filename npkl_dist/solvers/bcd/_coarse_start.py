@@ -51,6 +51,7 @@ from scipy.optimize import minimize_scalar
 from scipy.sparse.linalg import eigsh
 
 from ...linalg._aggregation import _group_rows, _single_entry_columns
+from ...linalg._blas import _OneBlasThread
 from ...linalg._reductions import chunked_sums, ordered_total, row_norms2
 from ...problem._objective import loss_fn
 
@@ -281,16 +282,23 @@ def coarse_basis(
 def bottom_eigenpairs(A: sp.csr_matrix, rank: int, dense_max: int = DENSE_MAX):
     """(w, X): the min(rank, m) smallest eigenvalues of the symmetric (m, m) A, ascending, and
     their eigenvectors: dense ``eigh`` up to ``dense_max`` rows, else ARPACK from a fixed
-    start vector (deterministic)."""
+    start vector (deterministic).
+
+    On one BLAS thread, whatever the process's count: LAPACK's rounding depends on it, and
+    eigenvalues equal up to rounding (one per connected component of the graph, the shift
+    ``delta`` each) then come back in another order or sign, a start that differs by a
+    signed permutation of V's columns: a resume in a process whose BLAS runs on another
+    number of threads would not reproduce the uninterrupted fit bit for bit."""
     m = A.shape[0]
     k = min(int(rank), m)
-    if m <= dense_max or k >= m - 1:
-        w, X = np.linalg.eigh(A.toarray())
-        w, X = w[:k], X[:, :k]
-    else:
-        w, X = eigsh(A, k=k, which="SA", tol=1e-6, v0=np.ones(m))
-        order = np.argsort(w, kind="stable")
-        w, X = w[order], X[:, order]
+    with _OneBlasThread():
+        if m <= dense_max or k >= m - 1:
+            w, X = np.linalg.eigh(A.toarray())
+            w, X = w[:k], X[:, :k]
+        else:
+            w, X = eigsh(A, k=k, which="SA", tol=1e-6, v0=np.ones(m))
+            order = np.argsort(w, kind="stable")
+            w, X = w[order], X[:, order]
     return np.ascontiguousarray(w), np.ascontiguousarray(X)
 
 

@@ -10,6 +10,7 @@ import pyamg
 from scipy.sparse.linalg import lobpcg
 
 from ..._errors import ValidationError
+from ...linalg._blas import _OneBlasThread
 from ...linalg._rowops import take_rows
 from ...problem._problem import NPKLProblem
 from .._plan import _split
@@ -158,7 +159,8 @@ def _spectral_start(problem: NPKLProblem, X0: np.ndarray) -> np.ndarray:
     L = problem.L.astype(np.float64).tocsr()
     n, r = X0.shape
     if n <= 5 * r:  # LOBPCG needs n >> r; a dense eigensolve is cheap here
-        E = np.linalg.eigh(L.toarray())[1][:, :r]
+        with _OneBlasThread():  # the thread count changes LAPACK's rounding (bottom_eigenpairs)
+            E = np.linalg.eigh(L.toarray())[1][:, :r]
     else:
         with seeded_global_random():
             M = pyamg.smoothed_aggregation_solver(L, symmetry="hermitian").aspreconditioner()
