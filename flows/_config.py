@@ -42,6 +42,7 @@ SECTIONS: dict[str, dict[str, tuple]] = {
         "n_points": (_INT, None, None, False),
         "constraints": (_STR, None, None, True),
         "labels": (_STR, None, None, True),
+        "groups": (_STR, None, None, True),
         "n_must": (_INT, None, None, False),
         "n_cannot": (_INT, None, None, False),
         "eval_labels": (_STR, None, None, True),
@@ -253,7 +254,7 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
                 f"{source} [input]: dataset = {inp['dataset']!r} brings its own features; drop "
                 f"features / edges, or drop dataset"
             )
-        if inp["constraints"] is None and inp["labels"] is None:
+        if inp["constraints"] is None and inp["labels"] is None and inp["groups"] is None:
             inp["labels"] = f"dataset:{inp['dataset']}"
         if inp["eval_labels"] is None:
             inp["eval_labels"] = f"dataset:{inp['dataset']}"
@@ -269,12 +270,13 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
             f'{source} [input]: give exactly one of features = "X.npy" (feature rows; a kNN '
             f'graph is built) or edges = "graph.csv" (a given graph)'
         )
-    if (inp["constraints"] is None) == (inp["labels"] is None):
+    if sum(inp[k] is not None for k in ("constraints", "labels", "groups")) != 1:
         raise ValidationError(
-            f'{source} [input]: give exactly one of constraints = "pairs.csv" (i, j, type) '
-            f'or labels = "y.npy" (partial labels, -1 = unknown; pairs are sampled)'
+            f'{source} [input]: give exactly one of constraints = "pairs.csv" (i, j, type), '
+            f'labels = "y.npy" (partial labels, -1 = unknown; pairs are sampled) or groups = '
+            f'"memberships.csv" (node, group; pairs are sampled from shared groups)'
         )
-    for key in ("features", "edges", "constraints", "labels", "eval_labels"):
+    for key in ("features", "edges", "constraints", "labels", "groups", "eval_labels"):
         path = inp[key]
         if (
             path is not None

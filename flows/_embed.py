@@ -80,14 +80,80 @@ def add_embed_parser(sub, positive_int) -> None:
         help="iterations at most (mve: outer iterations; npkl: sweeps; default: the method's)",
     )
     embed.add_argument("--seed", type=int, default=0, help="npkl's pairs and start (default: 0)")
+    embed.add_argument(
+        "--run",
+        metavar="RUN",
+        help="npkl: learn in a run store (a path, or a name under $NPKL_HOME/runs), "
+        "checkpointed; the same command again continues a crashed run from its newest "
+        "checkpoint, bitwise as if uninterrupted (npkl status RUN shows it)",
+    )
     embed.add_argument("--out", required=True, metavar="DIR", help="output directory")
     embed.add_argument("--no-plot", dest="plot", action="store_false", help="no embedding.png")
     embed.add_argument("--json", action="store_true", help="print summary.json instead")
     embed.add_argument("--quiet", action="store_true", help="nothing on stderr")
 
 
+def _learn_in_run(args):
+    """``npkl embed --method npkl --run RUN``: the pipeline's stages (graph, constraints, a
+    checkpointed BCD fit) in the run store; a run that exists is continued, if it was started
+    with the same input and model options."""
+    from npkl_dist import store as st
+    from npkl_dist._errors import ValidationError
+
+    from ._config import validate_config
+    from ._fit import run_fit_stages
+
+    if args.method != "npkl":
+        raise ValidationError(
+            f"--run: checkpoints the npkl method's learning; --method {args.method} runs in one "
+            "go: drop --run, or use --method npkl"
+        )
+
+    def learn():  # called by embed_job once it has checked the input and side information
+        raw = {
+            "run": args.run,
+            "input": {
+                "edges": args.edges,
+                "n_points": args.n_points,
+                "labels": args.labels,
+                "groups": args.groups,
+            },
+            "model": {"solver": "bcd", "loss": "square", "seed": args.seed},
+        }
+        if args.max_iter is not None:
+            raw["model"]["max_sweeps"] = args.max_iter
+        cfg = validate_config(raw, source="npkl embed", base_dir=os.getcwd())
+        url = st.resolve_run(cfg["run"], root=cfg["storage"]["root"])
+        try:
+            with st.RunStore.open(url, mode="r") as rs:
+                stored = rs.config.get("pipeline") or {}
+        except st.StoreError:
+            stored = None
+        if stored is not None:
+            differ = [
+                f"{sec}.{k}: run {stored.get(sec, {}).get(k)!r}, now {v!r}"
+                for sec in ("input", "model")
+                for k, v in cfg[sec].items()
+                if stored.get(sec, {}).get(k) != v
+            ]
+            if differ:
+                raise ValidationError(
+                    f"--run: {args.run!r} was started with other options ({'; '.join(differ)}); "
+                    "repeat its command to continue it, or pass another --run"
+                )
+        summary, V, _ = run_fit_stages(cfg, resume=stored is not None, quiet=args.quiet)
+        keys = ("objective", "converged", "rank", "n_constraints", "run")
+        info = {k: summary[k] for k in keys if k in summary}
+        info["iterations"] = int(summary.get("n_sweeps", summary.get("n_iterations", 0)))
+        info["resumed"] = stored is not None
+        return V, info
+
+    return learn
+
+
 def cmd_embed(args, announce) -> int:
     announce("embed", args.quiet, out=args.out)
+    learn = None if args.run is None else _learn_in_run(args)
     summary, Z, y = embed_job(
         edges=args.edges,
         method=args.method,
@@ -101,6 +167,7 @@ def cmd_embed(args, announce) -> int:
         max_iter=args.max_iter,
         seed=args.seed,
         out=args.out,
+        learn_npkl=learn,
     )
     if args.plot:
         from npkl_dist import plotting  # lazy: matplotlib only when a figure is drawn

@@ -46,12 +46,13 @@ def _check_sources(args):
             "input: give exactly one of --features PATH (feature rows) or --edges PATH (a given "
             "graph's edge list)"
         )
-    if (args.constraints is None) == (args.labels is None):
+    if sum(getattr(args, k) is not None for k in ("constraints", "labels", "groups")) != 1:
         raise ValidationError(
-            "constraints: give exactly one of --constraints PATH (pairs i,j,type) or --labels "
-            "PATH (partial labels, pairs sampled with the papers' protocol)"
+            "constraints: give exactly one of --constraints PATH (pairs i,j,type), --labels "
+            "PATH (partial labels, pairs sampled with the papers' protocol) or --groups PATH "
+            "(memberships node,group; pairs sampled from shared groups)"
         )
-    for opt in ("features", "edges", "constraints", "labels", "eval_labels"):
+    for opt in ("features", "edges", "constraints", "labels", "groups", "eval_labels"):
         path = getattr(args, opt)
         if path is not None and "://" not in path and not Path(path).is_file():
             flag = f"--{opt.replace('_', '-')}"
@@ -75,6 +76,7 @@ def fit_pipeline_config(args, run: str) -> dict:
             "n_points",
             "constraints",
             "labels",
+            "groups",
             "n_must",
             "n_cannot",
             "eval_labels",

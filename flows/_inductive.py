@@ -62,6 +62,7 @@ def cmd_fit_inductive(args, announce) -> int:
         features=args.features,
         constraints=args.constraints,
         labels=args.labels,
+        groups=args.groups,
         n_must=args.n_must,
         n_cannot=args.n_cannot,
         eval_labels=args.eval_labels,

@@ -143,6 +143,13 @@ def _add_fit_options(p: argparse.ArgumentParser):
         "cannot-link, seeded)",
     )
     con.add_argument(
+        "--groups",
+        metavar="PATH",
+        help="group memberships (.csv/.parquet with columns node, group, or .npy (m, 2); a "
+        "node in several groups or none); must-links are sampled within groups, cannot-links "
+        "between nodes sharing none (seeded; docs/algorithms.md, 'Group side information')",
+    )
+    con.add_argument(
         "--n-must",
         type=_nonneg_int,
         metavar="M",

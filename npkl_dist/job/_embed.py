@@ -60,9 +60,14 @@ def embed_job(
     max_iter: int | None = None,
     seed: int = 0,
     out=None,
+    learn_npkl=None,
 ):
     """Read the graph and the side information, embed, score, write ``embedding.npy`` (node
-    order) and ``summary.json`` into ``out``. Returns (summary, Z, labels or None)."""
+    order) and ``summary.json`` into ``out``. Returns (summary, Z, labels or None).
+
+    ``learn_npkl``: for method 'npkl', a callable returning ``(V, info)`` (the learned
+    factor in node order and the summary's fit figures) instead of this process's own BCD
+    fit: ``npkl embed --run`` passes the pipeline's checkpointed, resumable fit."""
     from ..graph._blocks import graph_from_edge_batches, iter_edge_batches
     from ..graph._io import read_labels
     from ._job import ensure_out_dir
@@ -120,7 +125,15 @@ def embed_job(
         )
     t0 = time.perf_counter()
     info: dict = {}
-    if method == "npkl":
+    if method == "npkl" and learn_npkl is not None:
+        if split is not None:
+            raise ValidationError(
+                "holdout: a checkpointed run (--run) learns on the whole edge list; drop "
+                "--holdout, or drop --run to score friend suggestion"
+            )
+        V, info = learn_npkl()
+        Z = principal_coordinates(V, dim)
+    elif method == "npkl":
         Z, info = _npkl(S, y, member, dim, seed, max_iter)
     elif method == "spe" and n > EXACT_MAX_POINTS:
         Z, info = _spe_lowrank(S, dim, C, capacity, max_iter, seed)

@@ -213,6 +213,7 @@ def fit_inductive_job(
     features,
     constraints=None,
     labels=None,
+    groups=None,
     n_must=None,
     n_cannot=None,
     eval_labels=None,
@@ -239,10 +240,10 @@ def fit_inductive_job(
     from ..solvers.inductive import fit_inductive
     from ._job import ensure_out_dir
 
-    if (constraints is None) == (labels is None):
+    if sum(v is not None for v in (constraints, labels, groups)) != 1:
         raise ValidationError(
-            "constraints: give exactly one of a pairs file (--constraints) or labels to sample "
-            "pairs from (--labels)"
+            "constraints: give exactly one of a pairs file (--constraints), labels to sample "
+            "pairs from (--labels) or group memberships (--groups)"
         )
     if out is not None:
         out = ensure_out_dir(out, "out")
@@ -250,6 +251,16 @@ def fit_inductive_job(
     n = X.shape[0]
     if constraints is not None:
         cons = Constraints.from_arrays(*read_constraints(constraints), n)
+    elif groups is not None:
+        from ..embedding import group_constraints, read_memberships
+
+        member = read_memberships(groups, n_nodes=n)
+        if member.n_nodes != n:
+            raise ValidationError(
+                f"groups: memberships name point {member.n_nodes - 1}, the features have {n} "
+                f"rows (0 to {n - 1}); give memberships of these points"
+            )
+        cons = group_constraints(member, n_must, n_cannot, seed=seed)
     else:
         y = read_labels(labels)
         if y.shape[0] != n:

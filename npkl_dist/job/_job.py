@@ -63,6 +63,7 @@ class FitConfig:
     duplicates: str = "max"  # repeated edges: max | sum | mean | error
     constraints: str | None = None
     labels: str | None = None
+    groups: str | None = None  # memberships (node, group): pairs by group_constraints' protocol
     n_must: int | None = None
     n_cannot: int | None = None
     diagonal: bool | None = None
@@ -277,15 +278,22 @@ def result_summary(solver: str, result) -> dict:
 
 
 def _check_constraint_source(cfg: FitConfig):
-    if (cfg.constraints is not None) == (cfg.labels is not None or cfg.y_constraints is not None):
+    given = [
+        cfg.constraints is not None,
+        cfg.labels is not None or cfg.y_constraints is not None,
+        cfg.groups is not None,
+    ]
+    if sum(given) != 1:
         raise ValidationError(
-            "constraints: give exactly one of --constraints PATH (pairs i,j,type) or --labels "
-            "PATH (partial labels, pairs sampled with the papers' protocol)"
+            "constraints: give exactly one of --constraints PATH (pairs i,j,type), --labels "
+            "PATH (partial labels, pairs sampled with the papers' protocol) or --groups PATH "
+            "(memberships node,group; pairs sampled from shared groups)"
         )
 
 
 def load_constraints(cfg: FitConfig, n: int, *, n_from_edges: bool = False) -> Constraints:
-    """Stage: constraints from a pairs file, or sampled from (partial) labels.
+    """Stage: constraints from a pairs file, or sampled from (partial) labels or group
+    memberships.
 
     ``n_from_edges``: n was read off the edge list (its largest node + 1), so a point
     beyond it may be a node without edges: the error then names ``--n-points``."""
@@ -310,6 +318,18 @@ def load_constraints(cfg: FitConfig, n: int, *, n_from_edges: bool = False) -> C
             if not extra:
                 raise
             raise ValidationError(f"{exc}{extra}") from None
+    if cfg.groups is not None:
+        from ..embedding import group_constraints, read_memberships
+
+        member = read_memberships(cfg.groups, n_nodes=n)
+        if member.n_nodes != n:
+            raise ValidationError(
+                f"groups: memberships name node {member.n_nodes - 1}, the graph has {n} nodes "
+                f"(0 to {n - 1}); give memberships of its nodes" + hint(member.n_nodes)
+            )
+        return group_constraints(
+            member, cfg.n_must, cfg.n_cannot, seed=cfg.seed, diagonal=_diagonal(cfg)
+        )
     y = cfg.y_constraints if cfg.y_constraints is not None else read_labels(cfg.labels)
     if y.shape[0] != n:
         raise ValidationError(

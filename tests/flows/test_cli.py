@@ -17,6 +17,7 @@ FIT_OPTIONS = [
     "--duplicates",
     "--constraints",
     "--labels",
+    "--groups",
     "--n-must",
     "--n-cannot",
     "--diagonal",

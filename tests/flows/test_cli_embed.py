@@ -113,3 +113,123 @@ def test_spe_above_the_exact_bound_runs_low_rank(tmp_path, capsys):
     s = json.loads(capsys.readouterr().out)
     assert s["solver"] == "spe-lowrank" and s["rank"] == 16 and s["n_points"] == 3200
     assert s["node_classification"]["micro_f1_mean"][1] > 0.8
+
+
+# ---- npkl embed --method npkl --run: the pipeline's checkpointed fit ------------------------
+class _Killed(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """A 600-node planted partition in 6 groups (mix 0.3: not separable from the edges alone),
+    memberships of a third of the nodes (a few in two groups) as the side information."""
+    import npkl_dist as nk
+
+    d = tmp_path_factory.mktemp("planted")
+    edges, g = nk.planted_partition(600, 6, degree=10.0, mix=0.3, seed=3)
+    np.save(d / "E.npy", edges)
+    rng = np.random.default_rng(0)
+    known = np.sort(rng.choice(600, 200, replace=False))
+    rows = [(int(i), int(g[i])) for i in known] + [(int(i), 6) for i in known[:10]]
+    (d / "groups.csv").write_text("node,group\n" + "".join(f"{i},{k}\n" for i, k in rows))
+    return d, g
+
+
+def _embed_run(d, run, out, *extra):
+    return [
+        "embed", "--edges", str(d / "E.npy"), "--groups", str(d / "groups.csv"),
+        "--method", "npkl", "--max-iter", "12", "--dim", "6", "--run", str(run),
+        "--out", str(out), "--no-plot", "--json", "--quiet", *extra,
+    ]  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+def test_run_crashed_and_repeated_ends_bitwise_as_uninterrupted(planted, tmp_path, capsys):
+    """`npkl embed --method npkl --run RUN` killed after the checkpoint of sweep 5; the same
+    command again continues from it and writes the uninterrupted run's embedding, bitwise."""
+    from npkl_dist import store as st
+
+    d, g = planted
+    assert main(_embed_run(d, tmp_path / "full", tmp_path / "o-full")) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert full["resumed"] is False and full["n_groups"] == 7 and full["iterations"] == 12
+    Z_full = np.load(tmp_path / "o-full" / "embedding.npy")
+
+    orig = st.StoreCheckpointer.on_sweep
+
+    def dying(self, state, session):
+        orig(self, state, session)
+        if state["sweep"] == 5:
+            raise _Killed
+
+    st.StoreCheckpointer.on_sweep = dying
+    try:
+        with pytest.raises(_Killed):
+            main(_embed_run(d, tmp_path / "half", tmp_path / "o-half"))
+    finally:
+        st.StoreCheckpointer.on_sweep = orig
+    capsys.readouterr()
+    seen = []
+
+    def spy(self, state, session):
+        seen.append(state["sweep"])
+        orig(self, state, session)
+
+    st.StoreCheckpointer.on_sweep = spy
+    try:
+        assert main(_embed_run(d, tmp_path / "half", tmp_path / "o-half")) == 0
+    finally:
+        st.StoreCheckpointer.on_sweep = orig
+    assert seen == list(range(6, 13))  # continued after the checkpoint, not from the start
+    again = json.loads(capsys.readouterr().out)
+    assert again["resumed"] is True and again["iterations"] == 12
+    np.testing.assert_array_equal(np.load(tmp_path / "o-half" / "embedding.npy"), Z_full)
+    assert again["objective"] == full["objective"]
+    # the groups are learned from a third of the nodes: the other nodes' groups follow
+    nc = full["node_classification"]
+    assert nc["micro_f1_mean"][1] > 0.6, nc
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+def test_run_refuses_other_options_spe_and_holdout(planted, tmp_path, capsys):
+    d, _ = planted
+    assert main(_embed_run(d, tmp_path / "r", tmp_path / "o", "--max-iter", "3")) == 0
+    capsys.readouterr()
+    cases = [
+        (_embed_run(d, tmp_path / "r", tmp_path / "o", "--max-iter", "3", "--seed", "1"),
+         "was started with other options (model.seed: run 0, now 1)"),
+        (_embed_run(d, tmp_path / "s", tmp_path / "o", "--method", "spe"),
+         "--run: checkpoints the npkl method's learning; --method spe runs in one go"),
+        (_embed_run(d, tmp_path / "h", tmp_path / "o", "--holdout", "0.1"),
+         "holdout: a checkpointed run (--run) learns on the whole edge list"),
+    ]  # fmt: skip
+    for argv, msg in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert msg in err and "\n" not in err, err
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+def test_fit_and_pipeline_take_groups(planted, tmp_path, capsys):
+    """`npkl fit --groups` (and `[input] groups` of a pipeline) sample the pairs of
+    group_constraints from the memberships; exactly one source of pairs."""
+    import npkl_dist as nk
+    from npkl_flows._config import validate_config
+
+    d, _ = planted
+    argv = ["fit", "--edges", str(d / "E.npy"), "--groups", str(d / "groups.csv")]
+    assert main([*argv, "--max-sweeps", "3", "--json", "--quiet"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    from npkl_dist.embedding import group_constraints, read_memberships
+
+    ref = group_constraints(read_memberships(d / "groups.csv", n_nodes=600), seed=0)
+    assert s["n_constraints"] == ref.m and s["n_points"] == 600
+    assert main([*argv, "--labels", str(d / "groups.csv"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "give exactly one of --constraints PATH" in err and "--groups PATH" in err
+    with pytest.raises(nk.ValidationError, match='or groups = "memberships.csv"'):
+        validate_config({"run": "r", "input": {"edges": str(d / "E.npy")}})
+    inp = {"edges": str(d / "E.npy"), "groups": str(d / "groups.csv")}
+    cfg = validate_config({"run": "r", "input": inp})
+    assert cfg["input"]["groups"] == str(d / "groups.csv")

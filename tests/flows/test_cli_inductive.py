@@ -132,3 +132,21 @@ def test_transform_on_dask_equals_in_process(digits_files, tmp_path, capsys, cap
     np.testing.assert_array_equal(
         zarr.open_group(zout)["z"][:], model.transform(np.load(d / "Xnew.npy"))
     )
+
+
+def test_fit_inductive_takes_groups(digits_files, tmp_path, capsys):
+    """--groups: the pairs of group_constraints on the memberships, as npkl fit's other
+    solvers; here every other digit's class as its one group."""
+    from npkl_dist.embedding import group_constraints, read_memberships
+
+    d = digits_files
+    y = np.load(d / "y.npy")
+    half = np.arange(0, y.size, 2)
+    (tmp_path / "g.csv").write_text("node,group\n" + "".join(f"{i},{y[i]}\n" for i in half))
+    argv = ["fit", "--solver", "inductive", "--features", str(d / "X.npy"), "--groups"]
+    argv += [str(tmp_path / "g.csv"), "--eval-labels", str(d / "y.npy"), "--landmarks", "100"]
+    assert main([*argv, "--max-sweeps", "10", "--json", "--quiet"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    ref = group_constraints(read_memberships(tmp_path / "g.csv", n_nodes=1000), seed=0)
+    assert s["n_constraints"] == ref.m
+    assert s["metrics"]["ari"] > 0.5, s["metrics"]
