@@ -132,7 +132,7 @@ def embed_job(
                 "--holdout, or drop --run to score friend suggestion"
             )
         V, info = learn_npkl()
-        Z = principal_coordinates(V, dim)
+        Z, info["normalized_kernel"] = npkl_coordinates(V, _npkl_pairs(y, member, seed), dim)
     elif method == "npkl":
         Z, info = _npkl(S, y, member, dim, seed, max_iter)
     elif method == "spe" and n > EXACT_MAX_POINTS:
@@ -230,23 +230,47 @@ def _exact(S, y, method, dim, C, capacity, max_iter):
     }
 
 
-def _npkl(S, y, member, dim, seed, max_iter):
+def npkl_coordinates(V, constraints, dim: int):
+    """(Z, normalized): the top ``dim`` principal coordinates of the learned kernel, of its
+    cosine-normalised form (unit rows of V) when the points in no pair got short rows
+    (:func:`npkl_dist.evaluate.choose_normalize`, the rule kernel k-means follows: with few
+    nodes labelled the free rows decay away from the labelled ones, and their length, not
+    their direction, would then dominate the coordinates)."""
+    from ..evaluate import choose_normalize
+
+    normalized = choose_normalize(None, constraints, V)
+    if normalized:
+        V = np.asarray(V, dtype=np.float64)
+        norms = np.linalg.norm(V, axis=1, keepdims=True)
+        V = np.divide(V, norms, out=np.zeros_like(V), where=norms > 0)
+    return principal_coordinates(V, dim), bool(normalized)
+
+
+def _npkl_pairs(y, member, seed):
+    """The pairs npkl learns from: the papers' protocol on labels, or group_constraints'
+    on memberships (what the pipeline's ingest stage samples for ``npkl embed --run``)."""
     from ..embedding import group_constraints
-    from ..graph._graph import laplacian
     from ..problem._constraints import sample_constraints
+
+    if y is not None:
+        return sample_constraints(y, seed=seed)
+    return group_constraints(member, seed=seed)
+
+
+def _npkl(S, y, member, dim, seed, max_iter):
+    from ..graph._graph import laplacian
     from ..problem._problem import NPKLProblem
     from ..solvers.bcd._fit import fit_bcd
 
-    if y is not None:
-        cons = sample_constraints(y, seed=seed)
-    else:
-        cons = group_constraints(member, seed=seed)
+    cons = _npkl_pairs(y, member, seed)
     problem = NPKLProblem.build(laplacian(S, 1e-3), cons, loss="square", seed=seed)
     res = fit_bcd(problem, **({} if max_iter is None else {"max_sweeps": max_iter}))
-    return principal_coordinates(res.V, dim), {
+    Z, normalized = npkl_coordinates(res.V, cons, dim)
+    return Z, {
         "objective": float(res.objective),
         "iterations": int(res.n_sweeps),
         "converged": bool(res.converged),
         "rank": int(problem.rank),
         "n_constraints": int(cons.m),
+        "normalized_kernel": normalized,
     }
