@@ -35,6 +35,7 @@ from .._errors import ConvergenceWarning, ValidationError, fix
 from ..linalg._blas import _OneBlasThread
 from ._saddle import (
     EmbeddingResult,
+    ascend_capped_simplex,
     centre,
     check_count,
     check_positive,
@@ -43,11 +44,7 @@ from ._saddle import (
     coordinates,
     kernel_step,
     pair_laplacian,
-    project_capped_simplex,
 )
-
-#: Stop once J rose by less than tol (relative) over this many iterations.
-_STALL = 20
 
 #: The exact path keeps every triplet: at most this many (issue 77's item 2 samples them).
 MAX_TRIPLETS = 2_000_000
@@ -114,54 +111,17 @@ class _SPEDual:
         K, _, norm = kernel_step(self.A(alpha), self.B)
         return K, -self.sqB * norm, self.violations(K)
 
-    def primal(self, K) -> float:
-        v = self.violations(K)
+    def primal(self, K, v=None) -> float:
+        v = self.violations(K) if v is None else v
         xi = max(float(v.max()), 0.0) if v.size else 0.0
         return -float(np.sum(self.A0 * K)) + self.C * xi
 
 
 def _maximise(dual: _SPEDual, max_iter: int, tol: float):
-    """Accelerated projected gradient ascent on J over the capped simplex from alpha = 0."""
-    m = dual.ti.size
-    x = np.zeros(m)
-    K, J, g = dual.step(x)
-    best = (J, x, K)
-    P = dual.primal(K)
-    trace = [J]
-    if m == 0 or P - J <= tol * (abs(P) + 1.0):
-        return best, P, 0, trace
-    eta = dual.C / max(float(np.max(np.abs(g))), 1e-300)  # a step that crosses the box
-    y, Jy, gy, Ky = x, J, g, K
-    tk = 1.0
-    it = 0
-    while it < max_iter:
-        it += 1
-        for _ in range(60):  # backtrack until the ascent inequality holds
-            z = project_capped_simplex(y + eta * gy, dual.C)
-            dz = z - y
-            Kz, Jz, gz = dual.step(z)
-            if Jz >= Jy + float(gy @ dz) - float(dz @ dz) / (2.0 * eta) - 1e-13 * (abs(Jy) + 1):
-                break
-            eta *= 0.5
-        if Jz < J:  # function-value restart: drop the momentum, step from x
-            y, Jy, gy, tk = x, J, g, 1.0
-            continue
-        t_new = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * tk * tk))
-        y = project_capped_simplex(z + ((tk - 1.0) / t_new) * (z - x), dual.C)
-        x, J, g, K, tk = z, Jz, gz, Kz, t_new
-        Ky, Jy, gy = dual.step(y) if tk > 1.0 else (K, J, g)
-        if J > best[0]:
-            best = (J, x, K)
-        trace.append(best[0])
-        P = dual.primal(best[2])
-        if P - best[0] <= tol * (abs(P) + 1.0):
-            break
-        if len(trace) > _STALL and trace[-1] - trace[-1 - _STALL] <= tol * (abs(P) + 1.0):
-            # J has stopped rising: where the cap sum(alpha) <= C is slack (xi* = 0) the
-            # kernel step's tiny violations, times C, keep P above J (docs/algorithms.md)
-            break
-        eta *= 2.0  # let the step grow back
-    return best, dual.primal(best[2]), it, trace
+    """The ascent of J over the capped simplex from alpha = 0 (``ascend_capped_simplex``)."""
+    return ascend_capped_simplex(
+        dual.step, dual.primal, np.zeros(dual.ti.size), dual.C, max_iter, tol
+    )
 
 
 def embed_spe(
@@ -218,7 +178,7 @@ def embed_spe(
     tol = check_tol(tol)
     dual = _SPEDual(S, _triplets(S), C, B)
     with _OneBlasThread():  # n x n blocks: BLAS threads only contend (as SimpleNPKL's)
-        (J, alpha, K), P, its, trace = _maximise(dual, max_iter, tol)
+        (J, alpha, K, _), P, its, trace = _maximise(dual, max_iter, tol)
     K = centre(K)
     emb, w = coordinates(K, dim)
     scale = abs(P) + 1.0

@@ -50,13 +50,13 @@ from .._errors import ConvergenceWarning, ValidationError, fix
 from ..linalg._blas import _OneBlasThread
 from ..solvers.simplenpkl._fit import _kernel_step
 from ._saddle import (
+    ascend_capped_simplex,
     check_count,
     check_positive,
     check_square_symmetric,
     check_tol,
-    project_capped_simplex,
 )
-from ._spe import _STALL, _triplets
+from ._spe import _triplets
 
 #: ARPACK's relative tolerance on the top-r eigenpairs (the dual gradient's accuracy).
 _EIG_TOL = 1e-10
@@ -369,49 +369,9 @@ class _Dual:
 
 
 def _ascend(dual: _Dual, x, max_iter, tol):
-    """Projected accelerated ascent of J_r over the capped simplex on the working set (as
-    :func:`._spe._maximise`, warm-started at x). Returns (J, alpha, V, g), iterations."""
-    V, J, g = dual.step(x)
-    best = (J, x, V, g)
-    if x.size == 0:
-        return best, 0
-    P = dual.primal(V, g)
-    if P - J <= tol * (abs(P) + 1.0):
-        return best, 0
-    eta = dual.C / max(float(np.max(np.abs(g))), 1e-300)
-    y, Jy, gy = x, J, g
-    tk = 1.0
-    trace = [J]
-    it = 0
-    while it < max_iter:
-        it += 1
-        for _ in range(60):  # backtrack until the ascent inequality holds
-            z = project_capped_simplex(y + eta * gy, dual.C)
-            dz = z - y
-            Vz, Jz, gz = dual.step(z)
-            if Jz >= Jy + float(gy @ dz) - float(dz @ dz) / (2.0 * eta) - 1e-13 * (abs(Jy) + 1):
-                break
-            eta *= 0.5
-        if Jz < J:  # function-value restart (counted by the stall test: at the maximiser
-            # every step restarts)
-            y, Jy, gy, tk = x, J, g, 1.0
-            trace.append(best[0])
-            if len(trace) > _STALL and trace[-1] - trace[-1 - _STALL] <= tol * (abs(P) + 1.0):
-                break
-            continue
-        t_new = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * tk * tk))
-        y = project_capped_simplex(z + ((tk - 1.0) / t_new) * (z - x), dual.C)
-        x, J, g, V, tk = z, Jz, gz, Vz, t_new
-        _, Jy, gy = dual.step(y) if tk > 1.0 else (V, J, g)
-        if J > best[0]:
-            best = (J, x, V, g)
-        trace.append(best[0])
-        P = dual.primal(best[2], best[3])
-        if P - best[0] <= tol * (abs(P) + 1.0):
-            break
-        if len(trace) > _STALL and trace[-1] - trace[-1 - _STALL] <= tol * (abs(P) + 1.0):
-            break
-        eta *= 2.0
+    """The ascent of J_r over the capped simplex on the working set, warm-started at x
+    (``ascend_capped_simplex``). Returns (J, alpha, V, g), iterations."""
+    best, _, it, _ = ascend_capped_simplex(dual.step, dual.primal, x, dual.C, max_iter, tol)
     return best, it
 
 

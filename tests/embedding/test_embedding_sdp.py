@@ -341,3 +341,27 @@ def test_an_open_gap_warns():
     with pytest.warns(ConvergenceWarning, match="spe: relative duality gap .* max_iter"):
         res = embed_spe(W, max_iter=1)
     assert not res.converged
+
+
+def test_capped_simplex_ascent_stops_when_j_stalls_and_finds_the_maximiser():
+    """SPE's dual ascent (exact and at scale share it): on J(alpha) = -||alpha - a||^2 with a
+    primal that never closes the gap (P = J + 1), only the stall test can stop it, and it
+    must, restarts counted (at the maximiser every step restarts; the exact path once ran
+    to max_iter there). The best point is the projection of a on the capped simplex."""
+    from npkl_dist.embedding._saddle import STALL, ascend_capped_simplex, project_capped_simplex
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(0.3, 1.0, 40)
+    C = 2.0
+
+    def step(alpha):
+        return alpha.copy(), -float(np.sum((alpha - a) ** 2)), -2.0 * (alpha - a)
+
+    (J, alpha, _, _), P, its, trace = ascend_capped_simplex(
+        step, lambda s, g: -float(np.sum((s - a) ** 2)) + 1.0, np.zeros(40), C, 5000, 1e-9
+    )
+    ref = project_capped_simplex(a, C)
+    np.testing.assert_allclose(alpha, ref, atol=1e-6)
+    assert its < 500 and len(trace) > STALL
+    assert P == pytest.approx(J + 1.0)
+    assert all(b >= c for b, c in zip(trace[1:], trace[:-1]))  # the best J never falls
