@@ -16,7 +16,7 @@ from ._groups import (
 from ._mve import embed_mve
 from ._saddle import EmbeddingResult
 from ._spe import MAX_TRIPLETS, embed_spe, spe_triplets
-from ._spe_scale import LowRankSPEResult, embed_spe_lowrank, spe_objective
+from ._spe_scale import LowRankSPEResult, embed_spe_lowrank, spe_objective, spe_state_arrays
 from ._tasks import (
     TRAIN_FRACTIONS,
     EdgeSplit,
@@ -57,6 +57,7 @@ __all__ = [
     "read_group_indicator",
     "read_memberships",
     "spe_objective",
+    "spe_state_arrays",
     "spe_triplets",
     "split_edges",
     "table8_points",

@@ -392,6 +392,8 @@ def embed_spe_lowrank(
     tol: float = 1e-6,
     seed: int = 0,
     callback=None,
+    checkpoint=None,
+    resume: dict | None = None,
 ) -> LowRankSPEResult:
     """Structure preserving embedding (simplenpkl-jmlr2011 §6.3) at scale: K = V V' of rank
     at most ``rank``, the triplets on a working set grown by a seeded search.
@@ -423,6 +425,13 @@ def embed_spe_lowrank(
         results.
     callback : callable, optional
         ``callback(sweep, objective, dual_objective, n_triplets)`` after each sweep.
+    checkpoint : callable, optional
+        ``checkpoint(state)`` after each sweep that another follows: ``state`` (a dict of
+        arrays and plain values, :func:`spe_state_arrays` splits it for storage) holds all
+        the fit needs to go on.
+    resume : dict, optional
+        Such a state: the fit continues after its sweep, and ends bitwise as the fit that
+        wrote it would have (same W and parameters; ``max_sweeps`` may differ).
 
     Returns
     -------
@@ -463,10 +472,26 @@ def embed_spe_lowrank(
         raise ValidationError(
             f"callback: expected a callable or None, got {type(callback).__name__}"
         )
+    if checkpoint is not None and not callable(checkpoint):
+        raise ValidationError(
+            f"checkpoint: expected a callable or None, got {type(checkpoint).__name__}"
+        )
+    params = {"n": n, "rank": rank, "C": C, "B": B, "triplets_per_node": triplets_per_node,
+              "max_iter": max_iter, "tol": tol, "seed": seed}  # fmt: skip
+    if resume is not None:
+        got = {k: resume.get("params", {}).get(k) for k in params}
+        if got != params:
+            diff = ", ".join(f"{k}: state {got[k]!r}, call {v!r}" for k, v in params.items()
+                             if got[k] != v)  # fmt: skip
+            raise ValidationError(
+                f"resume: the state was written by a fit with other parameters ({diff}); "
+                "continue it with the same ones, or start over (resume=None)"
+            )
     with _OneBlasThread():
         out = _fit(
-            S, dim, rank, C, B, triplets_per_node, max_sweeps, max_iter, tol, seed, callback
-        )
+            S, dim, rank, C, B, triplets_per_node, max_sweeps, max_iter, tol, seed, callback,
+            checkpoint, resume, params,
+        )  # fmt: skip
     out.fit_seconds = time.perf_counter() - t0
     if not out.converged:
         warnings.warn(
@@ -479,7 +504,18 @@ def embed_spe_lowrank(
     return out
 
 
-def _fit(S, dim, rank, C, B, tpn, max_sweeps, max_iter, tol, seed, callback):
+def spe_state_arrays(state: dict) -> tuple[dict, dict]:
+    """(arrays, record): a :func:`embed_spe_lowrank` checkpoint state split into its numpy
+    arrays (for an .npz) and the rest (plain values, for JSON); ``{**arrays, **record}``
+    is the state again."""
+    arrays = {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
+    return arrays, {k: v for k, v in state.items() if k not in arrays}
+
+
+def _fit(
+    S, dim, rank, C, B, tpn, max_sweeps, max_iter, tol, seed, callback, checkpoint, resume,
+    params,
+):  # fmt: skip
     n = S.shape[0]
     dual = _Dual(S, rank, B, C, seed)
     indptr, indices = S.indptr.astype(np.int64), S.indices.astype(np.int64)
@@ -494,7 +530,17 @@ def _fit(S, dim, rank, C, B, tpn, max_sweeps, max_iter, tol, seed, callback):
     value = np.empty(n)
     trace, its, sweeps, idle = [], 0, 0, 0
     state = None
-    while True:
+    if resume is not None:
+        r = resume
+        dual.set_triplets(np.asarray(r["T"], dtype=np.int64).reshape(-1, 3))
+        alpha = np.array(r["alpha"], dtype=np.float64)
+        best_j = np.array(r["best_j"], dtype=np.int64)
+        dual.v0 = np.array(r["v0"], dtype=np.float64)
+        rng.bit_generator.state = r["rng"]
+        trace = [tuple(t) for t in r["trace"]]
+        its, sweeps, idle = int(r["iterations"]), int(r["sweeps"]), int(r["idle"])
+        state = (np.array(r["V"]), float(r["J"]), float(r["P"]), float(r["xi"]))
+    while resume is None or sweeps < max_sweeps:
         (J, alpha, V, g), k = _ascend(dual, alpha, max_iter, tol)
         its += k
         P_set = dual.primal(V, g)
@@ -529,6 +575,16 @@ def _fit(S, dim, rank, C, B, tpn, max_sweeps, max_iter, tol, seed, callback):
             dual.set_triplets(np.concatenate([T_old, new[fresh]]))
             alpha = np.concatenate([a_old, np.zeros(int(fresh.sum()))])
         # else: nothing beyond the working set; the ascent goes on from alpha (max_iter hit)
+        if checkpoint is not None:
+            V_, J_, P_, xi_ = state
+            checkpoint(
+                {
+                    "params": params, "sweeps": sweeps, "iterations": its, "idle": idle,
+                    "trace": [list(t) for t in trace], "rng": rng.bit_generator.state,
+                    "J": J_, "P": P_, "xi": xi_, "V": V_, "alpha": alpha, "T": dual.T,
+                    "best_j": best_j, "v0": dual.v0,
+                }
+            )  # fmt: skip
     V, J, P, xi = state
     w_next, _ = dual.eigs(alpha, rank + 1)
     next_eig = float(w_next[rank]) if w_next.size > rank else 0.0
@@ -555,4 +611,4 @@ def _fit(S, dim, rank, C, B, tpn, max_sweeps, max_iter, tol, seed, callback):
     )
 
 
-__all__ = ["LowRankSPEResult", "embed_spe_lowrank", "spe_objective"]
+__all__ = ["LowRankSPEResult", "embed_spe_lowrank", "spe_objective", "spe_state_arrays"]

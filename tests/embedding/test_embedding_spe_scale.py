@@ -87,6 +87,43 @@ def test_equal_seeds_give_bitwise_equal_results():
     assert not (np.array_equal(a.triplets, c.triplets) and np.array_equal(a.factor, c.factor))
 
 
+def test_resume_from_any_sweeps_state_is_bitwise_the_uninterrupted_fit():
+    """checkpoint(state) after each sweep; a fit resumed from any of them, the state passed
+    through its storage form (arrays in an .npz, the rest through JSON), ends bitwise as the
+    uninterrupted one: factor, duals, working set, trace."""
+    import io
+    import json
+
+    from npkl_dist.embedding import spe_state_arrays
+
+    W = random_graph(11, n=60, p=0.1)
+    kw = dict(rank=6, C=10.0, triplets_per_node=4, max_sweeps=6, max_iter=30, seed=5)
+    states = []
+
+    def stored(state):
+        arrays, record = spe_state_arrays(state)
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        buf.seek(0)
+        back = dict(np.load(buf))
+        return {**back, **json.loads(json.dumps(record))}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        full = embed_spe_lowrank(W, **kw, checkpoint=lambda st: states.append(stored(st)))
+        assert [st["sweeps"] for st in states] == list(range(1, full.sweeps))
+        for st in (states[0], states[-1]):
+            seen = []
+            res = embed_spe_lowrank(W, **kw, resume=st, callback=lambda k, *a: seen.append(k))
+            assert seen == list(range(st["sweeps"] + 1, full.sweeps + 1))  # only the rest
+            assert np.array_equal(res.factor, full.factor)
+            assert np.array_equal(res.alpha, full.alpha)
+            assert np.array_equal(res.triplets, full.triplets)
+            assert res.trace == full.trace and res.iterations == full.iterations
+    with pytest.raises(ValidationError, match=r"resume: .*seed: state 5, call 6"):
+        embed_spe_lowrank(W, **{**kw, "seed": 6}, resume=states[0])
+
+
 def test_planted_partition_is_separated(record_property):
     from scipy.sparse.linalg import eigsh
     from sklearn.model_selection import cross_val_score
