@@ -58,7 +58,7 @@ SECTIONS: dict[str, dict[str, tuple]] = {
         "duplicates": (_STR, "max", ("max", "sum", "mean", "error"), False),
     },
     "model": {
-        "solver": (_STR, "bcd", ("bcd", "admm", "simplenpkl", "inductive"), False),
+        "solver": (_STR, "bcd", ("bcd", "admm", "simplenpkl", "inductive", "spe"), False),
         "loss": (_STR, "square", ("hinge", "squared_hinge", "square", "linear"), False),
         "rank": (_INT, None, None, False),
         "gamma": (_FLOAT, 1.0, None, False),
@@ -91,6 +91,16 @@ SECTIONS: dict[str, dict[str, tuple]] = {
         "basis": (_STR, "kmeans++", ("kmeans++", "kmeans", "random", "clusters"), False),
         "tol": (_FLOAT, None, None, False),  # None: the regulariser's own
         "chunk_rows": (_INT, None, None, False),  # None: 16,384 (transform stage)
+    },
+    # solver = "spe" (simplenpkl §6.3 at scale, embed_spe_lowrank; the graph's connectivity,
+    # no pairs): [model] max_sweeps the working-set sweeps, seed the search's seed
+    "spe": {
+        "rank": (_INT, 16, None, False),
+        "C": (_FLOAT, 1.0, None, False),
+        "capacity": (_FLOAT, None, None, False),  # None: the number of nodes
+        "triplets": (_INT, 8, None, False),  # candidates per node and sweep
+        "max_iter": (_INT, 200, None, False),  # dual iterations per sweep
+        "tol": (_FLOAT, 1e-6, None, False),
     },
     "execution": {
         "executor": (_STR, "auto", ("auto", "inprocess", "dask"), False),
@@ -133,6 +143,8 @@ _POSITIVE = {
     "n_points",
     "landmarks",
     "chunk_rows",
+    "triplets",
+    "max_iter",
 }
 _NONNEG = {"seed", "n_must", "n_cannot", "anderson"}
 
@@ -254,7 +266,8 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
                 f"{source} [input]: dataset = {inp['dataset']!r} brings its own features; drop "
                 f"features / edges, or drop dataset"
             )
-        if inp["constraints"] is None and inp["labels"] is None and inp["groups"] is None:
+        no_pairs = inp["constraints"] is None and inp["labels"] is None and inp["groups"] is None
+        if no_pairs and out["model"]["solver"] != "spe":
             inp["labels"] = f"dataset:{inp['dataset']}"
         if inp["eval_labels"] is None:
             inp["eval_labels"] = f"dataset:{inp['dataset']}"
@@ -270,7 +283,19 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
             f'{source} [input]: give exactly one of features = "X.npy" (feature rows; a kNN '
             f'graph is built) or edges = "graph.csv" (a given graph)'
         )
-    if sum(inp[k] is not None for k in ("constraints", "labels", "groups")) != 1:
+    given = [k for k in ("constraints", "labels", "groups") if inp[k] is not None]
+    if out["model"]["solver"] == "spe":
+        if given:
+            raise ValidationError(
+                f"{source} [input]: solver = 'spe' embeds the graph from its connectivity "
+                f"alone and takes no pairs; drop {given[0]} (eval_labels scores and colours "
+                f'the result), or choose solver = "bcd" to learn from them'
+            )
+        if out["extend"]["features"] is not None:
+            raise ValidationError(
+                f"{source} [extend]: solver = 'spe' has no map for new points; drop [extend]"
+            )
+    elif len(given) != 1:
         raise ValidationError(
             f'{source} [input]: give exactly one of constraints = "pairs.csv" (i, j, type), '
             f'labels = "y.npy" (partial labels, -1 = unknown; pairs are sampled) or groups = '
@@ -343,10 +368,16 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
     return out
 
 
+#: solver = "spe": working-set sweeps when [model] max_sweeps is not given (embed_spe_lowrank's)
+SPE_MAX_SWEEPS = 30
+
+
 def _default_cap(model: dict, inductive: dict | None = None) -> None:
     """max_sweeps not given: the configured solver's own iteration cap."""
     if model.get("max_sweeps") is None:
-        if model["solver"] == "inductive":
+        if model["solver"] == "spe":
+            model["max_sweeps"] = SPE_MAX_SWEEPS
+        elif model["solver"] == "inductive":
             from npkl_dist.solvers.inductive import default_max_iter
 
             model["max_sweeps"] = default_max_iter((inductive or {}).get("regularizer", "logdet"))

@@ -63,6 +63,7 @@ from npkl_dist.job._job import (
     write_outputs,
 )
 from npkl_dist.job._recovery import MemoryCheckpointer, fit_with_recovery
+from npkl_dist.problem._constraints import Constraints
 from npkl_dist.solvers.admm._fit import admm_checkpoint_width
 from npkl_dist.solvers.bcd._fit import checkpoint_width
 from npkl_dist.solvers.bcd._setup import choose_method
@@ -176,7 +177,10 @@ def ingest(ctx: Context) -> dict:
         else:
             n = cfg["input"]["n_points"] or _edge_count_points(cfg["input"]["edges"])
         from_edges = feats is None and not cfg["input"]["n_points"]
-        cons = load_constraints(fc, n, n_from_edges=from_edges)
+        if cfg["model"]["solver"] == "spe":  # the connectivity alone: no pairs
+            cons = Constraints.from_arrays(*(np.zeros(0, np.int64),) * 3, n)
+        else:
+            cons = load_constraints(fc, n, n_from_edges=from_edges)
         y_eval = (
             read_input(cfg["input"]["eval_labels"], "labels")
             if cfg["input"]["eval_labels"]
@@ -330,6 +334,11 @@ def colour(ctx: Context) -> dict:
         return _skip("plan", info)
     if inductive(ctx.cfg):
         return _no_graph(ctx, "plan")
+    if ctx.cfg["model"]["solver"] == "spe":
+        out: dict = {}
+        with measure(out):
+            pass
+        return _finish(ctx, "plan", {**out, "note": "SPE sweeps need no colouring"})
 
     out: dict = {}
     with measure(out):
@@ -382,6 +391,10 @@ def learn(ctx: Context) -> dict:
         from ._stages_inductive import learn_inductive
 
         return learn_inductive(ctx)
+    if ctx.cfg["model"]["solver"] == "spe":
+        from ._stages_spe import learn_spe
+
+        return learn_spe(ctx)
 
     m = ctx.cfg["model"]
     out: dict = {}
@@ -890,7 +903,7 @@ REDO = {
     "ingest": ("inputs",),
     "graph": ("graph", KNN_GROUP),
     "plan": ("plan",),
-    "learn": ("checkpoints", Z_GROUP),
+    "learn": ("checkpoints", Z_GROUP, "spe"),  # spe: _stages_spe.SPE_GROUP
 }
 
 
