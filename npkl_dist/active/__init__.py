@@ -1,0 +1,28 @@
+"""Active constraint selection (issue 78): candidate pools that never enumerate n^2 pairs,
+the selection strategies on the low-rank kernel K = V V' (``_select``), and the loop that
+fits, asks, adds the answers and refits warm-started (``_loop``). docs/algorithms.md,
+"Active constraint selection"."""
+
+from ._loop import ActiveResult, ActiveRound, active_learning, add_answers, labels_oracle
+from ._select import (
+    STRATEGIES,
+    candidate_pool,
+    pair_kernel,
+    pair_scores,
+    point_margins,
+    select_pairs,
+)
+
+__all__ = [
+    "STRATEGIES",
+    "ActiveResult",
+    "ActiveRound",
+    "active_learning",
+    "add_answers",
+    "candidate_pool",
+    "labels_oracle",
+    "pair_kernel",
+    "pair_scores",
+    "point_margins",
+    "select_pairs",
+]

@@ -1,0 +1,153 @@
+"""Candidate pools and the selection strategies of active constraint selection (issue 78;
+docs/algorithms.md, "Active constraint selection").
+
+Nothing here forms an n x n matrix: a pool is an explicit (m, 2) array of pairs (the graph's
+edges, seeded uniform pairs, pairs at the most uncertain points), and K_kl = v_k . v_l is
+computed from the rows of V for the pairs scored, in chunks.
+
+Strategies (lower score = asked first; ties by pool order, so a selection is a function of V,
+the pool and the constraints):
+
+* ``random``: a seeded permutation of the pool.
+* ``min_abs_k``: the least |K_kl| (active-kernel-learning-icml2008's AKL-min-|Z|, its
+  Corollary 2: the min-max criterion (5) with the kernel held fixed).
+* ``margin``: simplenpkl-jmlr2011 §5.3's per-point margin m_i = |sum_j T_ij K_ij| / l_i over
+  the constraints at i (l_i of them; m_i = 0 for a point in none: nothing is known of it), a
+  pair scored by its less certain end, min(m_k, m_l), ties by |K_kl|. §5.3 picks among given
+  pairs; asked of a pool, the pairs at the least certain points come first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._errors import ValidationError, fmt_value
+
+STRATEGIES = ("random", "min_abs_k", "margin")
+
+#: rows of V per chunk when scoring pairs (a (chunk, r) gather per side)
+_CHUNK = 1 << 16
+
+
+def _key(i, j, n):
+    lo, hi = np.minimum(i, j), np.maximum(i, j)
+    return lo.astype(np.int64) * np.int64(n) + hi.astype(np.int64)
+
+
+def candidate_pool(
+    n_points: int,
+    *,
+    graph=None,
+    constraints=None,
+    n_random: int = 0,
+    seed=0,
+) -> np.ndarray:
+    """Candidate pairs (m, 2), i < j, distinct, none already constrained, never n^2 of them.
+
+    Parameters
+    ----------
+    n_points : int
+    graph : sparse matrix, optional
+        Its edges (the upper triangle's nonzeros) join the pool: neighbours whose kernel
+        entry decides the most.
+    constraints : Constraints, optional
+        Pairs already asked: left out.
+    n_random : int
+        Seeded uniform pairs added (drawn in rounds until that many distinct new ones, or the
+        pairs left run out).
+    seed : int or numpy.random.Generator
+
+    Returns
+    -------
+    ndarray of int64, shape (m, 2), sorted by (i, j)
+    """
+    n = int(n_points)
+    if n < 2:
+        raise ValidationError(f"n_points: {fmt_value(n_points)}; pairs need at least 2 points")
+    if isinstance(n_random, bool) or not isinstance(n_random, (int, np.integer)) or n_random < 0:
+        raise ValidationError(
+            f"n_random: expected a non-negative integer, got {fmt_value(n_random)}"
+        )
+    parts = []
+    if graph is not None:
+        G = sp.triu(sp.csr_matrix(graph), k=1).tocoo()
+        if G.shape != (n, n):
+            raise ValidationError(
+                f"graph: shape {G.shape} for {n} points; pass the (n, n) graph of these points"
+            )
+        parts.append(_key(G.row, G.col, n))
+    keys = np.unique(np.concatenate(parts)) if parts else np.zeros(0, np.int64)
+    taken = np.zeros(0, np.int64)
+    if constraints is not None and constraints.m:
+        taken = np.unique(_key(constraints.i, constraints.j, n))
+        keys = keys[~np.isin(keys, taken)]
+    if n_random:
+        rng = np.random.default_rng(seed)
+        room = n * (n - 1) // 2 - keys.size - taken.size
+        want = min(int(n_random), max(room, 0))
+        extra = np.zeros(0, np.int64)
+        while extra.size < want:
+            k = 2 * (want - extra.size) + 16
+            a, b = rng.integers(0, n, k), rng.integers(0, n, k)
+            cand = _key(a[a != b], b[a != b], n)
+            cand = cand[~np.isin(cand, keys) & ~np.isin(cand, taken)]
+            # the first draws of each new pair, in draw order (seeded)
+            _, first = np.unique(np.concatenate([extra, cand]), return_index=True)
+            merged = np.concatenate([extra, cand])[np.sort(first)]
+            extra = merged[:want]
+        keys = np.union1d(keys, extra)
+    return np.column_stack([keys // n, keys % n]).astype(np.int64)
+
+
+def pair_kernel(V, pairs) -> np.ndarray:
+    """K_kl = v_k . v_l for each pair (m,), in chunks of rows of V."""
+    V = np.asarray(V)
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    out = np.empty(pairs.shape[0], dtype=np.float64)
+    for s in range(0, pairs.shape[0], _CHUNK):
+        p = pairs[s : s + _CHUNK]
+        out[s : s + p.shape[0]] = np.einsum("kr,kr->k", V[p[:, 0]], V[p[:, 1]])
+    return out
+
+
+def point_margins(V, constraints) -> np.ndarray:
+    """simplenpkl §5.3's m_i = |sum_j T_ij K_ij| / l_i per point (0 where l_i = 0)."""
+    n = np.asarray(V).shape[0]
+    c = constraints
+    if c is None or c.m == 0:
+        return np.zeros(n)
+    k = pair_kernel(V, np.column_stack([c.i, c.j])) * c.t
+    both = np.concatenate([c.i, c.j])
+    s = np.bincount(both, weights=np.concatenate([k, k]), minlength=n)
+    cnt = np.bincount(both, minlength=n)
+    return np.divide(np.abs(s), cnt, out=np.zeros(n), where=cnt > 0)
+
+
+def pair_scores(V, pairs, strategy: str, *, constraints=None, seed=0) -> np.ndarray:
+    """The strategy's score of each pair (lower: asked first); see the module docstring."""
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    if strategy == "random":
+        return np.random.default_rng(seed).permutation(pairs.shape[0]).astype(np.float64)
+    if strategy == "min_abs_k":
+        return np.abs(pair_kernel(V, pairs))
+    if strategy == "margin":
+        m = point_margins(V, constraints)
+        return np.minimum(m[pairs[:, 0]], m[pairs[:, 1]])
+    raise ValidationError(
+        f"strategy: {strategy!r} is not one of {', '.join(map(repr, STRATEGIES))}"
+    )
+
+
+def select_pairs(V, pairs, batch: int, strategy: str = "min_abs_k", *, constraints=None, seed=0):
+    """Indices into ``pairs`` of the ``batch`` pairs the strategy asks first (ties: pool
+    order; the margin strategy breaks its ties by |K_kl| first)."""
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise ValidationError(f"batch: expected a positive integer, got {fmt_value(batch)}")
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    score = pair_scores(V, pairs, strategy, constraints=constraints, seed=seed)
+    if strategy == "margin":
+        order = np.lexsort((np.abs(pair_kernel(V, pairs)), score))
+    else:
+        order = np.argsort(score, kind="stable")
+    return order[: min(int(batch), pairs.shape[0])]

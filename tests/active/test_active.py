@@ -1,0 +1,151 @@
+"""Active constraint selection (issue 78, first part): pools without n^2 pairs, the
+strategies against dense references on small n, the labels oracle, and the loop (its
+rounds tied to direct warm-started fits, deterministic, never asking a pair twice)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import npkl_dist as nk
+from npkl_dist import ValidationError
+from npkl_dist.active import (
+    active_learning,
+    add_answers,
+    candidate_pool,
+    labels_oracle,
+    pair_kernel,
+    point_margins,
+    select_pairs,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+
+
+def _blobs(n_per=40, k=4, seed=0):
+    rng = np.random.default_rng(seed)
+    X = np.vstack([rng.normal(3.0 * c, 1.0, size=(n_per, 2)) for c in range(k)])
+    return X, np.repeat(np.arange(k), n_per)
+
+
+def test_pool_has_graph_edges_and_distinct_random_pairs_never_the_constrained_ones():
+    X, y = _blobs()
+    n = y.size
+    g = nk.knn_graph(X, 5, warn=False)
+    cons = nk.sample_constraints(y, 30, 30, seed=0)
+    pool = candidate_pool(n, graph=g.S, constraints=cons, n_random=500, seed=1)
+    assert (pool[:, 0] < pool[:, 1]).all()
+    keys = pool[:, 0] * n + pool[:, 1]
+    assert np.unique(keys).size == keys.size and np.all(np.diff(keys) > 0)
+    asked = {tuple(sorted(p)) for p in zip(cons.i, cons.j)}
+    assert not asked & set(map(tuple, pool))
+    edges = {tuple(p) for p in np.argwhere(np.triu(g.S.toarray(), 1) > 0)}
+    assert edges - asked <= set(map(tuple, pool))
+    assert len(pool) == len(edges - asked) + 500  # 500 new pairs besides the edges
+    again = candidate_pool(n, graph=g.S, constraints=cons, n_random=500, seed=1)
+    other = candidate_pool(n, graph=g.S, constraints=cons, n_random=500, seed=2)
+    assert np.array_equal(pool, again) and not np.array_equal(pool, other)
+    # a tiny problem: every pair, however many are asked for
+    assert len(candidate_pool(5, n_random=1000)) == 10
+
+
+def test_pair_kernel_and_margins_equal_the_dense_references():
+    rng = np.random.default_rng(3)
+    V = rng.standard_normal((50, 4))
+    K = V @ V.T
+    pairs = rng.integers(0, 50, (200, 2))
+    np.testing.assert_allclose(pair_kernel(V, pairs), K[pairs[:, 0], pairs[:, 1]], rtol=1e-12)
+    y = rng.integers(0, 3, 50)
+    y[:10] = -1
+    cons = nk.sample_constraints(y, 40, 40, seed=0)
+    T = np.zeros((50, 50))
+    T[cons.i, cons.j] = T[cons.j, cons.i] = cons.t
+    cnt = (T != 0).sum(axis=1)
+    ref = np.divide(np.abs((T * K).sum(axis=1)), cnt, out=np.zeros(50), where=cnt > 0)
+    np.testing.assert_allclose(point_margins(V, cons), ref, rtol=1e-12, atol=1e-15)
+    assert (point_margins(V, cons)[cnt == 0] == 0).all()
+
+
+def test_selections_equal_brute_force_orders():
+    rng = np.random.default_rng(4)
+    V = rng.standard_normal((60, 3))
+    K = V @ V.T
+    pool = candidate_pool(60, n_random=300, seed=0)
+    got = select_pairs(V, pool, 20, "min_abs_k")
+    ref = np.argsort(np.abs(K[pool[:, 0], pool[:, 1]]), kind="stable")[:20]
+    np.testing.assert_array_equal(got, ref)
+    y = rng.integers(0, 2, 60)
+    cons = nk.sample_constraints(y, 20, 20, seed=1)
+    m = point_margins(V, cons)
+    score = np.minimum(m[pool[:, 0]], m[pool[:, 1]])
+    ref = np.lexsort((np.abs(K[pool[:, 0], pool[:, 1]]), score))[:20]
+    np.testing.assert_array_equal(select_pairs(V, pool, 20, "margin", constraints=cons), ref)
+    a = select_pairs(V, pool, 20, "random", seed=5)
+    assert np.array_equal(a, select_pairs(V, pool, 20, "random", seed=5))
+    assert not np.array_equal(a, select_pairs(V, pool, 20, "random", seed=6))
+
+
+def test_labels_oracle_and_adding_answers():
+    ask = labels_oracle(np.array([0, 0, 1, -1]))
+    np.testing.assert_array_equal(ask([[0, 1], [0, 2], [1, 3]]), [1, -1, 0])
+    cons = nk.sample_constraints(np.array([0, 0, 1, 1]), 1, 1, seed=0)
+    more = add_answers(cons, [[0, 3], [1, 2]], [-1, 0])
+    pairs = {(int(a), int(b)): int(t) for a, b, t in zip(more.i, more.j, more.t)}
+    assert more.m == cons.m + 1 and pairs[(0, 3)] == -1 and (1, 2) not in pairs
+
+
+def test_loop_rounds_are_direct_warm_fits_deterministic_and_never_repeat_a_pair():
+    X, y = _blobs()
+    n = y.size
+    g = nk.knn_graph(X, 5, warn=False)
+    L = g.laplacian()
+    part = np.where(np.arange(n) % 8 == 0, y, -1)
+    cons = nk.sample_constraints(part, 10, 10, seed=0)
+    pool = candidate_pool(n, graph=g.S, constraints=cons, n_random=2000, seed=0)
+    kw = dict(rounds=3, batch=10, strategy="min_abs_k", eval_labels=y, max_sweeps=200)
+    seen = []
+    res = active_learning(L, cons, labels_oracle(y), pool, callback=seen.append, **kw)
+    assert [r.round for r in res.rounds] == [0, 1, 2, 3] == [r.round for r in seen]
+    asked = np.vstack([r.queries for r in res.rounds[1:]])
+    keys = asked[:, 0] * n + asked[:, 1]
+    assert np.unique(keys).size == 30
+    assert not np.isin(keys, np.minimum(cons.i, cons.j) * n + np.maximum(cons.i, cons.j)).any()
+    assert res.constraints.m == cons.m + 30  # every point labelled: no skips
+    assert all(r.metrics is not None for r in res.rounds)
+    # round 1 is the fit of the initial pairs plus round 1's answers, from round 0's V
+    from npkl_dist.problem._problem import default_rank
+    from npkl_dist.solvers.bcd._fit import fit_bcd
+
+    rank = default_rank(cons.m + 30, n)  # fixed for the loop, so that V carries over
+    V0 = fit_bcd(nk.NPKLProblem.build(L, cons, rank=rank), max_sweeps=200).V
+    np.testing.assert_array_equal(pool[select_pairs(V0, pool, 10, "min_abs_k")],
+                                  res.rounds[1].queries)  # fmt: skip
+    c1 = add_answers(cons, res.rounds[1].queries, res.rounds[1].answers)
+    r1 = fit_bcd(nk.NPKLProblem.build(L, c1, rank=rank), max_sweeps=200, V0=V0)
+    assert res.rounds[1].objective == float(r1.objective)
+    again = active_learning(L, cons, labels_oracle(y), pool, **kw)
+    np.testing.assert_array_equal(again.V, res.V)
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"strategy": "minmax"}, "strategy: 'minmax' is not one of"),
+        ({"batch": 0}, "batch: expected a positive integer, got 0"),
+        (
+            {"oracle": lambda p: np.full(len(p), 2)},
+            "oracle: 20 of 20 answers are not +1, -1 or 0 (the first: 2 for pair",
+        ),
+        ({"oracle": "labels.npy"}, "oracle: expected a callable"),
+    ],
+)
+def test_loop_errors_are_one_line(kw, message):
+    X, y = _blobs(20, 2)
+    g = nk.knn_graph(X, 5, warn=False)
+    cons = nk.sample_constraints(y, 5, 5, seed=0)
+    pool = candidate_pool(y.size, graph=g.S, constraints=cons, n_random=50)
+    args = {"oracle": labels_oracle(y), **kw}
+    oracle = args.pop("oracle")
+    with pytest.raises(ValidationError) as info:
+        active_learning(g.laplacian(), cons, oracle, pool, rounds=1, max_sweeps=20, **args)
+    assert message in str(info.value) and "\n" not in str(info.value)
