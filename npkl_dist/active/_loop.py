@@ -120,7 +120,9 @@ def active_learning(
         Candidate pairs (:func:`candidate_pool`); pairs already constrained are skipped.
     rounds, batch : int
         Rounds of questions and pairs asked per round.
-    strategy : {'random', 'min_abs_k', 'margin'}
+    strategy : {'random', 'min_abs_k', 'margin', 'minmax'}
+        ``minmax`` (the square loss) re-solves the two rows of each of the 200 least-|K_kl|
+        open pairs (``select_pairs``).
     rank : int, optional
         Fixed for every round (so each refit starts from the last V); default
         ``default_rank`` of the final constraint count.
@@ -146,6 +148,11 @@ def active_learning(
     for name, v in (("rounds", rounds), ("batch", batch)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValidationError(f"{name}: expected a positive integer, got {fmt_value(v)}")
+    if strategy == "minmax" and loss != "square":
+        raise ValidationError(
+            f"strategy: 'minmax' is derived for the square loss, got loss={loss!r}; use "
+            "loss='square' or another strategy"
+        )
     if not callable(oracle):
         raise ValidationError(
             f"oracle: expected a callable pairs -> answers, got {type(oracle).__name__}; "
@@ -165,10 +172,13 @@ def active_learning(
         k = int(np.unique(y[y >= 0]).size)
 
     def fit(cons, V0):
+        nonlocal problem
         problem = NPKLProblem.build(L, cons, loss=loss, gamma=gamma, rank=rank, seed=seed)
         t = time.perf_counter()
         res = fit_bcd(problem, max_sweeps=max_sweeps, tol=tol, V0=V0)
         return res, time.perf_counter() - t
+
+    problem = None
 
     def metrics(V):
         if y is None or k is None:
@@ -193,7 +203,9 @@ def active_learning(
         open_pairs = pool[~asked]
         if open_pairs.shape[0] == 0:
             break
-        idx = select_pairs(V, open_pairs, batch, strategy, constraints=cons, seed=[seed, r])
+        idx = select_pairs(
+            V, open_pairs, batch, strategy, constraints=cons, seed=[seed, r], problem=problem
+        )
         queries = open_pairs[idx]
         select_seconds = time.perf_counter() - t
         answers = np.asarray(oracle(queries))

@@ -11,6 +11,8 @@ the pool and the constraints):
 * ``random``: a seeded permutation of the pool.
 * ``min_abs_k``: the least |K_kl| (active-kernel-learning-icml2008's AKL-min-|Z|, its
   Corollary 2: the min-max criterion (5) with the kernel held fixed).
+* ``minmax``: AKL's min-max criterion, relaxed to the two rows of each pair, on the
+  ``prefilter`` pairs of least |K_kl| (``_minmax``; the square loss).
 * ``margin``: simplenpkl-jmlr2011 §5.3's per-point margin m_i = |sum_j T_ij K_ij| / l_i over
   the constraints at i (l_i of them; m_i = 0 for a point in none: nothing is known of it), a
   pair scored by its less certain end, min(m_k, m_l), ties by |K_kl|. §5.3 picks among given
@@ -24,7 +26,10 @@ import scipy.sparse as sp
 
 from .._errors import ValidationError, fmt_value
 
-STRATEGIES = ("random", "min_abs_k", "margin")
+STRATEGIES = ("random", "min_abs_k", "margin", "minmax")
+
+#: minmax: the candidates of least |K_kl| whose two rows are re-solved (the paper's 200)
+MINMAX_PREFILTER = 200
 
 #: rows of V per chunk when scoring pairs (a (chunk, r) gather per side)
 _CHUNK = 1 << 16
@@ -139,12 +144,34 @@ def pair_scores(V, pairs, strategy: str, *, constraints=None, seed=0) -> np.ndar
     )
 
 
-def select_pairs(V, pairs, batch: int, strategy: str = "min_abs_k", *, constraints=None, seed=0):
+def select_pairs(
+    V,
+    pairs,
+    batch: int,
+    strategy: str = "min_abs_k",
+    *,
+    constraints=None,
+    seed=0,
+    problem=None,
+    prefilter: int = MINMAX_PREFILTER,
+    steps: int = 2,
+):
     """Indices into ``pairs`` of the ``batch`` pairs the strategy asks first (ties: pool
-    order; the margin strategy breaks its ties by |K_kl| first)."""
+    order; the margin strategy breaks its ties by |K_kl| first). ``minmax`` needs the fit's
+    ``problem`` (L, constraints, gamma; square loss) and re-solves the rows of the
+    ``prefilter`` least-|K_kl| pairs ``steps`` times."""
     if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
         raise ValidationError(f"batch: expected a positive integer, got {fmt_value(batch)}")
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    if strategy == "minmax":
+        from ._minmax import check_minmax, minmax_deltas
+
+        check_minmax(problem)
+        near = np.argsort(np.abs(pair_kernel(V, pairs)), kind="stable")[: max(prefilter, batch)]
+        delta = minmax_deltas(
+            V, pairs[near], problem.L, problem.constraints, problem.gamma, steps=steps
+        )
+        return near[np.argsort(delta, kind="stable")[: min(int(batch), pairs.shape[0])]]
     score = pair_scores(V, pairs, strategy, constraints=constraints, seed=seed)
     if strategy == "margin":
         order = np.lexsort((np.abs(pair_kernel(V, pairs)), score))

@@ -130,7 +130,8 @@ def test_loop_rounds_are_direct_warm_fits_deterministic_and_never_repeat_a_pair(
 @pytest.mark.parametrize(
     "kw, message",
     [
-        ({"strategy": "minmax"}, "strategy: 'minmax' is not one of"),
+        ({"strategy": "minimax"}, "strategy: 'minimax' is not one of"),
+        ({"strategy": "minmax", "loss": "hinge"}, "strategy: 'minmax' is derived for the square"),
         ({"batch": 0}, "batch: expected a positive integer, got 0"),
         (
             {"oracle": lambda p: np.full(len(p), 2)},
@@ -149,3 +150,74 @@ def test_loop_errors_are_one_line(kw, message):
     with pytest.raises(ValidationError) as info:
         active_learning(g.laplacian(), cons, oracle, pool, rounds=1, max_sweeps=20, **args)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def _fitted(n_per=15, k=3, seed=0):
+    X, y = _blobs(n_per, k, seed)
+    g = nk.knn_graph(X, 5, warn=False)
+    cons = nk.sample_constraints(y, 12, 12, seed=seed)
+    p = nk.NPKLProblem.build(g.laplacian(), cons, rank=4, gamma=2.0)
+    return p, nk.fit_bcd(p, max_sweeps=300).V, y
+
+
+def test_minmax_deltas_are_the_objective_change_and_reach_the_two_row_optimum():
+    """Delta(k, l) = F(V' with the pair added at its worst label) - F(V), V' = V with rows
+    k and l re-solved: checked against the project's objective, and against scipy's
+    minimisation over those two rows (the alternating exact solves reach its optimum and
+    every step only lowers it); with 0 steps Delta = gamma (1 + |K_kl|)^2 (Corollary 2)."""
+    from scipy.optimize import minimize
+
+    from npkl_dist.active._minmax import minmax_deltas
+    from npkl_dist.problem._objective import objective
+
+    p, V, _ = _fitted()
+    n, r = V.shape
+    pool = candidate_pool(n, constraints=p.constraints, n_random=6, seed=3)
+    K = np.einsum("kr,kr->k", V[pool[:, 0]], V[pool[:, 1]])
+    d0 = minmax_deltas(V, pool, p.L, p.constraints, p.gamma, steps=0)
+    np.testing.assert_allclose(d0, p.gamma * (1 + np.abs(K)) ** 2, rtol=1e-12)
+    F = objective(p, V)
+    for steps in (1, 40):
+        rows = []
+        d = minmax_deltas(V, pool, p.L, p.constraints, p.gamma, steps=steps, rows=rows)
+        for (k, l), (y, vk, vl), dq in zip(pool, rows, d):
+            plus = add_answers(p.constraints, [[k, l]], [int(y)])
+            q = nk.NPKLProblem.build(p.L, plus, rank=r, gamma=p.gamma)
+            W = V.copy()
+            W[k], W[l] = vk, vl
+            assert objective(q, W) - F == pytest.approx(dq, rel=1e-9, abs=1e-9)
+            if steps == 40:
+
+                def f(x):
+                    U = V.copy()
+                    U[k], U[l] = x[:r], x[r:]
+                    return objective(q, U) - F
+
+                best = minimize(f, np.r_[V[k], V[l]], method="BFGS", options={"gtol": 1e-10})
+                assert dq <= best.fun + 1e-7 and dq >= best.fun - 1e-6 * (1 + abs(best.fun))
+    assert (d <= minmax_deltas(V, pool, p.L, p.constraints, p.gamma, steps=1) + 1e-12).all()
+
+
+def test_minmax_selects_the_least_delta_among_the_prefiltered_pairs():
+    from npkl_dist.active._minmax import minmax_deltas
+
+    p, V, _ = _fitted()
+    pool = candidate_pool(V.shape[0], constraints=p.constraints, n_random=300, seed=0)
+    got = select_pairs(V, pool, 5, "minmax", problem=p, prefilter=40)
+    near = np.argsort(np.abs(pair_kernel(V, pool)), kind="stable")[:40]
+    d = minmax_deltas(V, pool[near], p.L, p.constraints, p.gamma)
+    np.testing.assert_array_equal(got, near[np.argsort(d, kind="stable")[:5]])
+    with pytest.raises(ValidationError, match="needs the fit's NPKLProblem"):
+        select_pairs(V, pool, 5, "minmax")
+
+
+@pytest.mark.parametrize("strategy", ["random", "min_abs_k", "margin", "minmax"])
+def test_every_strategy_runs_in_the_loop(strategy):
+    p, _, y = _fitted()
+    g_pool = candidate_pool(y.size, constraints=p.constraints, n_random=400, seed=1)
+    res = active_learning(p.L, p.constraints, labels_oracle(y), g_pool, rounds=2, batch=6,
+                          strategy=strategy, gamma=2.0, max_sweeps=100, eval_labels=y)  # fmt: skip
+    asked = np.vstack([r.queries for r in res.rounds[1:]])
+    assert asked.shape == (12, 2) and np.unique(asked[:, 0] * y.size + asked[:, 1]).size == 12
+    assert res.constraints.m == p.constraints.m + 12
+    assert 0.0 <= res.rounds[-1].metrics["rand_accuracy"] <= 1.0
