@@ -41,6 +41,7 @@ from npkl_dist.job._job import (
 )
 from npkl_dist.solvers.inductive import BASES, KERNELS, REGULARIZERS
 from npkl_dist.store import RunNotFoundError
+from npkl_flows._active import add_active_parsers
 from npkl_flows._config import expand_run, load_config, validate_config
 from npkl_flows._demo import run_demo
 from npkl_flows._embed import add_embed_parser
@@ -627,6 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
     transform.add_argument("--json", action="store_true", help="print the summary as JSON")
     transform.add_argument("--quiet", action="store_true", help="no progress on stderr")
     add_embed_parser(sub, _positive_int)
+    add_active_parsers(sub, _positive_int)
     export = sub.add_parser(
         "export",
         help="write a finished run's embedding and clusters",
@@ -945,6 +947,18 @@ def _cmd_embed(args) -> int:
     return cmd_embed(args, _announce)
 
 
+def _active_command(name):
+    def run(args) -> int:
+        from npkl_flows import _active
+
+        def store_open(run):
+            return st.RunStore.open(st.resolve_run(run), mode="a")
+
+        return getattr(_active, f"cmd_{name}")(args, store_open)
+
+    return run
+
+
 def _cmd_transform(args) -> int:
     from npkl_flows._inductive import cmd_transform
 
@@ -1118,6 +1132,9 @@ def _run(args) -> int:
         "extend": _cmd_extend,
         "transform": _cmd_transform,
         "embed": _cmd_embed,
+        "active": _active_command("active"),
+        "ask": _active_command("ask"),
+        "answer": _active_command("answer"),
     }
     # the library's advice in this command's syntax: flags, or a configuration's keys
     syntax = "toml" if args.command in ("run", "resume") else "cli"

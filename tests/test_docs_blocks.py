@@ -40,6 +40,8 @@ BLOCKS = {
     ("docs/cli.md", "`npkl export`"): "heavy",
     ("docs/cli.md", "`npkl transform`"): "heavy",
     ("docs/cli.md", "`npkl embed`"): "heavy",
+    ("docs/cli.md", "`npkl active`"): "heavy",
+    ("docs/cli.md", "`npkl ask`"): "heavy",
     ("docs/pipelines.md", "Run one"): "heavy",
     ("docs/pipelines.md", "Watch, crash and resume"): "heavy",
     ("docs/pipelines.md", "Runs that survive crashes"): "default",
