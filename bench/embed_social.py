@@ -206,6 +206,12 @@ finally:
 """
 
 
+def _commit() -> str:
+    from bench._results import stamps
+
+    return str(stamps()["commit"])
+
+
 def make_graph(name: str, seed: int):
     """(edges (m, 2) int64, labels (n,) int64, seconds): the preset's LFR graph, cached."""
     p = PRESETS[name]
@@ -300,6 +306,13 @@ def main(argv=None):
     ap.add_argument("--max-iter", type=int, default=None, help="npkl sweeps at most")
     ap.add_argument("--crash", action="store_true", help="also crash and resume npkl")
     ap.add_argument("--crash-after", type=int, default=3, help="checkpoints before the kill")
+    ap.add_argument(
+        "--reuse-peers",
+        action="store_true",
+        help="take the peers' embeddings and figures from the last run on this graph "
+        "(bench/.cache/peers_<graph>/, written by every run that embeds them; the JSON "
+        "says when they were measured) instead of embedding them again",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="output path (default bench/results/...)")
     args = ap.parse_args(argv)
@@ -318,11 +331,18 @@ def main(argv=None):
     rows, extra = [], {"graph_seconds": gen_s, "n_edges": int(len(E)), "n_points": int(n)}
     extra["n_communities"] = int(sizes.size)
     peers = {}
+    cache = CACHE / f"peers_{args.graph}"
+    cached = json.loads((cache / "peers.json").read_text()) if args.reuse_peers else {}
+    if cached:
+        extra["peers_reused"] = cached.get("measured")
     for m in ("node2vec", "spectral"):
         if m not in args.methods:
             continue
         out = work / f"{m}.npy"
-        if m == "spectral":
+        if m in cached:
+            r = dict(cached[m])
+            shutil.copyfile(cache / f"{m}.npy", out)
+        elif m == "spectral":
             r = child(method=m, edges=str(work / "E.npy"), n=n, dim=args.dim, out=str(out))
         else:
             txt = work / "E.edg"
@@ -330,6 +350,13 @@ def main(argv=None):
             r = node2vec(txt, n, args.dim, out)
         peers[m] = (r, np.load(out))
         print(f"{m}: {r['seconds']:.1f} s, {r['peak_gb']:.2f} GB", file=sys.stderr)
+    if peers and not cached:  # for --reuse-peers
+        cache.mkdir(parents=True, exist_ok=True)
+        for m, (r, Y) in peers.items():
+            np.save(cache / f"{m}.npy", Y)
+        when = f"bench/embed_social.py at commit {_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+        stats = {m: r for m, (r, _) in peers.items()}
+        (cache / "peers.json").write_text(json.dumps({**stats, "measured": when}, indent=1))
     for k, frac in enumerate(args.fractions):
         train = split(labels, frac, args.seed)
         for m, (r, Y) in peers.items():
@@ -365,6 +392,8 @@ def main(argv=None):
         "peers are unsupervised; every embedding is scored by the same classifier on the "
         "same split",
     ]
+    if "peers_reused" in extra:
+        notes.append(f"node2vec and spectral (same graph, same splits): {extra['peers_reused']}")
     if "crash" in extra:
         c = extra["crash"]
         notes.append(
