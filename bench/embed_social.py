@@ -352,14 +352,14 @@ def main(argv=None):
         print(f"{m}: {r['seconds']:.1f} s, {r['peak_gb']:.2f} GB", file=sys.stderr)
     if peers and not cached:  # for --reuse-peers
         cache.mkdir(parents=True, exist_ok=True)
-        for m, (r, Y) in peers.items():
+        for m, (_r, Y) in peers.items():
             np.save(cache / f"{m}.npy", Y)
         when = f"bench/embed_social.py at commit {_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
         stats = {m: r for m, (r, _) in peers.items()}
         (cache / "peers.json").write_text(json.dumps({**stats, "measured": when}, indent=1))
     for k, frac in enumerate(args.fractions):
         train = split(labels, frac, args.seed)
-        for m, (r, Y) in peers.items():
+        for m, (_r, Y) in peers.items():
             mi, ma = f1(Y, labels, train)
             rows.append({"method": m, "labelled": frac, **r, "micro_f1": mi, "macro_f1": ma})
             print(rows[-1], file=sys.stderr)
