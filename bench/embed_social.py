@@ -123,15 +123,13 @@ elif a["method"] == "npkl":
     import argparse, warnings
     sys.path.insert(0, a["flows"])
     from npkl_flows._embed import _learn_in_run
-    from npkl_dist.embedding import group_constraints, read_memberships
     from npkl_dist.job._embed import npkl_coordinates
     ns = argparse.Namespace(method="npkl", edges=a["edges"], n_points=a["n"], labels=None,
                             groups=a["groups"], seed=a["seed"], max_iter=a["max_iter"],
                             run=a["run"], quiet=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        V, info = _learn_in_run(ns)()
-    cons = group_constraints(read_memberships(a["groups"], n_nodes=a["n"]), seed=a["seed"])
+        V, info, cons = _learn_in_run(ns)()
     Y, info["normalized_kernel"] = npkl_coordinates(V, cons, a["dim"])
     out.update({k: info[k] for k in ("objective", "iterations", "converged", "rank",
                                      "n_constraints", "resumed", "normalized_kernel")

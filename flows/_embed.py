@@ -142,11 +142,13 @@ def _learn_in_run(args):
                     "repeat its command to continue it, or pass another --run"
                 )
         summary, V, _ = run_fit_stages(cfg, resume=stored is not None, quiet=args.quiet)
+        with st.RunStore.open(url, mode="r") as rs:
+            pairs = rs.read_inputs()["constraints"]  # what the fit learned from
         keys = ("objective", "converged", "rank", "n_constraints", "run")
         info = {k: summary[k] for k in keys if k in summary}
         info["iterations"] = int(summary.get("n_sweeps", summary.get("n_iterations", 0)))
         info["resumed"] = stored is not None
-        return V, info
+        return V, info, pairs
 
     return learn
 

@@ -23,7 +23,6 @@ from .._errors import ConstraintError, ValidationError, fix
 from ..active import add_answers, candidate_pool, labels_oracle, select_pairs
 from ..problem._constraints import Constraints
 from ..problem._problem import NPKLProblem
-from ..store import StoreDamagedError
 
 ACTIVE = "active"
 LATEST = f"{ACTIVE}/latest.json"
@@ -54,11 +53,16 @@ def read_state(store) -> dict:
 
 
 def _damaged(store, key, why):
-    return StoreDamagedError(
-        f"run {store.url}: the active-learning record's {key} {why}: the storage lost or "
-        f"changed data after it was written; start the loop again with `npkl active "
-        f"{store.url} ... --restart` (its rounds are asked again)"
-    )
+    return store._damaged("active", key, why, **_where(store))
+
+
+def _where(store) -> dict:
+    """How damage of the loop's record is named and repaired (RunStore._damaged)."""
+    return {
+        "what": "the active-learning record",
+        "repair": f"start the loop again with `npkl active {store.url} ... --restart` (its "
+        "rounds are asked again)",
+    }
 
 
 def restart(store) -> None:
@@ -128,15 +132,9 @@ class _Run:
     def V(self, rounds):
         for rec in reversed(rounds):
             if rec.get("V") is not None:
-                with self.store._io(f"reading {rec['V']}"):
-                    try:
-                        data = self.store._objects.read(rec["V"])
-                    except FileNotFoundError:
-                        raise _damaged(self.store, rec["V"], "is missing") from None
-                if hashlib.sha256(data).hexdigest() != rec["V_sha256"]:
-                    raise _damaged(
-                        self.store, rec["V"], "does not match the sha256 recorded when written"
-                    )
+                data = self.store.read_stage_object(
+                    "active", rec["V"], rec["V_sha256"], **_where(self.store)
+                )
                 return np.load(io.BytesIO(data))
         return self.V0
 

@@ -65,9 +65,10 @@ def embed_job(
     """Read the graph and the side information, embed, score, write ``embedding.npy`` (node
     order) and ``summary.json`` into ``out``. Returns (summary, Z, labels or None).
 
-    ``learn_npkl``: for method 'npkl', a callable returning ``(V, info)`` (the learned
-    factor in node order and the summary's fit figures) instead of this process's own BCD
-    fit: ``npkl embed --run`` passes the pipeline's checkpointed, resumable fit."""
+    ``learn_npkl``: for method 'npkl', a callable returning ``(V, info, constraints)`` (the
+    learned factor in node order, the summary's fit figures and the pairs it learned from)
+    instead of this process's own BCD fit: ``npkl embed --run`` passes the pipeline's
+    checkpointed, resumable fit."""
     from ..graph._blocks import graph_from_edge_batches, iter_edge_batches
     from ..graph._io import read_labels
     from ._job import ensure_out_dir
@@ -131,8 +132,8 @@ def embed_job(
                 "holdout: a checkpointed run (--run) learns on the whole edge list; drop "
                 "--holdout, or drop --run to score friend suggestion"
             )
-        V, info = learn_npkl()
-        Z, info["normalized_kernel"] = npkl_coordinates(V, _npkl_pairs(y, member, seed), dim)
+        V, info, pairs = learn_npkl()
+        Z, info["normalized_kernel"] = npkl_coordinates(V, pairs, dim)
     elif method == "npkl":
         Z, info = _npkl(S, y, member, dim, seed, max_iter)
     elif method == "spe" and n > EXACT_MAX_POINTS:
@@ -248,7 +249,7 @@ def npkl_coordinates(V, constraints, dim: int):
 
 def _npkl_pairs(y, member, seed):
     """The pairs npkl learns from: the papers' protocol on labels, or group_constraints'
-    on memberships (what the pipeline's ingest stage samples for ``npkl embed --run``)."""
+    on memberships (as the pipeline's ingest stage samples them)."""
     from ..embedding import group_constraints
     from ..problem._constraints import sample_constraints
 

@@ -76,27 +76,36 @@ class StageData:
                 damaged["learn"] = str(exc)
         return damaged
 
-    def read_stage_object(self, stage: str, key: str, sha256: str) -> bytes:
+    def read_stage_object(
+        self, stage: str, key: str, sha256: str, *, what: str | None = None, repair=None
+    ) -> bytes:
         """The object ``key`` a stage wrote (e.g. an inductive run's model), checked against
-        the sha256 its record holds."""
+        the sha256 its record holds; ``what`` and ``repair`` as :meth:`_damaged`."""
         import hashlib
 
         with self._io(f"reading {key}"):
             try:
                 data = self._objects.read(key)
             except FileNotFoundError:
-                raise self._damaged(stage, key, "is missing") from None
+                raise self._damaged(stage, key, "is missing", what=what, repair=repair) from None
         if hashlib.sha256(data).hexdigest() != sha256:
             raise self._damaged(
-                stage, key, "does not match the sha256 recorded when it was written"
-            )
+                stage, key, "does not match the sha256 recorded when it was written",
+                what=what, repair=repair,
+            )  # fmt: skip
         return data
 
-    def _damaged(self, stage: str, name: str, why: str):
+    def _damaged(self, stage: str, name: str, why: str, *, what=None, repair=None):
+        """Damage of ``stage``'s item ``name``; ``what`` names the record instead of "the
+        <stage> stage's", ``repair`` replaces the ``--redo`` advice (records outside the
+        stages, e.g. active learning's)."""
+        repair = repair or (
+            f"recompute that stage and the ones after it with `npkl resume {self.url} --redo "
+            f"{REDO_STAGE.get(stage, stage)}`"
+        )
         return StoreDamagedError(
-            f"run {self.url}: the {stage} stage's {name} {why}: the storage lost or changed "
-            f"data after it was written; recompute that stage and the ones after it with "
-            f"`npkl resume {self.url} --redo {REDO_STAGE.get(stage, stage)}`"
+            f"run {self.url}: {what or f'the {stage} stage'}'s {name} {why}: the storage lost "
+            f"or changed data after it was written; {repair}"
         )
 
     def _read(self, stage: str, name: str, array, sel=Ellipsis) -> np.ndarray:
