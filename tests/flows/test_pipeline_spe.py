@@ -145,6 +145,7 @@ def test_damaged_checkpoint_is_named_with_its_repair(graph, tmp_path):
     [
         ({"input": {"labels": "groups.npy"}}, "solver = 'spe' embeds the graph from its connectivity alone and takes no pairs; drop labels"),
         ({"spe": {"triplets": 0}}, "[spe]: triplets"),
+        ({"extend": {"features": "X.npy"}}, "[extend]: solver = 'spe' has no map for new points; drop [extend]"),
     ],
 )  # fmt: skip
 def test_configuration_errors_are_one_line(graph, tmp_path, over, message):
@@ -152,3 +153,12 @@ def test_configuration_errors_are_one_line(graph, tmp_path, over, message):
     with pytest.raises(ValidationError) as info:
         _cfg(d, tmp_path / "x", **over)
     assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_rank_the_graph_cannot_hold_is_refused_in_one_line(graph, tmp_path):
+    d, _, _ = graph
+    with pytest.raises(ValidationError) as info:
+        _run(_cfg(d, tmp_path / "r", spe={"rank": 399}))
+    msg = str(info.value)
+    assert "[spe] rank: 399 for a graph of 400 nodes; give 1 <= rank <= 398" in msg
+    assert "\n" not in msg
