@@ -7,7 +7,7 @@ bench/.cache/. Presets: ``--graph b`` is Tang & Liu's Flickr size (80,513 nodes,
 146, so about 5.9 M edges; communities of 150 to 800 nodes, about 200) with mu = 0.9: a node
 has about 15 edges inside its community, whose signal (about 15 - 1.5 for these sizes) is
 barely above the Kesten-Stigum bound sqrt(146), so unsupervised embeddings find the
-communities only in part (at mu = 0.45 spectral and node2vec both scored F1 = 1.0); ``--graph
+communities only in part (why this mu: docs/decisions/social-embeddings.md); ``--graph
 c`` 10^6 nodes and about 10^7 edges (mean degree 20; communities of 500 to 5,000).
 
 Side information is what a user has: the groups of the labelled nodes only. For each
