@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..._errors import ValidationError, fmt_value
+from ...linalg._blas import _OneBlasThread
 
 #: rows per tile (chunks of a streamed transform are multiples of this)
 TILE = 256
@@ -147,8 +148,6 @@ def map_tiles(fn, X, start: int = 0, threads: int = 1):
     TILE rows and cut back. BLAS single-threaded inside a tile; ``threads`` tiles at a time."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from threadpoolctl import threadpool_limits
-
     if start % TILE:
         raise ValueError(f"start {start} is not a multiple of TILE={TILE}")
     n = X.shape[0]
@@ -163,7 +162,7 @@ def map_tiles(fn, X, start: int = 0, threads: int = 1):
         return fn(tile)[:h]
 
     starts = range(0, n, TILE)
-    with threadpool_limits(1, user_api="blas"):
+    with _OneBlasThread():  # (threadpoolctl's limit() rescans the libraries on every call)
         if threads > 1 and len(starts) > 1:
             with ThreadPoolExecutor(threads) as pool:
                 out = list(pool.map(one, starts))
