@@ -20,7 +20,13 @@ from pathlib import Path
 import pytest
 from test_readme import ROOT, _shell_env, fenced_blocks
 
-PAGES = ["README.md", "docs/cli.md", "docs/pipelines.md", "docs/algorithms.md"]
+PAGES = [
+    "README.md",
+    "docs/cli.md",
+    "docs/pipelines.md",
+    "docs/algorithms.md",
+    "docs/estimators.md",
+]
 RUNNABLE = {"bash", "sh", "python"}
 
 #: (page, heading) -> how its blocks run: "default" (the default suite), "heavy", or why not
@@ -46,6 +52,9 @@ BLOCKS = {
     ("docs/pipelines.md", "Watch, crash and resume"): "heavy",
     ("docs/pipelines.md", "Runs that survive crashes"): "default",
     ("docs/pipelines.md", "Run on a cluster"): "heavy",
+    ("docs/estimators.md", "Choosing γ inside a Pipeline"): "tests/estimators/test_docs_page.py",
+    ("docs/estimators.md", "With metric-learn"): "tests/estimators/test_docs_page.py (metric-learn's environment)",
+    ("docs/estimators.md", "With npkl-dist"): "tests/estimators/test_docs_page.py",
 }
 
 
