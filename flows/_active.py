@@ -40,13 +40,25 @@ def add_active_parsers(sub, positive_int) -> None:
         "ask",
         help="choose pairs for a person to answer (a CSV of questions)",
         description="Choose --pairs pairs of a finished run and write them to --out as a CSV "
-        "(pair, i, j, answer); fill the answer column with must, cannot or skip and give the "
-        "file to npkl answer.",
+        "(pair, i, j, answer; with --items, what a person knows each point by); fill the "
+        "answer column with must, cannot or skip and give the file to npkl answer.",
     )
     ask.add_argument("run", metavar="RUN")
     ask.add_argument("--pairs", type=positive_int, default=20, help="questions (20)")
     ask.add_argument("--strategy", choices=STRATEGIES, default="minmax", help=STRATEGY_HELP)
     ask.add_argument("--out", required=True, metavar="CSV", help="the questions file")
+    ask.add_argument(
+        "--items",
+        metavar="FILE",
+        help="a CSV / Parquet table, one row per point in the input's order (ids, names, "
+        "links): its columns are copied into the questions as i_<column> and j_<column>",
+    )
+    ask.add_argument(
+        "--columns",
+        type=lambda v: [c.strip() for c in v.split(",") if c.strip()],
+        metavar="A,B",
+        help="the --items columns to copy (default: all)",
+    )
     ask.add_argument("--quiet", action="store_true", help="nothing on stderr")
 
     ans = sub.add_parser(
@@ -101,10 +113,24 @@ def cmd_active(args, store_open) -> int:
 
 
 def cmd_ask(args, store_open) -> int:
+    from npkl_dist import ValidationError
     from npkl_dist.job._active import ask
 
+    if args.columns is not None and args.items is None:
+        raise ValidationError(
+            f"--columns: {','.join(args.columns)} names columns of the --items table; give "
+            "--items FILE too"
+        )
+
     with store_open(args.run) as store:
-        pending = ask(store, batch=args.pairs, strategy=args.strategy, out=args.out)
+        pending = ask(
+            store,
+            batch=args.pairs,
+            strategy=args.strategy,
+            out=args.out,
+            items=args.items,
+            columns=args.columns,
+        )
     print(
         f"wrote {len(pending['queries'])} questions ({pending['strategy']}) to {args.out}: "
         f"fill the answer column with must, cannot or skip, then npkl answer {args.run} "

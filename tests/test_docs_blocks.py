@@ -53,7 +53,10 @@ BLOCKS = {
     ("docs/pipelines.md", "Runs that survive crashes"): "default",
     ("docs/pipelines.md", "Run on a cluster"): "heavy",
     ("docs/estimators.md", "Choosing γ inside a Pipeline"): "tests/estimators/test_docs_page.py",
-    ("docs/estimators.md", "With metric-learn"): "tests/estimators/test_docs_page.py (metric-learn's environment)",
+    (
+        "docs/estimators.md",
+        "With metric-learn",
+    ): "tests/estimators/test_docs_page.py (metric-learn's environment)",
     ("docs/estimators.md", "With npkl-dist"): "tests/estimators/test_docs_page.py",
 }
 

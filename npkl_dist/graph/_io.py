@@ -19,6 +19,7 @@ __all__ = [
     "read_edges",
     "read_constraints",
     "read_labels",
+    "read_items",
 ]
 
 #: rows per chunk of a streamed feature table: about 8 MiB of float64 (the store's chunks)
@@ -439,3 +440,27 @@ def read_labels(path) -> np.ndarray:
         if "" in names:
             y = np.where(names[y] == "", -1, y)
     return y.astype(np.int64)
+
+
+def read_items(path, n_points: int, columns=None) -> dict[str, np.ndarray]:
+    """What a person knows the points by (``npkl ask --items``): a CSV / Parquet table with
+    a header and one row per point, in the points' order. Returns ``columns`` (every column
+    when None) as name -> array of strings."""
+    p = _path(path, "items")
+    _suffix(p, "items", (".csv", ".parquet"))
+    cols = _read_table(p, "items", header_required=True)
+    if not cols:
+        raise InputFileError(f"items: {str(p)!r} has no columns; give a header row")
+    rows = len(next(iter(cols.values())))
+    if rows != n_points:
+        raise InputFileError(
+            f"items: {str(p)!r} has {rows} rows and the run has {n_points} points; give one "
+            f"row per point, in the order of the run's input"
+        )
+    names = list(cols) if columns is None else list(columns)
+    unknown = [c for c in names if c not in cols]
+    if unknown:
+        raise InputFileError(
+            f"items: no column {unknown[0]!r} in {str(p)!r}; its columns are {', '.join(cols)}"
+        )
+    return {c: np.asarray(cols[c]).astype(str) for c in names}

@@ -21,6 +21,7 @@ import numpy as np
 
 from .._errors import ConstraintError, ValidationError, fix
 from ..active import add_answers, candidate_pool, labels_oracle, select_pairs
+from ..graph._io import read_items
 from ..problem._constraints import Constraints
 from ..problem._problem import NPKLProblem
 
@@ -231,11 +232,13 @@ def run_active(store, labels, *, rounds: int, batch: int, strategy: str = "minma
     return state
 
 
-def ask(store, *, batch: int, strategy: str = "minmax", out) -> dict:
+def ask(store, *, batch: int, strategy: str = "minmax", out, items=None, columns=None) -> dict:
     """``npkl ask``: choose ``batch`` pairs, record them as pending, write the questions CSV
-    (pair, i, j, answer left empty)."""
+    (pair, i, j, then ``i_<c>`` and ``j_<c>`` for each column c of the ``items`` table, what
+    a person knows the points by (``columns``: which; all by default), answer left empty)."""
     run = _Run(store)
     _check_strategy(strategy, run)
+    shown = {} if items is None else read_items(items, run.n, columns)
     state = read_state(store)
     recs = state["rounds"]
     if state["pending"] is not None:
@@ -251,9 +254,12 @@ def ask(store, *, batch: int, strategy: str = "minmax", out) -> dict:
     _commit(store, state)
     with open(out, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["pair", "i", "j", "answer"])
+        w.writerow(
+            ["pair", "i", "j", *(f"i_{c}" for c in shown), *(f"j_{c}" for c in shown), "answer"]
+        )
         for k, (a, b) in enumerate(q):
-            w.writerow([k, int(a), int(b), ""])
+            names = [v[a] for v in shown.values()] + [v[b] for v in shown.values()]
+            w.writerow([k, int(a), int(b), *names, ""])
     return state["pending"]
 
 

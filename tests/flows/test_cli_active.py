@@ -118,6 +118,61 @@ def test_ask_and_answer_round_trip(fitted, tmp_path, capsys):
     assert p == 2 and "has no questions waiting; ask some first" in capsys.readouterr().err
 
 
+def test_ask_shows_the_items_a_person_knows(fitted, tmp_path, capsys):
+    d, y = fitted
+    run = _copy(fitted, tmp_path, "items")
+    items = tmp_path / "wines.csv"
+    with open(items, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["id", "name", "cellar"])
+        w.writerows([[f"W{k:03d}", f"wine, no. {k}", k % 7] for k in range(y.size)])
+    q = tmp_path / "q.csv"
+    argv = ["ask", str(run), "--pairs", "5", "--out", str(q), "--quiet"]
+    assert main([*argv, "--items", str(items), "--columns", "name,id"]) == 0
+    rows = list(csv.DictReader(q.open()))
+    assert list(rows[0]) == ["pair", "i", "j", "i_name", "i_id", "j_name", "j_id", "answer"]
+    for r in rows:
+        i, j = int(r["i"]), int(r["j"])
+        assert (r["i_name"], r["i_id"]) == (f"wine, no. {i}", f"W{i:03d}")
+        assert (r["j_name"], r["j_id"]) == (f"wine, no. {j}", f"W{j:03d}")
+        r["answer"] = "must" if y[i] == y[j] else "cannot"
+    with open(tmp_path / "a.csv", "w", newline="") as fh:  # the file as a person returns it
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    capsys.readouterr()
+    assert main(["answer", str(run), str(tmp_path / "a.csv"), "--json", "--quiet"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["round"] == 1 and len(rec["answers"]) == 5
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--items", "short"], "has 100 rows and the run has 178 points; give one row per point"),
+        (["--items", "ok", "--columns", "nom"], "items: no column 'nom' in"),
+        (["--columns", "name"], "--columns: name names columns of the --items table; give"),
+    ],
+)
+def test_ask_items_errors_record_nothing(fitted, tmp_path, capsys, extra, message):
+    d, y = fitted
+    run = _copy(fitted, tmp_path, "items-bad")
+    for name, n in (("ok", y.size), ("short", 100)):
+        with open(tmp_path / f"{name}.csv", "w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["id", "name"])
+            w.writerows([[k, f"wine {k}"] for k in range(n)])
+    extra = [str(tmp_path / f"{v}.csv") if v in ("ok", "short") else v for v in extra]
+    q = tmp_path / "q.csv"
+    capsys.readouterr()
+    assert main(["ask", str(run), "--pairs", "5", "--out", str(q), "--quiet", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+    assert not q.exists()
+    with st.RunStore.open(str(run), mode="r") as rs:
+        assert _active.read_state(rs)["pending"] is None
+
+
 def _write(path, rows):
     with open(path, "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=["pair", "i", "j", "answer"])
