@@ -181,8 +181,9 @@ def pck_kmeans(
     return_centres: bool = False,
 ):
     """Pairwise-constrained k-means (PCK-means, Basu, Banerjee & Mooney 2004) on the rows
-    of V: k-means inertia plus a penalty w for every violated must-link and cannot-link,
-    minimised by ICM assignment sweeps in seeded random orders and mean updates (compiled;
+    of V: k-means inertia plus a penalty w for every violated must-link and cannot-link (each
+    given pair once, or with ``closure`` every pair of their transitive closure), minimised
+    by ICM assignment sweeps in seeded random orders and mean updates (compiled;
     npkl_dist/_pckmeans.py states the algorithm). No cluster is ever left empty.
 
     Parameters
