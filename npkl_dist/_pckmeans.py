@@ -37,7 +37,7 @@ across them; J then counts the closure's pairs:
 over the unique cannot-linked component pairs a ~ b. With n_ch the labelled members of
 component c in cluster h, point i's local cost of cluster h is ||x_i - mu_h||^2 +
 w * (#other labelled members of c(i) not in h) + w * sum_{b ~ c(i)} n_bh, and the sweep keeps
-n and P_ch = sum_{b ~ c} n_bh as labels change: O(k) per point visited and O(deg(c)) per label
+the tables n_ch and P_ch = sum_{b ~ c} n_bh current as labels change: O(k) per point visited and O(deg(c)) per label
 changed, never the closure's pair list (quadratic in a component's size: 0.6n random
 must-links join most of a class into one component). The penalty is w times an integer count
 in both forms, so the reference, which enumerates the closure's pairs, makes the same
@@ -130,7 +130,7 @@ def constraint_closure(constraints, n: int) -> Closure:
             pairs=listed,
         )
     A = sp.csr_matrix(
-        (np.ones(2 * a.size, dtype=np.int8), (np.r_[a, b], np.r_[b, a])), shape=(n_comp,) * 2
+        (np.ones(2 * a.size, dtype=np.int64), (np.r_[a, b], np.r_[b, a])), shape=(n_comp,) * 2
     )
     A.sum_duplicates()
     A.sort_indices()
