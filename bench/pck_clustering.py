@@ -7,8 +7,11 @@ clustering), in one run and on the same inputs:
 
 * ``kmeans``: npkl's kernel k-means on the learned V (``kernel_kmeans(V, k, seed=rep)``,
   as the harness's rows);
-* ``pck``: ``pck_kmeans(V, k, constraints, seed=rep)`` on the same V (the default of
-  ``npkl fit`` when constraints are given);
+* ``pck``: ``pck_kmeans(V, k, constraints, seed=rep, closure=False)`` on the same V, each
+  given pair penalised once;
+* ``pck+closure``: the same with ``closure=True``, the constraints' transitive closure
+  penalised (PCKMeans's objective); ``--variants`` picks either or both (default both);
+  ``npkl fit`` clusters with ``pck_kmeans``'s default (``PCK_CLOSURE``);
 * ``PCKMeans``: the peer (active-semi-supervised-clustering, w = 1) on the scaled features,
   the harness's ``peers.pckmeans``.
 
@@ -18,7 +21,7 @@ every method finished; a peer crash (EmptyClustersException) is counted and show
 
 Usage::
 
-    python bench/pck_clustering.py --reps 10 --workers 1
+    python bench/pck_clustering.py --reps 10 --workers 2
 
 writes ``bench/results/pck_clustering.json``.
 """
@@ -48,12 +51,14 @@ DATASETS = (
     "adult-a1a",
     "adult-a2a",
 )
-METHODS = ("kmeans", "pck", "PCKMeans")
+METHODS = ("kmeans", "pck", "pck+closure", "PCKMeans")
+#: --variants -> the pck method it runs, and pck_kmeans's ``closure``
+VARIANTS = {"pairs": ("pck", False), "closure": ("pck+closure", True)}
 
 
-def one_rep(name, rep):
-    """All three clusterings of repetition ``rep`` of ``name``: {method: (accuracy or an
-    error string, seconds)}."""
+def one_rep(name, rep, variants=tuple(VARIANTS)):
+    """The clusterings of repetition ``rep`` of ``name`` (kernel k-means, the pck
+    ``variants``, PCKMeans): {method: (accuracy or an error string, seconds)}."""
     import numba
     from threadpoolctl import threadpool_limits
 
@@ -83,11 +88,13 @@ def one_rep(name, rep):
     )
     unit = choose_normalize(None, cons, V)
     out = {"normalize": bool(unit)}
-    runs = {
-        "kmeans": lambda: nk.kernel_kmeans(V, k, seed=rep, normalize=unit),
-        "pck": lambda: nk.pck_kmeans(V, k, cons, seed=rep, normalize=unit),
-        "PCKMeans": lambda: peers.pckmeans(X, k, cons, rep),
-    }
+    runs = {"kmeans": lambda: nk.kernel_kmeans(V, k, seed=rep, normalize=unit)}
+    for variant in variants:
+        method, closure = VARIANTS[variant]
+        runs[method] = lambda c=closure: nk.pck_kmeans(
+            V, k, cons, seed=rep, normalize=unit, closure=c
+        )
+    runs["PCKMeans"] = lambda: peers.pckmeans(X, k, cons, rep)
     for method, fn in runs.items():
         t0 = time.perf_counter()
         try:
@@ -107,7 +114,8 @@ def _warm():
     y = np.arange(60) % 2
     X = rng.standard_normal((60, 3)) + 3.0 * y[:, None]
     cons = nk.sample_constraints(y, 10, 10, seed=0)
-    nk.pck_kmeans(X, 2, cons, seed=0)
+    nk.pck_kmeans(X, 2, cons, seed=0, closure=False)
+    nk.pck_kmeans(X, 2, cons, seed=0, closure=True)
 
 
 def _ms(values):
@@ -115,35 +123,41 @@ def _ms(values):
     return f"{v.mean():.2f} ± {v.std():.2f}" if v.size else "–"
 
 
-def summarise(results, datasets, reps):
+#: row keys of each pck method's difference to the peer and seconds
+_KEYS = {
+    "pck": ("pck_vs_peer", "pck_seconds"),
+    "pck+closure": ("closure_vs_peer", "closure_seconds"),
+}
+
+
+def summarise(results, datasets, reps, variant="pck"):
+    """Rows of the table (every method the results hold), the per-repetition results, and
+    for the pck method ``variant`` the number of data sets where its mean is at or above
+    PCKMeans's and at least kernel k-means' mean minus one std."""
     rows, raw = [], {}
     at_or_above = within_std = 0
+    held = [m for m in METHODS if any(m in p for p in results.values())]
     for name in datasets:
         per = [results[(name, r)] for r in range(reps) if (name, r) in results]
         raw[name] = per
-        ok = [p for p in per if all(isinstance(p[m][0], float) for m in METHODS)]
+        ok = [p for p in per if all(isinstance(p[m][0], float) for m in held)]
         crashes = sum(not isinstance(p["PCKMeans"][0], float) for p in per)
-        acc = {m: [p[m][0] for p in ok] for m in METHODS}
-        mean = {m: float(np.mean(acc[m])) if acc[m] else float("nan") for m in METHODS}
+        acc = {m: [p[m][0] for p in ok] for m in held}
+        mean = {m: float(np.mean(acc[m])) if acc[m] else float("nan") for m in held}
         std_km = float(np.std(acc["kmeans"])) if ok else float("nan")
-        above = mean["pck"] >= mean["PCKMeans"]
-        within = mean["pck"] >= mean["kmeans"] - std_km
-        at_or_above += bool(above)
-        within_std += bool(within)
-        rows.append(
-            {
-                "dataset": name,
-                "reps": len(ok),
-                "kmeans": _ms(acc["kmeans"]),
-                "pck": _ms(acc["pck"]),
-                "PCKMeans": _ms(acc["PCKMeans"]),
-                "peer_crashes": crashes,
-                "pck_vs_peer": f"{100 * (mean['pck'] - mean['PCKMeans']):+.2f}",
-                "pck_seconds": float(np.mean([p["pck"][1] for p in ok])) if ok else None,
-                "peer_seconds": float(np.mean([p["PCKMeans"][1] for p in ok])) if ok else None,
-                "normalize": sorted({p["normalize"] for p in per}),
-            }
-        )
+        at_or_above += bool(mean[variant] >= mean["PCKMeans"])
+        within_std += bool(mean[variant] >= mean["kmeans"] - std_km)
+        row = {"dataset": name, "reps": len(ok)}
+        row.update({m: _ms(acc[m]) for m in held})
+        row["peer_crashes"] = crashes
+        for m in held:
+            if m in _KEYS:
+                vs, sec = _KEYS[m]
+                row[vs] = f"{100 * (mean[m] - mean['PCKMeans']):+.2f}"
+                row[sec] = float(np.mean([p[m][1] for p in ok])) if ok else None
+        row["peer_seconds"] = float(np.mean([p["PCKMeans"][1] for p in ok])) if ok else None
+        row["normalize"] = sorted({p["normalize"] for p in per})
+        rows.append(row)
     return rows, raw, at_or_above, within_std
 
 
@@ -153,28 +167,45 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", nargs="+", default=list(DATASETS))
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument(
+        "--variants",
+        nargs="+",
+        choices=tuple(VARIANTS),
+        default=list(VARIANTS),
+        help="pck on the pairs as given (closure=False), on their transitive closure "
+        "(closure=True), or both (default)",
+    )
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--json", default=None, help="output path (default bench/results/)")
     args = ap.parse_args(argv)
     results = {}
     tasks = [(d, r) for d in args.datasets for r in range(args.reps)]
     with ProcessPoolExecutor(args.workers, initializer=_warm) as pool:
-        futs = [pool.submit(one_rep, d, r) for d, r in tasks]
+        futs = [pool.submit(one_rep, d, r, tuple(args.variants)) for d, r in tasks]
         for f in futs:
             name, rep, out = f.result()
             results[(name, rep)] = out
-            print(name, rep, {m: out[m][0] for m in METHODS}, file=sys.stderr, flush=True)
-    rows, raw, above, within = summarise(results, args.datasets, args.reps)
+            print(name, rep, {m: out[m][0] for m in METHODS if m in out}, file=sys.stderr)
     n = len(args.datasets)
+    counts = []
+    for variant in args.variants:
+        method = VARIANTS[variant][0]
+        rows, raw, above, within = summarise(results, args.datasets, args.reps, method)
+        counts.append(
+            f"{method} at or above PCKMeans on {above} of {n} data sets and at least kernel "
+            f"k-means minus one std on {within} of {n}"
+        )
     for row in rows:
         print(row)
-    print(f"pck at or above PCKMeans on {above} of {n}; within one std of kmeans on {within}")
+    print("; ".join(counts))
+    held = [m for m in METHODS if m in rows[0]]
     _results.write(
         "pck_clustering",
         title="Constrained clustering of the learned kernel (pck) against PCKMeans",
         measures=(
             "pairwise (Rand) accuracy in %, mean ± std over repetitions, of pck_kmeans on "
-            "the BCD-linear kernel (bench/paper protocol, gamma = 1); seconds of one "
+            "the BCD-linear kernel (bench/paper protocol, gamma = 1), on the pairs as given "
+            "(pck) and on their transitive closure (pck+closure); seconds of one "
             "pck_kmeans call (10 runs)"
         ),
         reference=(
@@ -185,21 +216,19 @@ def main(argv=None):
         columns=[
             ("dataset", "data set"),
             ("reps", "reps"),
-            ("kmeans", "kernel k-means (%)"),
-            ("pck", "pck (%)"),
-            ("PCKMeans", "PCKMeans (%)"),
-            ("pck_vs_peer", "pck − PCKMeans"),
+            *[(m, f"{'kernel k-means' if m == 'kmeans' else m} (%)") for m in held],
+            *[(_KEYS[m][0], f"{m} − PCKMeans") for m in held if m in _KEYS],
             ("peer_crashes", "peer crashes"),
-            ("pck_seconds", "pck (s)"),
+            *[(_KEYS[m][1], f"{m} (s)") for m in held if m in _KEYS],
             ("peer_seconds", "PCKMeans (s)"),
         ],
         rows=rows,
         notes=[
-            f"pck at or above PCKMeans on {above} of {n} data sets; pck at least kernel "
-            f"k-means minus one std on {within} of {n}. Means over the repetitions every "
-            "method finished (a crashed peer repetition is left out of all three and counted)"
+            "; ".join(counts) + ". Means over the repetitions every method finished (a "
+            "crashed peer repetition is left out of every mean and counted)"
         ],
         args=vars(args),
+        path=args.json,
         extra={"per_rep": {k: v for k, v in raw.items()}},
     )
 

@@ -162,6 +162,9 @@ CLUSTER_METHODS = ("kmeans", "pck")
 #: squared distance of the clustered rows to their mean
 #: (docs/decisions/constrained-clustering.md).
 PCK_WEIGHT = 1.0
+#: Default of :func:`pck_kmeans`'s ``closure``: penalise the constraints' transitive closure
+#: (PCKMeans's) instead of the pairs as given (docs/decisions/constrained-clustering.md).
+PCK_CLOSURE = False
 
 
 def pck_kmeans(
@@ -173,12 +176,14 @@ def pck_kmeans(
     n_init: int = 10,
     normalize: bool = False,
     weight: float = PCK_WEIGHT,
+    closure: bool = PCK_CLOSURE,
     max_iter: int = 100,
     return_centres: bool = False,
 ):
     """Pairwise-constrained k-means (PCK-means, Basu, Banerjee & Mooney 2004) on the rows
-    of V: k-means inertia plus a penalty w for every violated must-link and cannot-link,
-    minimised by ICM assignment sweeps in seeded random orders and mean updates (compiled;
+    of V: k-means inertia plus a penalty w for every violated must-link and cannot-link (each
+    given pair once, or with ``closure`` every pair of their transitive closure), minimised
+    by ICM assignment sweeps in seeded random orders and mean updates (compiled;
     npkl_dist/_pckmeans.py states the algorithm). No cluster is ever left empty.
 
     Parameters
@@ -198,6 +203,12 @@ def pck_kmeans(
     weight : float
         w as a multiple of the mean squared distance of the clustered rows to their mean, so
         the result does not depend on V's scale (docs/decisions/constrained-clustering.md).
+    closure : bool
+        Penalise the transitive closure of the constraints, as PCKMeans does: every pair
+        inside a must-link component, and every pair across two components that a
+        cannot-link joins, costs w when violated (counted per component, O(k) per point and
+        sweep; npkl_dist/_pckmeans.py). False: each given pair once. Raises ConstraintError
+        for a cannot-link inside a must-link component (``Constraints`` refuses those).
     max_iter : int
         Sweeps per run at most.
     return_centres : bool
@@ -211,7 +222,13 @@ def pck_kmeans(
     """
     from sklearn.cluster import kmeans_plusplus
 
-    from ._pckmeans import constraint_adjacency, pck_objective, pck_run
+    from ._pckmeans import (
+        constraint_adjacency,
+        constraint_closure,
+        pck_objective,
+        pck_run,
+        run_objective,
+    )
 
     X = np.ascontiguousarray(_check_factor(V, n_clusters, normalize))
     if getattr(constraints, "n_points", None) != X.shape[0]:
@@ -233,10 +250,15 @@ def pck_kmeans(
             f"in units of the rows' mean squared distance to their mean), got "
             f"{fmt_value(weight)}"
         )
+    if not isinstance(closure, (bool, np.bool_)):
+        raise ValidationError(f"closure: expected True or False, got {fmt_value(closure)}")
     k = int(n_clusters)
     spread = float(((X - X.mean(axis=0)) ** 2).sum(axis=1).mean())
     w = float(weight) * (spread if spread > 0 else 1.0)
-    adjacency = constraint_adjacency(constraints, X.shape[0])
+    if closure:
+        adjacency = constraint_closure(constraints, X.shape[0])
+    else:
+        adjacency = constraint_adjacency(constraints, X.shape[0])
     rng = np.random.default_rng(seed)
     best = None
     for run in range(int(n_init)):
@@ -257,7 +279,10 @@ def pck_kmeans(
     polished = pck_run(X, km_centres, adjacency, w, int(rng.integers(2**31)), max_iter)
     if polished[2] < best[2]:
         best = polished
-    km_J = pck_objective(X, km_labels, km_centres, constraints, w)
+    if closure:  # from the closure's counts; pck_objective would list its pairs
+        km_J = run_objective(X, km_labels, km_centres, adjacency, w)
+    else:
+        km_J = pck_objective(X, km_labels, km_centres, constraints, w)
     if km_J < best[2]:
         best = (km_labels, km_centres, km_J, 0)
     labels, centres = best[0], best[1]
