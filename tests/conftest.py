@@ -180,7 +180,15 @@ def _environment_restored():
     # at one thread for the rest of the heavy session (bench/embed_table8.py)
     blas = [(lib, lib.get_num_threads()) for lib in _blas_controller().lib_controllers]
     numba_threads = numba.get_num_threads()
+    # and numpy's floating-point error handling: importing active-semi-supervised-clustering
+    # (the PCKMeans peer) runs np.seterr('raise') in its mpckmeans module, after which a later
+    # test's harmless overflow in np.exp raised FloatingPointError
+    import numpy as np
+
+    errstate = np.geterr()
     yield
+    if np.geterr() != errstate:
+        np.seterr(**errstate)
     for lib, count in blas:
         if lib.get_num_threads() != count:
             lib.set_num_threads(count)
