@@ -7,9 +7,9 @@ import json
 import sys
 
 STRATEGY_HELP = (
-    "how pairs are chosen: minmax (AKL's min-max, re-solving the two rows of each of the "
-    "200 least-|K| candidates; the default), min_abs_k (least |K_ij|), margin (pairs at the "
-    "least certain points, simplenpkl 5.3) or random"
+    "how pairs are chosen: min_abs_k (least |K_ij|; the default), margin (pairs at the "
+    "least certain points, simplenpkl 5.3), minmax (AKL's min-max, re-solving the two rows "
+    "of each of the 200 least-|K| candidates) or random"
 )
 
 
@@ -29,7 +29,7 @@ def add_active_parsers(sub, positive_int) -> None:
     act.add_argument("--oracle", required=True, metavar="LABELS", help="labels .npy/.csv/.txt")
     act.add_argument("--rounds", type=positive_int, default=5, help="rounds in all (5)")
     act.add_argument("--pairs", type=positive_int, default=20, help="pairs per round (20)")
-    act.add_argument("--strategy", choices=STRATEGIES, default="minmax", help=STRATEGY_HELP)
+    act.add_argument("--strategy", choices=STRATEGIES, default="min_abs_k", help=STRATEGY_HELP)
     act.add_argument(
         "--restart", action="store_true", help="forget the recorded rounds and start again"
     )
@@ -45,7 +45,7 @@ def add_active_parsers(sub, positive_int) -> None:
     )
     ask.add_argument("run", metavar="RUN")
     ask.add_argument("--pairs", type=positive_int, default=20, help="questions (20)")
-    ask.add_argument("--strategy", choices=STRATEGIES, default="minmax", help=STRATEGY_HELP)
+    ask.add_argument("--strategy", choices=STRATEGIES, default="min_abs_k", help=STRATEGY_HELP)
     ask.add_argument("--out", required=True, metavar="CSV", help="the questions file")
     ask.add_argument(
         "--items",

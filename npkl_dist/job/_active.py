@@ -190,7 +190,7 @@ def _check_strategy(strategy, run):
         )
 
 
-def run_active(store, labels, *, rounds: int, batch: int, strategy: str = "minmax",
+def run_active(store, labels, *, rounds: int, batch: int, strategy: str = "min_abs_k",
                progress=None, restart_loop: bool = False) -> dict:  # fmt: skip
     """``npkl active``: ``rounds`` rounds in all (those recorded count; a rerun continues,
     bitwise as an uninterrupted loop), each asking ``batch`` pairs of the labels oracle;
@@ -232,7 +232,7 @@ def run_active(store, labels, *, rounds: int, batch: int, strategy: str = "minma
     return state
 
 
-def ask(store, *, batch: int, strategy: str = "minmax", out, items=None, columns=None) -> dict:
+def ask(store, *, batch: int, strategy: str = "min_abs_k", out, items=None, columns=None) -> dict:
     """``npkl ask``: choose ``batch`` pairs, record them as pending, write the questions CSV
     (pair, i, j, then ``i_<c>`` and ``j_<c>`` for each column c of the ``items`` table, what
     a person knows the points by (``columns``: which; all by default), answer left empty)."""
