@@ -3,9 +3,12 @@ and function paths give the same bytes, and the JSON has the performance page's 
 
 import json
 
+import pytest
+
 from bench import estimators_overhead
 
 
+@pytest.mark.heavy  # (about a minute: three cases, each fitted three times per side)
 def test_small_run_is_bitwise_equal_and_writes_its_table(tmp_path):
     out = tmp_path / "eo.json"
     estimators_overhead.main(["--n", "800", "--pairs", "400", "--rounds", "1", "--json", str(out)])
