@@ -44,33 +44,6 @@ PEERS = ("MinMax", "NPU")
 ROUNDS, BATCH = 5, 20
 
 
-def _asc_active():
-    """The peer's active classes, loaded without its package __init__ (as bench/paper/peers)."""
-    import types
-    from pathlib import Path
-
-    from bench.paper import peers
-
-    PCKMeans, _ = peers._load_asc()  # (leaves the package as a module object with __path__)
-    root = Path(sys.modules["active_semi_clustering"].__path__[0])
-    for name, path in (
-        ("active_semi_clustering.active", root / "active"),
-        (
-            "active_semi_clustering.active.pairwise_constraints",
-            root / "active" / "pairwise_constraints",
-        ),
-    ):
-        if name not in sys.modules or not hasattr(sys.modules[name], "__path__"):
-            mod = types.ModuleType(name)
-            mod.__path__ = [str(path)]
-            sys.modules[name] = mod
-    from active_semi_clustering.active.pairwise_constraints.example_oracle import ExampleOracle
-    from active_semi_clustering.active.pairwise_constraints.min_max import MinMax
-    from active_semi_clustering.active.pairwise_constraints.npu import NPU
-
-    return PCKMeans, ExampleOracle, MinMax, NPU
-
-
 def start_pairs(y, count, seed):
     """``count`` distinct random pairs (i < j) labelled by the classes."""
     import npkl_dist as nk
@@ -124,7 +97,9 @@ def one_rep(name, rep, with_peers=True):
     if with_peers:
         # one run at the loop's final query count (each query of NPU refits PCKMeans, so its
         # runs grow quadratically with the budget: the curve's other rounds are ours only)
-        PCKMeans, ExampleOracle, MinMax, NPU = _asc_active()
+        from bench.paper.peers import active_learners
+
+        PCKMeans, ExampleOracle, MinMax, NPU = active_learners()
         budget = n_c + BATCH * ROUNDS
         for peer in PEERS:
             np.random.seed(rep)  # the package draws from numpy's global generator

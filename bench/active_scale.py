@@ -30,16 +30,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def mixture(n, classes=20, dim=20, seed=0):
-    rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((classes, dim)) * 1.6
-    y = rng.integers(0, classes, n)
-    return centres[y] + rng.standard_normal((n, dim)), y
-
-
 def main(argv=None):
     import npkl_dist as nk
     from bench import _results
+    from bench.estimators_overhead import mixture
     from npkl_dist.active import active_learning, candidate_pool, labels_oracle
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -34,6 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def mixture(n, classes=20, dim=20, seed=0):
+    """n points of a Gaussian mixture whose classes overlap (centres 1.6 sigma apart per
+    coordinate on average): (X, y). bench/active_scale.py draws its data here too."""
     rng = np.random.default_rng(seed)
     centres = rng.standard_normal((classes, dim)) * 1.6
     y = rng.integers(0, classes, n)

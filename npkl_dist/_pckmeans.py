@@ -221,10 +221,10 @@ def _means(X, labels, C, counts):  # pragma: no cover
                 C[h, t] /= counts[h]
 
 
-@njit(cache=True, nogil=True)
-def _objective(X, C, labels, indptr, partner, sign, w, d2):  # pragma: no cover
-    """IN: X, C, labels, indptr, partner, sign, w. OUT: d2 (n,) each point's squared
-    distance to its centre. Returns J (each constraint counted once)."""
+@njit(cache=True, nogil=True, inline="always")
+def _inertia(X, C, labels, d2):  # pragma: no cover
+    """IN: X, C, labels. OUT: d2 (n,) each point's squared distance to its centre. Returns
+    their sum, in point order (both objectives' inertia)."""
     inertia = 0.0
     for i in range(X.shape[0]):
         h = labels[i]
@@ -234,6 +234,14 @@ def _objective(X, C, labels, indptr, partner, sign, w, d2):  # pragma: no cover
             s += z * z
         d2[i] = s
         inertia += s
+    return inertia
+
+
+@njit(cache=True, nogil=True)
+def _objective(X, C, labels, indptr, partner, sign, w, d2):  # pragma: no cover
+    """IN: X, C, labels, indptr, partner, sign, w. OUT: d2 (n,) each point's squared
+    distance to its centre. Returns J (each constraint counted once)."""
+    inertia = _inertia(X, C, labels, d2)
     violated = 0
     for i in range(X.shape[0]):
         for e in range(indptr[i], indptr[i + 1]):
@@ -314,17 +322,10 @@ def _objective_closure(
     point's squared distance to its centre, members (n_comp, k) scratch. Returns J_cl: the
     inertia plus w times the closure's violated pairs, counted from the members table
     (C(s_c, 2) - sum_h C(n_ch, 2) inside component c; sum_h n_ah n_bh across a ~ b)."""
-    inertia = 0.0
+    inertia = _inertia(X, C, labels, d2)
     members[:] = 0
     for i in range(X.shape[0]):
-        h = labels[i]
-        s = 0.0
-        for t in range(X.shape[1]):
-            z = X[i, t] - C[h, t]
-            s += z * z
-        d2[i] = s
-        inertia += s
-        members[comp[i], h] += 1
+        members[comp[i], labels[i]] += 1
     violated = 0
     for a in range(members.shape[0]):
         apart = size[a] * (size[a] - 1) // 2

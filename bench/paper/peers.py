@@ -32,6 +32,22 @@ class PeerUnavailable(RuntimeError):
     """A peer method cannot run here; the message says how to install it."""
 
 
+#: the package's sub-packages each loader needs, as paths below its root
+SEMI_SUPERVISED = ("", "semi_supervised", "semi_supervised/pairwise_constraints")
+ACTIVE = ("active", "active/pairwise_constraints")
+
+
+def _stub_packages(root: Path, subdirs) -> None:
+    """Empty package objects with the real paths: submodules import, __init__ files do not
+    run (the package's __init__ imports what --no-deps left out)."""
+    for sub in subdirs:
+        name = ".".join(["active_semi_clustering", *filter(None, sub.split("/"))])
+        if name not in sys.modules or not hasattr(sys.modules[name], "__path__"):
+            mod = types.ModuleType(name)
+            mod.__path__ = [str(root / sub) if sub else str(root)]
+            sys.modules[name] = mod
+
+
 @functools.cache
 def _load_asc():
     """PCKMeans and COPKMeans classes without executing the package __init__."""
@@ -41,24 +57,24 @@ def _load_asc():
             "active-semi-supervised-clustering is missing: pip install --no-deps "
             "active-semi-supervised-clustering"
         )
-    root = Path(list(spec.submodule_search_locations)[0])
-    # empty package objects with the real paths: submodules import, __init__ files do not run
-    for name, path in (
-        ("active_semi_clustering", root),
-        ("active_semi_clustering.semi_supervised", root / "semi_supervised"),
-        (
-            "active_semi_clustering.semi_supervised.pairwise_constraints",
-            root / "semi_supervised" / "pairwise_constraints",
-        ),
-    ):
-        if name not in sys.modules or not hasattr(sys.modules[name], "__path__"):
-            mod = types.ModuleType(name)
-            mod.__path__ = [str(path)]
-            sys.modules[name] = mod
+    _stub_packages(Path(list(spec.submodule_search_locations)[0]), SEMI_SUPERVISED)
     from active_semi_clustering.semi_supervised.pairwise_constraints.copkmeans import COPKMeans
     from active_semi_clustering.semi_supervised.pairwise_constraints.pckmeans import PCKMeans
 
     return PCKMeans, COPKMeans
+
+
+@functools.cache
+def active_learners():
+    """The package's active query strategies and what they need: (PCKMeans, ExampleOracle,
+    MinMax, NPU), loaded as ``_load_asc`` loads PCKMeans."""
+    PCKMeans, _ = _load_asc()
+    _stub_packages(Path(sys.modules["active_semi_clustering"].__path__[0]), ACTIVE)
+    from active_semi_clustering.active.pairwise_constraints.example_oracle import ExampleOracle
+    from active_semi_clustering.active.pairwise_constraints.min_max import MinMax
+    from active_semi_clustering.active.pairwise_constraints.npu import NPU
+
+    return PCKMeans, ExampleOracle, MinMax, NPU
 
 
 def _pairs(cons):

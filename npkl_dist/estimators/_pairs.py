@@ -289,12 +289,11 @@ class InductiveKernel(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEst
         """A function ``metric(u, v)`` of two 1-D feature rows returning d_W(u, v): usable as
         ``KNeighborsClassifier(metric=est.get_metric())`` (it calls it once per pair)."""
         check_is_fitted(self, "model_")
-        model = self.model_
 
         def metric(u, v):
             u = np.asarray(u, dtype=np.float64).reshape(1, -1)
             v = np.asarray(v, dtype=np.float64).reshape(1, -1)
-            return float(np.sqrt(max(model.pair_distance(u, v)[0], 0.0)))
+            return float(self._distance(u, v)[0])
 
         return metric
 

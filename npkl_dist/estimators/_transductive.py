@@ -399,7 +399,6 @@ class NPKLClustering(ClusterMixin, _NPKLBase):
         method = _choice(self, "cluster_method", CLUSTER_METHODS, none_ok=True)
         if self.normalize is not None and not isinstance(self.normalize, (bool, np.bool_)):
             raise _bad(self, "normalize", self.normalize, "True, False or None")
-        self._checked()  # every argument before any work
         n = np.shape(X)[0] if hasattr(X, "__len__") else None
         if n is not None and k > n:
             raise _bad(self, "n_clusters", k, f"at most n_samples = {n}")
