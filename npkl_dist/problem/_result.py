@@ -47,8 +47,9 @@ class FitResult:
         Singular values of V above ``_rank.RANK_RTOL`` times the largest.
     descent_curvature : float
         Where ``numerical_rank`` is below half the rank: the smallest Rayleigh quotient u'Su
-        found for S = grad_K f (``_rank.descent_certificate``); negative proves that V is a
-        rank-deficient saddle, not the optimum (a ConvergenceWarning says so). NaN otherwise.
+        found for S = grad_K f outside V's span (``_rank.descent_certificate``); negative
+        proves that V is a rank-deficient saddle, not the optimum (a ConvergenceWarning says
+        so). NaN otherwise.
     """
 
     V: np.ndarray

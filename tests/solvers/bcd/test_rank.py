@@ -238,3 +238,46 @@ def test_default_fit_reaches_the_optimum_on_digits(loss):
         best = best_of_random(p, [1, 2, 3])
     assert r.objective <= best.objective * (1 + 1e-3)
     assert r.numerical_rank >= min(best.numerical_rank, 16) - 1
+
+
+def deflated_reference(p, V):
+    """The smallest eigenvalue of S on the orthogonal complement of V's significant column
+    space, dense (the slow reference of descent_certificate)."""
+    S = _rank.gradient_matrix(p, V).toarray()
+    U, s, _ = np.linalg.svd(V, full_matrices=True)
+    k = int(np.count_nonzero(s > _rank.RANK_RTOL * s[0]))
+    C = U[:, k:]  # orthonormal complement
+    return float(np.linalg.eigvalsh(C.T @ S @ C)[0]), U[:, :k]
+
+
+@pytest.mark.parametrize("trap", [False, True])
+def test_certificate_matches_the_dense_deflated_eigenvalue(trap):
+    """Above 200 points the certificate runs Lanczos with V's span shifted away (at a
+    stationary V those are eigenvectors of S for the eigenvalue 0, which Lanczos had to tell
+    from L's clustered small eigenvalues: docs/decisions/certificate.md). Its value is the
+    dense reference's, the smallest eigenvalue of S on the complement of V's span, and its
+    vector lies in that complement."""
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(6), 100)
+    X = rng.standard_normal((600, 5)) * 0.6 + 3.0 * rng.standard_normal((6, 5))[y]
+    g = nk.knn_graph(X, 6, seed=0, warn=False)
+    part = np.where(rng.random(600) < 0.1, y, -1)
+    cons = nk.sample_constraints(part, 60, 60, seed=0)
+    p = nk.NPKLProblem.build(g.laplacian(1e-3), cons, rank=40, seed=0)
+    V0 = None
+    if trap:  # a start of rank 2 of 40: the fit stays at rank 2, a saddle
+        V0 = initial_V(p, np.random.default_rng(0), "random")
+        V0[:, 2:] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nk.ConvergenceWarning)
+        r = nk.fit_bcd(p, V0=V0, tol=1e-8, max_sweeps=5000)
+    assert r.numerical_rank < 20
+    ref, Q = deflated_reference(p, r.V)
+    lam, u = _rank.descent_certificate(p, r.V)
+    assert lam >= ref - 1e-9  # a Rayleigh quotient on the complement: an upper bound
+    assert lam - ref <= 1e-4 * max(1.0, abs(ref))
+    assert np.linalg.norm(Q.T @ u) < 1e-4  # an eigenvector of A to ARPACK's tol=1e-4
+    if trap:
+        assert lam < -_rank.CERTIFICATE_TOL
+    else:
+        assert lam > -1e-6
