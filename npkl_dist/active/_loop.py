@@ -104,6 +104,7 @@ def active_learning(
     eval_labels=None,
     n_clusters: int | None = None,
     callback=None,
+    distinct: bool = True,
 ) -> ActiveResult:
     """Run ``rounds`` rounds of active constraint selection with BCD in the loop.
 
@@ -133,6 +134,8 @@ def active_learning(
         shown to the loop).
     callback : callable, optional
         ``callback(ActiveRound)`` after each round.
+    distinct : bool
+        No point in two pairs of one batch (``select_pairs``; not the random strategy).
 
     Returns
     -------
@@ -204,8 +207,9 @@ def active_learning(
         if open_pairs.shape[0] == 0:
             break
         idx = select_pairs(
-            V, open_pairs, batch, strategy, constraints=cons, seed=[seed, r], problem=problem
-        )
+            V, open_pairs, batch, strategy, constraints=cons, seed=[seed, r], problem=problem,
+            distinct=distinct,
+        )  # fmt: skip
         queries = open_pairs[idx]
         select_seconds = time.perf_counter() - t
         answers = np.asarray(oracle(queries))

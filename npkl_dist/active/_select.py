@@ -155,11 +155,17 @@ def select_pairs(
     problem=None,
     prefilter: int = MINMAX_PREFILTER,
     steps: int = 2,
+    distinct: bool = True,
 ):
     """Indices into ``pairs`` of the ``batch`` pairs the strategy asks first (ties: pool
     order; the margin strategy breaks its ties by |K_kl| first). ``minmax`` needs the fit's
     ``problem`` (L, constraints, gamma; square loss) and re-solves the rows of the
-    ``prefilter`` least-|K_kl| pairs ``steps`` times."""
+    ``prefilter`` least-|K_kl| pairs ``steps`` times. ``distinct`` (the scored strategies; random
+    pairs are drawn as they come): no point in two pairs of one batch (the pairs in score
+    order, a pair skipped when a point of it is taken; the skipped ones, in order, only if
+    the batch is not full otherwise). A batch is chosen at once from one V, so without it
+    the top scores crowd onto the few points the kernel is least sure of, and the batch
+    informs fewer of the kernel's rows (docs/decisions/active-selection.md)."""
     if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
         raise ValidationError(f"batch: expected a positive integer, got {fmt_value(batch)}")
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
@@ -171,10 +177,31 @@ def select_pairs(
         delta = minmax_deltas(
             V, pairs[near], problem.L, problem.constraints, problem.gamma, steps=steps
         )
-        return near[np.argsort(delta, kind="stable")[: min(int(batch), pairs.shape[0])]]
-    score = pair_scores(V, pairs, strategy, constraints=constraints, seed=seed)
-    if strategy == "margin":
-        order = np.lexsort((np.abs(pair_kernel(V, pairs)), score))
+        order = near[np.argsort(delta, kind="stable")]
     else:
-        order = np.argsort(score, kind="stable")
+        score = pair_scores(V, pairs, strategy, constraints=constraints, seed=seed)
+        if strategy == "margin":
+            order = np.lexsort((np.abs(pair_kernel(V, pairs)), score))
+        else:
+            order = np.argsort(score, kind="stable")
+    if distinct and strategy != "random":
+        return _distinct_points(pairs, order, int(batch))
     return order[: min(int(batch), pairs.shape[0])]
+
+
+def _distinct_points(pairs, order, batch):
+    """The first ``batch`` of ``order`` whose pairs share no point, filled up with the
+    skipped ones (in order) when too few are left."""
+    taken: set = set()
+    chosen, skipped = [], []
+    for q in order:
+        a, b = int(pairs[q, 0]), int(pairs[q, 1])
+        if a in taken or b in taken:
+            skipped.append(q)
+            continue
+        chosen.append(q)
+        taken.update((a, b))
+        if len(chosen) == batch:
+            break
+    chosen += skipped[: batch - len(chosen)]
+    return np.asarray(chosen, dtype=np.int64)

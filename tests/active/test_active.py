@@ -71,7 +71,7 @@ def test_selections_equal_brute_force_orders():
     V = rng.standard_normal((60, 3))
     K = V @ V.T
     pool = candidate_pool(60, n_random=300, seed=0)
-    got = select_pairs(V, pool, 20, "min_abs_k")
+    got = select_pairs(V, pool, 20, "min_abs_k", distinct=False)
     ref = np.argsort(np.abs(K[pool[:, 0], pool[:, 1]]), kind="stable")[:20]
     np.testing.assert_array_equal(got, ref)
     y = rng.integers(0, 2, 60)
@@ -79,10 +79,52 @@ def test_selections_equal_brute_force_orders():
     m = point_margins(V, cons)
     score = np.minimum(m[pool[:, 0]], m[pool[:, 1]])
     ref = np.lexsort((np.abs(K[pool[:, 0], pool[:, 1]]), score))[:20]
-    np.testing.assert_array_equal(select_pairs(V, pool, 20, "margin", constraints=cons), ref)
+    np.testing.assert_array_equal(
+        select_pairs(V, pool, 20, "margin", constraints=cons, distinct=False), ref
+    )
     a = select_pairs(V, pool, 20, "random", seed=5)
     assert np.array_equal(a, select_pairs(V, pool, 20, "random", seed=5))
     assert not np.array_equal(a, select_pairs(V, pool, 20, "random", seed=6))
+
+
+def _greedy_distinct(pairs, order, batch):
+    """The slow reference: walk the order, keep a pair whose points are both new."""
+    used, keep = [], []
+    for q in order:
+        if pairs[q, 0] not in used and pairs[q, 1] not in used:
+            keep.append(q)
+            used += [pairs[q, 0], pairs[q, 1]]
+    rest = [q for q in order if q not in keep]
+    return np.array((keep + rest)[:batch])
+
+
+@pytest.mark.parametrize("strategy", ["min_abs_k", "margin", "random", "minmax"])
+def test_distinct_batches_take_each_point_once(strategy):
+    """distinct=True (the default): the strategy's order with a pair skipped when one of its
+    points is already in the batch; filled from the skipped pairs (in order) only when the
+    pool runs out of pairs of new points. Random draws are taken as they come."""
+    X, y = _blobs(n_per=15)
+    n = y.size
+    g = nk.knn_graph(X, 5, warn=False)
+    cons = nk.sample_constraints(y, 20, 20, seed=0)
+    p = nk.NPKLProblem.build(g.laplacian(1e-3), cons, rank=4, seed=0)
+    V = nk.fit_bcd(p).V
+    pool = candidate_pool(n, graph=g.S, constraints=cons, n_random=200, seed=0)
+    kw = dict(constraints=cons, seed=3, problem=p, prefilter=60)
+    full = select_pairs(V, pool, len(pool), strategy, distinct=False, **kw)  # (minmax: 60)
+    got = select_pairs(V, pool, 12, strategy, **kw)  # distinct by default
+    if strategy == "random":  # drawn as they come
+        np.testing.assert_array_equal(got, full[:12])
+        return
+    np.testing.assert_array_equal(got, _greedy_distinct(pool, list(full), 12))
+    assert np.unique(pool[got].ravel()).size == 24
+    assert not np.array_equal(got, full[:12])  # the plain batch repeats a point here
+    # a star: every pair shares point 0, so the batch is the order itself
+    star = np.column_stack([np.zeros(9, np.int64), np.arange(1, 10)])
+    np.testing.assert_array_equal(
+        select_pairs(V, star, 4, "min_abs_k"),
+        select_pairs(V, star, 4, "min_abs_k", distinct=False),
+    )
 
 
 def test_labels_oracle_and_adding_answers():
@@ -203,7 +245,7 @@ def test_minmax_selects_the_least_delta_among_the_prefiltered_pairs():
 
     p, V, _ = _fitted()
     pool = candidate_pool(V.shape[0], constraints=p.constraints, n_random=300, seed=0)
-    got = select_pairs(V, pool, 5, "minmax", problem=p, prefilter=40)
+    got = select_pairs(V, pool, 5, "minmax", problem=p, prefilter=40, distinct=False)
     near = np.argsort(np.abs(pair_kernel(V, pool)), kind="stable")[:40]
     d = minmax_deltas(V, pool[near], p.L, p.constraints, p.gamma)
     np.testing.assert_array_equal(got, near[np.argsort(d, kind="stable")[:5]])
