@@ -2,7 +2,7 @@
 
 On the paper harness's data sets at its protocol (``bench/paper/run.py``: features scaled to
 [-1, 1], kNN graph, 0.6n must-link + 0.6n cannot-link random pairs per repetition, BCD with
-the linear loss, gamma = 1; repetition ``rep`` seeds the graph, the pairs and the
+the linear loss (``--kernel``: another of the harness's BCD losses), gamma = 1; repetition ``rep`` seeds the graph, the pairs and the
 clustering), in one run and on the same inputs:
 
 * ``kmeans``: npkl's kernel k-means on the learned V (``kernel_kmeans(V, k, seed=rep)``,
@@ -56,9 +56,10 @@ METHODS = ("kmeans", "pck", "pck+closure", "PCKMeans")
 VARIANTS = {"pairs": ("pck", False), "closure": ("pck+closure", True)}
 
 
-def one_rep(name, rep, variants=tuple(VARIANTS)):
+def one_rep(name, rep, variants=tuple(VARIANTS), kernel="BCD-linear"):
     """The clusterings of repetition ``rep`` of ``name`` (kernel k-means, the pck
-    ``variants``, PCKMeans): {method: (accuracy or an error string, seconds)}."""
+    ``variants``, PCKMeans) of the harness's ``kernel``: {method: (accuracy or an error
+    string, seconds)}."""
     import numba
     from threadpoolctl import threadpool_limits
 
@@ -75,7 +76,7 @@ def one_rep(name, rep, variants=tuple(VARIANTS)):
     k = int(np.unique(y).size)
     adult = meta.get("knn", 5) == 50
     V = learn_kernel(
-        "BCD-linear",
+        kernel,
         L,
         cons,
         cons_diag,
@@ -175,13 +176,20 @@ def main(argv=None):
         help="pck on the pairs as given (closure=False), on their transitive closure "
         "(closure=True), or both (default)",
     )
+    ap.add_argument(
+        "--kernel",
+        choices=("BCD-linear", "BCD-square", "BCD-sqhinge"),
+        default="BCD-linear",
+        help="the harness's kernel to cluster (default BCD-linear, the replication table's "
+        "row; BCD-square is what `npkl fit` learns by default)",
+    )
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--json", default=None, help="output path (default bench/results/)")
     args = ap.parse_args(argv)
     results = {}
     tasks = [(d, r) for d in args.datasets for r in range(args.reps)]
     with ProcessPoolExecutor(args.workers, initializer=_warm) as pool:
-        futs = [pool.submit(one_rep, d, r, tuple(args.variants)) for d, r in tasks]
+        futs = [pool.submit(one_rep, d, r, tuple(args.variants), args.kernel) for d, r in tasks]
         for f in futs:
             name, rep, out = f.result()
             results[(name, rep)] = out
@@ -199,12 +207,15 @@ def main(argv=None):
         print(row)
     print("; ".join(counts))
     held = [m for m in METHODS if m in rows[0]]
+    linear = args.kernel == "BCD-linear"
+    name = "pck_clustering" if linear else f"pck_clustering_{args.kernel.lower()}"
     _results.write(
-        "pck_clustering",
-        title="Constrained clustering of the learned kernel (pck) against PCKMeans",
+        name,
+        title="Constrained clustering of the learned kernel (pck) against PCKMeans"
+        + ("" if linear else f" ({args.kernel} kernel)"),
         measures=(
             "pairwise (Rand) accuracy in %, mean ± std over repetitions, of pck_kmeans on "
-            "the BCD-linear kernel (bench/paper protocol, gamma = 1), on the pairs as given "
+            f"the {args.kernel} kernel (bench/paper protocol, gamma = 1), on the pairs as given "
             "(pck) and on their transitive closure (pck+closure); seconds of one "
             "pck_kmeans call (10 runs)"
         ),
@@ -228,7 +239,14 @@ def main(argv=None):
             "crashed peer repetition is left out of every mean and counted)"
         ],
         args=vars(args),
-        path=args.json,
+        path=args.json
+        or (
+            None
+            if linear
+            else os.path.join(
+                os.path.dirname(__file__), "results", "pck_clustering", name + ".json"
+            )
+        ),
         extra={"per_rep": {k: v for k, v in raw.items()}},
     )
 

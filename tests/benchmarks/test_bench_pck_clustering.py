@@ -28,3 +28,11 @@ def test_summary_counts_and_crashes():
     assert b["reps"] == 2 and b["kmeans"] == "80.00 ± 10.00" and b["pck_vs_peer"] == "-20.00"
     # a: above the peer; b: below it, pck mean 75 >= kmeans mean 80 - std 10
     assert above == 1 and within == 2
+
+
+def test_kernel_option_clusters_that_kernel():
+    pytest.importorskip("active_semi_clustering")
+    _, _, lin = pc.one_rep("iris", 0, ("pairs",))
+    _, _, sq = pc.one_rep("iris", 0, ("pairs",), kernel="BCD-square")
+    assert lin["PCKMeans"][0] == sq["PCKMeans"][0]  # the same pairs and features
+    assert 0.5 < sq["pck"][0] <= 1.0 and sq["kmeans"][0] != lin["kmeans"][0]
