@@ -105,6 +105,21 @@ def candidate_pool(
     return np.column_stack([keys // n, keys % n]).astype(np.int64)
 
 
+def smallest(values, k: int) -> np.ndarray:
+    """``np.argsort(values, kind="stable")[:k]`` (ties by position) without sorting all of
+    ``values``: a partition finds the k-th smallest value, and only the entries up to it are
+    sorted (a pool of 10^6 pairs, 200 kept)."""
+    values = np.asarray(values)
+    k = int(k)
+    if k >= values.size:
+        return np.argsort(values, kind="stable")
+    if k <= 0:
+        return np.zeros(0, dtype=np.intp)
+    kth = values[np.argpartition(values, k - 1)[k - 1]]
+    cand = np.flatnonzero(values <= kth)  # ascending positions
+    return cand[np.argsort(values[cand], kind="stable")[:k]]
+
+
 def pair_kernel(V, pairs) -> np.ndarray:
     """K_kl = v_k . v_l for each pair (m,), in chunks of rows of V."""
     V = np.asarray(V)
@@ -173,7 +188,7 @@ def select_pairs(
         from ._minmax import check_minmax, minmax_deltas
 
         check_minmax(problem)
-        near = np.argsort(np.abs(pair_kernel(V, pairs)), kind="stable")[: max(prefilter, batch)]
+        near = smallest(np.abs(pair_kernel(V, pairs)), max(prefilter, batch))
         delta = minmax_deltas(
             V, pairs[near], problem.L, problem.constraints, problem.gamma, steps=steps
         )

@@ -263,3 +263,15 @@ def test_every_strategy_runs_in_the_loop(strategy):
     assert asked.shape == (12, 2) and np.unique(asked[:, 0] * y.size + asked[:, 1]).size == 12
     assert res.constraints.m == p.constraints.m + 12
     assert 0.0 <= res.rounds[-1].metrics["rand_accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_smallest_equals_a_stable_argsort_prefix(seed):
+    from npkl_dist.active._select import smallest
+
+    rng = np.random.default_rng(seed)
+    vals = rng.integers(0, 5, 300).astype(float)  # many ties
+    if seed % 2:
+        vals = rng.random(300)
+    for k in (0, 1, 7, 60, 299, 300, 400):
+        np.testing.assert_array_equal(smallest(vals, k), np.argsort(vals, kind="stable")[:k])
