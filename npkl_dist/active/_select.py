@@ -197,6 +197,8 @@ def select_pairs(
         score = pair_scores(V, pairs, strategy, constraints=constraints, seed=seed)
         if strategy == "margin":
             order = np.lexsort((np.abs(pair_kernel(V, pairs)), score))
+        elif strategy == "min_abs_k":
+            return _least_first(pairs, score, int(batch), distinct)
         else:
             order = np.argsort(score, kind="stable")
     if distinct and strategy != "random":
@@ -204,9 +206,25 @@ def select_pairs(
     return order[: min(int(batch), pairs.shape[0])]
 
 
-def _distinct_points(pairs, order, batch):
+def _least_first(pairs, score, batch, distinct):
+    """The batch of least ``score`` (ties by pool order; ``distinct`` as select_pairs) from
+    a prefix of the stable order, lengthened until the batch fills (the greedy pass reads
+    the order only up to its last pick), without sorting a pool of 10^6."""
+    m = pairs.shape[0]
+    if not distinct:
+        return smallest(score, min(batch, m))
+    k = min(m, 8 * batch)
+    while True:
+        order = smallest(score, k)
+        chosen = _distinct_points(pairs, order, batch, fill=k >= m)
+        if chosen.size >= min(batch, m) or k >= m:
+            return chosen
+        k = min(m, 4 * k)
+
+
+def _distinct_points(pairs, order, batch, fill=True):
     """The first ``batch`` of ``order`` whose pairs share no point, filled up with the
-    skipped ones (in order) when too few are left."""
+    skipped ones (in order) when too few are left (with ``fill``)."""
     taken: set = set()
     chosen, skipped = [], []
     for q in order:
@@ -218,5 +236,6 @@ def _distinct_points(pairs, order, batch):
         taken.update((a, b))
         if len(chosen) == batch:
             break
-    chosen += skipped[: batch - len(chosen)]
+    if fill:
+        chosen += skipped[: batch - len(chosen)]
     return np.asarray(chosen, dtype=np.int64)

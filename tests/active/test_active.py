@@ -275,3 +275,24 @@ def test_smallest_equals_a_stable_argsort_prefix(seed):
         vals = rng.random(300)
     for k in (0, 1, 7, 60, 299, 300, 400):
         np.testing.assert_array_equal(smallest(vals, k), np.argsort(vals, kind="stable")[:k])
+
+
+@pytest.mark.parametrize("distinct", [True, False])
+def test_least_abs_k_from_a_prefix_equals_the_whole_sort(distinct):
+    """min_abs_k reads a prefix of the order (lengthened until the batch fills): the same
+    batch as the greedy pass over the whole stable sort, on a pool where the first pairs
+    share their points (a prefix of 8 x batch is not enough) and with tied scores."""
+    from npkl_dist.active._select import _distinct_points
+
+    rng = np.random.default_rng(0)
+    n = 400
+    V = np.zeros((n, 2))
+    V[:, 0] = np.round(rng.random(n), 1)  # tied products
+    V[:200, 0] = 0.0  # K = 0 for every pair at a point below 200
+    star = np.column_stack([np.zeros(199, np.int64), np.arange(1, 200)])  # share point 0
+    pool = np.vstack([star, candidate_pool(n, n_random=3000, seed=1)])
+    full = np.argsort(np.abs(pair_kernel(V, pool)), kind="stable")
+    for batch in (1, 5, 20, 150):
+        ref = _distinct_points(pool, full, batch) if distinct else full[:batch]
+        got = select_pairs(V, pool, batch, "min_abs_k", distinct=distinct)
+        np.testing.assert_array_equal(got, ref)
