@@ -7,6 +7,7 @@ from ._loop import ActiveResult, ActiveRound, active_learning, add_answers, labe
 from ._select import (
     STRATEGIES,
     candidate_pool,
+    drop_pairs,
     pair_kernel,
     pair_scores,
     point_margins,
@@ -20,6 +21,7 @@ __all__ = [
     "active_learning",
     "add_answers",
     "candidate_pool",
+    "drop_pairs",
     "labels_oracle",
     "pair_kernel",
     "pair_scores",

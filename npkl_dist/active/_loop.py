@@ -11,7 +11,7 @@ import numpy as np
 from .._errors import ValidationError, fmt_value
 from ..problem._constraints import Constraints
 from ..problem._problem import NPKLProblem, default_rank
-from ._select import STRATEGIES, _key, select_pairs
+from ._select import STRATEGIES, _key, drop_pairs, select_pairs
 
 
 def labels_oracle(labels):
@@ -200,10 +200,11 @@ def active_learning(
     if callback is not None:
         callback(first)
     cons = constraints
+    skipped = np.zeros((0, 2), np.int64)
     for r in range(1, int(rounds) + 1):
         t = time.perf_counter()
         asked = np.isin(_key(pool[:, 0], pool[:, 1], n), _key(cons.i, cons.j, n))
-        open_pairs = pool[~asked]
+        open_pairs = drop_pairs(pool[~asked], skipped, n)  # a skipped pair is not re-asked
         if open_pairs.shape[0] == 0:
             break
         idx = select_pairs(
@@ -226,6 +227,7 @@ def active_learning(
                 f"first: {answers[bad][0].item()!r} for pair ({q[0]}, {q[1]})); {fix_}"
             )
         answers = answers.astype(np.int8)
+        skipped = np.vstack([skipped, queries[answers == 0]])
         cons = add_answers(cons, queries, answers)
         res, secs = fit(cons, V)
         V = res.V

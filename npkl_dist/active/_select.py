@@ -105,6 +105,18 @@ def candidate_pool(
     return np.column_stack([keys // n, keys % n]).astype(np.int64)
 
 
+def drop_pairs(pool, pairs, n_points: int) -> np.ndarray:
+    """The rows of ``pool`` that are not among ``pairs`` (either orientation): questions
+    already asked, answered or skipped, are not asked again."""
+    pool = np.asarray(pool, dtype=np.int64).reshape(-1, 2)
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    if not pairs.size or not pool.size:
+        return pool
+    n = int(n_points)
+    gone = np.isin(_key(pool[:, 0], pool[:, 1], n), _key(pairs[:, 0], pairs[:, 1], n))
+    return pool[~gone]
+
+
 def smallest(values, k: int) -> np.ndarray:
     """``np.argsort(values, kind="stable")[:k]`` (ties by position) without sorting all of
     ``values``: a partition finds the k-th smallest value, and only the entries up to it are

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from .._errors import ConstraintError, ValidationError, fix
-from ..active import add_answers, candidate_pool, labels_oracle, select_pairs
+from ..active import add_answers, candidate_pool, drop_pairs, labels_oracle, select_pairs
 from ..graph._io import read_items
 from ..problem._constraints import Constraints
 from ..problem._problem import NPKLProblem
@@ -148,6 +148,10 @@ class _Run:
         pool = candidate_pool(self.n, graph=self.S, constraints=cons,
                               n_random=min(POOL_RANDOM, self.n * (self.n - 1) // 2),
                               seed=[self.seed, 78, r])  # fmt: skip
+        # questions asked before and skipped are not constraints: not asked again either
+        asked = [np.asarray(rec["queries"], np.int64).reshape(-1, 2) for rec in rounds]
+        if asked:
+            pool = drop_pairs(pool, np.vstack(asked), self.n)
         V = self.V(rounds)
         idx = select_pairs(V, pool, batch, strategy, constraints=cons, seed=[self.seed, r],
                            problem=self.problem(cons) if strategy == "minmax" else None)  # fmt: skip

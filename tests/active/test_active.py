@@ -296,3 +296,20 @@ def test_least_abs_k_from_a_prefix_equals_the_whole_sort(distinct):
         ref = _distinct_points(pool, full, batch) if distinct else full[:batch]
         got = select_pairs(V, pool, batch, "min_abs_k", distinct=distinct)
         np.testing.assert_array_equal(got, ref)
+
+
+def test_loop_never_asks_a_skipped_pair_again():
+    """A pair answered 0 (skip) adds no constraint, but is not asked again: with every
+    answer a skip, five rounds of min_abs_k ask 5 x 8 distinct pairs (before, the same
+    least-|K| pairs came back every round)."""
+    X, y = _blobs()
+    n = y.size
+    g = nk.knn_graph(X, 5, warn=False)
+    cons = nk.sample_constraints(y, 20, 20, seed=0)
+    pool = candidate_pool(n, graph=g.S, constraints=cons, n_random=300, seed=0)
+    res = active_learning(g.laplacian(1e-3), cons, lambda q: np.zeros(len(q), np.int8), pool,
+                          rounds=5, batch=8, strategy="min_abs_k")  # fmt: skip
+    asked = np.vstack([r.queries for r in res.rounds[1:]])
+    keys = {tuple(sorted(map(int, p))) for p in asked}
+    assert len(asked) == 40 and len(keys) == 40
+    assert res.constraints.m == cons.m

@@ -118,6 +118,24 @@ def test_ask_and_answer_round_trip(fitted, tmp_path, capsys):
     assert p == 2 and "has no questions waiting; ask some first" in capsys.readouterr().err
 
 
+def test_skipped_questions_are_not_asked_again(fitted, tmp_path, capsys):
+    """Skipped pairs add no constraint, so the refit leaves V where it was and the same
+    pairs would top the order again; they are left out of the next questions."""
+    run = _copy(fitted, tmp_path, "skipper")
+    q = tmp_path / "q.csv"
+    assert main(["ask", str(run), "--pairs", "6", "--out", str(q), "--quiet"]) == 0
+    rows = list(csv.DictReader(q.open()))
+    for r in rows:
+        r["answer"] = "skip"
+    _write(tmp_path / "a.csv", rows)
+    assert main(["answer", str(run), str(tmp_path / "a.csv"), "--quiet"]) == 0
+    q2 = tmp_path / "q2.csv"
+    assert main(["ask", str(run), "--pairs", "6", "--out", str(q2), "--quiet"]) == 0
+    again = {tuple(sorted((int(r["i"]), int(r["j"])))) for r in csv.DictReader(q2.open())}
+    before = {tuple(sorted((int(r["i"]), int(r["j"])))) for r in rows}
+    assert len(again) == 6 and not again & before
+
+
 def test_ask_shows_the_items_a_person_knows(fitted, tmp_path, capsys):
     d, y = fitted
     run = _copy(fitted, tmp_path, "items")
