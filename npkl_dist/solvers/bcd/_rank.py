@@ -150,9 +150,11 @@ def descent_certificate(problem, V, *, maxiter: int = 300, seed: int = 0):
     restarts' cap; an unconverged estimate is still an upper bound on the smallest
     eigenvalue on that complement.
 
-    Lanczos runs on A = S + c Q Q' (Q: an orthonormal basis of V's significant column space,
-    c > ||S|| by Gershgorin), which equals S on the complement of V's span and pushes that
-    span above S's spectrum. At a stationary V, S V = 0: without the shift V's k columns are
+    Lanczos runs on A = S + c Q Q' + SHIFT I (Q: an orthonormal basis of V's significant
+    column space, c > ||S|| by Gershgorin), which is S + SHIFT I on the complement of V's span
+    and pushes that span above S's spectrum; SHIFT makes ARPACK's relative tolerance
+    (``CERTIFICATE_TOL / 100``) an absolute one. At a stationary V, S V = 0: without the
+    shift V's k columns are
     k eigenvectors of eigenvalue 0 among L's clustered small eigenvalues, which Lanczos must
     resolve to the tolerance (thousands of products on a 10^5-point kNN graph, and no answer
     within the cap); a descent direction is orthogonal to them anyway (eigenvectors of a
