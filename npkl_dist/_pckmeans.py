@@ -170,6 +170,19 @@ def sq_distances(X, C, xx):
     return xx[:, None] - 2.0 * (X @ C.T) + np.einsum("ij,ij->i", C, C)[None, :]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _least_cost(cost, cur):  # pragma: no cover
+    """The cluster of least ``cost`` (the first on a tie), or ``cur`` (the point's label, -1
+    for none) if it costs no more: a point keeps its label on a tie."""
+    best = 0
+    for h in range(1, cost.shape[0]):
+        if cost[h] < cost[best]:
+            best = h
+    if cur >= 0 and cost[cur] <= cost[best]:
+        best = cur
+    return best
+
+
 @njit(cache=True, nogil=True)
 def _assign(D, indptr, partner, sign, w, order, labels, cost):  # pragma: no cover
     """One ICM sweep in ``order``. IN: D (n, k) squared distances to the centres, indptr,
@@ -192,12 +205,7 @@ def _assign(D, indptr, partner, sign, w, order, labels, cost):  # pragma: no cov
             else:  # cannot-link: lj pays w
                 cost[lj] += w
         cur = labels[i]
-        best = 0
-        for h in range(1, k):
-            if cost[h] < cost[best]:
-                best = h
-        if cur >= 0 and cost[cur] <= cost[best]:
-            best = cur
+        best = _least_cost(cost, cur)
         if best != cur:
             labels[i] = best
             changed += 1
@@ -292,12 +300,7 @@ def _assign_closure(
             # an integer count of violated closure pairs, times w (as the reference sums)
             same = members[c, h] - (1 if h == cur else 0)
             cost[h] = D[i, h] + w * (others - same + pressure[c, h])
-        best = 0
-        for h in range(1, k):
-            if cost[h] < cost[best]:
-                best = h
-        if cur >= 0 and cost[cur] <= cost[best]:
-            best = cur
+        best = _least_cost(cost, cur)
         if best != cur:
             if cur >= 0:
                 members[c, cur] -= 1

@@ -108,17 +108,15 @@ def test_dominant_penalty_honours_consistent_constraints():
     assert violated(nk.pck_kmeans(X, 2, dense, seed=0, weight=100.0), dense) < free / 2
 
 
-def test_restarts_keep_the_lowest_objective():
-    """n_init runs: the result's objective is the minimum over the runs (each run
-    reproduced by hand from the public function's seeds)."""
+def _every_start(X, cons, k, bound, spread, closure):
+    """The penalised objectives of the runs pck_kmeans(seed=5, n_init=4) makes, reproduced
+    by hand from its seeds (``bound``: the adjacency or closure pck_run takes), then kernel
+    k-means' clustering as one more start and as it stands (the last)."""
     from sklearn.cluster import kmeans_plusplus
 
     from npkl_dist.evaluate import must_link_centres
 
-    X, _, cons, k = _problem(3, n=80, k=4, r=3)
-    labels, C = nk.pck_kmeans(X, k, cons, seed=5, n_init=4, return_centres=True)
-    spread = ((X - X.mean(0)) ** 2).sum(1).mean()
-    adj = constraint_adjacency(cons, X.shape[0])
+    Xc = np.ascontiguousarray(X)
     rng = np.random.default_rng(5)
     objs = []
     for run in range(4):
@@ -128,13 +126,22 @@ def test_restarts_keep_the_lowest_objective():
             if run == 0
             else kmeans_plusplus(X, k, random_state=s)[0]
         )
-        objs.append(pck_run(np.ascontiguousarray(X), C0, adj, spread, s)[2])
-    # then kernel k-means' clustering, as one more start and as it stands
+        objs.append(pck_run(Xc, C0, bound, spread, s)[2])
     km, km_C = nk.kernel_kmeans(X, k, seed=5, constraints=cons, return_centres=True)
     s = int(rng.integers(2**31))
-    objs.append(pck_run(np.ascontiguousarray(X), np.ascontiguousarray(km_C), adj, spread, s)[2])
-    km_J = pck_objective(X, km, km_C, cons, spread)
-    objs.append(km_J)
+    objs.append(pck_run(Xc, np.ascontiguousarray(km_C), bound, spread, s)[2])
+    objs.append(pck_objective(X, km, km_C, cons, spread, closure=closure))
+    return objs
+
+
+def test_restarts_keep_the_lowest_objective():
+    """n_init runs: the result's objective is the minimum over the runs (each run
+    reproduced by hand from the public function's seeds)."""
+    X, _, cons, k = _problem(3, n=80, k=4, r=3)
+    labels, C = nk.pck_kmeans(X, k, cons, seed=5, n_init=4, return_centres=True)
+    spread = ((X - X.mean(0)) ** 2).sum(1).mean()
+    objs = _every_start(X, cons, k, constraint_adjacency(cons, X.shape[0]), spread, False)
+    km_J = objs[-1]
     got = pck_objective(X, labels, C, cons, spread)
     assert got == pytest.approx(min(objs), rel=1e-12)
     assert got <= km_J  # never above the clustering that ignores the pairs
@@ -394,30 +401,11 @@ def test_closure_restarts_keep_the_lowest_objective():
     """closure=True: the result's J_cl is the minimum over the runs (each reproduced by hand
     from the public function's seeds on the closure), kernel k-means' clustering included,
     so never above kernel k-means' J_cl."""
-    from sklearn.cluster import kmeans_plusplus
-
-    from npkl_dist.evaluate import must_link_centres
-
     X, _, cons, k = _problem(3, n=80, k=4, r=3)
     labels, C = nk.pck_kmeans(X, k, cons, seed=5, n_init=4, closure=True, return_centres=True)
     spread = ((X - X.mean(0)) ** 2).sum(1).mean()
-    closure = constraint_closure(cons, X.shape[0])
-    Xc = np.ascontiguousarray(X)
-    rng = np.random.default_rng(5)
-    objs = []
-    for run in range(4):
-        s = int(rng.integers(2**31))
-        C0 = (
-            must_link_centres(X, cons, k, seed=s)
-            if run == 0
-            else kmeans_plusplus(X, k, random_state=s)[0]
-        )
-        objs.append(pck_run(Xc, C0, closure, spread, s)[2])
-    km, km_C = nk.kernel_kmeans(X, k, seed=5, constraints=cons, return_centres=True)
-    s = int(rng.integers(2**31))
-    objs.append(pck_run(Xc, np.ascontiguousarray(km_C), closure, spread, s)[2])
-    km_J = pck_objective(X, km, km_C, cons, spread, closure=True)
-    objs.append(km_J)
+    objs = _every_start(X, cons, k, constraint_closure(cons, X.shape[0]), spread, True)
+    km_J = objs[-1]
     got = pck_objective(X, labels, C, cons, spread, closure=True)
     assert got == pytest.approx(min(objs), rel=1e-12)
     assert got <= km_J * (1 + 1e-12)

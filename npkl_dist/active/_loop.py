@@ -11,7 +11,7 @@ import numpy as np
 from .._errors import ValidationError, fmt_value
 from ..problem._constraints import Constraints
 from ..problem._problem import NPKLProblem, default_rank
-from ._select import STRATEGIES, _key, drop_pairs, select_pairs
+from ._select import STRATEGIES, _key, select_pairs
 
 
 def labels_oracle(labels):
@@ -200,11 +200,14 @@ def active_learning(
     if callback is not None:
         callback(first)
     cons = constraints
-    skipped = np.zeros((0, 2), np.int64)
+    # the pool's pairs not asked yet: not the given constraints, then not a query of any
+    # round, whether its answer became a constraint or was a skip
+    pool_keys = _key(pool[:, 0], pool[:, 1], n)
+    unasked = ~np.isin(pool_keys, _key(cons.i, cons.j, n))
     for r in range(1, int(rounds) + 1):
         t = time.perf_counter()
-        asked = np.isin(_key(pool[:, 0], pool[:, 1], n), _key(cons.i, cons.j, n))
-        open_pairs = drop_pairs(pool[~asked], skipped, n)  # a skipped pair is not re-asked
+        open_idx = np.flatnonzero(unasked)
+        open_pairs = pool[open_idx]
         if open_pairs.shape[0] == 0:
             break
         idx = select_pairs(
@@ -212,6 +215,7 @@ def active_learning(
             distinct=distinct,
         )  # fmt: skip
         queries = open_pairs[idx]
+        unasked &= ~np.isin(pool_keys, _key(queries[:, 0], queries[:, 1], n))
         select_seconds = time.perf_counter() - t
         answers = np.asarray(oracle(queries))
         fix_ = "answer each pair with +1 (must-link), -1 (cannot-link) or 0 (skip)"
@@ -227,7 +231,6 @@ def active_learning(
                 f"first: {answers[bad][0].item()!r} for pair ({q[0]}, {q[1]})); {fix_}"
             )
         answers = answers.astype(np.int8)
-        skipped = np.vstack([skipped, queries[answers == 0]])
         cons = add_answers(cons, queries, answers)
         res, secs = fit(cons, V)
         V = res.V

@@ -63,6 +63,15 @@ def _gram(V: np.ndarray) -> np.ndarray:
     return (G + G.T) / 2.0
 
 
+def _gram_split(V, rtol: float = RANK_RTOL):
+    """(w, W, kept): the eigenpairs of V's Gram matrix (ascending) and which of them hold
+    a direction of V (w above rtol^2 times the largest; none if V = 0)."""
+    w, W = np.linalg.eigh(_gram(V))
+    top = float(w[-1]) if w.size else 0.0
+    kept = w > (rtol**2) * top if top > 0 else np.zeros(w.size, bool)
+    return w, W, kept
+
+
 def singular_values(V) -> np.ndarray:
     """The singular values of V (n x r), descending, from its Gram matrix."""
     w = np.linalg.eigvalsh(_gram(V))[::-1]
@@ -88,10 +97,8 @@ def complete_rank(V: np.ndarray, seed, rtol: float = RANK_RTOL) -> tuple[np.ndar
     exactly, so K' = V V' + sigma^2 Z Z'."""
     V = np.asarray(V)
     n, r = V.shape
-    G = _gram(V)
-    w, Q = np.linalg.eigh(G)
-    top = float(w[-1]) if r else 0.0
-    empty = w <= (rtol**2) * top if top > 0 else np.ones(r, bool)
+    w, Q, kept = _gram_split(V, rtol)
+    empty = ~kept
     k = int(np.count_nonzero(empty))
     if k == 0:
         return V, 0
@@ -133,9 +140,7 @@ def _significant_span(V, rtol: float = RANK_RTOL) -> np.ndarray:
     """An orthonormal basis (n x k) of V's column space, k = :func:`numerical_rank`: the left
     singular vectors of the singular values above ``rtol`` times the largest."""
     V = np.asarray(V, dtype=np.float64)
-    w, W = np.linalg.eigh(_gram(V))
-    top = float(w[-1]) if w.size else 0.0
-    keep = w > (rtol**2) * top if top > 0 else np.zeros(w.size, bool)
+    w, W, keep = _gram_split(V, rtol)
     if not keep.any():
         return np.zeros((V.shape[0], 0))
     Q = (V @ W[:, keep]) / np.sqrt(w[keep])
@@ -154,9 +159,8 @@ def descent_certificate(problem, V, *, maxiter: int = 300, seed: int = 0):
     column space, c > ||S|| by Gershgorin), which is S + SHIFT I on the complement of V's span
     and pushes that span above S's spectrum; SHIFT makes ARPACK's relative tolerance
     (``CERTIFICATE_TOL / 100``) an absolute one. At a stationary V, S V = 0: without the
-    shift V's k columns are
-    k eigenvectors of eigenvalue 0 among L's clustered small eigenvalues, which Lanczos must
-    resolve to the tolerance (thousands of products on a 10^5-point kNN graph, and no answer
+    shift V's k columns are k eigenvectors of eigenvalue 0 among L's clustered small
+    eigenvalues, which Lanczos must resolve to the tolerance (thousands of products on a 10^5-point kNN graph, and no answer
     within the cap); a descent direction is orthogonal to them anyway (eigenvectors of a
     symmetric S for distinct eigenvalues), so nothing is lost (docs/decisions/certificate.md).
     """
