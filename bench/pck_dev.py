@@ -5,8 +5,9 @@ constraints' transitive closure) are checked here, on a data set that is not amo
 of ``bench/pck_clustering.py``, never on those. Protocol (the paper harness's, on digits):
 features scaled to [-1, 1] per column, kNN graph k = 5 (``knn_graph(..., seed=rep)``,
 Laplacian with delta = 1e-3), 0.6n must-link + 0.6n cannot-link random pairs
-(``sample_constraints(y, seed=rep)``), BCD with the linear loss at gamma = 1 and the harness's
-options (``bench.paper.run.bcd_options``); each repetition clusters its V with kernel k-means
+(``sample_constraints(y, seed=rep)``), BCD with the linear loss (``--loss``: square is the
+loss ``npkl fit`` learns by default) at gamma = 1 and the harness's options
+(``bench.paper.run.bcd_options``); each repetition clusters its V with kernel k-means
 and with pck at every weight, on the pairs as given and on their closure, with the kernel
 ``npkl fit`` would cluster (``choose_normalize``). Pairwise (Rand) accuracy, mean +- std over
 the repetitions.
@@ -15,7 +16,7 @@ Usage::
 
     python bench/pck_dev.py --reps 5 --weights 0 0.25 0.5 1 2 4 8
 
-writes ``bench/results/pck_dev.json`` (data, not a table of docs/performance.md: the figures
+writes ``bench/results/pck_dev.json`` (``pck_dev_square.json`` with ``--loss square``) (data, not a table of docs/performance.md: the figures
 are in docs/decisions/constrained-clustering.md). It rebuilds the script the record cited as
 ``f2ea881:bench/pck_weight_dev.py``, a commit that did not reach the repository.
 """
@@ -51,7 +52,7 @@ def digits_inputs(rep):
     return X, y, graph.laplacian(1e-3), nk.sample_constraints(y, seed=rep)
 
 
-def one_rep(rep, weights, variants=VARIANTS):
+def one_rep(rep, weights, variants=VARIANTS, loss="linear"):
     """Repetition ``rep``: {"kmeans": acc, "pairs": {weight: acc}, "closure": {...},
     "fit_seconds", "normalize"}."""
     import numba
@@ -67,7 +68,7 @@ def one_rep(rep, weights, variants=VARIANTS):
     X, y, L, cons = digits_inputs(rep)
     k = int(np.unique(y).size)
     t0 = time.perf_counter()
-    p = nk.NPKLProblem.build(L, cons, loss="linear", seed=rep)
+    p = nk.NPKLProblem.build(L, cons, loss=loss, seed=rep)
     V = nk.fit_bcd(p, **bcd_options(False)).V
     out = {"fit_seconds": time.perf_counter() - t0}
     unit = choose_normalize(None, cons, V)
@@ -101,11 +102,20 @@ def main(argv=None):
     ap.add_argument("--weights", type=float, nargs="+", default=[1.0])
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument(
+        "--loss",
+        choices=("linear", "square"),
+        default="linear",
+        help="BCD's loss (linear: the recorded run; square: npkl fit's default kernel)",
+    )
     ap.add_argument("--json", default=None, help="output path (default bench/results/)")
     args = ap.parse_args(argv)
     per = {}
     with ProcessPoolExecutor(args.workers) as pool:
-        futs = [pool.submit(one_rep, r, args.weights, args.variants) for r in range(args.reps)]
+        futs = [
+            pool.submit(one_rep, r, args.weights, args.variants, args.loss)
+            for r in range(args.reps)
+        ]
         for f in futs:
             rep, out = f.result()
             per[rep] = out
@@ -128,7 +138,7 @@ def main(argv=None):
     for row in rows:
         print(row)
     _results.write(
-        "pck_dev",
+        "pck_dev" if args.loss == "linear" else f"pck_dev_{args.loss}",
         title="pck_kmeans defaults on the development set (digits)",
         measures="pairwise (Rand) accuracy in %, mean ± std over repetitions",
         reference="kernel k-means on the same V",

@@ -10,6 +10,9 @@ import pytest
 # Runs and reports that a test leaves at its default place (a run id, no [output] out) go to
 # a fresh npkl home of this test process, never the user's (~/.local/share/npkl).
 os.environ["NPKL_HOME"] = tempfile.mkdtemp(prefix="npkl-home-tests-")
+# No background compile helper per fit (npkl_dist._precompile): the suite's workers already
+# use every core; tests/test_precompile.py turns it on where it is the subject.
+os.environ["NPKL_BACKGROUND_COMPILE"] = "0"
 
 
 def _global_seeds():

@@ -10,6 +10,7 @@ import inspect
 import json
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import numpy as np
 from .. import store as st
 from .._compile_watch import CompileWatch
 from .._errors import ValidationError, fix
+from .._precompile import background_compile
 from ..evaluate import (
     CLUSTER_METHODS,
     choose_normalize,
@@ -356,6 +358,14 @@ def run_fit(
     V : ndarray, shape (n_points, rank), original point order
     clusters : ndarray of int64 or None
     """
+    # a first run on the machine compiles the BCD fit's kernels on the idle core as well
+    # (npkl_dist._precompile; nothing starts when numba's cache holds them)
+    helper = background_compile(cfg.loss, cfg.dtype) if cfg.solver == "bcd" else nullcontext()
+    with helper:
+        return _run_fit(cfg, callback, executor)
+
+
+def _run_fit(cfg, callback, executor):
     if cfg.solver not in SOLVERS:
         raise ValidationError(f"solver: {cfg.solver!r} is not one of {', '.join(SOLVERS)}")
     _check_constraint_source(cfg)  # fail fast, before the graph is built

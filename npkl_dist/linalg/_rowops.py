@@ -1,6 +1,7 @@
 """Compiled row operations over CSR neighbours and row-major factors, in a fixed order: the
 gather of a row's neighbour sum, row products and dot products in 4 interleaved lanes (plain
-and fused), per-block sums, row distances, and ``take_rows``/``serial_variant`` helpers.
+and fused), per-block sums, row distances, and the ``take_rows``/``serial_variant``/``literal_arg``
+helpers.
 
 Conventions (pynndescent / scikit-learn style): small pure kernels, loops inside ``@njit``,
 caller-allocated outputs marked ``# OUT``. Arrays are in the solver's internal (relabelled)
@@ -12,7 +13,9 @@ from __future__ import annotations
 import types
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, typeof
+from numba import types as nbtypes
+from numba._dispatcher import compute_fingerprint
 
 from ._simd import (
     _fma,
@@ -342,6 +345,8 @@ def serial_variant(kernel):
     first is loaded for both.
     """
 
+    if isinstance(kernel, literal_arg):
+        return literal_arg(serial_variant(kernel.kernel), kernel.arg)
     f = kernel.py_func
     g = types.FunctionType(
         f.__code__, f.__globals__, f.__name__ + "_serial", f.__defaults__, f.__closure__
@@ -350,3 +355,46 @@ def serial_variant(kernel):
     g.__module__ = f.__module__
     g.__doc__ = f.__doc__
     return njit(nogil=True, cache=True)(g)
+
+
+class literal_arg:
+    """``kernel`` (an ``@njit`` dispatcher called from Python) compiled with its integer
+    argument ``arg`` as a constant: one specialisation per value met.
+
+    Code reached only for other values of the argument is then never compiled, when the
+    kernel's callees branch on it at typing time (``@overload(..., prefer_literal=True)``
+    stubs; the losses' QPs, docs/decisions/cold-start.md). numba's own ``literally`` would
+    re-type the kernel on every call from Python; this wrapper picks the compiled
+    specialisation by the arguments' type fingerprints instead (numba's dispatch keys) and
+    calls its entry point. The arithmetic is the kernel's: a specialisation computes what the
+    generic kernel computes for that value, bit for bit.
+    """
+
+    def __init__(self, kernel, arg: str):
+        self.kernel = kernel
+        code = kernel.py_func.__code__
+        self.arg = arg
+        self.pos = code.co_varnames[: code.co_argcount].index(arg)
+        self.__name__ = kernel.__name__
+        self.__doc__ = kernel.__doc__
+        self.__wrapped__ = kernel.py_func
+        self._entries: dict = {}
+
+    @property
+    def py_func(self):
+        return self.kernel.py_func
+
+    def entry(self, *args):
+        """The compiled specialisation for these arguments (compiled or loaded on first use)."""
+        value = int(args[self.pos])
+        key = (value, *map(compute_fingerprint, args))
+        entry = self._entries.get(key)
+        if entry is None:
+            sig = tuple(
+                nbtypes.literal(value) if k == self.pos else typeof(a) for k, a in enumerate(args)
+            )
+            entry = self._entries[key] = self.kernel.compile(sig)
+        return entry
+
+    def __call__(self, *args):
+        return self.entry(*args)(*args)

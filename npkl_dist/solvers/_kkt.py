@@ -20,10 +20,11 @@ zero exactly at stationary points and is comparable with the sweeps' relative ch
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 
 from ..linalg._reductions import chunked_sums, ordered_total
-from ..linalg._rowops import CHUNK, _add_row_products, _gather
+from ..linalg._rowops import CHUNK, _add_row_products, _gather, literal_arg
 from ..linalg._simd import _madd
 from ..linalg._smallqp import box_qp, gram_rows
 
@@ -103,18 +104,7 @@ def _row_kkt_lv(
             for c in range(r):
                 g[c] += gamma * d * t * V[k, c]
     if nk > 0:
-        # min over a in [0, gamma]^nk of || g - A' a ||^2  (loss' = -a/gamma on the kink)
-        gram_rows(A, nk, 1.0, H)
-        for s in range(nk):
-            acc = 0.0
-            for c in range(r):
-                acc += A[s, c] * g[c]
-            qv[s] = acc
-        box_qp(H, qv, gamma, nk, alpha, grad, M, wy, free)
-        for s in range(nk):  # the same running sum per c, one pass over g per s
-            a_s = alpha[s]
-            for c in range(r):
-                g[c] -= a_s * A[s, c]
+        _kink_min_norm(loss, nk, A, g, gamma, H, qv, alpha, grad, M, wy, free)
     if loss == 3:
         vn = 0.0
         gv = 0.0
@@ -130,6 +120,46 @@ def _row_kkt_lv(
         x = g[c] / (2.0 * Lii)
         out += x * x
     return out
+
+
+def _kink_min_norm(loss, nk, A, g, gamma, H, qv, alpha, grad, M, wy, free):
+    """_row_kkt_lv's hinge kink step (a typing-time stub: see _ol_kink_min_norm)."""
+
+
+@overload(_kink_min_norm, prefer_literal=True, jit_options={"nogil": True})
+def _ol_kink_min_norm(loss, nk, A, g, gamma, H, qv, alpha, grad, M, wy, free):
+    """Nothing for a constant loss other than the hinge (no pair sits on a kink); else
+    :func:`_kink_min_norm_impl`."""
+    if isinstance(loss, types.IntegerLiteral) and loss.literal_value != 0:
+
+        def nothing(loss, nk, A, g, gamma, H, qv, alpha, grad, M, wy, free):
+            return None
+
+        return nothing
+
+    def hinge(loss, nk, A, g, gamma, H, qv, alpha, grad, M, wy, free):
+        _kink_min_norm_impl(nk, A, g, gamma, H, qv, alpha, grad, M, wy, free)
+
+    return hinge
+
+
+@njit(nogil=True, cache=True)
+def _kink_min_norm_impl(nk, A, g, gamma, H, qv, alpha, grad, M, wy, free):
+    """g -= A' a for the a in [0, gamma]^nk minimising || g - A' a ||^2 (loss' = -a/gamma on
+    the kink), A[:nk] holding the kink pairs' rows t v_k."""
+    r = g.shape[0]
+    # min over a in [0, gamma]^nk of || g - A' a ||^2  (loss' = -a/gamma on the kink)
+    gram_rows(A, nk, 1.0, H)
+    for s in range(nk):
+        acc = 0.0
+        for c in range(r):
+            acc += A[s, c] * g[c]
+        qv[s] = acc
+    box_qp(H, qv, gamma, nk, alpha, grad, M, wy, free)
+    for s in range(nk):  # the same running sum per c, one pass over g per s
+        a_s = alpha[s]
+        for c in range(r):
+            g[c] -= a_s * A[s, c]
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -150,7 +180,7 @@ def _kkt_scratch(pm, r):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def kkt_row_terms(
+def _kkt_row_terms(
     rows, indptr, indices, data, diag, cptr, cidx, csgn, V, loss, gamma, bound, pmax, out
 ):
     """out[q] = ||g_i / (2 L_ii)||^2 for i = rows[q].  out : (len(rows),) float64 OUT."""
@@ -203,7 +233,7 @@ def rows_lv(rows, indptr, indices, data, diag, V, LV):
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def lv_kkt_row_terms(
+def _lv_kkt_row_terms(
     rows, LV, diag, cptr, cidx, csgn, V, loss, gamma, bound, pmax, with_kkt, sm, out
 ):
     """From (L V)_i = LV[q] for i = rows[q] (no read of the rows' neighbours): sm[q] =
@@ -244,6 +274,12 @@ def lv_kkt_row_terms(
                     wy,
                     free,
                 )
+
+
+# Called from Python with the loss a constant of each compile (literal_arg): only the hinge
+# compiles the kink QP.
+kkt_row_terms = literal_arg(_kkt_row_terms, "loss")
+lv_kkt_row_terms = literal_arg(_lv_kkt_row_terms, "loss")
 
 
 def kkt_residual(prep, V) -> float:

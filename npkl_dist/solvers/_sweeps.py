@@ -19,9 +19,10 @@ whose exact minimisers are
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 
-from ..linalg._rowops import SUM_BLOCK, _dot_row_vec, _gather
+from ..linalg._rowops import SUM_BLOCK, _dot_row_vec, _gather, literal_arg
 from ..linalg._simd import _madd
 from ..linalg._smallqp import (
     _cholesky_upper_solve,
@@ -130,7 +131,36 @@ def update_column(
         for c in range(r):
             out[c] = out[c] / Lii
         return
-    # hinge (0) / squared hinge (1): dual box QP
+    # hinge (0) / squared hinge (1): dual box QP (compiled only for them when the loss is a
+    # constant of the kernel: literal_arg, docs/decisions/cold-start.md)
+    _hinge_column(i, V, loss, gamma, Lii, p, out, g, A, H, M, qv, alpha, grad, wy, free)
+
+
+def _hinge_column(i, V, loss, gamma, Lii, p, out, g, A, H, M, qv, alpha, grad, wy, free):
+    """update_column's hinge branch (a typing-time stub: see _ol_hinge_column)."""
+
+
+@overload(_hinge_column, prefer_literal=True, jit_options={"nogil": True})
+def _ol_hinge_column(i, V, loss, gamma, Lii, p, out, g, A, H, M, qv, alpha, grad, wy, free):
+    """Nothing for a constant loss other than the hinges; else :func:`_hinge_column_impl`."""
+    if isinstance(loss, types.IntegerLiteral) and loss.literal_value not in (0, 1):
+
+        def nothing(i, V, loss, gamma, Lii, p, out, g, A, H, M, qv, alpha, grad, wy, free):
+            return None
+
+        return nothing
+
+    def hinge(i, V, loss, gamma, Lii, p, out, g, A, H, M, qv, alpha, grad, wy, free):
+        _hinge_column_impl(i, V, loss, gamma, Lii, p, out, g, A, H, M, qv, alpha, grad, wy, free)
+
+    return hinge
+
+
+@njit(nogil=True, cache=True)
+def _hinge_column_impl(i, V, loss, gamma, Lii, p, out, g, A, H, M, qv, alpha, grad, wy, free):
+    """Column i's minimiser for the hinge (0) and squared hinge (1) through their dual box QP,
+    A[:p] holding the rows a_j and g the neighbour sum (update_column's workspaces)."""
+    r = V.shape[1]
     _transpose_rows(A, p, M)
     gram_upper(M, r, p, H)  # A A'
     div = 2.0 * Lii
@@ -362,7 +392,7 @@ def _update_row(
 
 
 @njit(nogil=True, cache=True, parallel=True)
-def sweep_units(
+def _sweep_units(
     rows,
     ptr,
     base,
@@ -409,7 +439,7 @@ def sweep_units(
 
 
 @njit(nogil=True, cache=True)
-def sweep_units_serial(
+def _sweep_units_serial(
     rows,
     ptr,
     base,
@@ -450,3 +480,9 @@ def sweep_units_serial(
             delta2,
             norm2,
         )
+
+
+# Called from Python with the loss a constant of each compile (literal_arg): a square-loss
+# run compiles no hinge QP.
+sweep_units = literal_arg(_sweep_units, "loss")
+sweep_units_serial = literal_arg(_sweep_units_serial, "loss")
