@@ -188,8 +188,16 @@ def _report(runs, args, argv, base_commit):
         f"{rows[1]['cold_wall_s'] / rows[0]['cold_wall_s']:.2f}; CPU of all the demo's "
         f"processes (a background compile helper included): "
         f"{rows[1]['cold_cpu_s'] / rows[0]['cold_cpu_s']:.2f}.",
-        "Embeddings of all runs of both trees: "
-        + ("identical bytes." if len(same) == 1 else f"{len(same)} different hashes."),
+        "Embeddings: "
+        + (
+            "identical bytes in all runs of both trees."
+            if len(same) == 1
+            else "; ".join(
+                f"{name}: {len({r['embedding_sha256'] for r in rs})} distinct over its runs"
+                for name, rs in runs.items()
+            )
+            + " (the trees differ: later commits than the baseline changed the fit)."
+        ),
         "Other jobs shared the machine's cores; the runs alternate between the trees "
         "(ABBA) so that both met the same load. Why compiling is what it is: "
         "docs/decisions/cold-start.md.",
