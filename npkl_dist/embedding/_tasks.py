@@ -612,10 +612,14 @@ class KnnScores:
         Test accuracy of each random split.
     k : ndarray of int, shape (n_repeats,)
         The k chosen on each split's validation set.
+    validation : ndarray, shape (n_repeats,)
+        Each split's validation accuracy at that k (for choosing an embedding's own settings
+        on the same validation sets; never the test accuracy).
     """
 
     accuracy: np.ndarray
     k: np.ndarray
+    validation: np.ndarray | None = None
 
     @property
     def mean(self) -> float:
@@ -691,6 +695,7 @@ def knn_accuracy(
     rng = np.random.default_rng(seed)
     acc = np.empty(n_repeats)
     chosen = np.empty(n_repeats, dtype=np.int64)
+    val = np.empty(n_repeats)
     kmax = ks[-1]
     for r in range(n_repeats):
         perm = rng.permutation(n)
@@ -698,10 +703,11 @@ def knn_accuracy(
         votes_va = _knn_votes(Z[tr], codes[tr], Z[va], kmax, classes.shape[0])
         va_acc = [np.mean(votes_va[:, k - 1].argmax(axis=1) == codes[va]) for k in ks]
         best_k = ks[int(np.argmax(va_acc))]  # the first best: the smaller k
+        val[r] = float(max(va_acc))
         votes_te = _knn_votes(Z[tr], codes[tr], Z[te], best_k, classes.shape[0])
         acc[r] = float(np.mean(votes_te[:, best_k - 1].argmax(axis=1) == codes[te]))
         chosen[r] = best_k
-    return KnnScores(acc, chosen)
+    return KnnScores(acc, chosen, val)
 
 
 def _knn_votes(Zr, yr, Zq, kmax, n_classes) -> np.ndarray:

@@ -22,7 +22,7 @@ def test_quick_run_on_the_spiral(tmp_path):
     from bench import embed_table8
 
     out = tmp_path / "t8.json"
-    raw = embed_table8.main(["--quick", "--datasets", "spiral", "--json", str(out)])
+    raw = embed_table8.main(["--quick", "--m", "1", "--datasets", "spiral", "--json", str(out)])
     got = json.loads(out.read_text())
     assert got["benchmark"] == "embed_table8" and got["finished"] is True
     assert [r["dataset"] for r in got["rows"]] == ["spiral"]

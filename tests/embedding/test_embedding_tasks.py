@@ -288,15 +288,16 @@ def reference_knn(Z, y, ks, n_repeats, seed):
         clf = KNeighborsClassifier(n_neighbors=k, algorithm="brute").fit(Z[tr], y[tr])
         return np.mean(clf.predict(Z[q]) == y[q])
 
-    accs, chosen = [], []
+    accs, chosen, vals = [], [], []
     for _ in range(n_repeats):
         p = rng.permutation(n)
         tr, va, te = p[:n_tr], p[n_tr : n_tr + n_va], p[n_tr + n_va :]
         va_acc = [accuracy(tr, va, k) for k in ks]
         k = ks[int(np.argmax(va_acc))]
         chosen.append(k)
+        vals.append(max(va_acc))
         accs.append(accuracy(tr, te, k))
-    return np.array(accs), np.array(chosen)
+    return np.array(accs), np.array(chosen), np.array(vals)
 
 
 def test_knn_accuracy_matches_reference(global_random_seed):
@@ -305,9 +306,10 @@ def test_knn_accuracy_matches_reference(global_random_seed):
     Z = rng.normal(size=(100, 2)) + 1.2 * y[:, None]  # overlapping: accuracy well below 1
     ks = [1, 2, 3, 4, 5, 7, 9, 11, 13, 15]
     s = knn_accuracy(Z, y, k_values=ks, n_repeats=5, seed=global_random_seed)
-    acc, k = reference_knn(Z, y, ks, 5, global_random_seed)
+    acc, k, val = reference_knn(Z, y, ks, 5, global_random_seed)
     np.testing.assert_array_equal(s.k, k)
     np.testing.assert_allclose(s.accuracy, acc)
+    np.testing.assert_allclose(s.validation, val)  # what a setting is chosen on
     assert 0.55 < s.mean < 0.95 and s.std > 0
 
 
