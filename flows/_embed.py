@@ -61,6 +61,13 @@ def add_embed_parser(sub, positive_int) -> None:
         help="the number of nodes (default: the largest index in the edges + 1)",
     )
     embed.add_argument(
+        "--manifold",
+        choices=("graph", "spectral"),
+        default="graph",
+        help="npkl: smooth over the graph itself (default) or over the kNN graph of its "
+        "spectral embedding (for graphs whose edges mostly join different communities)",
+    )
+    embed.add_argument(
         "--C",
         type=float,
         default=1.0,
@@ -109,11 +116,12 @@ def _learn_in_run(args):
             "go: drop --run, or use --method npkl"
         )
 
-    def learn():  # called by embed_job once it has checked the input and side information
+    def learn(edges=None):  # called by embed_job once it has checked the input and side info
+        # edges: the spectral manifold's edge file (--manifold spectral), else the input graph
         raw = {
             "run": args.run,
             "input": {
-                "edges": args.edges,
+                "edges": edges or args.edges,
                 "n_points": args.n_points,
                 "labels": args.labels,
                 "groups": args.groups,
@@ -170,6 +178,7 @@ def cmd_embed(args, announce) -> int:
         seed=args.seed,
         out=args.out,
         learn_npkl=learn,
+        manifold=args.manifold,
     )
     if args.plot:
         from npkl_dist import plotting  # lazy: matplotlib only when a figure is drawn

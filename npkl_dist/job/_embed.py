@@ -32,6 +32,12 @@ import numpy as np
 from .._errors import ValidationError, fix
 
 EMBED_METHODS = ("spe", "mve", "cmvu", "npkl")
+#: The graph npkl smooths over: the input graph, or the kNN graph of its spectral embedding.
+MANIFOLDS = ("graph", "spectral")
+#: The spectral manifold's eigenvectors and neighbours per node (chosen on a development graph,
+#: not the benchmark's: docs/decisions/social-embeddings.md).
+SPECTRAL_DIM = 128
+SPECTRAL_KNN = 40
 #: the dense §6 methods (n x n kernel, its full spectrum each iteration) up to this many nodes
 EXACT_MAX_POINTS = 3000
 
@@ -61,6 +67,7 @@ def embed_job(
     seed: int = 0,
     out=None,
     learn_npkl=None,
+    manifold: str = "graph",
 ):
     """Read the graph and the side information, embed, score, write ``embedding.npy`` (node
     order) and ``summary.json`` into ``out``. Returns (summary, Z, labels or None).
@@ -68,7 +75,12 @@ def embed_job(
     ``learn_npkl``: for method 'npkl', a callable returning ``(V, info, constraints)`` (the
     learned factor in node order, the summary's fit figures and the pairs it learned from)
     instead of this process's own BCD fit: ``npkl embed --run`` passes the pipeline's
-    checkpointed, resumable fit."""
+    checkpointed, resumable fit; it is called with ``edges=`` the manifold's edge file when
+    ``manifold='spectral'`` (written to ``out``), else with no argument.
+
+    ``manifold``: 'graph' (npkl smooths over the input graph) or 'spectral' (over
+    :func:`spectral_manifold` of it, for graphs whose edges mostly join different
+    communities)."""
     from ..graph._blocks import graph_from_edge_batches, iter_edge_batches
     from ..graph._io import read_labels
     from ._job import ensure_out_dir
@@ -79,6 +91,21 @@ def embed_job(
         )
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
         raise ValidationError(f"dim: expected a positive integer, got {dim!r}")
+    if manifold not in MANIFOLDS:
+        raise ValidationError(
+            f"manifold: {manifold!r} is not one of {', '.join(map(repr, MANIFOLDS))}"
+        )
+    if manifold != "graph" and method != "npkl":
+        raise ValidationError(
+            "manifold: only method 'npkl' learns over a manifold; drop "
+            + fix("manifold=...", "--manifold")
+            + f" for method {method!r}, or use method 'npkl'"
+        )
+    if manifold != "graph" and learn_npkl is not None and out is None:
+        raise ValidationError(
+            "out: a checkpointed run over the spectral manifold keeps its graph in the output "
+            "directory; give " + fix("out=...", "--out DIR")
+        )
     if out is not None:
         out = ensure_out_dir(out, "out")
     graph = graph_from_edge_batches(iter_edge_batches(edges), n_points)
@@ -126,16 +153,31 @@ def embed_job(
         )
     t0 = time.perf_counter()
     info: dict = {}
+    S_learn = S
+    if manifold == "spectral":
+        S_learn = spectral_manifold(S, seed=seed)
+        info["manifold"] = {
+            "kind": "spectral",
+            "dim": SPECTRAL_DIM,
+            "k": SPECTRAL_KNN,
+            "n_edges": int(S_learn.nnz // 2),
+        }
     if method == "npkl" and learn_npkl is not None:
         if split is not None:
             raise ValidationError(
                 "holdout: a checkpointed run (--run) learns on the whole edge list; drop "
                 "--holdout, or drop --run to score friend suggestion"
             )
-        V, info, pairs = learn_npkl()
+        if manifold == "spectral":
+            path = write_edges(S_learn, out / "manifold_edges.npy")
+            V, fit_info, pairs = learn_npkl(edges=str(path))
+        else:
+            V, fit_info, pairs = learn_npkl()
+        info.update(fit_info)
         Z, info["normalized_kernel"] = npkl_coordinates(V, pairs, dim)
     elif method == "npkl":
-        Z, info = _npkl(S, y, member, dim, seed, max_iter)
+        Z, fit_info = _npkl(S_learn, y, member, dim, seed, max_iter)
+        info.update(fit_info)
     elif method == "spe" and n > EXACT_MAX_POINTS:
         Z, info = _spe_lowrank(S, dim, C, capacity, max_iter, seed)
     else:
@@ -162,6 +204,52 @@ def embed_job(
         }
         Path(out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary, Z, y
+
+
+def spectral_manifold(S, *, dim: int = SPECTRAL_DIM, k: int = SPECTRAL_KNN, seed=0):
+    """The graph npkl smooths over with ``manifold='spectral'``: the k-nearest-neighbour graph
+    (:func:`npkl_dist.knn_graph`, gaussian weights) of the rows of the graph's spectral
+    embedding -- the top ``dim + 1`` eigenvectors of the normalised adjacency
+    D^-1/2 S D^-1/2 (ARPACK from a fixed start vector), the first (sqrt(degree) on a connected
+    graph) left out, each row scaled to unit length.
+
+    On a graph whose edges mostly join different communities, smoothing over its own edges
+    mixes the communities, while its leading eigenvectors still separate them in part; their
+    kNN graph joins nodes the whole graph puts together (docs/decisions/social-embeddings.md).
+    O(|E| dim) per Lanczos step and O(n dim) memory; the kNN search as knn_graph's."""
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import eigsh
+
+    from ..graph._graph import knn_graph
+
+    S = sp.csr_matrix(S, dtype=np.float64)
+    n = S.shape[0]
+    if n < k + 3:
+        raise ValidationError(
+            f"edges: {n} nodes; the spectral manifold needs more than {k + 2}; use "
+            + fix("manifold='graph'", "--manifold graph")
+        )
+    deg = np.asarray(S.sum(axis=1)).ravel()
+    inv = np.zeros(n)
+    inv[deg > 0] = 1.0 / np.sqrt(deg[deg > 0])
+    M = sp.diags(inv) @ S @ sp.diags(inv)
+    m = min(dim + 1, n - 2)
+    w, Phi = eigsh(M, k=m, which="LA", v0=np.ones(n))
+    Phi = Phi[:, np.argsort(-w, kind="stable")][:, 1:]
+    norms = np.linalg.norm(Phi, axis=1, keepdims=True)
+    X = np.divide(Phi, norms, out=np.zeros_like(Phi), where=norms > 0)
+    return knn_graph(X, k=k, seed=seed, warn=False).S.tocsr()
+
+
+def write_edges(S, path) -> Path:
+    """The upper triangle of a weighted graph as an (m, 3) edge file (i, j, weight) that
+    ``npkl embed`` / the pipeline read back as the same graph."""
+    import scipy.sparse as sp
+
+    U = sp.triu(S, 1).tocoo()
+    path = Path(path)
+    np.save(path, np.column_stack([U.row, U.col, U.data]).astype(np.float64))
+    return path
 
 
 def _scores(Z, y, member, split, seed, learned: bool) -> dict:

@@ -257,3 +257,65 @@ def test_npkl_embedding_of_a_few_labelled_nodes_uses_the_normalised_kernel(plant
     free = np.setdiff1d(np.arange(600), known)
     clf = LogisticRegression(max_iter=1000).fit(Z[known], g[known])
     assert f1_score(g[free], clf.predict(Z[free]), average="micro") > 0.8
+
+
+# ---- npkl embed --manifold spectral ------------------------------------------------------
+def test_spectral_manifold_equals_a_dense_reference():
+    """The kNN graph of the row-normalised leading eigenvectors of D^-1/2 S D^-1/2, the first
+    left out: equal to the same graph from numpy's dense eigh (distances between the rows do
+    not depend on the eigenvectors' signs)."""
+    import scipy.sparse as sp
+
+    import npkl_dist as nk
+    from npkl_dist.job._embed import spectral_manifold
+
+    edges, g = nk.planted_partition(300, 3, degree=12.0, mix=0.6, seed=5)
+    S = sp.coo_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(300, 300))
+    S = (S + S.T).tocsr()
+    got = spectral_manifold(S, dim=8, k=6, seed=0)
+    d = np.asarray(S.sum(axis=1)).ravel()
+    M = (S.multiply(1 / np.sqrt(d)[:, None]).multiply(1 / np.sqrt(d)[None, :])).toarray()
+    w, Q = np.linalg.eigh(M)
+    Phi = Q[:, ::-1][:, 1:9]
+    X = Phi / np.linalg.norm(Phi, axis=1, keepdims=True)
+    want = nk.knn_graph(X, k=6, seed=0, warn=False).S.tocsr()
+    assert (got != 0).nnz == (want != 0).nnz and abs((got != 0) - (want != 0)).nnz == 0
+    np.testing.assert_allclose(got.toarray(), want.toarray(), rtol=1e-6, atol=1e-9)
+    # with the informative eigenvectors (groups - 1 of them), the manifold joins a node with
+    # its own group far more often than the graph's edges do
+    same = lambda A: np.mean(g[sp.triu(A, 1).tocoo().row] == g[sp.triu(A, 1).tocoo().col])  # noqa: E731
+    edges, g = nk.planted_partition(300, 3, degree=12.0, mix=0.3, seed=5)
+    S = sp.coo_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(300, 300))
+    S = (S + S.T).tocsr()
+    assert same(spectral_manifold(S, dim=2, k=6)) > same(S) + 0.2
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+def test_manifold_spectral_in_process_and_in_a_run(planted, tmp_path, capsys):
+    """--manifold spectral: npkl learns over the manifold's graph, in one go and in a
+    checkpointed run (which reads the manifold's edge file written to --out); both learn the
+    same pairs over the same graph, so their embeddings agree; other methods refuse it."""
+    d, _ = planted
+    base = [
+        "embed", "--edges", str(d / "E.npy"), "--groups", str(d / "groups.csv"),
+        "--method", "npkl", "--max-iter", "12", "--dim", "6", "--no-plot", "--json",
+        "--quiet", "--manifold", "spectral",
+    ]  # fmt: skip
+    assert main([*base, "--out", str(tmp_path / "a")]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert one["manifold"]["kind"] == "spectral" and one["manifold"]["n_edges"] > 0
+    assert main([*base, "--out", str(tmp_path / "b"), "--run", str(tmp_path / "run")]) == 0
+    two = json.loads(capsys.readouterr().out)
+    assert (tmp_path / "b" / "manifold_edges.npy").exists()
+    assert two["manifold"] == one["manifold"]
+    Za, Zb = np.load(tmp_path / "a" / "embedding.npy"), np.load(tmp_path / "b" / "embedding.npy")
+    np.testing.assert_allclose(np.abs(Za), np.abs(Zb), rtol=1e-6, atol=1e-8)
+    with pytest.raises(SystemExit):
+        main([*base[:-2], "--manifold", "bogus", "--out", str(tmp_path / "c")])
+    capsys.readouterr()
+    rc = main(
+        ["embed", "--edges", str(d / "E.npy"), "--method", "spe", "--manifold", "spectral",
+         "--out", str(tmp_path / "d"), "--no-plot", "--quiet"]
+    )  # fmt: skip
+    assert rc != 0
+    assert "manifold: only method 'npkl' learns over a manifold" in capsys.readouterr().err
