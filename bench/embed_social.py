@@ -133,11 +133,10 @@ elif a["method"] == "npkl":
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if a.get("manifold") == "spectral":  # npkl-spectral: the manifold's graph, then npkl
+            from npkl_dist.graph._blocks import graph_from_edge_batches, iter_edge_batches
             from npkl_dist.job._embed import spectral_manifold, write_edges
-            E = np.load(a["edges"]); n = a["n"]
-            W = sp.coo_matrix((np.ones(len(E)), (E[:, 0], E[:, 1])), shape=(n, n))
-            W = (W + W.T).tocsr()
-            path = write_edges(spectral_manifold(W, seed=a["seed"]), a["run"] + "-manifold.npy")
+            S = graph_from_edge_batches(iter_edge_batches(a["edges"]), a["n"]).S  # npkl embed's
+            path = write_edges(spectral_manifold(S, seed=a["seed"]), a["run"] + "-manifold.npy")
             V, info, cons = _learn_in_run(ns)(edges=str(path))
         else:
             V, info, cons = _learn_in_run(ns)()

@@ -27,18 +27,22 @@ class CompileWatch(event.Listener):
     """``with CompileWatch(notice) as watch: ...``; then ``watch.seconds`` (wall time in
     outermost numba compiles) and ``watch.count`` (kernels compiled rather than loaded from
     the cache). ``notice()`` is called once, when the first compile starts (None: no call).
-    ``watch.seconds`` is current while the block runs, too (the compiles finished so far)."""
+    ``watch.seconds`` is current while the block runs, too (the compiles finished so far).
+    ``watch.kernels``: (dispatcher, argument types) of each outermost compile, in order."""
 
     def __init__(self, notice=None):
         self.notice = notice
         self.seconds = 0.0
         self.count = 0
+        self.kernels: list = []
         self._depth = 0
         self._t0 = 0.0
 
     def on_start(self, ev):
         if self._depth == 0:
             self._t0 = time.perf_counter()
+            args = ev.data["args"]
+            self.kernels.append((ev.data["dispatcher"], tuple(getattr(args, "args", args))))
             if self.count == 0 and self.notice is not None:
                 self.notice()
         self._depth += 1

@@ -35,6 +35,7 @@ __all__ = ["background_compile", "manifest", "signature", "start_helper", "stop_
 ENV = "NPKL_BACKGROUND_COMPILE"
 
 _ACTIVE: list = []  # the helper of this process, while one runs
+_WARM: set = set()  # manifests whose last kernel this process found in the cache
 
 
 def _arg_type(spec):
@@ -130,8 +131,11 @@ def background_compile(loss: str, dtype: str = "float64"):
     """``with background_compile(loss, dtype): <the run>``: a helper process compiles the
     run's kernels from the last while the run compiles from the first (see the module
     docstring). Yields the helper's Popen, or None when none started."""
-    entries = manifest(loss, dtype) if _wanted() and not _ACTIVE else ()
+    key = (loss, dtype)
+    entries = manifest(loss, dtype) if _wanted() and not _ACTIVE and key not in _WARM else ()
     if not entries or _cached(entries[-1]):
+        if entries:  # probed once per process: a fit in a loop pays no cache load each time
+            _WARM.add(key)
         yield None
         return
     proc = start_helper(entries)

@@ -101,6 +101,7 @@ def test_the_helper_fills_an_empty_cache(tmp_path):
 def test_background_compile_starts_only_when_wanted_and_the_cache_is_cold(tmp_path, monkeypatch):
     entries = (("npkl_dist.linalg._rowops", "block_sums", (("array", "float64", 1, "C", False),)),)
     monkeypatch.setattr(_precompile, "manifest", lambda loss, dtype: entries)
+    monkeypatch.setattr(_precompile, "_WARM", set())
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))  # the helper's cache only
     monkeypatch.setenv(_precompile.ENV, "0")
     monkeypatch.setattr(_precompile, "_cached", lambda entry: False)
@@ -111,11 +112,26 @@ def test_background_compile_starts_only_when_wanted_and_the_cache_is_cold(tmp_pa
     with _precompile.background_compile("square") as proc:
         assert proc is None  # warm
     monkeypatch.setattr(_precompile, "_cached", lambda entry: False)
-    with _precompile.background_compile("square") as proc:
+    with _precompile.background_compile("hinge") as proc:
         assert isinstance(proc, subprocess.Popen)
-        with _precompile.background_compile("square") as inner:
+        with _precompile.background_compile("hinge") as inner:
             assert inner is None  # one helper per process
     assert proc.returncode is not None  # stopped and reaped with the run
+
+
+def test_a_warm_cache_is_probed_once_per_process(monkeypatch):
+    """A fit in a loop (an estimator's cross-validation, the active loop) loads nothing from
+    the cache to decide: the first probe that finds the manifest's last kernel is kept."""
+    entries = (("npkl_dist.linalg._rowops", "block_sums", (("array", "float64", 1, "C", False),)),)
+    probes = []
+    monkeypatch.setattr(_precompile, "manifest", lambda loss, dtype: entries)
+    monkeypatch.setattr(_precompile, "_WARM", set())
+    monkeypatch.setattr(_precompile, "_cached", lambda entry: probes.append(entry) or True)
+    monkeypatch.setenv(_precompile.ENV, "1")
+    for _ in range(3):
+        with _precompile.background_compile("square") as proc:
+            assert proc is None
+    assert len(probes) == 1
 
 
 def test_cached_reads_numba_cache_of_this_process():

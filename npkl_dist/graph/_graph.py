@@ -578,6 +578,17 @@ def dedup_pairs(i, j, w, counts=None, mask=None, cnt=None, at_max=None, wsum=Non
     return lo[first], hi[first], w[first], merged, new_cnt, new_at_max, new_sum
 
 
+def normalized_adjacency(S) -> sp.csr_matrix:
+    """D^{-1/2} S D^{-1/2} in float64 (rows and columns of isolated points stay empty): the
+    operator of :func:`laplacian` and of the spectral embedding (``npkl embed --manifold
+    spectral``)."""
+    S = sp.csr_matrix(S, dtype=np.float64)
+    d = np.asarray(S.sum(axis=1)).ravel()
+    with np.errstate(divide="ignore"):
+        dinv = np.where(d > 0, 1.0 / np.sqrt(d), 0.0)
+    return sp.diags(dinv) @ S @ sp.diags(dinv)
+
+
 def laplacian(S, delta: float = 1e-3, dtype=np.float64) -> sp.csr_matrix:
     """Normalised, shifted Laplacian L = (1 + delta) I - D^{-1/2} S D^{-1/2}.
 
@@ -600,12 +611,8 @@ def laplacian(S, delta: float = 1e-3, dtype=np.float64) -> sp.csr_matrix:
             f"delta: expected a finite number > 0 (it keeps L positive definite), got "
             f"{fmt_value(delta)}; the papers use small values such as 1e-3"
         )
-    S = sp.csr_matrix(S, dtype=np.float64)
-    d = np.asarray(S.sum(axis=1)).ravel()
-    with np.errstate(divide="ignore"):
-        dinv = np.where(d > 0, 1.0 / np.sqrt(d), 0.0)
-    N = sp.diags(dinv) @ S @ sp.diags(dinv)
-    L = sp.identity(S.shape[0], format="csr") * (1.0 + delta) - N
+    N = normalized_adjacency(S)
+    L = sp.identity(N.shape[0], format="csr") * (1.0 + delta) - N
     L = sp.csr_matrix(L, dtype=dtype)
     L.sort_indices()
     return L

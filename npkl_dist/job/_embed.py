@@ -217,24 +217,18 @@ def spectral_manifold(S, *, dim: int = SPECTRAL_DIM, k: int = SPECTRAL_KNN, seed
     mixes the communities, while its leading eigenvectors still separate them in part; their
     kNN graph joins nodes the whole graph puts together (docs/decisions/social-embeddings.md).
     O(|E| dim) per Lanczos step and O(n dim) memory; the kNN search as knn_graph's."""
-    import scipy.sparse as sp
     from scipy.sparse.linalg import eigsh
 
-    from ..graph._graph import knn_graph
+    from ..graph._graph import knn_graph, normalized_adjacency
 
-    S = sp.csr_matrix(S, dtype=np.float64)
     n = S.shape[0]
     if n < k + 3:
         raise ValidationError(
             f"edges: {n} nodes; the spectral manifold needs more than {k + 2}; use "
             + fix("manifold='graph'", "--manifold graph")
         )
-    deg = np.asarray(S.sum(axis=1)).ravel()
-    inv = np.zeros(n)
-    inv[deg > 0] = 1.0 / np.sqrt(deg[deg > 0])
-    M = sp.diags(inv) @ S @ sp.diags(inv)
     m = min(dim + 1, n - 2)
-    w, Phi = eigsh(M, k=m, which="LA", v0=np.ones(n))
+    w, Phi = eigsh(normalized_adjacency(S), k=m, which="LA", v0=np.ones(n))
     Phi = Phi[:, np.argsort(-w, kind="stable")][:, 1:]
     norms = np.linalg.norm(Phi, axis=1, keepdims=True)
     X = np.divide(Phi, norms, out=np.zeros_like(Phi), where=norms > 0)

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from .. import _precompile
+from .._compile_watch import CompileWatch
 from .._precompile import arg_spec
 from ._job import FitConfig, run_fit
 
@@ -26,37 +27,20 @@ __all__ = ["record"]
 def record(loss: str, dtype: str = "float64") -> list:
     """The outermost kernels the digits demo's fit compiles with an empty cache, in order
     (run this in a fresh process whose NUMBA_CACHE_DIR is empty)."""
-    from numba.core import event
     from sklearn.datasets import load_digits
     from sklearn.preprocessing import StandardScaler
-
-    entries: list = []
-
-    class _Outer(event.Listener):
-        depth = 0
-
-        def on_start(self, ev):
-            if self.depth == 0:
-                py = ev.data["dispatcher"].py_func
-                args = ev.data["args"]
-                args = getattr(args, "args", args)
-                entries.append((py.__module__, py.__qualname__, tuple(map(arg_spec, args))))
-            self.depth += 1
-
-        def on_end(self, ev):
-            self.depth -= 1
 
     X, y = load_digits(return_X_y=True)
     X = StandardScaler().fit_transform(X)
     cfg = FitConfig(
         X=X, y_constraints=y, y_eval=y, loss=loss, knn=5, clusters=10, dtype=dtype, seed=0
     )
-    listener = _Outer()
-    event.register("numba:compile", listener)
-    try:
+    with CompileWatch() as watch:
         run_fit(cfg)
-    finally:
-        event.unregister("numba:compile", listener)
+    entries = [
+        (d.py_func.__module__, d.py_func.__qualname__, tuple(map(arg_spec, args)))
+        for d, args in watch.kernels
+    ]
     # a kernel compiled twice (two signatures) keeps both; one listed twice keeps its first
     seen, out = set(), []
     for e in entries:

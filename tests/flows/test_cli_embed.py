@@ -319,3 +319,22 @@ def test_manifold_spectral_in_process_and_in_a_run(planted, tmp_path, capsys):
     )  # fmt: skip
     assert rc != 0
     assert "manifold: only method 'npkl' learns over a manifold" in capsys.readouterr().err
+
+
+def test_manifold_errors_name_the_argument(planted, tmp_path):
+    """In Python: a checkpointed run over the spectral manifold needs ``out`` (its graph is
+    kept there); a graph too small for the manifold's neighbours says to use the graph."""
+    import scipy.sparse as sp
+
+    from npkl_dist import ValidationError
+    from npkl_dist.job._embed import embed_job, spectral_manifold
+
+    d, _ = planted
+    with pytest.raises(ValidationError, match=r"^out: a checkpointed run over the spectral"):
+        embed_job(
+            edges=str(d / "E.npy"), method="npkl", groups=str(d / "groups.csv"),
+            manifold="spectral", learn_npkl=lambda **kw: None,
+        )  # fmt: skip
+    ring = sp.diags([np.ones(9), np.ones(9)], [1, -1], shape=(10, 10)).tocsr()
+    with pytest.raises(ValidationError, match=r"^edges: 10 nodes; the spectral manifold needs"):
+        spectral_manifold(ring)
