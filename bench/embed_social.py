@@ -129,14 +129,15 @@ elif a["method"] == "npkl":
     from npkl_dist.job._embed import npkl_coordinates
     ns = argparse.Namespace(method="npkl", edges=a["edges"], n_points=a["n"], labels=None,
                             groups=a["groups"], seed=a["seed"], max_iter=a["max_iter"],
-                            run=a["run"], quiet=True)
+                            run=a["run"], quiet=True,
+                            checkpoint_every=a.get("checkpoint_every", 1))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if a.get("manifold") == "spectral":  # npkl-spectral: the manifold's graph, then npkl
             from npkl_dist.graph._blocks import graph_from_edge_batches, iter_edge_batches
             from npkl_dist.job._embed import spectral_manifold, write_edges
             S = graph_from_edge_batches(iter_edge_batches(a["edges"]), a["n"]).S  # npkl embed's
-            path = write_edges(spectral_manifold(S, seed=a["seed"]), a["run"] + "-manifold.npy")
+            path = write_edges(spectral_manifold(S, seed=a["seed"]).S, a["run"] + "-manifold.npy")
             V, info, cons = _learn_in_run(ns)(edges=str(path))
         else:
             V, info, cons = _learn_in_run(ns)()
@@ -318,6 +319,9 @@ def main(argv=None):
     ap.add_argument("--fractions", nargs="+", type=float, default=[0.1, 0.5])
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--max-iter", type=int, default=None, help="npkl sweeps at most")
+    ap.add_argument(
+        "--checkpoint-every", type=int, default=1, help="npkl: checkpoint every N sweeps"
+    )
     ap.add_argument("--crash", action="store_true", help="also crash and resume npkl")
     ap.add_argument("--crash-after", type=int, default=3, help="checkpoints before the kill")
     ap.add_argument(
@@ -389,6 +393,7 @@ def main(argv=None):
                 seed=args.seed, max_iter=args.max_iter, run=str(work / f"run_{tag}"),
                 out=str(work / f"npkl_{tag}.npy"), flows=str(ROOT / ".pp"),
                 manifold="spectral" if spectral_manifold else "graph",
+                checkpoint_every=args.checkpoint_every,
             )  # fmt: skip
             r = child(**kw)
             Y = np.load(kw["out"])

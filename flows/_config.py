@@ -56,6 +56,9 @@ SECTIONS: dict[str, dict[str, tuple]] = {
         "block": (_INT, 65536, None, False),
         "exact_max_points": (_INT, 50_000, None, False),
         "duplicates": (_STR, "max", ("max", "sum", "mean", "error"), False),
+        # edges only: "spectral" learns over the kNN graph of the graph's spectral embedding
+        # (npkl_dist.job.spectral_manifold; npkl embed --manifold)
+        "manifold": (_STR, "graph", ("graph", "spectral"), False),
     },
     "model": {
         "solver": (_STR, "bcd", ("bcd", "admm", "simplenpkl", "inductive", "spe"), False),
@@ -283,6 +286,18 @@ def validate_config(raw: dict, *, source: str = "config", base_dir=None) -> dict
             f'{source} [input]: give exactly one of features = "X.npy" (feature rows; a kNN '
             f'graph is built) or edges = "graph.csv" (a given graph)'
         )
+    if out["graph"]["manifold"] != "graph":
+        if inp["edges"] is None:
+            raise ValidationError(
+                f"{source} [graph]: manifold = {out['graph']['manifold']!r} is built from a "
+                f'given graph, but [input] gives features; give edges = "graph.csv" or drop '
+                f"manifold (a kNN graph of the features is built)"
+            )
+        if out["model"]["solver"] == "spe":
+            raise ValidationError(
+                f"{source} [graph]: solver = 'spe' embeds the given graph's own connectivity; "
+                f'drop manifold or choose solver = "bcd"'
+            )
     given = [k for k in ("constraints", "labels", "groups") if inp[k] is not None]
     if out["model"]["solver"] == "spe":
         if given:

@@ -94,6 +94,13 @@ def add_embed_parser(sub, positive_int) -> None:
         "checkpointed; the same command again continues a crashed run from its newest "
         "checkpoint, bitwise as if uninterrupted (npkl status RUN shows it)",
     )
+    embed.add_argument(
+        "--checkpoint-every",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="with --run: checkpoint every N sweeps (default: 1)",
+    )
     embed.add_argument("--out", required=True, metavar="DIR", help="output directory")
     embed.add_argument("--no-plot", dest="plot", action="store_false", help="no embedding.png")
     embed.add_argument("--json", action="store_true", help="print summary.json instead")
@@ -127,6 +134,7 @@ def _learn_in_run(args):
                 "groups": args.groups,
             },
             "model": {"solver": "bcd", "loss": "square", "seed": args.seed},
+            "execution": {"checkpoint_every": getattr(args, "checkpoint_every", 1)},
         }
         if args.max_iter is not None:
             raw["model"]["max_sweeps"] = args.max_iter

@@ -289,6 +289,8 @@ def build_graph(ctx: Context) -> dict:
                 iter_edge_batches(inp["edges"]), n_pts, duplicates=rule
             )
             meta = {"source": "edges", "weighting": "given", "sigma": None, "duplicates": rule}
+            if g.get("manifold", "graph") == "spectral":  # runs stored before [graph] manifold
+                graph, meta = _spectral_manifold(ctx, graph, meta)
         ctx.store.write_graph(graph.S)
     return _finish(
         ctx,
@@ -301,6 +303,27 @@ def build_graph(ctx: Context) -> dict:
             "n_isolated": graph.n_isolated,
         },
     )
+
+
+def _spectral_manifold(ctx: Context, given, meta: dict):
+    """[graph] manifold = "spectral": the kNN graph of the given graph's spectral embedding
+    replaces it as the graph npkl smooths over (the given graph's figures stay in the
+    record)."""
+    from npkl_dist.job._embed import SPECTRAL_DIM, SPECTRAL_KNN, spectral_manifold
+
+    bar = ctx.bar("graph", 1)
+    bar.update(0, "spectral manifold: eigenvectors and their kNN graph", force=True)
+    graph = spectral_manifold(given.S, seed=ctx.cfg["model"]["seed"])
+    bar.update(1)
+    bar.close()
+    meta = {
+        **meta,
+        "manifold": "spectral",
+        "manifold_dim": SPECTRAL_DIM,
+        "manifold_knn": SPECTRAL_KNN,
+        "given_n_edges": int(given.S.nnz // 2),
+    }
+    return graph, meta
 
 
 # ------------------------------------------------------------------------------ problem

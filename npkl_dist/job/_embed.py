@@ -155,7 +155,7 @@ def embed_job(
     info: dict = {}
     S_learn = S
     if manifold == "spectral":
-        S_learn = spectral_manifold(S, seed=seed)
+        S_learn = spectral_manifold(S, seed=seed).S
         info["manifold"] = {
             "kind": "spectral",
             "dim": SPECTRAL_DIM,
@@ -207,7 +207,7 @@ def embed_job(
 
 
 def spectral_manifold(S, *, dim: int = SPECTRAL_DIM, k: int = SPECTRAL_KNN, seed=0):
-    """The graph npkl smooths over with ``manifold='spectral'``: the k-nearest-neighbour graph
+    """The Graph npkl smooths over with ``manifold='spectral'``: the k-nearest-neighbour graph
     (:func:`npkl_dist.knn_graph`, gaussian weights) of the rows of the graph's spectral
     embedding -- the top ``dim + 1`` eigenvectors of the normalised adjacency
     D^-1/2 S D^-1/2 (ARPACK from a fixed start vector), the first (sqrt(degree) on a connected
@@ -232,7 +232,7 @@ def spectral_manifold(S, *, dim: int = SPECTRAL_DIM, k: int = SPECTRAL_KNN, seed
     Phi = Phi[:, np.argsort(-w, kind="stable")][:, 1:]
     norms = np.linalg.norm(Phi, axis=1, keepdims=True)
     X = np.divide(Phi, norms, out=np.zeros_like(Phi), where=norms > 0)
-    return knn_graph(X, k=k, seed=seed, warn=False).S.tocsr()
+    return knn_graph(X, k=k, seed=seed, warn=False)
 
 
 def write_edges(S, path) -> Path:

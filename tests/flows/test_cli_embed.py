@@ -192,6 +192,50 @@ def test_run_crashed_and_repeated_ends_bitwise_as_uninterrupted(planted, tmp_pat
 
 
 @pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+def test_checkpoint_every_n_sweeps_resumes_from_the_last_multiple(planted, tmp_path, capsys):
+    """--checkpoint-every 5: a run killed at sweep 7 kept sweep 5's checkpoint only, so the
+    same command continues from sweep 6 and ends bitwise as an uninterrupted run."""
+    from npkl_dist import store as st
+
+    d, _ = planted
+    every = ("--checkpoint-every", "5")
+    assert main(_embed_run(d, tmp_path / "full", tmp_path / "o-full", *every)) == 0
+    full = json.loads(capsys.readouterr().out)
+    orig = st.StoreCheckpointer.on_sweep
+
+    def dying(self, state, session):
+        orig(self, state, session)
+        if state["sweep"] == 7:
+            raise _Killed
+
+    st.StoreCheckpointer.on_sweep = dying
+    try:
+        with pytest.raises(_Killed):
+            main(_embed_run(d, tmp_path / "half", tmp_path / "o-half", *every))
+    finally:
+        st.StoreCheckpointer.on_sweep = orig
+    capsys.readouterr()
+    seen = []
+
+    def spy(self, state, session):
+        seen.append(state["sweep"])
+        orig(self, state, session)
+
+    st.StoreCheckpointer.on_sweep = spy
+    try:
+        assert main(_embed_run(d, tmp_path / "half", tmp_path / "o-half", *every)) == 0
+    finally:
+        st.StoreCheckpointer.on_sweep = orig
+    assert seen == list(range(6, 13))
+    again = json.loads(capsys.readouterr().out)
+    assert again["resumed"] is True and again["objective"] == full["objective"]
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "o-half" / "embedding.npy"),
+        np.load(tmp_path / "o-full" / "embedding.npy"),
+    )
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
 def test_run_refuses_other_options_spe_and_holdout(planted, tmp_path, capsys):
     d, _ = planted
     assert main(_embed_run(d, tmp_path / "r", tmp_path / "o", "--max-iter", "3")) == 0
@@ -272,7 +316,7 @@ def test_spectral_manifold_equals_a_dense_reference():
     edges, g = nk.planted_partition(300, 3, degree=12.0, mix=0.6, seed=5)
     S = sp.coo_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(300, 300))
     S = (S + S.T).tocsr()
-    got = spectral_manifold(S, dim=8, k=6, seed=0)
+    got = spectral_manifold(S, dim=8, k=6, seed=0).S
     d = np.asarray(S.sum(axis=1)).ravel()
     M = (S.multiply(1 / np.sqrt(d)[:, None]).multiply(1 / np.sqrt(d)[None, :])).toarray()
     w, Q = np.linalg.eigh(M)
@@ -287,7 +331,7 @@ def test_spectral_manifold_equals_a_dense_reference():
     edges, g = nk.planted_partition(300, 3, degree=12.0, mix=0.3, seed=5)
     S = sp.coo_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(300, 300))
     S = (S + S.T).tocsr()
-    assert same(spectral_manifold(S, dim=2, k=6)) > same(S) + 0.2
+    assert same(spectral_manifold(S, dim=2, k=6).S) > same(S) + 0.2
 
 
 @pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
@@ -338,3 +382,57 @@ def test_manifold_errors_name_the_argument(planted, tmp_path):
     ring = sp.diags([np.ones(9), np.ones(9)], [1, -1], shape=(10, 10)).tocsr()
     with pytest.raises(ValidationError, match=r"^edges: 10 nodes; the spectral manifold needs"):
         spectral_manifold(ring)
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+def test_pipeline_graph_manifold_spectral_learns_as_npkl_embed(planted, tmp_path):
+    """``[graph] manifold = "spectral"`` in a pipeline configuration: the graph stage stores
+    spectral_manifold of the given graph, and the fit over it equals, bitwise, the factor
+    ``npkl embed --manifold spectral --run`` learns from the manifold's edge file; the
+    configuration's errors name the section and the fix."""
+    import argparse
+
+    import scipy.sparse as sp
+
+    from npkl_dist import ValidationError
+    from npkl_dist import store as st
+    from npkl_dist.job._embed import spectral_manifold, write_edges
+    from npkl_flows._config import validate_config
+    from npkl_flows._embed import _learn_in_run
+    from npkl_flows._fit import run_fit_stages
+
+    d, _ = planted
+    raw = {
+        "run": str(tmp_path / "pipe"),
+        "input": {"edges": str(d / "E.npy"), "groups": str(d / "groups.csv")},
+        "graph": {"manifold": "spectral"},
+        "model": {"solver": "bcd", "loss": "square", "seed": 0, "max_sweeps": 12},
+        "output": {"plots": False, "files": False},
+    }
+    summary, V, _ = run_fit_stages(validate_config(raw, base_dir=str(d)))
+    E = np.load(d / "E.npy")
+    S = sp.coo_matrix((np.ones(len(E)), (E[:, 0], E[:, 1])), shape=(600, 600))
+    want = spectral_manifold((S + S.T).tocsr(), seed=0).S
+    with st.RunStore.open(st.resolve_run(raw["run"]), mode="r") as rs:
+        stored = rs.read_graph()
+        meta = rs.stages()["graph"]["info"]
+    assert abs(stored - want).max() == 0 and stored.nnz == want.nnz
+    assert meta["manifold"] == "spectral" and meta["given_n_edges"] == len(E)
+    assert meta["n_edges"] == want.nnz // 2
+    ns = argparse.Namespace(
+        method="npkl", edges=str(d / "E.npy"), n_points=None, labels=None,
+        groups=str(d / "groups.csv"), seed=0, max_iter=12, run=str(tmp_path / "emb"), quiet=True,
+    )  # fmt: skip
+    path = write_edges(want, tmp_path / "manifold_edges.npy")
+    V2, _, _ = _learn_in_run(ns)(edges=str(path))
+    np.testing.assert_array_equal(V, V2)
+
+    feats = {**raw, "input": {"features": str(d / "X.npy"), "groups": str(d / "groups.csv")}}
+    np.save(d / "X.npy", np.zeros((600, 2)))
+    with pytest.raises(ValidationError, match=r"\[graph\]: manifold = 'spectral' is built from a"):
+        validate_config(feats, base_dir=str(d))
+    spe = {**raw, "input": {"edges": str(d / "E.npy")}, "model": {"solver": "spe"}}
+    with pytest.raises(ValidationError, match=r"\[graph\]: solver = 'spe' embeds the given"):
+        validate_config(spe, base_dir=str(d))
+    with pytest.raises(ValidationError, match=r"manifold"):
+        validate_config({**raw, "graph": {"manifold": "bogus"}}, base_dir=str(d))
