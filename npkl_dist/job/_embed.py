@@ -225,7 +225,7 @@ def spectral_manifold(S, *, dim: int = SPECTRAL_DIM, k: int = SPECTRAL_KNN, seed
     if n < k + 3:
         raise ValidationError(
             f"edges: {n} nodes; the spectral manifold needs more than {k + 2}; use "
-            + fix("manifold='graph'", "--manifold graph")
+            + fix("manifold='graph'", "--manifold graph", '[graph] manifold = "graph"')
         )
     m = min(dim + 1, n - 2)
     w, Phi = eigsh(normalized_adjacency(S), k=m, which="LA", v0=np.ones(n))

@@ -382,6 +382,10 @@ def test_manifold_errors_name_the_argument(planted, tmp_path):
     ring = sp.diags([np.ones(9), np.ones(9)], [1, -1], shape=(10, 10)).tocsr()
     with pytest.raises(ValidationError, match=r"^edges: 10 nodes; the spectral manifold needs"):
         spectral_manifold(ring)
+    from npkl_dist._errors import interface
+
+    with interface("toml"), pytest.raises(ValidationError, match=r'\[graph\] manifold = "graph"$'):
+        spectral_manifold(ring)  # as npkl run reports it for a configuration
 
 
 @pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
