@@ -130,7 +130,7 @@ elif a["method"] == "npkl":
     ns = argparse.Namespace(method="npkl", edges=a["edges"], n_points=a["n"], labels=None,
                             groups=a["groups"], seed=a["seed"], max_iter=a["max_iter"],
                             run=a["run"], quiet=True,
-                            checkpoint_every=a.get("checkpoint_every", 1))
+                            checkpoint_every=a["checkpoint_every"])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if a.get("manifold") == "spectral":  # npkl-spectral: the manifold's graph, then npkl

@@ -134,7 +134,7 @@ def _learn_in_run(args):
                 "groups": args.groups,
             },
             "model": {"solver": "bcd", "loss": "square", "seed": args.seed},
-            "execution": {"checkpoint_every": getattr(args, "checkpoint_every", 1)},
+            "execution": {"checkpoint_every": args.checkpoint_every},
         }
         if args.max_iter is not None:
             raw["model"]["max_sweeps"] = args.max_iter

@@ -144,29 +144,22 @@ def _embed_run(d, run, out, *extra):
     ]  # fmt: skip
 
 
-@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
-def test_run_crashed_and_repeated_ends_bitwise_as_uninterrupted(planted, tmp_path, capsys):
-    """`npkl embed --method npkl --run RUN` killed after the checkpoint of sweep 5; the same
-    command again continues from it and writes the uninterrupted run's embedding, bitwise."""
+def _kill_then_repeat(argv, kill_at: int, capsys) -> tuple[dict, list]:
+    """``npkl <argv>`` killed right after the checkpointer's call of sweep ``kill_at``, then
+    the same command again: (its summary, the sweeps the repeat went through)."""
     from npkl_dist import store as st
-
-    d, g = planted
-    assert main(_embed_run(d, tmp_path / "full", tmp_path / "o-full")) == 0
-    full = json.loads(capsys.readouterr().out)
-    assert full["resumed"] is False and full["n_groups"] == 7 and full["iterations"] == 12
-    Z_full = np.load(tmp_path / "o-full" / "embedding.npy")
 
     orig = st.StoreCheckpointer.on_sweep
 
     def dying(self, state, session):
         orig(self, state, session)
-        if state["sweep"] == 5:
+        if state["sweep"] == kill_at:
             raise _Killed
 
     st.StoreCheckpointer.on_sweep = dying
     try:
         with pytest.raises(_Killed):
-            main(_embed_run(d, tmp_path / "half", tmp_path / "o-half"))
+            main(argv)
     finally:
         st.StoreCheckpointer.on_sweep = orig
     capsys.readouterr()
@@ -178,11 +171,26 @@ def test_run_crashed_and_repeated_ends_bitwise_as_uninterrupted(planted, tmp_pat
 
     st.StoreCheckpointer.on_sweep = spy
     try:
-        assert main(_embed_run(d, tmp_path / "half", tmp_path / "o-half")) == 0
+        assert main(argv) == 0
     finally:
         st.StoreCheckpointer.on_sweep = orig
+    return json.loads(capsys.readouterr().out), seen
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+def test_run_crashed_and_repeated_ends_bitwise_as_uninterrupted(planted, tmp_path, capsys):
+    """`npkl embed --method npkl --run RUN` killed after the checkpoint of sweep 5; the same
+    command again continues from it and writes the uninterrupted run's embedding, bitwise."""
+    d, g = planted
+    assert main(_embed_run(d, tmp_path / "full", tmp_path / "o-full")) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert full["resumed"] is False and full["n_groups"] == 7 and full["iterations"] == 12
+    Z_full = np.load(tmp_path / "o-full" / "embedding.npy")
+
+    again, seen = _kill_then_repeat(
+        _embed_run(d, tmp_path / "half", tmp_path / "o-half"), 5, capsys
+    )
     assert seen == list(range(6, 13))  # continued after the checkpoint, not from the start
-    again = json.loads(capsys.readouterr().out)
     assert again["resumed"] is True and again["iterations"] == 12
     np.testing.assert_array_equal(np.load(tmp_path / "o-half" / "embedding.npy"), Z_full)
     assert again["objective"] == full["objective"]
@@ -195,39 +203,13 @@ def test_run_crashed_and_repeated_ends_bitwise_as_uninterrupted(planted, tmp_pat
 def test_checkpoint_every_n_sweeps_resumes_from_the_last_multiple(planted, tmp_path, capsys):
     """--checkpoint-every 5: a run killed at sweep 7 kept sweep 5's checkpoint only, so the
     same command continues from sweep 6 and ends bitwise as an uninterrupted run."""
-    from npkl_dist import store as st
-
     d, _ = planted
     every = ("--checkpoint-every", "5")
     assert main(_embed_run(d, tmp_path / "full", tmp_path / "o-full", *every)) == 0
     full = json.loads(capsys.readouterr().out)
-    orig = st.StoreCheckpointer.on_sweep
-
-    def dying(self, state, session):
-        orig(self, state, session)
-        if state["sweep"] == 7:
-            raise _Killed
-
-    st.StoreCheckpointer.on_sweep = dying
-    try:
-        with pytest.raises(_Killed):
-            main(_embed_run(d, tmp_path / "half", tmp_path / "o-half", *every))
-    finally:
-        st.StoreCheckpointer.on_sweep = orig
-    capsys.readouterr()
-    seen = []
-
-    def spy(self, state, session):
-        seen.append(state["sweep"])
-        orig(self, state, session)
-
-    st.StoreCheckpointer.on_sweep = spy
-    try:
-        assert main(_embed_run(d, tmp_path / "half", tmp_path / "o-half", *every)) == 0
-    finally:
-        st.StoreCheckpointer.on_sweep = orig
+    half = _embed_run(d, tmp_path / "half", tmp_path / "o-half", *every)
+    again, seen = _kill_then_repeat(half, 7, capsys)
     assert seen == list(range(6, 13))
-    again = json.loads(capsys.readouterr().out)
     assert again["resumed"] is True and again["objective"] == full["objective"]
     np.testing.assert_array_equal(
         np.load(tmp_path / "o-half" / "embedding.npy"),
@@ -426,6 +408,7 @@ def test_pipeline_graph_manifold_spectral_learns_as_npkl_embed(planted, tmp_path
     ns = argparse.Namespace(
         method="npkl", edges=str(d / "E.npy"), n_points=None, labels=None,
         groups=str(d / "groups.csv"), seed=0, max_iter=12, run=str(tmp_path / "emb"), quiet=True,
+        checkpoint_every=1,
     )  # fmt: skip
     path = write_edges(want, tmp_path / "manifold_edges.npy")
     V2, _, _ = _learn_in_run(ns)(edges=str(path))
