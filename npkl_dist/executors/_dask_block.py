@@ -124,9 +124,9 @@ class BlockSolveActor:
             out = [(t, src[local]) for t, local in spec.send[route]]
         return result, out
 
-    def checkpoint_rows(self):
-        """Own rows of V and the state arrays side by side (a copy)."""
-        return np.hstack([self.part.own()] + self.part.state_arrays())
+    def checkpoint_rows(self, start=0, stop=None):
+        """Own rows ``[start, stop)`` of V and the state arrays side by side (a copy)."""
+        return self.part.checkpoint_rows(start, stop)
 
     def own(self):
         return self.part.own().copy()
@@ -139,9 +139,10 @@ class BlockSolveActor:
 
     def write_blocks(self, url, ckpt_id, row_block, storage_options=None):
         store = RunStore.open(url, mode="r", storage_options=storage_options)
-        data = self.checkpoint_rows()
-        for s in range(0, data.shape[0], row_block):
-            store.write_V_block(ckpt_id, self.spec.start + s, data[s : s + row_block])
+        for s in range(0, self.part.n_own, row_block):
+            store.write_V_block(
+                ckpt_id, self.spec.start + s, self.checkpoint_rows(s, s + row_block)
+            )
         return True
 
 

@@ -887,6 +887,29 @@ class BlockPart:
             R[self.nu :] = self.LVC
         return [self.S[: self.n_own], self.LS, R]
 
+    def checkpoint_rows(self, start=0, stop=None):
+        """Own rows ``[start, stop)`` of V and of :meth:`state_arrays`, side by side (a
+        copy the size of those rows only: a checkpoint written block by block never holds
+        the whole 4r-wide array, 4 GB at n = 1e6, r = 128)."""
+        stop = self.n_own if stop is None else min(int(stop), self.n_own)
+        V = self.V[start:stop]
+        if not self.extrapolate:
+            return V.copy()
+        r = V.shape[1]
+        W = np.empty((stop - start, 4 * r), V.dtype)
+        W[:, :r] = V
+        W[:, r : 2 * r] = self.S[start:stop]
+        W[:, 2 * r : 3 * r] = self.LS[start:stop]
+        # the residual's column block: R on the U rows, the carried (L V)_C on the C rows
+        # where the fit carries it, else zero (as state_arrays)
+        u = min(max(self.nu - start, 0), stop - start)
+        W[:u, 3 * r :] = self.R[start : start + u]
+        if self.lv_from_step and self._lv_ok:
+            W[u:, 3 * r :] = self.LVC[start + u - self.nu : stop - self.nu]
+        else:
+            W[u:, 3 * r :] = 0
+        return W
+
     def load_state(self, S, LS, R=None):
         """S for the own and halo rows, LS and R (None: checkpoints before R was stored) for
         the own rows. Returns the residual's partial sums (as :meth:`residual`): of the
@@ -1146,14 +1169,13 @@ class BlockSession:
 
     def checkpoint_array(self):
         """V and the state arrays side by side: what a checkpoint stores."""
-        return (
-            np.hstack([self.gather()] + self.state_arrays()) if self.extrapolate else self.gather()
-        )
+        return self.parts[0].checkpoint_rows() if self.extrapolate else self.gather()
 
     def write_checkpoint_blocks(self, store, ckpt_id, row_block):
-        W = self.checkpoint_array()
-        for start in range(0, W.shape[0], row_block):
-            store.write_V_block(ckpt_id, start, W[start : start + row_block])
+        # block by block: the 4r-wide rows of one block at a time, never the whole array
+        part = self.parts[0]
+        for start in range(0, part.n_own, row_block):
+            store.write_V_block(ckpt_id, start, part.checkpoint_rows(start, start + row_block))
 
     def close(self):
         pass
