@@ -19,7 +19,9 @@ others (Micro- and Macro-F1):
   memberships (``group_constraints``; BCD, square loss, the default rank), through ``npkl
   embed --method npkl --run``'s own code path (the pipeline's stages, checkpointed), its top
   ``--dim`` principal coordinates (of the cosine-normalised kernel when the unlabelled nodes'
-  rows are short, ``npkl_coordinates``); one fit per share;
+  rows are short, ``npkl_coordinates``); one fit per share; the protocol's round(0.6 n)
+  pairs of each kind whatever the share, or ``--pairs-per-labelled K`` times the labelled
+  nodes;
 * ``npkl-spectral``: the same, learned over the spectral manifold (``npkl embed --manifold
   spectral``: the kNN graph of the graph's spectral embedding); its time includes the
   eigenvectors and the kNN search;
@@ -130,7 +132,8 @@ elif a["method"] == "npkl":
     ns = argparse.Namespace(method="npkl", edges=a["edges"], n_points=a["n"], labels=None,
                             groups=a["groups"], seed=a["seed"], max_iter=a["max_iter"],
                             run=a["run"], quiet=True,
-                            checkpoint_every=a["checkpoint_every"])
+                            checkpoint_every=a["checkpoint_every"],
+                            n_must=a.get("n_must"), n_cannot=a.get("n_cannot"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if a.get("manifold") == "spectral":  # npkl-spectral: the manifold's graph, then npkl
@@ -331,6 +334,14 @@ def main(argv=None):
         "(bench/.cache/peers_<graph>/, written by every run that embeds them; the JSON "
         "says when they were measured) instead of embedding them again",
     )
+    ap.add_argument(
+        "--pairs-per-labelled",
+        type=float,
+        default=None,
+        metavar="K",
+        help="npkl: round(K x labelled nodes) pairs of each kind (default: the protocol's "
+        "round(0.6 n) each whatever the share; K = 6 is that count at 10 %% labelled)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="output path (default bench/results/...)")
     args = ap.parse_args(argv)
@@ -384,6 +395,10 @@ def main(argv=None):
         for npkl_method in [m for m in ("npkl", "npkl-spectral") if m in args.methods]:
             spectral_manifold = npkl_method == "npkl-spectral"
             tag = f"{'spectral_' if spectral_manifold else ''}{frac:g}"
+            pairs = None
+            if args.pairs_per_labelled is not None:
+                pairs = round(args.pairs_per_labelled * train.size)
+                tag += f"_pairs{pairs}"
             groups = work / f"groups_{frac:g}.csv"
             with open(groups, "w") as fh:
                 fh.write("node,group\n")
@@ -393,13 +408,14 @@ def main(argv=None):
                 seed=args.seed, max_iter=args.max_iter, run=str(work / f"run_{tag}"),
                 out=str(work / f"npkl_{tag}.npy"), flows=str(ROOT / ".pp"),
                 manifold="spectral" if spectral_manifold else "graph",
-                checkpoint_every=args.checkpoint_every,
+                checkpoint_every=args.checkpoint_every, n_must=pairs, n_cannot=pairs,
             )  # fmt: skip
             r = child(**kw)
             Y = np.load(kw["out"])
             mi, ma = f1(Y, labels, train)
             rows.append(
                 {"method": npkl_method, "labelled": frac, **r, "micro_f1": mi, "macro_f1": ma}
+                | ({} if pairs is None else {"pairs_each": pairs})
             )
             print(rows[-1], file=sys.stderr)
             if npkl_method == "npkl":

@@ -9,8 +9,8 @@ import sys
 from npkl_dist.job._embed import embed_job
 
 
-def add_embed_parser(sub, positive_int) -> None:
-    """``npkl embed``'s options (``positive_int``: the CLI's argument type)."""
+def add_embed_parser(sub, positive_int, nonneg_int) -> None:
+    """``npkl embed``'s options (``positive_int``, ``nonneg_int``: the CLI's argument types)."""
     embed = sub.add_parser(
         "embed",
         help="embed a graph: SPE, MVE, colored MVU (SimpleNPKL section 6) or NPKL",
@@ -47,6 +47,14 @@ def add_embed_parser(sub, positive_int) -> None:
         "that header, or .npy); npkl's pairs by the documented protocol, node classification "
         "over the groups",
     )
+    for kind in ("must", "cannot"):
+        embed.add_argument(
+            f"--n-{kind}",
+            type=nonneg_int,
+            metavar="M",
+            help=f"npkl: {kind}-link pairs to sample from --labels or --groups (default "
+            "round(0.6 n), or all the side information allows if fewer)",
+        )
     embed.add_argument(
         "--holdout",
         type=float,
@@ -132,6 +140,8 @@ def _learn_in_run(args):
                 "n_points": args.n_points,
                 "labels": args.labels,
                 "groups": args.groups,
+                "n_must": args.n_must,
+                "n_cannot": args.n_cannot,
             },
             "model": {"solver": "bcd", "loss": "square", "seed": args.seed},
             "execution": {"checkpoint_every": args.checkpoint_every},
@@ -187,6 +197,8 @@ def cmd_embed(args, announce) -> int:
         out=args.out,
         learn_npkl=learn,
         manifold=args.manifold,
+        n_must=args.n_must,
+        n_cannot=args.n_cannot,
     )
     if args.plot:
         from npkl_dist import plotting  # lazy: matplotlib only when a figure is drawn

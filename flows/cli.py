@@ -627,7 +627,7 @@ def build_parser() -> argparse.ArgumentParser:
     transform.add_argument("--storage-options", metavar="JSON", help=so_help)
     transform.add_argument("--json", action="store_true", help="print the summary as JSON")
     transform.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    add_embed_parser(sub, _positive_int)
+    add_embed_parser(sub, _positive_int, _nonneg_int)
     add_active_parsers(sub, _positive_int)
     export = sub.add_parser(
         "export",

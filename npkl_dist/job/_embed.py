@@ -68,6 +68,8 @@ def embed_job(
     out=None,
     learn_npkl=None,
     manifold: str = "graph",
+    n_must: int | None = None,
+    n_cannot: int | None = None,
 ):
     """Read the graph and the side information, embed, score, write ``embedding.npy`` (node
     order) and ``summary.json`` into ``out``. Returns (summary, Z, labels or None).
@@ -80,7 +82,11 @@ def embed_job(
 
     ``manifold``: 'graph' (npkl smooths over the input graph) or 'spectral' (over
     :func:`spectral_manifold` of it, for graphs whose edges mostly join different
-    communities)."""
+    communities).
+
+    ``n_must``, ``n_cannot``: npkl's pairs of each kind drawn from the labels or the groups
+    (default: the protocol's round(0.6 n) each, as :func:`~npkl_dist.sample_constraints`
+    and :func:`~npkl_dist.embedding.group_constraints`)."""
     from ..graph._blocks import graph_from_edge_batches, iter_edge_batches
     from ..graph._io import read_labels
     from ._job import ensure_out_dir
@@ -101,6 +107,20 @@ def embed_job(
             + fix("manifold=...", "--manifold")
             + f" for method {method!r}, or use method 'npkl'"
         )
+    for name, count in (("n_must", n_must), ("n_cannot", n_cannot)):
+        if count is None:
+            continue
+        if method != "npkl":
+            raise ValidationError(
+                f"{name}: only method 'npkl' learns from pairs; drop "
+                + fix(f"{name}=...", f"--{name.replace('_', '-')}")
+                + f" for method {method!r}, or use method 'npkl'"
+            )
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+            raise ValidationError(
+                f"{name}: expected a count of pairs >= 0, got {count!r}; give "
+                + fix(f"{name}=1000", f"--{name.replace('_', '-')} 1000")
+            )
     if manifold != "graph" and learn_npkl is not None and out is None:
         raise ValidationError(
             "out: a checkpointed run over the spectral manifold keeps its graph in the output "
@@ -176,7 +196,8 @@ def embed_job(
         info.update(fit_info)
         Z, info["normalized_kernel"] = npkl_coordinates(V, pairs, dim)
     elif method == "npkl":
-        Z, fit_info = _npkl(S_learn, y, member, dim, seed, max_iter)
+        cons = _npkl_pairs(y, member, seed, n_must, n_cannot)
+        Z, fit_info = _npkl(S_learn, cons, dim, seed, max_iter)
         info.update(fit_info)
     elif method == "spe" and n > EXACT_MAX_POINTS:
         Z, info = _spe_lowrank(S, dim, C, capacity, max_iter, seed)
@@ -329,23 +350,22 @@ def npkl_coordinates(V, constraints, dim: int):
     return principal_coordinates(V, dim), bool(normalized)
 
 
-def _npkl_pairs(y, member, seed):
+def _npkl_pairs(y, member, seed, n_must=None, n_cannot=None):
     """The pairs npkl learns from: the papers' protocol on labels, or group_constraints'
     on memberships (as the pipeline's ingest stage samples them)."""
     from ..embedding import group_constraints
     from ..problem._constraints import sample_constraints
 
     if y is not None:
-        return sample_constraints(y, seed=seed)
-    return group_constraints(member, seed=seed)
+        return sample_constraints(y, n_must, n_cannot, seed=seed)
+    return group_constraints(member, n_must, n_cannot, seed=seed)
 
 
-def _npkl(S, y, member, dim, seed, max_iter):
+def _npkl(S, cons, dim, seed, max_iter):
     from ..graph._graph import laplacian
     from ..problem._problem import NPKLProblem
     from ..solvers.bcd._fit import fit_bcd
 
-    cons = _npkl_pairs(y, member, seed)
     problem = NPKLProblem.build(laplacian(S, 1e-3), cons, loss="square", seed=seed)
     res = fit_bcd(problem, **({} if max_iter is None else {"max_sweeps": max_iter}))
     Z, normalized = npkl_coordinates(res.V, cons, dim)

@@ -408,7 +408,7 @@ def test_pipeline_graph_manifold_spectral_learns_as_npkl_embed(planted, tmp_path
     ns = argparse.Namespace(
         method="npkl", edges=str(d / "E.npy"), n_points=None, labels=None,
         groups=str(d / "groups.csv"), seed=0, max_iter=12, run=str(tmp_path / "emb"), quiet=True,
-        checkpoint_every=1,
+        checkpoint_every=1, n_must=None, n_cannot=None,
     )  # fmt: skip
     path = write_edges(want, tmp_path / "manifold_edges.npy")
     V2, _, _ = _learn_in_run(ns)(edges=str(path))
@@ -423,3 +423,36 @@ def test_pipeline_graph_manifold_spectral_learns_as_npkl_embed(planted, tmp_path
         validate_config(spe, base_dir=str(d))
     with pytest.raises(ValidationError, match=r"manifold"):
         validate_config({**raw, "graph": {"manifold": "bogus"}}, base_dir=str(d))
+
+
+@pytest.mark.filterwarnings("ignore::npkl_dist.ConvergenceWarning")
+def test_n_must_n_cannot_set_the_pairs(planted, tmp_path, capsys):
+    """`--n-must` / `--n-cannot`: npkl's pairs drawn from the groups, in one go and in a run
+    (the pipeline's [input] n_must / n_cannot); a run keeps its counts; other methods refuse."""
+    from npkl_dist import store as st
+    from npkl_dist.embedding import group_constraints, read_memberships
+
+    d, _ = planted
+    ref = group_constraints(read_memberships(d / "groups.csv", n_nodes=600), 40, 25, seed=0)
+    counts = ["--n-must", "40", "--n-cannot", "25"]
+    argv = [*_embed_run(d, tmp_path / "r", tmp_path / "o", *counts)]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["n_constraints"] == 65
+    with st.RunStore.open(st.resolve_run(str(tmp_path / "r")), mode="r") as rs:
+        got = rs.read_inputs()["constraints"]
+    for a in ("i", "j", "t"):
+        np.testing.assert_array_equal(getattr(got, a), getattr(ref, a))
+    inproc = [a for a in argv if a not in ("--run", str(tmp_path / "r"))]
+    assert main(inproc) == 0
+    assert json.loads(capsys.readouterr().out)["n_constraints"] == 65
+    cases = [
+        ([*_embed_run(d, tmp_path / "r", tmp_path / "o", "--n-must", "41", "--n-cannot", "25")],
+         "was started with other options (input.n_must: run 40, now 41)"),
+        (["embed", "--edges", str(d / "E.npy"), "--n-must", "4", "--out", str(tmp_path / "s")],
+         "n_must: only method 'npkl' learns from pairs; drop --n-must for method 'spe'"),
+        ([*inproc, "--n-cannot", "-1"], "--n-cannot: expected an integer >= 0, got -1"),
+    ]  # fmt: skip
+    for argv, msg in cases:
+        assert main([*argv, "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert msg in err and "\n" not in err, err
