@@ -450,9 +450,12 @@ def test_n_must_n_cannot_set_the_pairs(planted, tmp_path, capsys):
          "was started with other options (input.n_must: run 40, now 41)"),
         (["embed", "--edges", str(d / "E.npy"), "--n-must", "4", "--out", str(tmp_path / "s")],
          "n_must: only method 'npkl' learns from pairs; drop --n-must for method 'spe'"),
-        ([*inproc, "--n-cannot", "-1"], "--n-cannot: expected an integer >= 0, got -1"),
     ]  # fmt: skip
     for argv, msg in cases:
         assert main([*argv, "--quiet"]) == 2
         err = capsys.readouterr().err.strip()
         assert msg in err and "\n" not in err, err
+    with pytest.raises(SystemExit) as exc:  # argparse's own usage error
+        main([*inproc, "--n-cannot", "-1"])
+    assert exc.value.code == 2
+    assert "--n-cannot: expected an integer >= 0, got -1" in capsys.readouterr().err
