@@ -87,6 +87,7 @@ def embed_job(
     ``n_must``, ``n_cannot``: npkl's pairs of each kind drawn from the labels or the groups
     (default: the protocol's round(0.6 n) each, as :func:`~npkl_dist.sample_constraints`
     and :func:`~npkl_dist.embedding.group_constraints`)."""
+    from ..embedding._saddle import check_count
     from ..graph._blocks import graph_from_edge_batches, iter_edge_batches
     from ..graph._io import read_labels
     from ._job import ensure_out_dir
@@ -110,17 +111,15 @@ def embed_job(
     for name, count in (("n_must", n_must), ("n_cannot", n_cannot)):
         if count is None:
             continue
+        flag = name.replace("_", "-")
         if method != "npkl":
             raise ValidationError(
                 f"{name}: only method 'npkl' learns from pairs; drop "
-                + fix(f"{name}=...", f"--{name.replace('_', '-')}")
+                + fix(f"{name}=...", f"--{flag}")
                 + f" for method {method!r}, or use method 'npkl'"
             )
-        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
-            raise ValidationError(
-                f"{name}: expected a count of pairs >= 0, got {count!r}; give "
-                + fix(f"{name}=1000", f"--{name.replace('_', '-')} 1000")
-            )
+        # checked before the graph is read (sampling checks it too, after the manifold)
+        check_count(name, count, 0, hint="give " + fix(f"{name}=1000", f"--{flag} 1000"))
     if manifold != "graph" and learn_npkl is not None and out is None:
         raise ValidationError(
             "out: a checkpointed run over the spectral manifold keeps its graph in the output "

@@ -435,7 +435,7 @@ def test_n_must_n_cannot_set_the_pairs(planted, tmp_path, capsys):
     d, _ = planted
     ref = group_constraints(read_memberships(d / "groups.csv", n_nodes=600), 40, 25, seed=0)
     counts = ["--n-must", "40", "--n-cannot", "25"]
-    argv = [*_embed_run(d, tmp_path / "r", tmp_path / "o", *counts)]
+    argv = _embed_run(d, tmp_path / "r", tmp_path / "o", *counts)
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["n_constraints"] == 65
     with st.RunStore.open(st.resolve_run(str(tmp_path / "r")), mode="r") as rs:
@@ -446,7 +446,7 @@ def test_n_must_n_cannot_set_the_pairs(planted, tmp_path, capsys):
     assert main(inproc) == 0
     assert json.loads(capsys.readouterr().out)["n_constraints"] == 65
     cases = [
-        ([*_embed_run(d, tmp_path / "r", tmp_path / "o", "--n-must", "41", "--n-cannot", "25")],
+        (_embed_run(d, tmp_path / "r", tmp_path / "o", "--n-must", "41", "--n-cannot", "25"),
          "was started with other options (input.n_must: run 40, now 41)"),
         (["embed", "--edges", str(d / "E.npy"), "--n-must", "4", "--out", str(tmp_path / "s")],
          "n_must: only method 'npkl' learns from pairs; drop --n-must for method 'spe'"),

@@ -881,16 +881,24 @@ class BlockPart:
         the fit carries it, else zero), in V's dtype (empty without extrapolation)."""
         if not self.extrapolate:
             return []
-        R = np.zeros((self.n_own, self.V.shape[1]), self.V.dtype)
-        R[: self.nu] = self.R
-        if self.lv_from_step and self._lv_ok:  # the C rows' block: the carried (L V)_C
-            R[self.nu :] = self.LVC
+        R = np.empty((self.n_own, self.V.shape[1]), self.V.dtype)
+        self._residual_rows(0, self.n_own, R)
         return [self.S[: self.n_own], self.LS, R]
+
+    def _residual_rows(self, start, stop, out):
+        """``out`` = rows ``[start, stop)`` of :meth:`state_arrays`' R: the residual on the
+        U rows, the carried (L V)_C on the C rows where the fit carries it, else zero."""
+        u = min(max(self.nu - start, 0), stop - start)
+        out[:u] = self.R[start : start + u]
+        if self.lv_from_step and self._lv_ok:
+            out[u:] = self.LVC[start + u - self.nu : stop - self.nu]
+        else:
+            out[u:] = 0
 
     def checkpoint_rows(self, start=0, stop=None):
         """Own rows ``[start, stop)`` of V and of :meth:`state_arrays`, side by side (a
         copy the size of those rows only: a checkpoint written block by block never holds
-        the whole 4r-wide array, 4 GB at n = 1e6, r = 128)."""
+        the whole 4r-wide array; docs/decisions/social-embeddings.md)."""
         stop = self.n_own if stop is None else min(int(stop), self.n_own)
         V = self.V[start:stop]
         if not self.extrapolate:
@@ -900,14 +908,7 @@ class BlockPart:
         W[:, :r] = V
         W[:, r : 2 * r] = self.S[start:stop]
         W[:, 2 * r : 3 * r] = self.LS[start:stop]
-        # the residual's column block: R on the U rows, the carried (L V)_C on the C rows
-        # where the fit carries it, else zero (as state_arrays)
-        u = min(max(self.nu - start, 0), stop - start)
-        W[:u, 3 * r :] = self.R[start : start + u]
-        if self.lv_from_step and self._lv_ok:
-            W[u:, 3 * r :] = self.LVC[start + u - self.nu : stop - self.nu]
-        else:
-            W[u:, 3 * r :] = 0
+        self._residual_rows(start, stop, W[:, 3 * r :])
         return W
 
     def load_state(self, S, LS, R=None):
