@@ -455,6 +455,11 @@ def test_n_must_n_cannot_set_the_pairs(planted, tmp_path, capsys):
         assert main([*argv, "--quiet"]) == 2
         err = capsys.readouterr().err.strip()
         assert msg in err and "\n" not in err, err
+    from npkl_dist import ValidationError
+    from npkl_dist.job._embed import embed_job
+
+    with pytest.raises(ValidationError, match=r"^n_cannot: expected an integer >= 0, got -1"):
+        embed_job(edges=str(d / "E.npy"), method="npkl", groups=str(d / "groups.csv"), n_cannot=-1)
     with pytest.raises(SystemExit) as exc:  # argparse's own usage error
         main([*inproc, "--n-cannot", "-1"])
     assert exc.value.code == 2

@@ -299,7 +299,8 @@ class BlockPart:
             )
         if self.d_from_cg:  # the U rows with C neighbours, and their L_UC D_C
             self.ucr = self._cached("uc rows", lambda: np.flatnonzero(np.diff(self.uc[0])))
-            self.UCD = populated_empty((self.ucr.shape[0], V.shape[1]))  # 16 MB at 1e6
+            # n_U x r where most U rows have a C neighbour (docs/decisions/social-embeddings.md)
+            self.UCD = populated_empty((self.ucr.shape[0], V.shape[1]))
         # (L V) of the own C rows, carried by the subspace steps (LV_FROM_STEP); valid only
         # while _lv_ok (formed at the next objective otherwise)
         self.lv_from_step = self.d_from_cg and bool(LV_FROM_STEP)

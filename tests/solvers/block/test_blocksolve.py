@@ -588,7 +588,7 @@ class _BlockStore:
 def test_block_checkpoint_written_block_by_block():
     """A checkpoint written block by block holds what the whole checkpoint array holds (V,
     S, LS and the residual with the carried (L V)_C) and never allocates that 4r-wide array
-    at once (15 GB peak at n = 1e6 before: docs/decisions/social-embeddings.md)."""
+    at once (docs/decisions/social-embeddings.md, "Graph (c) again")."""
     import tracemalloc
 
     problem = sparse_constrained_problem(4, "square", n=5000, frac=0.05)
